@@ -1,0 +1,48 @@
+"""Command line: python -m ssd_demo {synth,bench,eval,train,stimuli,sweep} ...
+
+Each subcommand lives in the module that does the work; that module provides
+`add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
+their subcommand runs, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "synth": ("ssd_demo.cli_synth", "synthesise text to a WAV file (AR or speculative)"),
+    "bench": ("ssd_demo.benchmark", "time AR vs speculative vs transformers' assisted generation"),
+    "eval": ("ssd_demo.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
+    "train": ("ssd_demo.training.cli", "build the corpus and train the embedded voice"),
+    "stimuli": ("ssd_demo.listening.stimuli", "render a listening-test stimulus set"),
+    "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m ssd_demo", description="Speech speculative decoding demo")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+        parser.print_help()
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    name = argv[0]
+    module_name, help_text = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    command_parser = argparse.ArgumentParser(prog=f"python -m ssd_demo {name}", description=help_text)
+    module.add_arguments(command_parser)
+    args = command_parser.parse_args(argv[1:])
+    try:
+        return int(module.main(args) or 0)
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        # Bad input is the user's to fix: a one-line message, not a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

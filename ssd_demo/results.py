@@ -1,0 +1,135 @@
+"""What a generation run returns: the tokens, one record per round, and statistics.
+
+Plain dataclasses with no torch inside, so charts, the UI and JSON export can use
+them without knowing how decoding works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RoundRecord:
+    """One decoding round.
+
+    For speculative decoding a round is: the draft proposes `drafted`, the target
+    verifies them in one call, `accepted` of them are kept, then `next_token` is
+    appended ("replacement" after a rejection, "bonus" when the whole block was
+    kept). For autoregressive decoding a round is one target call and `drafted`
+    is empty. `next_kind` is "none" when generation stopped inside the block
+    (end token accepted or length limit reached).
+    """
+
+    drafted: list[int]
+    accepted: int
+    next_token: int | None
+    next_kind: str  # "replacement" | "bonus" | "none"
+    draft_seconds: float
+    verify_seconds: float
+    end_seconds: float  # time since the start of generation when this round finished
+    # Expected acceptance of each verified position under the active rule, i.e.
+    # E_{x~p}[P(accept x)] (sum_x min(p, q) for exact sampling). Averaging these gives
+    # an unbiased estimate of alpha, unlike accepted/drafted, which is truncated by
+    # the first rejection.
+    expected_acceptance: list[float] = field(default_factory=list)
+    draft_calls: int = 0
+    target_cache_len: int = 0
+    draft_cache_len: int = 0
+
+    @property
+    def emitted(self) -> list[int]:
+        tokens = list(self.drafted[: self.accepted])
+        if self.next_token is not None:
+            tokens.append(self.next_token)
+        return tokens
+
+
+@dataclass
+class GenerationStats:
+    mode: str  # "ar" | "speculative"
+    new_tokens: int
+    rounds: int
+    target_calls: int  # forward calls of the target, prefill included
+    draft_calls: int  # forward calls of the draft, prefill included
+    drafted_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float  # accepted / drafted (0 for AR)
+    alpha: float  # mean expected per-token acceptance (see RoundRecord.expected_acceptance)
+    mean_tokens_per_call: float  # new tokens per target call in the decoding loop
+    mean_accepted_length: float  # accepted drafted tokens per round
+    prefill_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    wall_seconds: float
+    tokens_per_second: float
+    mean_draft_step_seconds: float  # one draft forward call
+    mean_target_call_seconds: float  # one target call in the loop (AR step or verify)
+    finish_reason: str  # "eos" | "length"
+    draft_len: int
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    steps: list[RoundRecord]
+    stats: GenerationStats
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for step, record in zip(data["steps"], self.steps):
+            step["emitted"] = record.emitted
+        return data
+
+
+def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float, verify_ratio: float = 1.0) -> float:
+    """Leviathan et al. (2023) / Chen et al. (2023) wall-time speedup over AR.
+
+    (1 - alpha^(K+1)) / ((1 - alpha) (K c + v)): expected tokens per round divided by
+    the round's cost in target-step units. The classic formula takes v = 1 (verifying
+    K+1 tokens costs one step); passing the measured verify/step ratio as v gives the
+    stricter prediction that holds when verification is not free (small models, CPU).
+    """
+    if draft_len < 0 or cost_ratio < 0 or verify_ratio <= 0:
+        raise ValueError("draft_len and cost_ratio must be >= 0 and verify_ratio > 0")
+    alpha = min(max(alpha, 0.0), 1.0)
+    tokens_per_round = draft_len + 1.0 if alpha >= 1.0 else (1 - alpha ** (draft_len + 1)) / (1 - alpha)
+    return tokens_per_round / (draft_len * cost_ratio + verify_ratio)
+
+
+@dataclass
+class SpeedupReport:
+    """Measured speedup of a speculative run over an AR run, next to its prediction."""
+
+    measured: float  # AR decode seconds per token / speculative decode seconds per token
+    alpha: float
+    draft_len: int
+    cost_ratio: float  # c: one draft step / one AR target step
+    verify_ratio: float  # v: one verify call / one AR target step
+    predicted: float  # classic formula (v = 1)
+    predicted_strict: float  # with the measured v
+
+    @property
+    def fraction_of_prediction(self) -> float:
+        return self.measured / self.predicted_strict if self.predicted_strict > 0 else 0.0
+
+
+def compare_runs(ar: GenerationResult, spec: GenerationResult) -> SpeedupReport:
+    """Speedup of `spec` over `ar`, per generated token, excluding prefill (same prompt in both)."""
+    ar_stats, sp_stats = ar.stats, spec.stats
+    ar_step = ar_stats.mean_target_call_seconds
+    ar_per_token = (ar_stats.wall_seconds - ar_stats.prefill_seconds) / max(ar_stats.new_tokens, 1)
+    sp_per_token = (sp_stats.wall_seconds - sp_stats.prefill_seconds) / max(sp_stats.new_tokens, 1)
+    measured = ar_per_token / sp_per_token if sp_per_token > 0 else 0.0
+    c = sp_stats.mean_draft_step_seconds / ar_step if ar_step > 0 else 0.0
+    v = sp_stats.mean_target_call_seconds / ar_step if ar_step > 0 else 1.0
+    k = sp_stats.draft_len
+    return SpeedupReport(
+        measured=measured,
+        alpha=sp_stats.alpha,
+        draft_len=k,
+        cost_ratio=c,
+        verify_ratio=v,
+        predicted=predicted_speedup(sp_stats.alpha, k, c, 1.0),
+        predicted_strict=predicted_speedup(sp_stats.alpha, k, c, max(v, 1e-9)),
+    )

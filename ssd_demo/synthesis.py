@@ -1,0 +1,147 @@
+"""Text in, audio out: a backend (prompt format + codec) around the decoding engine.
+
+The engine only knows token ids. A `Backend` knows one model family: how to turn
+text into prompt ids, which ids are speech tokens, and how generated ids become a
+waveform. `Synthesizer` joins a backend, a target, a draft and the engine, and
+times the language model and the codec separately.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from .config import DecodingConfig
+from .results import GenerationResult
+
+
+class TextError(ValueError):
+    """The text cannot be synthesised (empty, too long, nothing pronounceable)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a model family must provide. One module per family in `ssd_demo.backends`."""
+
+    name: str
+    sample_rate: int
+    max_text_chars: int
+    eos_token_id: int
+    licence: str
+
+    def allowed_token_ids(self) -> list[int]:
+        """Ids the LM may generate: speech tokens plus end of speech."""
+
+    def default_config(self) -> DecodingConfig:
+        """Sampling settings the model was trained/published with."""
+
+    def prompt_ids(self, text: str, voice_prompt: "VoicePrompt | None" = None) -> list[int]:
+        """Prompt token ids for `text`; raises TextError for text it cannot speak."""
+
+    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
+        """Generated ids (end token allowed) -> float32 mono waveform at `sample_rate`."""
+
+
+@dataclass
+class VoicePrompt:
+    """A reference clip to imitate (backends that support voice cloning)."""
+
+    audio: np.ndarray  # float32 mono
+    sample_rate: int
+    transcript: str
+
+
+@dataclass
+class SynthesisResult:
+    text: str
+    mode: str  # "ar" | "speculative"
+    audio: np.ndarray  # float32 mono in [-1, 1]
+    sample_rate: int
+    generation: GenerationResult
+    config: DecodingConfig
+    lm_seconds: float
+    codec_seconds: float
+
+    @property
+    def duration_seconds(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def total_seconds(self) -> float:
+        return self.lm_seconds + self.codec_seconds
+
+    @property
+    def real_time_factor(self) -> float:
+        """Processing seconds per second of audio (< 1 is faster than real time)."""
+        return self.total_seconds / self.duration_seconds if self.duration_seconds > 0 else float("inf")
+
+
+class Synthesizer:
+    """A backend with its target and drafts, ready to speak."""
+
+    def __init__(self, backend: Backend, target, drafts: dict, default_draft: str | None = None):
+        if not drafts:
+            raise ValueError("a Synthesizer needs at least one draft model")
+        self.backend = backend
+        self.target = target
+        self.drafts = dict(drafts)
+        self.draft_name = default_draft or next(iter(self.drafts))
+        if self.draft_name not in self.drafts:
+            raise ValueError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def config(self, **overrides) -> DecodingConfig:
+        """The backend's default settings with the speech-token mask and end token filled in."""
+        base = self.backend.default_config().with_(
+            eos_token_id=self.backend.eos_token_id,
+            allowed_token_ids=self.backend.allowed_token_ids(),
+        )
+        return base.with_(**overrides) if overrides else base
+
+    def synthesize(
+        self,
+        text: str,
+        mode: str = "speculative",
+        config: DecodingConfig | None = None,
+        draft: str | None = None,
+        voice_prompt: VoicePrompt | None = None,
+    ) -> SynthesisResult:
+        from .decoding import autoregressive_generate, speculative_generate
+
+        if mode not in ("ar", "speculative"):
+            raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
+        config = config or self.config()
+        # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
+        # the backend's end token, or the codec would receive ids it cannot decode.
+        config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
+        prompt = self.backend.prompt_ids(text, voice_prompt)
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        start = time.perf_counter()
+        if mode == "ar":
+            generation = autoregressive_generate(self.target, input_ids, config)
+        else:
+            draft_name = draft or self.draft_name
+            if draft_name not in self.drafts:
+                raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config)
+        lm_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        audio = np.asarray(self.backend.tokens_to_audio(generation.tokens), dtype=np.float32)
+        codec_seconds = time.perf_counter() - start
+        return SynthesisResult(
+            text=text,
+            mode=mode,
+            audio=audio,
+            sample_rate=self.backend.sample_rate,
+            generation=generation,
+            config=config,
+            lm_seconds=lm_seconds,
+            codec_seconds=codec_seconds,
+        )
