@@ -1,0 +1,56 @@
+"""CSV export of raw votes, and the reader that proves it round-trips.
+
+One row per stored vote, columns in `VoteRecord` field order. Empty cells mean None
+(no rater id, no preference, no score). The CSV module quotes text with commas, quotes
+or newlines, so sentences survive unchanged.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import fields
+from pathlib import Path
+
+from .store import VoteRecord
+
+COLUMNS = tuple(f.name for f in fields(VoteRecord))
+_INTEGER = {"vote_id", "trial_index"}
+_OPTIONAL_INTEGER = {"score_a", "score_b"}
+_OPTIONAL_TEXT = {"rater_id", "preferred_system", "presented_at"}
+
+
+def votes_to_csv(votes: Iterable[VoteRecord]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for vote in votes:
+        writer.writerow(["" if getattr(vote, c) is None else getattr(vote, c) for c in COLUMNS])
+    return buffer.getvalue()
+
+
+def write_votes_csv(votes: Iterable[VoteRecord], path: Path | str) -> Path:
+    path = Path(path)
+    # newline="" as the csv module asks: it handles line endings inside quoted fields itself.
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        handle.write(votes_to_csv(votes))
+    return path
+
+
+def _cell(column: str, value: str):
+    if column in _INTEGER:
+        return int(value)
+    if column in _OPTIONAL_INTEGER:
+        return int(value) if value else None
+    if column in _OPTIONAL_TEXT:
+        return value or None
+    return value
+
+
+def read_votes_csv(path: Path | str) -> list[VoteRecord]:
+    with Path(path).open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise ValueError(f"not a vote export: expected columns {', '.join(COLUMNS)}")
+        return [VoteRecord(**{c: _cell(c, row[c]) for c in COLUMNS}) for row in reader]

@@ -1,0 +1,424 @@
+"""The listening-test database: sessions, planned trials and votes in SQLite.
+
+Trust comes from the database, not from the app: WAL journaling with full sync, one
+`BEGIN IMMEDIATE` transaction per vote, CHECK constraints on every value and a UNIQUE
+constraint on the trial a vote answers, so a repeated or concurrent submission of the
+same trial can store at most one row whatever the caller does. The schema is versioned
+in a `schema_migrations` table; opening a database applies any missing migrations.
+
+Every vote row is self-contained (session, rater, trial, systems in their A/B
+positions, choice, scores, timestamps, app version), so the raw table is the study.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+CHOICES = ("A", "B", "none")
+SCORE_RANGE = (1, 5)
+MAX_RATER_ID_CHARS = 64
+
+
+class ListeningError(ValueError):
+    """A request the listening test must refuse; the message is meant for the rater."""
+
+
+class UnknownSessionError(ListeningError):
+    pass
+
+
+class UnknownTrialError(ListeningError):
+    pass
+
+
+class InvalidVoteError(ListeningError):
+    pass
+
+
+class AlreadyVotedError(ListeningError):
+    pass
+
+
+# Each migration is (version, description, statements). Append; never edit a released one.
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (
+        1,
+        "sessions, trials and votes",
+        (
+            """CREATE TABLE sessions (
+                session_id TEXT PRIMARY KEY,
+                rater_id TEXT,
+                stimulus_set TEXT NOT NULL,
+                stimulus_set_sha256 TEXT NOT NULL,
+                n_trials INTEGER NOT NULL CHECK (n_trials > 0),
+                seed INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                app_version TEXT NOT NULL
+            )""",
+            """CREATE TABLE trials (
+                trial_id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_index INTEGER NOT NULL CHECK (trial_index >= 0),
+                item_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                system_a TEXT NOT NULL,
+                system_b TEXT NOT NULL,
+                clip_a TEXT NOT NULL,
+                clip_b TEXT NOT NULL,
+                presented_at TEXT,
+                UNIQUE (session_id, trial_index),
+                CHECK (system_a <> system_b)
+            )""",
+            """CREATE TABLE votes (
+                vote_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                rater_id TEXT,
+                trial_id TEXT NOT NULL UNIQUE REFERENCES trials(trial_id),
+                trial_index INTEGER NOT NULL,
+                stimulus_set TEXT NOT NULL,
+                item_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                system_a TEXT NOT NULL,
+                system_b TEXT NOT NULL,
+                choice TEXT NOT NULL CHECK (choice IN ('A', 'B', 'none')),
+                preferred_system TEXT,
+                score_a INTEGER CHECK (score_a IS NULL OR score_a BETWEEN 1 AND 5),
+                score_b INTEGER CHECK (score_b IS NULL OR score_b BETWEEN 1 AND 5),
+                presented_at TEXT,
+                submitted_at TEXT NOT NULL,
+                app_version TEXT NOT NULL,
+                CHECK (system_a <> system_b),
+                CHECK ((choice = 'A' AND preferred_system = system_a)
+                    OR (choice = 'B' AND preferred_system = system_b)
+                    OR (choice = 'none' AND preferred_system IS NULL))
+            )""",
+            "CREATE INDEX trials_by_session ON trials (session_id, trial_index)",
+            "CREATE INDEX votes_by_session ON votes (session_id)",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    """One trial as planned for a session: which clip plays in which position."""
+
+    item_id: str
+    text: str
+    system_a: str
+    system_b: str
+    clip_a: str
+    clip_b: str
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    rater_id: str | None
+    stimulus_set: str
+    stimulus_set_sha256: str
+    n_trials: int
+    seed: int
+    created_at: str
+    app_version: str
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    trial_id: str
+    session_id: str
+    trial_index: int
+    item_id: str
+    text: str
+    system_a: str
+    system_b: str
+    clip_a: str
+    clip_b: str
+    presented_at: str | None
+
+
+@dataclass(frozen=True)
+class VoteRecord:
+    """One stored vote; field order is the CSV column order."""
+
+    vote_id: int
+    session_id: str
+    rater_id: str | None
+    trial_id: str
+    trial_index: int
+    stimulus_set: str
+    item_id: str
+    text: str
+    system_a: str
+    system_b: str
+    choice: str
+    preferred_system: str | None
+    score_a: int | None
+    score_b: int | None
+    presented_at: str | None
+    submitted_at: str
+    app_version: str
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    vote: VoteRecord
+    stored: bool  # False: this exact vote was already stored (a repeated submission)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def normalize_rater_id(rater_id: str | None) -> str | None:
+    if rater_id is None:
+        return None
+    if not isinstance(rater_id, str):
+        raise InvalidVoteError("The rater id must be text.")
+    rater_id = rater_id.strip()
+    if not rater_id:
+        return None
+    if len(rater_id) > MAX_RATER_ID_CHARS or not rater_id.isprintable():
+        raise InvalidVoteError(f"The rater id must be at most {MAX_RATER_ID_CHARS} printable characters.")
+    return rater_id
+
+
+def normalize_choice(choice: object) -> str:
+    if choice not in CHOICES:
+        raise InvalidVoteError(f"Choose A, B or no preference (got {choice!r}).")
+    return str(choice)
+
+
+def normalize_score(score: object, label: str) -> int | None:
+    """None/"" = not rated; otherwise an integer 1..5 (int or its digit string, never bool or 3.5)."""
+    if score is None or score == "":
+        return None
+    if isinstance(score, bool):
+        raise InvalidVoteError(f"The naturalness score for {label} must be a whole number from 1 to 5.")
+    if isinstance(score, str) and score.strip().isdigit():
+        score = int(score.strip())
+    if isinstance(score, float) and score.is_integer():
+        score = int(score)
+    if not isinstance(score, int) or not SCORE_RANGE[0] <= score <= SCORE_RANGE[1]:
+        raise InvalidVoteError(f"The naturalness score for {label} must be a whole number from 1 to 5 (got {score!r}).")
+    return score
+
+
+def _looks_like_id(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and value.isalnum()
+
+
+class ListeningStore:
+    """Thread-safe access to one listening-test database file.
+
+    Each thread gets its own connection (sqlite3 connections must not be shared across
+    threads mid-transaction); `close()` closes them all.
+    """
+
+    def __init__(self, path: Path | str, app_version: str | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if app_version is None:
+            from .. import __version__ as app_version
+        self.app_version = str(app_version)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        with self._transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path} has schema version {current}, newer than this app's {SCHEMA_VERSION}; upgrade the app")
+            for version, description, statements in MIGRATIONS:
+                if version > current:
+                    for statement in statements:
+                        db.execute(statement)
+                    db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, utc_now()))
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # -- connections and transactions
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError("the listening store is closed")
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly one block.
+            connection = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = FULL")  # a vote acknowledged is a vote on disk
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute("PRAGMA busy_timeout = 30000")
+            self._local.connection = connection
+            with self._lock:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        # IMMEDIATE takes the write lock up front, so two writers never deadlock on lock upgrade.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+
+    def __enter__(self) -> "ListeningStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- schema
+
+    def schema_version(self) -> int:
+        return int(self._connection().execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
+
+    def journal_mode(self) -> str:
+        return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
+
+    # -- sessions and trials
+
+    def create_session(
+        self,
+        trials: Sequence[PlannedTrial],
+        *,
+        stimulus_set: str,
+        stimulus_set_sha256: str,
+        seed: int,
+        rater_id: str | None = None,
+    ) -> SessionRecord:
+        """Store a session and its planned trials in one transaction; ids are random and unguessable."""
+        if not trials:
+            raise ListeningError("This stimulus set has no trials to offer.")
+        rater_id = normalize_rater_id(rater_id)
+        session = SessionRecord(
+            session_id=secrets.token_hex(16),
+            rater_id=rater_id,
+            stimulus_set=stimulus_set,
+            stimulus_set_sha256=stimulus_set_sha256,
+            n_trials=len(trials),
+            seed=int(seed),
+            created_at=utc_now(),
+            app_version=self.app_version,
+        )
+        with self._transaction() as db:
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _values(session))
+            db.executemany(
+                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                [
+                    (secrets.token_hex(16), session.session_id, index, t.item_id, t.text, t.system_a, t.system_b, t.clip_a, t.clip_b)
+                    for index, t in enumerate(trials)
+                ],
+            )
+        return session
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        if not _looks_like_id(session_id):
+            raise UnknownSessionError("Unknown listening session: start a new session.")
+        row = self._connection().execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise UnknownSessionError("Unknown listening session: start a new session.")
+        return SessionRecord(**dict(row))
+
+    def get_trial(self, session_id: str, trial_id: str) -> TrialRecord:
+        """The trial, if it belongs to this session; a trial id from another session is refused."""
+        self.get_session(session_id)
+        row = None
+        if _looks_like_id(trial_id):
+            row = self._connection().execute(
+                "SELECT * FROM trials WHERE trial_id = ? AND session_id = ?", (trial_id, session_id)
+            ).fetchone()
+        if row is None:
+            raise UnknownTrialError("Unknown trial for this session: reload the page or start a new session.")
+        return TrialRecord(**dict(row))
+
+    def next_trial(self, session_id: str) -> TrialRecord | None:
+        """The first trial of the session without a vote (marked as presented now), or None when done."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            row = db.execute(
+                """SELECT t.* FROM trials t LEFT JOIN votes v ON v.trial_id = t.trial_id
+                   WHERE t.session_id = ? AND v.vote_id IS NULL ORDER BY t.trial_index LIMIT 1""",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            if row["presented_at"] is None:
+                db.execute("UPDATE trials SET presented_at = ? WHERE trial_id = ? AND presented_at IS NULL", (utc_now(), row["trial_id"]))
+                row = db.execute("SELECT * FROM trials WHERE trial_id = ?", (row["trial_id"],)).fetchone()
+        return TrialRecord(**dict(row))
+
+    def progress(self, session_id: str) -> tuple[int, int]:
+        """(votes given, trials planned) for a session."""
+        session = self.get_session(session_id)
+        done = self._connection().execute("SELECT COUNT(*) FROM votes WHERE session_id = ?", (session_id,)).fetchone()[0]
+        return int(done), session.n_trials
+
+    # -- votes
+
+    def submit_vote(
+        self,
+        session_id: str,
+        trial_id: str,
+        choice: str,
+        score_a: object = None,
+        score_b: object = None,
+    ) -> SubmitOutcome:
+        """Store one vote in one transaction. Submitting the same vote again stores nothing and
+        returns the stored one; a different vote on an answered trial is refused."""
+        choice = normalize_choice(choice)
+        score_a = normalize_score(score_a, "A")
+        score_b = normalize_score(score_b, "B")
+        session = self.get_session(session_id)
+        trial = self.get_trial(session_id, trial_id)
+        preferred = {"A": trial.system_a, "B": trial.system_b, "none": None}[choice]
+        with self._transaction() as db:
+            cursor = db.execute(
+                """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text,
+                       system_a, system_b, choice, preferred_system, score_a, score_b, presented_at, submitted_at, app_version)
+                   SELECT ?, ?, trial_id, trial_index, ?, item_id, text, system_a, system_b, ?, ?, ?, ?, presented_at, ?, ?
+                   FROM trials WHERE trial_id = ?
+                   ON CONFLICT (trial_id) DO NOTHING""",
+                (session_id, session.rater_id, session.stimulus_set, choice, preferred, score_a, score_b, utc_now(), self.app_version, trial_id),
+            )
+            stored = cursor.rowcount == 1
+            row = db.execute("SELECT * FROM votes WHERE trial_id = ?", (trial_id,)).fetchone()
+        vote = VoteRecord(**dict(row))
+        if not stored and (vote.choice, vote.score_a, vote.score_b) != (choice, score_a, score_b):
+            raise AlreadyVotedError(f"Trial {trial.trial_index + 1} already has your vote; a vote cannot be changed.")
+        return SubmitOutcome(vote=vote, stored=stored)
+
+    def votes(self) -> list[VoteRecord]:
+        rows = self._connection().execute("SELECT * FROM votes ORDER BY vote_id").fetchall()
+        return [VoteRecord(**dict(row)) for row in rows]
+
+    def count_votes(self) -> int:
+        return int(self._connection().execute("SELECT COUNT(*) FROM votes").fetchone()[0])
+
+    def count_sessions(self) -> int:
+        return int(self._connection().execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+
+
+def _values(record) -> tuple:
+    return tuple(getattr(record, f.name) for f in fields(record))

@@ -1,0 +1,239 @@
+"""The listening-test store, stimulus sets and sessions, without a model or a server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import pytest
+import soundfile as sf
+
+from ssd_demo.listening.export import read_votes_csv, write_votes_csv
+from ssd_demo.listening.sessions import ListeningTest, plan_trials
+from ssd_demo.listening.stimuli import (
+    create_stimulus_set,
+    current_stimulus_set,
+    data_dir,
+    load_stimulus_set,
+    parse_system,
+    tone_renderer,
+)
+from ssd_demo.listening.store import (
+    SCHEMA_VERSION,
+    AlreadyVotedError,
+    InvalidVoteError,
+    ListeningStore,
+    UnknownSessionError,
+    UnknownTrialError,
+)
+
+SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+TEXTS = ("The birch canoe slid on the smooth planks.", 'A "quoted", comma, sentence', "Rice is often served in round bowls.")
+
+
+@pytest.fixture()
+def stimulus_set(tmp_path):
+    return create_stimulus_set("tones", TEXTS, SYSTEMS, tone_renderer(), root=tmp_path, preset="test", model_revision="r1")
+
+
+@pytest.fixture()
+def store(tmp_path):
+    with ListeningStore(tmp_path / "votes.sqlite3", app_version="test-1") as s:
+        yield s
+
+
+def test_parse_system_names():
+    assert parse_system("AR").mode == "ar"
+    ssd = parse_system("SSD beta=0.3 K=4")
+    assert (ssd.mode, ssd.overrides) == ("speculative", {"beta": 0.3, "draft_len": 4, "acceptance": "ssd"})
+    exact = parse_system("exact speculative")
+    assert exact.overrides == {"acceptance": "exact", "beta": 0.0}
+    assert parse_system("SSD beta=0.4 K=3 draft=layers").draft == "layers"
+    for bad in ("", "greedy", "SSD K=4", "AR K=2", "SSD beta=x K=4", "exact speculative beta=0.2", "SSD beta=0.3 Q=1"):
+        with pytest.raises(ValueError):
+            parse_system(bad)
+
+
+def test_stimulus_set_manifest_and_checksums(stimulus_set, tmp_path):
+    manifest = json.loads((stimulus_set.root / "manifest.json").read_text())
+    assert manifest["model_revision"] == "r1" and manifest["preset"] == "test"
+    assert [s["name"] for s in manifest["systems"]] == list(SYSTEMS)
+    assert len(stimulus_set.items) == 3
+    for item in stimulus_set.items:
+        assert set(item.clips) == set(SYSTEMS)
+        seeds = {clip.seed for clip in item.clips.values()}
+        assert len(seeds) == 1  # every system renders a sentence with the same seed
+        for clip in item.clips.values():
+            # File names are content hashes: nothing in a path names the system.
+            assert clip.path.startswith("clips/") and clip.sha256.startswith(clip.path[6:-4])
+            audio, rate = sf.read(stimulus_set.clip_path(clip.path))
+            assert rate == clip.sample_rate and abs(len(audio) / rate - clip.duration_seconds) < 1e-3
+    assert current_stimulus_set(tmp_path).manifest_sha256 == stimulus_set.manifest_sha256
+    # Tampering with a clip is detected.
+    first = stimulus_set.items[0].clips["AR"]
+    path = stimulus_set.clip_path(first.path)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum"):
+        load_stimulus_set(stimulus_set.root)
+
+
+def test_existing_set_is_not_overwritten(stimulus_set, tmp_path):
+    with pytest.raises(ValueError, match="already exists"):
+        create_stimulus_set("tones", TEXTS, SYSTEMS, tone_renderer(), root=tmp_path)
+    with pytest.raises(ValueError, match="two systems"):
+        create_stimulus_set("single", TEXTS, ["AR"], tone_renderer(), root=tmp_path)
+
+
+def test_data_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SSD_DEMO_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert data_dir() == (tmp_path / "elsewhere").resolve()
+    monkeypatch.delenv("SSD_DEMO_DATA_DIR")
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert data_dir() == (tmp_path / "data").resolve()
+
+
+def test_schema_is_versioned_and_wal(store, tmp_path):
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.journal_mode() == "wal"
+    store.close()
+    # Reopening applies nothing twice.
+    with ListeningStore(tmp_path / "votes.sqlite3", app_version="test-1") as again:
+        rows = again._connection().execute("SELECT version FROM schema_migrations").fetchall()
+        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "future.sqlite3"
+    ListeningStore(path, app_version="t").close()
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
+    with pytest.raises(RuntimeError, match="newer"):
+        ListeningStore(path, app_version="t")
+
+
+def test_plan_is_random_but_reproducible(stimulus_set):
+    plan = plan_trials(stimulus_set, 9, seed=7)
+    assert plan == plan_trials(stimulus_set, 9, seed=7)
+    assert plan != plan_trials(stimulus_set, 9, seed=8)
+    # 3 sentences x 3 pairs: all distinct, each pair of different systems.
+    assert len({(t.item_id, frozenset((t.system_a, t.system_b))) for t in plan}) == 9
+    assert all(t.system_a != t.system_b for t in plan)
+    # Positions are randomised: over many sessions each system lands in both positions.
+    positions = {(t.system_a, "A") for s in range(20) for t in plan_trials(stimulus_set, 9, seed=s)}
+    positions |= {(t.system_b, "B") for s in range(20) for t in plan_trials(stimulus_set, 9, seed=s)}
+    assert positions == {(s, p) for s in SYSTEMS for p in "AB"}
+    assert len(plan_trials(stimulus_set, 50, seed=1)) == 9  # never more than the distinct trials
+
+
+def test_vote_stores_everything_and_once(store, stimulus_set):
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(rater_id="  rater-7 ", n_trials=3, seed=1)
+    view = test.next_view(session.session_id)
+    assert view.progress_label == "Trial 1 of 3"
+    outcome = store.submit_vote(session.session_id, view.trial_id, "B", "4", 5)
+    assert outcome.stored
+    vote = outcome.vote
+    trial = store.get_trial(session.session_id, view.trial_id)
+    assert (vote.rater_id, vote.system_a, vote.system_b, vote.preferred_system) == ("rater-7", trial.system_a, trial.system_b, trial.system_b)
+    assert (vote.score_a, vote.score_b, vote.app_version, vote.stimulus_set) == (4, 5, "test-1", "tones")
+    assert vote.presented_at is not None and vote.presented_at <= vote.submitted_at
+    # The same submission again stores nothing and returns the stored vote.
+    again = store.submit_vote(session.session_id, view.trial_id, "B", 4, "5")
+    assert not again.stored and again.vote == vote
+    # A different vote on an answered trial is refused.
+    with pytest.raises(AlreadyVotedError):
+        store.submit_vote(session.session_id, view.trial_id, "A", 4, 5)
+    assert store.count_votes() == 1
+    assert store.progress(session.session_id) == (1, 3)
+    assert test.next_view(session.session_id).number == 2
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        ({"choice": "C"}, InvalidVoteError),
+        ({"choice": None}, InvalidVoteError),
+        ({"score_a": 6}, InvalidVoteError),
+        ({"score_a": 0}, InvalidVoteError),
+        ({"score_b": 3.5}, InvalidVoteError),
+        ({"score_b": True}, InvalidVoteError),
+        ({"score_b": "five"}, InvalidVoteError),
+        ({"session_id": "0" * 32}, UnknownSessionError),
+        ({"session_id": "'; DROP TABLE votes; --"}, UnknownSessionError),
+        ({"trial_id": "f" * 32}, UnknownTrialError),
+        ({"trial_id": ""}, UnknownTrialError),
+    ],
+)
+def test_bad_votes_store_nothing(store, stimulus_set, change, error):
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=2, seed=3)
+    view = test.next_view(session.session_id)
+    vote = {"session_id": session.session_id, "trial_id": view.trial_id, "choice": "A", "score_a": 3, "score_b": None, **change}
+    with pytest.raises(error):
+        store.submit_vote(**vote)
+    assert store.count_votes() == 0
+
+
+def test_trial_of_another_session_is_refused(store, stimulus_set):
+    test = ListeningTest(store, stimulus_set)
+    mine = test.start_session(n_trials=2, seed=1)
+    theirs = test.start_session(n_trials=2, seed=2)
+    their_trial = test.next_view(theirs.session_id).trial_id
+    with pytest.raises(UnknownTrialError):
+        store.submit_vote(mine.session_id, their_trial, "A")
+    assert store.count_votes() == 0
+
+
+def test_unique_constraint_holds_without_the_app(store, stimulus_set):
+    # The database itself refuses a second row for a trial, whatever code writes to it.
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=1, seed=1)
+    trial = test.next_view(session.session_id)
+    store.submit_vote(session.session_id, trial.trial_id, "none")
+    with pytest.raises(sqlite3.IntegrityError):
+        store._connection().execute(
+            "INSERT INTO votes (session_id, trial_id, trial_index, stimulus_set, item_id, text, system_a, system_b, choice,"
+            " submitted_at, app_version) SELECT session_id, trial_id, 0, 's', 'i', 't', 'x', 'y', 'none', 'now', 'v' FROM votes"
+        )
+    with pytest.raises(sqlite3.IntegrityError):  # CHECK: a score outside 1..5
+        store._connection().execute("UPDATE votes SET score_a = 9")
+
+
+def test_concurrent_double_submission_stores_once(store, stimulus_set):
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=1, seed=1)
+    trial = test.next_view(session.session_id)
+    outcomes = []
+    barrier = threading.Barrier(8)
+
+    def vote() -> None:
+        barrier.wait()
+        outcomes.append(store.submit_vote(session.session_id, trial.trial_id, "A", 5, 2))
+
+    threads = [threading.Thread(target=vote) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(o.stored for o in outcomes) == 1 and len(outcomes) == 8
+    assert store.count_votes() == 1
+
+
+def test_csv_round_trip(store, stimulus_set, tmp_path):
+    test = ListeningTest(store, stimulus_set)
+    for seed, rater in ((1, None), (2, "r,2\n\"x\"")):
+        session = test.start_session(rater_id=rater.replace("\n", " ") if rater else None, n_trials=3, seed=seed)
+        for choice, a, b in (("A", 5, None), ("none", None, None), ("B", 1, 3)):
+            view = test.next_view(session.session_id)
+            store.submit_vote(session.session_id, view.trial_id, choice, a, b)
+    votes = store.votes()
+    assert len(votes) == 6
+    path = write_votes_csv(votes, tmp_path / "votes.csv")
+    assert read_votes_csv(path) == votes
+    with pytest.raises(ValueError, match="not a vote export"):
+        (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+        read_votes_csv(tmp_path / "other.csv")
