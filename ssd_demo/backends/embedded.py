@@ -1,0 +1,103 @@
+"""The embedded offline voice: a small codec-token TTS shipped in assets/embedded.
+
+Prompt: [BOS] + phoneme ids + [SPEECH_START]; the LM then writes speech tokens (k-means
+codes of 50 Hz log-mel frames) and END_OF_SPEECH, which the codec turns back into audio
+with Griffin-Lim. Target: a 12-layer Llama; drafts: "distilled" (a 2-layer model trained
+with KL to the target) and "layers" (the target's bottom layer + top two layers, the SSD
+paper's construction). Everything loads offline on a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..codec import Codec
+from ..config import DecodingConfig
+from ..synthesis import Synthesizer, TextError, VoicePrompt
+from .. import text as text_frontend
+from .vocab import VocabLayout
+
+#: Where the shipped voice lives (repository root / assets / embedded).
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "assets" / "embedded"
+DRAFT_FOLDERS = {"distilled": "draft_distilled", "layers": "draft_layers"}
+META_NAME = "voice.json"
+
+# Decoding defaults measured on the held-out sentences with `python -m ssd_demo eval`
+# (see docs/benchmarks.md): mild temperature and top-k keep the k-means tokens clean.
+DEFAULT_CONFIG = DecodingConfig(temperature=0.7, top_k=50, top_p=1.0, draft_len=4, beta=0.3, max_new_tokens=700)
+
+
+class EmbeddedBackend:
+    """Text <-> token ids <-> audio for the embedded voice."""
+
+    name = "embedded"
+    licence = "Apache-2.0 (weights trained by this project on eSpeak NG output)"
+    max_text_chars = text_frontend.MAX_TEXT_CHARS
+
+    def __init__(self, layout: VocabLayout, codec: Codec, default: DecodingConfig = DEFAULT_CONFIG):
+        if layout.n_speech != codec.config.codebook_size:
+            raise ValueError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
+        if layout.n_phonemes != len(text_frontend.SYMBOLS):
+            raise ValueError(f"vocabulary has {layout.n_phonemes} phonemes but the text front end "
+                             f"{len(text_frontend.SYMBOLS)}: voice and code do not match")
+        self.layout = layout
+        self.codec = codec
+        self.sample_rate = codec.sample_rate
+        self.eos_token_id = layout.end_of_speech_id
+        self._default = default
+        self._allowed = layout.allowed_ids()
+
+    @classmethod
+    def from_directory(cls, path: str | Path) -> "EmbeddedBackend":
+        path = Path(path)
+        meta_path = path / META_NAME
+        if not meta_path.exists():
+            raise FileNotFoundError(f"no embedded voice in {path} (missing {META_NAME})")
+        meta = json.loads(meta_path.read_text())
+        return cls(VocabLayout.from_dict(meta["vocab"]), Codec.load(path / "codec"))
+
+    def allowed_token_ids(self) -> list[int]:
+        return list(self._allowed)
+
+    def default_config(self) -> DecodingConfig:
+        return self._default
+
+    def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
+        if voice_prompt is not None:
+            raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
+        return self.layout.prompt(text_frontend.text_to_ids(text))
+
+    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
+        codes = self.layout.codes(tokens)
+        if not codes:
+            return np.zeros(self.sample_rate // 10, dtype=np.float32)  # 0.1 s of silence
+        return self.codec.decode(codes)
+
+
+def load_synthesizer(draft: str = "distilled", device: str | None = None, path: str | Path | None = None) -> Synthesizer:
+    """The embedded voice: target + both drafts ("distilled", "layers"), float32, offline.
+
+    device: "cpu" (default when None), "cuda", ...; path: a voice folder (default assets/embedded).
+    """
+    from transformers import AutoModelForCausalLM
+
+    if draft not in DRAFT_FOLDERS:
+        raise ValueError(f"unknown draft {draft!r}; available: {', '.join(DRAFT_FOLDERS)}")
+    root = Path(path) if path is not None else DEFAULT_PATH
+    backend = EmbeddedBackend.from_directory(root)
+    device = device or "cpu"
+
+    def load(folder: str):
+        model = AutoModelForCausalLM.from_pretrained(root / folder, dtype=torch.float32, local_files_only=True)
+        return model.to(device).eval()
+
+    target = load("target")
+    drafts = {name: load(folder) for name, folder in DRAFT_FOLDERS.items()}
+    return Synthesizer(backend, target, drafts, default_draft=draft)
+
+
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_PATH", "EmbeddedBackend", "TextError", "load_synthesizer"]

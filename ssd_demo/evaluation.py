@@ -1,0 +1,230 @@
+"""`python -m ssd_demo eval`: objective evaluation of the embedded voice on held-out sentences.
+
+For each held-out sentence, eSpeak NG's own rendering is the reference. Reported per system:
+
+- MCD-DTW (dB, `ssd_demo.codec.metrics`) of the output against the reference. Two anchors:
+  the codec round trip of the reference (the floor: the best any token sequence can do) and a
+  wrong-text control (the AR output for sentence i scored against the reference of sentence
+  i + 1: the ceiling for "says something else").
+- Duration ratio (output seconds / reference seconds).
+- Mean target NLL: -log q(token) per generated token under the target's temperature-1
+  distribution renormalised over the speech vocabulary (how typical the output is for the target).
+- Acceptance (accepted / drafted) and the expected per-token acceptance alpha.
+- Speedups over AR, LM only and end to end, per generated token, as ratios of medians. The systems
+  run interleaved (sentence by sentence, each system in turn) after one warm-up run each, so a
+  change in machine load hits all of them alike.
+
+Writes OUT/eval.json, OUT/eval.md, and the table into docs/benchmarks.md under
+"## Embedded voice evaluation" (only that section is rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SECTION = "## Embedded voice evaluation"
+
+
+@dataclass(frozen=True)
+class System:
+    label: str
+    mode: str  # "ar" | "speculative"
+    draft: str | None = None
+    beta: float = 0.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--voice", type=Path, default=None, help="voice folder (default: the shipped voice)")
+    parser.add_argument("--sentences", type=int, default=20, help="held-out sentences to use")
+    parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
+    parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
+    parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("runs/eval"))
+    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
+                        help="markdown file whose 'Embedded voice evaluation' section is rewritten ('' to skip)")
+
+
+def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int]) -> float:
+    """Mean -log q(token) of the generated tokens under the target (temperature 1, speech vocabulary)."""
+    if not tokens:
+        return float("nan")
+    ids = torch.tensor([prompt + tokens], device=target.device)
+    with torch.no_grad():
+        logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    allowed_t = torch.tensor(allowed, device=logits.device)
+    mask = torch.full_like(logits, float("-inf"))
+    mask[:, allowed_t] = 0
+    logp = torch.log_softmax(logits + mask, dim=-1)
+    picked = logp.gather(1, torch.tensor(tokens, device=logits.device)[:, None])
+    return float(-picked.mean())
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_evaluation(args: argparse.Namespace) -> dict:
+    from .backends.embedded import load_synthesizer
+    from .codec.metrics import mcd_dtw
+    from .training.render import render
+
+    torch.set_num_threads(args.threads)
+    synth = load_synthesizer(path=args.voice)
+    backend = synth.backend
+    voice_dir = Path(args.voice) if args.voice else None
+    meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
+    sentences = json.loads(meta_path.read_text())["test_sentences"][: args.sentences]
+    if len(sentences) < 2:
+        raise ValueError("the evaluation needs at least two held-out sentences")
+    betas = [float(b) for b in args.betas.split(",") if b.strip()]
+    drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
+    base = synth.config(seed=args.seed)
+    if args.draft_len is not None:
+        base = base.with_(draft_len=args.draft_len)
+    systems = [System("AR", "ar")] + [
+        System(f"SSD {d} beta={b:g}", "speculative", d, b) for d in drafts for b in betas
+    ]
+    allowed = backend.allowed_token_ids()
+
+    references = [render(s) for s in sentences]
+    floor = [mcd_dtw(backend.codec.decode(backend.codec.encode(r)), r) for r in references]
+
+    def run(system: System, text: str, seed: int):
+        config = base.with_(beta=system.beta, seed=seed)
+        return synth.synthesize(text, mode=system.mode, config=config, draft=system.draft)
+
+    for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
+        run(system, "Warm up.", args.seed)
+
+    rows: dict[str, list[dict]] = {s.label: [] for s in systems}
+    ar_audio: list[np.ndarray] = []
+    for index, (text, reference) in enumerate(zip(sentences, references)):
+        for system in systems:
+            result = run(system, text, args.seed + index)
+            stats = result.generation.stats
+            tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
+            prompt = backend.prompt_ids(text)
+            rows[system.label].append({
+                "mcd": mcd_dtw(result.audio, reference) if len(result.audio) > 400 else float("nan"),
+                "duration_ratio": result.duration_seconds / (len(reference) / backend.sample_rate),
+                "nll": target_nll(synth.target, prompt, tokens, allowed),
+                "tokens": stats.new_tokens,
+                "finish": stats.finish_reason,
+                "lm_s_per_token": (stats.wall_seconds - stats.prefill_seconds) / max(stats.new_tokens, 1),
+                "total_s_per_token": result.total_seconds / max(stats.new_tokens, 1),
+                "acceptance": stats.acceptance_rate,
+                "alpha": stats.alpha,
+                "accepted_length": stats.mean_accepted_length,
+            })
+            if system.mode == "ar":
+                ar_audio.append(result.audio)
+    # Wrong-text control: AR output of sentence i against the reference of sentence i + 1.
+    control = [mcd_dtw(ar_audio[i], references[(i + 1) % len(references)]) for i in range(len(references))]
+
+    ar_lm = _median([r["lm_s_per_token"] for r in rows["AR"]])
+    ar_total = _median([r["total_s_per_token"] for r in rows["AR"]])
+    table = [{"system": "codec round trip (floor)", "mcd": _median(floor)}]
+    for system in systems:
+        r = rows[system.label]
+        table.append({
+            "system": system.label,
+            "mcd": _median([x["mcd"] for x in r]),
+            "duration_ratio": _median([x["duration_ratio"] for x in r]),
+            "nll": _median([x["nll"] for x in r]),
+            "acceptance": _median([x["acceptance"] for x in r]) if system.mode == "speculative" else None,
+            "alpha": _median([x["alpha"] for x in r]) if system.mode == "speculative" else None,
+            "lm_speedup": ar_lm / _median([x["lm_s_per_token"] for x in r]),
+            "e2e_speedup": ar_total / _median([x["total_s_per_token"] for x in r]),
+            "eos_rate": sum(x["finish"] == "eos" for x in r) / len(r),
+        })
+    table.append({"system": "wrong-text control (ceiling)", "mcd": _median(control)})
+    ar_mcd, floor_mcd, ceiling = table[1]["mcd"], table[0]["mcd"], table[-1]["mcd"]
+    return {
+        "sentences": sentences,
+        "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
+        "systems": table,
+        "per_sentence": rows,
+        "floor": floor,
+        "control": control,
+        "intelligibility_ratio": (ar_mcd - floor_mcd) / (ceiling - floor_mcd) if ceiling > floor_mcd else None,
+        "machine": f"{platform.machine()}, {args.threads} torch threads, torch {torch.__version__}",
+        "commit": _git_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return f"{value:.{digits}f}"
+
+
+def markdown(report: dict, command: str) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Command: `{command}` (commit {report['commit']}, {report['date']}, {report['machine']}).",
+        f"{len(report['sentences'])} held-out sentences; reference = eSpeak NG's own rendering; medians over sentences.",
+        f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
+        f"top-p {report['config']['top_p']}, K = {report['config']['draft_len']}.",
+        "",
+        "| system | MCD-DTW dB | duration ratio | target NLL | acceptance | alpha | LM speedup | end-to-end speedup | ended with EOS |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["systems"]:
+        lines.append(
+            f"| {row['system']} | {_fmt(row.get('mcd'))} | {_fmt(row.get('duration_ratio'))} | {_fmt(row.get('nll'))} | "
+            f"{_fmt(row.get('acceptance'))} | {_fmt(row.get('alpha'))} | {_fmt(row.get('lm_speedup'))} | "
+            f"{_fmt(row.get('e2e_speedup'))} | {_fmt(row.get('eos_rate'))} |"
+        )
+    ratio = report["intelligibility_ratio"]
+    lines += ["", f"Intelligibility proxy: (AR - floor) / (control - floor) = {_fmt(ratio)} (bar: <= 0.30).", ""]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace (or append) the evaluation section of `path`, leaving other sections untouched."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = text.find(SECTION)
+    if start < 0:
+        new = text.rstrip("\n") + "\n\n" + section
+    else:
+        following = text.find("\n## ", start + len(SECTION))
+        new = text[:start] + section + ("\n" + text[following + 1 :] if following >= 0 else "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new.rstrip("\n") + "\n")
+
+
+def main(args: argparse.Namespace) -> int:
+    report = run_evaluation(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python -m ssd_demo eval " + " ".join(
+        f"--{k} {v}" for k, v in (("sentences", args.sentences), ("betas", args.betas), ("drafts", args.drafts)))
+    section = markdown(report, command)
+    (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "eval.md").write_text(section)
+    print(section)
+    if str(args.docs):
+        write_section(Path(args.docs), section)
+    return 0

@@ -1,0 +1,1 @@
+"""Reproducible data + training recipe for the embedded voice (`python -m ssd_demo train`)."""

@@ -1,0 +1,177 @@
+"""`python -m ssd_demo train`: build the corpus and codec, train target + drafts, export the voice.
+
+    python -m ssd_demo train --out runs/voice                  # full recipe (hours on 2 CPU cores)
+    python -m ssd_demo train --out runs/voice --export assets/embedded
+    python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
+
+Stages run in order (data, target, layers, distilled, export) and each resumes from its
+checkpoint, so re-running the same command after an interruption continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from ..backends.vocab import VocabLayout
+from .dataset import DataConfig, build_dataset, load_codec
+from .train import ModelSpec, StageConfig, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft, make_llama, train_stage
+
+STAGES = ("data", "target", "layers", "distilled", "export")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    data: DataConfig = DataConfig()
+    target: ModelSpec = ModelSpec(layers=12, hidden=384, intermediate=1024, heads=6, kv_heads=2)
+    distilled: ModelSpec = ModelSpec(layers=2, hidden=256, intermediate=704, heads=4, kv_heads=2)
+    layers_bottom: int = 1
+    layers_top: int = 2
+    target_stage: StageConfig = StageConfig(steps=2400, lr=1.5e-3, warmup=150, batch_tokens=3200, max_minutes=50)
+    layers_stage: StageConfig = StageConfig(steps=500, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    distilled_stage: StageConfig = StageConfig(steps=500, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    eval_examples: int = 100
+
+
+def smoke_recipe() -> Recipe:
+    tiny = ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512)
+    stage = StageConfig(steps=4, lr=1e-3, warmup=2, batch_tokens=1200, checkpoint_every=2)
+    return Recipe(
+        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64),
+        target=tiny,
+        distilled=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512),
+        layers_bottom=1,
+        layers_top=1,
+        target_stage=stage,
+        layers_stage=stage,
+        distilled_stage=stage,
+        eval_examples=4,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("runs/voice"), help="work directory (data, checkpoints)")
+    parser.add_argument("--smoke", action="store_true", help="tiny corpus and models, a few steps (seconds)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="where the export stage writes the voice (default: OUT/export)")
+    parser.add_argument("--target-steps", type=int, default=None)
+    parser.add_argument("--draft-steps", type=int, default=None)
+    parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+
+
+def _model_dir(out: Path, name: str) -> Path:
+    return out / name / "model"
+
+
+def main(args: argparse.Namespace) -> int:
+    recipe = smoke_recipe() if args.smoke else Recipe()
+    if args.target_steps is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, steps=args.target_steps))
+    if args.draft_steps is not None:
+        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
+                         distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps))
+    if args.max_minutes is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes),
+                         layers_stage=replace(recipe.layers_stage, max_minutes=args.max_minutes),
+                         distilled_stage=replace(recipe.distilled_stage, max_minutes=args.max_minutes))
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(recipe.data.seed)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    data = build_dataset(out, recipe.data, log=log)
+    layout = VocabLayout.from_dict(data["layout"])
+    train_examples, test_examples = data["train"], data["test"][: recipe.eval_examples]
+    summaries: dict = {}
+
+    def load_or_none(name: str):
+        from transformers import AutoModelForCausalLM
+
+        path = _model_dir(out, name)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if path.exists() else None
+
+    def finish(name: str, model, summary: dict) -> None:
+        summary["test_ce"] = evaluate_ce(model, test_examples, layout, recipe.target_stage.batch_tokens)
+        summary["parameters"] = sum(p.numel() for p in model.parameters())
+        (out / name / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        model.save_pretrained(_model_dir(out, name))
+        log(f"{name}: test cross-entropy {summary['test_ce']:.4f} nats/token, {summary['wall_seconds']} s")
+
+    target = load_or_none("target")
+    if "target" in stages and target is None:
+        torch.manual_seed(recipe.data.seed)
+        target = make_llama(layout, recipe.target)
+        summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
+                              recipe.target_stage, out, log)
+        finish("target", target, summary)
+    if target is None and any(s in stages for s in ("layers", "distilled", "export")):
+        raise FileNotFoundError(f"no trained target in {out}; run the target stage first")
+    if target is not None:
+        target.eval()
+        for p in target.parameters():
+            p.requires_grad_(False)
+
+    if "layers" in stages and load_or_none("layers") is None:
+        draft, trainable = layer_subset_draft(target, recipe.layers_bottom, recipe.layers_top)
+        summary = train_stage("layers", draft, lambda b: cross_entropy(draft, b), trainable, train_examples,
+                              layout, recipe.layers_stage, out, log)
+        summary["trained_parameters"] = trainable
+        finish("layers", draft, summary)
+
+    if "distilled" in stages and load_or_none("distilled") is None:
+        torch.manual_seed(recipe.data.seed + 1)
+        draft_b = make_llama(layout, recipe.distilled)
+        summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
+                              train_examples, layout, recipe.distilled_stage, out, log)
+        finish("distilled", draft_b, summary)
+
+    if "export" in stages:
+        export_voice(out, args.export or out / "export", data, recipe, log)
+    return 0
+
+
+def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -> None:
+    """Write the shippable voice: float16 safetensors models, codec, voice.json, examples.txt."""
+    from transformers import AutoModelForCausalLM
+
+    dest.mkdir(parents=True, exist_ok=True)
+    summaries = {}
+    for name, folder in (("target", "target"), ("layers", "draft_layers"), ("distilled", "draft_distilled")):
+        model = AutoModelForCausalLM.from_pretrained(_model_dir(out, name), dtype=torch.float32)
+        model.to(torch.float16).save_pretrained(dest / folder, safe_serialization=True)
+        summary = json.loads((out / name / "summary.json").read_text())
+        summary.pop("trained_parameters", None)
+        summaries[name] = summary
+    load_codec(data).save(dest / "codec")
+    test_texts = [e["text"] for e in data["test"]]
+    (dest / "examples.txt").write_text("\n".join(test_texts[:12]) + "\n")
+    meta = {
+        "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
+        "data": data["config"],
+        "dataset_build_seconds": round(data["build_seconds"], 1),
+        "train_sentences": len(data["train"]),
+        "test_sentences": test_texts,
+        "models": {"target": asdict(recipe.target), "distilled": asdict(recipe.distilled),
+                   "layers": {"bottom": recipe.layers_bottom, "top": recipe.layers_top}},
+        "training": summaries,
+        "total_training_seconds": round(sum(s["wall_seconds"] for s in summaries.values()), 1),
+        "machine": f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "exported": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    (dest / "voice.json").write_text(json.dumps(meta, indent=1) + "\n")
+    log(f"export: voice written to {dest}")

@@ -1,0 +1,70 @@
+"""The training recipe end to end at tiny sizes, so it cannot rot: data, three models, resume, export."""
+
+import json
+import shutil
+import sys
+import argparse
+
+import pytest
+import torch
+
+from ssd_demo.training import cli
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs the espeak-ng program")
+
+
+def _args(out, **overrides):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    argv = ["--smoke", "--out", str(out), "--threads", "1"]
+    for key, value in overrides.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return parser.parse_args(argv)
+
+
+def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    # An interrupted first run: data + a target trained for 2 of its steps.
+    assert cli.main(_args(out, stages="data,target", target_steps=2)) == 0
+    first = torch.load(out / "target" / "checkpoint.pt", weights_only=False)
+    assert first["step"] == 2
+    shutil.rmtree(out / "target" / "model")  # as if it had stopped before finishing
+    # Resuming continues from step 2 to the smoke recipe's 4 steps, then trains the drafts and exports.
+    assert cli.main(_args(out)) == 0
+    summary = json.loads((out / "target" / "summary.json").read_text())
+    assert summary["steps"] == 4
+    export = out / "export"
+    meta = json.loads((export / "voice.json").read_text())
+    assert len(meta["test_sentences"]) == 4
+    assert set(meta["training"]) == {"target", "layers", "distilled"}
+    split = json.loads((out / "split.json").read_text())
+    assert not set(split["test"]) & set(split["train"])
+    for folder in ("target", "draft_layers", "draft_distilled"):
+        model = AutoModelForCausalLM.from_pretrained(export / folder, dtype=torch.float32)
+        assert model.config.vocab_size == meta["vocab"]["vocab_size"]
+        assert next(model.parameters()).dtype == torch.float32
+    layers = AutoModelForCausalLM.from_pretrained(export / "draft_layers")
+    assert layers.config.num_hidden_layers == 2  # bottom 1 + top 1 of the 3-layer smoke target
+    assert (export / "codec" / "codebook.safetensors").exists()
+    assert (export / "examples.txt").read_text().strip()
+
+
+def test_layer_subset_draft_copies_the_right_layers():
+    from ssd_demo.backends.vocab import VocabLayout
+    from ssd_demo.training.train import ModelSpec, layer_subset_draft, make_llama
+
+    layout = VocabLayout(n_phonemes=5, n_speech=7)
+    target = make_llama(layout, ModelSpec(layers=4, hidden=16, intermediate=32, heads=2, kv_heads=1))
+    draft, trainable = layer_subset_draft(target, bottom=1, top=2)
+    assert draft.config.num_hidden_layers == 3
+    for draft_index, target_index in ((0, 0), (1, 2), (2, 3)):
+        a = draft.model.layers[draft_index].mlp.up_proj.weight
+        b = target.model.layers[target_index].mlp.up_proj.weight
+        assert torch.equal(a, b)
+    assert any(n.startswith("model.layers.0.") for n in trainable)
+    assert not any(n.startswith("model.layers.1.") or n.startswith("model.layers.2.") for n in trainable)
+    assert "lm_head.weight" in trainable and "model.embed_tokens.weight" not in trainable
+    with pytest.raises(ValueError):
+        layer_subset_draft(target, bottom=3, top=2)
