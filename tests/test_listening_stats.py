@@ -1,0 +1,103 @@
+"""Listening-test statistics against a hand-computed example."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from ssd_demo.listening.charts import results_figure
+from ssd_demo.listening.stats import mos_summary, sign_test, summarize, summary_markdown, wilson_interval
+from ssd_demo.listening.store import VoteRecord
+
+Z = 1.959963984540054  # 97.5% standard normal quantile
+_ids = itertools.count(1)
+
+
+def vote(system_a: str, system_b: str, choice: str, score_a: int | None = None, score_b: int | None = None, session: str = "s1") -> VoteRecord:
+    n = next(_ids)
+    preferred = {"A": system_a, "B": system_b, "none": None}[choice]
+    return VoteRecord(
+        vote_id=n, session_id=session, rater_id=None, trial_id=f"t{n}", trial_index=n, stimulus_set="set", item_id="i",
+        text="x", system_a=system_a, system_b=system_b, choice=choice, preferred_system=preferred,
+        score_a=score_a, score_b=score_b, presented_at=None, submitted_at="2026-01-01T00:00:00+00:00", app_version="t",
+    )
+
+
+def example_votes() -> list[VoteRecord]:
+    """AR vs SSD: AR preferred 7 times, SSD 3 times, no ties; positions alternate.
+    AR vs exact: exact preferred twice, 2 ties. MOS: AR 3,4,5,4,4; SSD one score of 2."""
+    votes = []
+    for i in range(7):
+        votes.append(vote("AR", "SSD", "A") if i % 2 else vote("SSD", "AR", "B", session="s2"))
+    for i in range(3):
+        votes.append(vote("SSD", "AR", "A") if i % 2 else vote("AR", "SSD", "B"))
+    votes += [vote("exact", "AR", "A"), vote("AR", "exact", "B"), vote("AR", "exact", "none"), vote("exact", "AR", "none")]
+    # Naturalness scores on separate votes (ties, so preference counts above stay as stated).
+    votes[-2] = vote("AR", "exact", "none", score_a=3)
+    votes[-1] = vote("exact", "AR", "none", score_b=4)
+    votes[0] = vote("SSD", "AR", "B", score_a=2, score_b=5, session="s2")
+    votes[1] = vote("AR", "SSD", "A", score_a=4)
+    votes[2] = vote("SSD", "AR", "B", score_b=4, session="s2")
+    return votes
+
+
+def test_hand_computed_example():
+    summary = summarize(example_votes())
+    assert (summary.n_votes, summary.n_sessions) == (14, 2)
+    pairs = {(p.system_x, p.system_y): p for p in summary.pairs}
+    ar_ssd = pairs[("AR", "SSD")]
+    assert (ar_ssd.n, ar_ssd.wins_x, ar_ssd.wins_y, ar_ssd.ties) == (10, 7, 3, 0)
+    assert ar_ssd.share_x == pytest.approx(0.7)
+    # Wilson, 7 of 10: centre (0.7 + z^2/20) / (1 + z^2/10), half-width z sqrt(0.021 + z^2/400) / (1 + z^2/10)
+    # = 0.644493 -+ 0.247715 -> [0.396778, 0.892209]
+    assert (ar_ssd.ci_x.low, ar_ssd.ci_x.high) == pytest.approx((0.396778, 0.892209), abs=2e-6)
+    # Exact sign test, 7 vs 3: 2 * (C(10,7) + C(10,8) + C(10,9) + C(10,10)) / 2^10 = 2 * 176 / 1024.
+    assert ar_ssd.p_value == pytest.approx(0.34375, abs=1e-12)
+
+    ar_exact = pairs[("AR", "exact")]
+    assert (ar_exact.n, ar_exact.wins_x, ar_exact.wins_y, ar_exact.ties) == (4, 0, 2, 2)
+    # Wilson, 0 of 4: [0, z^2 / (4 + z^2)] = [0, 0.489891]
+    assert (ar_exact.ci_x.low, ar_exact.ci_x.high) == pytest.approx((0.0, 0.489891), abs=2e-6)
+    # Wilson, 2 of 4 ties: 0.5 -+ z sqrt(1/16 + z^2/64) / (1 + z^2/4) = 0.5 -+ 0.349961
+    assert (ar_exact.ci_tie.low, ar_exact.ci_tie.high) == pytest.approx((0.150039, 0.849961), abs=2e-6)
+    # Sign test, 0 vs 2 (ties dropped): 2 * (1/2)^2 = 0.5.
+    assert ar_exact.p_value == pytest.approx(0.5)
+
+    mos = {m.system: m for m in summary.mos}
+    # AR: 5, 4, 4, 3, 4 -> mean 4, s = sqrt(2/4), t(0.975, 4) = 2.776445, half-width 2.776445 * 0.707107 / sqrt(5) = 0.877989
+    assert (mos["AR"].n, mos["AR"].mean) == (5, pytest.approx(4.0))
+    assert (mos["AR"].ci.low, mos["AR"].ci.high) == pytest.approx((3.122011, 4.877989), abs=2e-6)
+    assert (mos["SSD"].n, mos["SSD"].mean, mos["SSD"].ci) == (1, 2.0, None)
+    assert "exact" not in mos  # no scores, no MOS
+
+
+def test_formulas_directly():
+    k, n = 7, 10
+    centre = (k / n + Z**2 / (2 * n)) / (1 + Z**2 / n)
+    half = Z * math.sqrt(k / n * (1 - k / n) / n + Z**2 / (4 * n**2)) / (1 + Z**2 / n)
+    ci = wilson_interval(k, n)
+    assert (ci.low, ci.high) == pytest.approx((centre - half, centre + half), abs=1e-12)
+    assert sign_test(0, 0) is None
+    assert sign_test(5, 5) == pytest.approx(1.0)
+    assert sign_test(10, 0) == pytest.approx(2 / 1024)
+    with pytest.raises(ValueError):
+        wilson_interval(0, 0)
+    with pytest.raises(ValueError):
+        mos_summary("AR", [])
+
+
+def test_empty_results_and_chart():
+    summary = summarize([])
+    assert summary.empty and summary.pairs == () and summary.mos == ()
+    assert "No votes yet" in summary_markdown(summary)
+    results_figure(summary)  # draws a placeholder, does not fail
+
+
+def test_markdown_and_chart_with_votes():
+    summary = summarize(example_votes())
+    text = summary_markdown(summary)
+    assert "AR vs SSD" in text and "0.3438" in text and "4.000" in text
+    figure = results_figure(summary)
+    assert len(figure.axes) == 2
