@@ -1,0 +1,25 @@
+"""Hugging Face Space / local entry point: `python app.py`.
+
+Builds the page from `ssd_demo.ui` and launches it. Honours GRADIO_SERVER_NAME and
+GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
+"""
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+try:  # ZeroGPU Spaces want `spaces` imported before torch initialises CUDA.
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
+from ssd_demo.ui import build_demo, launch_options  # noqa: E402
+
+demo = build_demo()
+
+if __name__ == "__main__":
+    demo.launch(
+        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        **launch_options(),
+    )

@@ -1,0 +1,512 @@
+"""What the web app does, as plain functions with no Gradio inside.
+
+`compare` runs the target autoregressively and then speculatively on the same text
+and settings, in the same process, after a one-off warm-up, and returns both
+`SynthesisResult`s with the speedup report. The other functions turn that into
+what the page shows: a statistics table, the per-round token view, named int16
+WAV files and the charts. The Gradio layer (`ssd_demo.ui`) only wires these to
+components and turns the errors below into messages.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from . import charts
+from .config import DecodingConfig
+from .presets import Preset, get_preset, load_preset
+from .results import GenerationResult, SpeedupReport, compare_runs
+from .synthesis import SynthesisResult, Synthesizer, TextError
+
+#: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
+ProgressFn = Callable[..., object]
+
+EXAMPLE_TEXTS = (
+    "Speculative decoding lets a small draft model guess ahead while the large model checks its work.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "A tolerance of zero keeps the output exactly the same as the target model's.",
+)
+
+WARM_UP_TEXT = "Warm up."
+MAX_SEED = 2**31 - 1
+
+
+class ModelLoadError(RuntimeError):
+    """A preset's models could not be loaded (missing files, no network, out of memory...)."""
+
+
+# ---------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything the user chose on the page (one click = one request)."""
+
+    text: str
+    preset: str = "embedded"
+    draft: str | None = None  # None or unknown: the preset's default draft
+    draft_len: int = 4
+    beta: float = 0.0
+    acceptance: str = "ssd"
+    topk_tolerance: int = 1
+    pcg_theta: float = 0.9
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = 0
+    randomize_seed: bool = False
+    max_new_tokens: int = 256
+
+
+def resolve_seed(seed: float | int | None, randomize: bool) -> int:
+    """The seed to use: a fresh random one when asked (or when none is given), else `seed`."""
+    if randomize or seed is None or (isinstance(seed, float) and math.isnan(seed)):
+        return secrets.randbelow(MAX_SEED + 1)
+    if float(seed) != int(seed) or int(seed) < 0:
+        raise ValueError(f"Invalid decoding setting: seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def _as_int(name: str, value) -> int:
+    """Sliders and number boxes may deliver floats; integral floats are fine, others are not."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"Invalid decoding setting: {name} must be a whole number, got {value!r}") from None
+    if not number.is_integer():
+        raise ValueError(f"Invalid decoding setting: {name} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> DecodingConfig:
+    """The preset's defaults with the user's choices on top; raises ValueError for bad values."""
+    return synthesizer.config(
+        draft_len=_as_int("draft length K", request.draft_len),
+        beta=float(request.beta),
+        acceptance=str(request.acceptance),
+        topk_tolerance=_as_int("top-k tolerance", request.topk_tolerance),
+        pcg_theta=float(request.pcg_theta),
+        temperature=float(request.temperature),
+        top_k=_as_int("top-k", request.top_k),
+        top_p=float(request.top_p),
+        max_new_tokens=_as_int("max length", request.max_new_tokens),
+        seed=seed,
+    )
+
+
+def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -> str:
+    """The requested draft if the preset has it, else the preset's default."""
+    if draft and draft in synthesizer.drafts:
+        return draft
+    return preset.default_draft if preset.default_draft in synthesizer.drafts else synthesizer.draft_name
+
+
+def check_text(synthesizer: Synthesizer, text: str | None) -> str:
+    """Reject empty or over-long text before any model runs (TextError with a readable message)."""
+    text = (text or "").strip()
+    if not text:
+        raise TextError("Please type some text to synthesise.")
+    limit = synthesizer.backend.max_text_chars
+    if len(text) > limit:
+        raise TextError(f"The text is {len(text)} characters long; this voice accepts at most {limit}.")
+    synthesizer.backend.prompt_ids(text)  # the backend's own checks (characters it cannot read, ...)
+    return text
+
+
+def load(preset_key: str) -> tuple[Preset, Synthesizer]:
+    """Load a preset, turning any failure into a ModelLoadError with a readable message."""
+    preset = get_preset(preset_key)  # KeyError names the available presets
+    try:
+        return preset, load_preset(preset_key, device=None)  # None: CUDA when present, else CPU
+    except Exception as error:  # noqa: BLE001 - any loader failure is reported the same way
+        hint = " (it needs files from the Hugging Face Hub; check the network or the local cache)" if preset.needs_download else ""
+        raise ModelLoadError(f"Could not load the model preset '{preset.label}'{hint}: {error}") from error
+
+
+# ---------------------------------------------------------------------------
+# Running both decoders
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """One click's worth of results."""
+
+    preset: str
+    draft: str
+    seed: int
+    config: DecodingConfig
+    ar: SynthesisResult
+    spec: SynthesisResult
+    report: SpeedupReport
+    token_label: Callable[[int], str] = str  # the backend's names for token ids
+
+
+_warmed: "weakref.WeakKeyDictionary[Synthesizer, set[str]]" = weakref.WeakKeyDictionary()
+_warm_lock = threading.Lock()
+
+
+def warm_up(synthesizer: Synthesizer, draft: str) -> bool:
+    """Run both decoders once on a short text so the timed runs skip first-call costs.
+
+    Done once per loaded synthesizer and draft (kernels, allocator pools and lazy
+    imports settle on the first call). Returns True when it ran.
+    """
+    with _warm_lock:
+        done = _warmed.setdefault(synthesizer, set())
+        if draft in done:
+            return False
+        config = synthesizer.config(max_new_tokens=8, seed=0)
+        synthesizer.synthesize(WARM_UP_TEXT, mode="ar", config=config)
+        synthesizer.synthesize(WARM_UP_TEXT, mode="speculative", config=config, draft=draft)
+        done.add(draft)
+        return True
+
+
+def _zerogpu_decorator() -> Callable | None:
+    """`spaces.GPU` on a Hugging Face ZeroGPU Space, None everywhere else."""
+    try:
+        import spaces  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return spaces.GPU
+
+
+_ZEROGPU = _zerogpu_decorator()
+
+
+def _no_progress(*args, **kwargs) -> None:
+    return None
+
+
+def _run_both(
+    preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None
+) -> tuple[SynthesisResult, SynthesisResult]:
+    """Warm up, then AR and speculative on the same text and settings, back to back.
+
+    Both timed runs happen inside this one call, so on ZeroGPU they share one GPU
+    allocation and are timed under the same conditions. Takes and returns plain,
+    picklable data (ZeroGPU runs it in a worker process) and looks the resident
+    models up by preset key.
+    """
+    progress = progress or _no_progress
+    synthesizer = load_preset(preset_key, device=None)
+    progress(0.1, desc="Warming up the models (first run only)")
+    warm_up(synthesizer, draft)
+    progress(0.25, desc="Autoregressive decoding (one target call per token)")
+    ar = synthesizer.synthesize(text, mode="ar", config=config)
+    progress(0.6, desc=f"Speculative decoding (draft '{draft}', K = {config.draft_len})")
+    spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft)
+    return ar, spec
+
+
+if _ZEROGPU is not None:
+    _run_both_on_gpu = _ZEROGPU(_run_both)
+
+    def run_both(preset_key, text, config, draft, progress=None):
+        # Progress callbacks cannot cross into the GPU worker; report the stage before it.
+        (progress or _no_progress)(0.2, desc="Decoding on the GPU (AR, then speculative)")
+        return _run_both_on_gpu(preset_key, text, config, draft)
+
+else:
+    run_both = _run_both
+
+
+def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
+    """Load the preset, validate everything, and run both decoders.
+
+    Raises TextError (bad text), ValueError (bad settings), KeyError (unknown preset)
+    or ModelLoadError; the UI shows each as a message.
+    """
+    progress = progress or _no_progress
+    progress(0.0, desc="Loading the model")
+    preset, synthesizer = load(request.preset)
+    text = check_text(synthesizer, request.text)
+    seed = resolve_seed(request.seed, request.randomize_seed)
+    config = build_config(synthesizer, request, seed)
+    draft = resolve_draft(preset, synthesizer, request.draft)
+    ar, spec = run_both(preset.key, text, config, draft, progress)
+    return Comparison(
+        preset=preset.key,
+        draft=draft,
+        seed=seed,
+        config=config,
+        ar=ar,
+        spec=spec,
+        report=compare_runs(ar.generation, spec.generation),
+        token_label=token_label_for(synthesizer),
+    )
+
+
+# ---------------------------------------------------------------------------
+# What the page shows
+# ---------------------------------------------------------------------------
+
+
+def _fmt(value: float, digits: int = 2, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}{unit}"
+
+
+def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
+    """(metric, autoregressive, speculative) rows for the side-by-side table."""
+    ar, spec, report = comparison.ar, comparison.spec, comparison.report
+    a, s = ar.generation.stats, spec.generation.stats
+    end_to_end = ar.total_seconds / spec.total_seconds if spec.total_seconds > 0 else float("nan")
+    return [
+        ("Audio duration", _fmt(ar.duration_seconds, 2, " s"), _fmt(spec.duration_seconds, 2, " s")),
+        ("Wall time (LM + codec)", _fmt(ar.total_seconds, 3, " s"), _fmt(spec.total_seconds, 3, " s")),
+        ("  of which LM", _fmt(ar.lm_seconds, 3, " s"), _fmt(spec.lm_seconds, 3, " s")),
+        ("  of which codec", _fmt(ar.codec_seconds, 3, " s"), _fmt(spec.codec_seconds, 3, " s")),
+        ("Tokens generated", str(a.new_tokens), str(s.new_tokens)),
+        ("Tokens / s (LM)", _fmt(a.tokens_per_second, 1), _fmt(s.tokens_per_second, 1)),
+        ("Real-time factor (lower is faster)", _fmt(ar.real_time_factor, 3), _fmt(spec.real_time_factor, 3)),
+        ("Target calls", str(a.target_calls), str(s.target_calls)),
+        ("Draft calls", "–", str(s.draft_calls)),
+        ("Acceptance rate (accepted / drafted)", "–", _fmt(s.acceptance_rate * 100, 1, " %")),
+        ("Mean accepted length per round", "–", f"{s.mean_accepted_length:.2f} of K = {s.draft_len}"),
+        ("Tokens per target call", _fmt(a.mean_tokens_per_call, 2), _fmt(s.mean_tokens_per_call, 2)),
+        ("Speedup, LM decoding per token (measured)", "1.00×", _fmt(report.measured, 2, "×")),
+        ("Speedup, end to end (wall time)", "1.00×", _fmt(end_to_end, 2, "×")),
+        ("Predicted speedup (α, c; verify = 1 step)", "–", _fmt(report.predicted, 2, "×")),
+        ("Predicted speedup (α, c, measured verify cost)", "–", _fmt(report.predicted_strict, 2, "×")),
+        ("α (expected per-token acceptance)", "–", _fmt(report.alpha, 3)),
+        ("c (draft step / target step)", "–", _fmt(report.cost_ratio, 3)),
+        ("Verify call / target step", "–", _fmt(report.verify_ratio, 2)),
+        ("Stopped by", a.finish_reason, s.finish_reason),
+    ]
+
+
+def stats_markdown(comparison: Comparison) -> str:
+    lines = ["| | Autoregressive | Speculative |", "|---|---:|---:|"]
+    lines += [f"| {name} | {ar} | {spec} |" for name, ar, spec in stats_rows(comparison)]
+    config = comparison.config
+    lines.append("")
+    lines.append(
+        f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "
+        f"K = {config.draft_len}, β = {config.beta:g}, temperature {config.temperature:g}, "
+        f"top-k {config.top_k}, top-p {config.top_p:g}, seed {comparison.seed}."
+    )
+    return "\n".join(lines)
+
+
+def details(comparison: Comparison) -> dict:
+    """Machine-readable summary (the API's JSON output)."""
+    config = asdict(comparison.config)
+    config.pop("allowed_token_ids", None)  # thousands of ids; not useful to a reader
+
+    def run(result: SynthesisResult) -> dict:
+        return {
+            "stats": asdict(result.generation.stats),
+            "tokens": list(result.generation.tokens),
+            "duration_seconds": result.duration_seconds,
+            "lm_seconds": result.lm_seconds,
+            "codec_seconds": result.codec_seconds,
+            "total_seconds": result.total_seconds,
+            "real_time_factor": result.real_time_factor,
+            "sample_rate": result.sample_rate,
+        }
+
+    report = comparison.report
+    return {
+        "text": comparison.ar.text,
+        "preset": comparison.preset,
+        "draft": comparison.draft,
+        "seed": comparison.seed,
+        "config": config,
+        "autoregressive": run(comparison.ar),
+        "speculative": run(comparison.spec),
+        "speedup": {
+            "measured": report.measured,
+            "end_to_end": comparison.ar.total_seconds / comparison.spec.total_seconds
+            if comparison.spec.total_seconds > 0
+            else None,
+            "predicted": report.predicted,
+            "predicted_strict": report.predicted_strict,
+            "alpha": report.alpha,
+            "cost_ratio": report.cost_ratio,
+            "verify_ratio": report.verify_ratio,
+        },
+    }
+
+
+TOKEN_COLOURS = {
+    "accepted": "#3aa655",
+    "rejected": "#d9534f",
+    "replacement": "#e8873a",
+    "bonus": "#3b8fd9",
+    "discarded": "#9a9a9a",
+}
+
+
+def token_view(
+    generation: GenerationResult, label: Callable[[int], str] = str, eos_ids: tuple[int, ...] = ()
+) -> list[tuple[str, str | None]]:
+    """Every speculative round as highlighted (text, category) pairs, rounds separated by "|".
+
+    accepted: drafted and kept; rejected: the first drafted token the target refused;
+    replacement: the token sampled in its place; bonus: the extra token after a fully
+    accepted block; discarded: drafted after a rejection (never checked).
+    """
+
+    def name(token: int) -> str:
+        return "END" if token in eos_ids else label(token)
+
+    spans: list[tuple[str, str | None]] = []
+    for index, step in enumerate(generation.steps):
+        if index:
+            spans.append((" | ", None))
+        for token in step.drafted[: step.accepted]:
+            spans.append((name(token), "accepted"))
+        if step.next_kind == "replacement":
+            spans.append((name(step.drafted[step.accepted]), "rejected"))
+            spans.append(("→" + name(step.next_token), "replacement"))
+            spans += [(name(token), "discarded") for token in step.drafted[step.accepted + 1 :]]
+        elif step.next_kind == "bonus":
+            spans.append(("+" + name(step.next_token), "bonus"))
+        else:
+            spans += [(name(token), "discarded") for token in step.drafted[step.accepted :]]
+            if step.next_token is not None:  # e.g. an autoregressive step
+                spans.append((name(step.next_token), None))
+    return spans
+
+
+def comparison_token_view(comparison: Comparison) -> list[tuple[str, str | None]]:
+    return token_view(comparison.spec.generation, comparison.token_label, comparison.config.eos_ids)
+
+
+def token_label_for(synthesizer: Synthesizer) -> Callable[[int], str]:
+    """The backend's own token names when it has them (e.g. codec code numbers), else the ids."""
+    label = getattr(synthesizer.backend, "token_label", None)
+    return label if callable(label) else str
+
+
+def figures(comparison: Comparison) -> dict[str, object]:
+    """The four charts, by name."""
+    ar, spec = comparison.ar, comparison.spec
+    return {
+        "accepted_length": charts.accepted_length_figure(spec.generation),
+        "tokens_vs_time": charts.tokens_vs_time_figure(ar.generation, spec.generation),
+        "timing_breakdown": charts.timing_breakdown_figure(ar, spec),
+        "acceptance_by_position": charts.acceptance_by_position_figure(spec.generation),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Audio files
+# ---------------------------------------------------------------------------
+
+AUDIO_ROOT_NAME = "ssd_demo_audio"
+AUDIO_MAX_AGE_SECONDS = 3600
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    """float [-1, 1] -> int16 with one fixed gain, so two clips keep their relative loudness."""
+    audio = np.nan_to_num(np.asarray(audio, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> Path:
+    soundfile.write(str(path), to_int16(audio), sample_rate, subtype="PCM_16")
+    return path
+
+
+def _slug(value: object) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text)
+
+
+def audio_directory(root: Path | None = None) -> Path:
+    """A fresh directory per request (so concurrent users never share files); old ones are pruned."""
+    root = root or Path(tempfile.gettempdir()) / AUDIO_ROOT_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    cutoff = time.time() - AUDIO_MAX_AGE_SECONDS
+    for old in root.iterdir():
+        try:
+            if old.is_dir() and old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass  # another request pruned it first
+    return Path(tempfile.mkdtemp(dir=root))
+
+
+def write_audio_files(comparison: Comparison, directory: Path | None = None) -> tuple[Path, Path]:
+    """Both clips as 16-bit WAVs whose names say what they are."""
+    directory = directory or audio_directory()
+    config = comparison.config
+    stem = f"{_slug(comparison.preset)}_seed{comparison.seed}"
+    ar_path = directory / f"{stem}_autoregressive.wav"
+    spec_path = directory / (
+        f"{stem}_speculative_{_slug(comparison.draft)}_{_slug(config.acceptance)}"
+        f"_K{config.draft_len}_beta{_slug(float(config.beta))}.wav"
+    )
+    write_wav(ar_path, comparison.ar.audio, comparison.ar.sample_rate)
+    write_wav(spec_path, comparison.spec.audio, comparison.spec.sample_rate)
+    return ar_path, spec_path
+
+
+# ---------------------------------------------------------------------------
+# Preset metadata for the page
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PresetDefaults:
+    """What the controls should show for one preset."""
+
+    key: str
+    drafts: tuple[str, ...]
+    default_draft: str
+    config: DecodingConfig
+    max_text_chars: int
+
+
+FALLBACK_MAX_TEXT_CHARS = 300
+
+
+def preset_defaults(preset_key: str, load_models: bool = True) -> PresetDefaults:
+    """The preset's drafts and decoding defaults; loads the models to read them unless told not to."""
+    preset = get_preset(preset_key)
+    if load_models:
+        _, synthesizer = load(preset_key)
+        config = synthesizer.config()
+        max_chars = int(synthesizer.backend.max_text_chars)
+    else:
+        config, max_chars = DecodingConfig(), FALLBACK_MAX_TEXT_CHARS
+    return PresetDefaults(
+        key=preset.key,
+        drafts=tuple(preset.drafts),
+        default_draft=preset.default_draft,
+        config=config,
+        max_text_chars=max_chars,
+    )
+
+
+def preset_markdown(preset: Preset) -> str:
+    download = " Downloads its weights from the Hugging Face Hub on first use." if preset.needs_download else ""
+    return f"**{preset.label}** — {preset.description}{download}  \nLicence: {preset.licence}"
+
+
+def device_note() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"Running on CUDA ({torch.cuda.get_device_name(0)})."
+    return f"Running on the CPU ({os.cpu_count()} cores visible, {torch.get_num_threads()} torch threads)."
