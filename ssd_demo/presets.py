@@ -2,12 +2,14 @@
 
 A preset is a target, one or more drafts that share its vocabulary, and the backend
 that turns text into prompts and tokens into audio. The embedded voice is always
-first (it works offline on a CPU); other families register themselves here.
-Only one preset is kept resident at a time, because real pairs take gigabytes.
+first (it works offline on a CPU); the Llasa pairs come from the Hugging Face Hub.
+Only one pair is kept resident at a time, because real pairs take gigabytes: loading
+another preset or a custom pair first drops the current one.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +26,23 @@ class Preset:
     drafts: tuple[str, ...]  # draft names, in the order the UI lists them
     default_draft: str
     # Builds the Synthesizer; receives the device string ("cpu", "cuda", ...) or None for automatic.
-    loader: Callable[[str | None], Synthesizer] = field(repr=False, compare=False)
+    # Loaders may also accept a `progress=` keyword (fraction, message) callback.
+    loader: Callable[..., Synthesizer] = field(repr=False, compare=False)
     needs_download: bool = False  # True when weights come from the Hugging Face Hub
+    # What the Hub presets are made of, for display and for availability checks.
+    repos: tuple[str, ...] = ()  # Hub repo ids: target, draft(s), codec
+    revision: str | None = None  # the revision all `repos` are loaded at
+    sample_rate: int | None = None
+    codec: str = ""
+    gated: bool = False  # some repos may ask users to accept terms first
+    recommended_device: str = "cpu"
+
+    @property
+    def download_hint(self) -> str:
+        """Commands that put this preset's models in the local cache."""
+        from .hub import download_command
+
+        return " && ".join(download_command(repo, self.revision) for repo in self.repos)
 
 
 _REGISTRY: dict[str, Preset] = {}
@@ -52,14 +69,106 @@ def get_preset(key: str) -> Preset:
         raise KeyError(f"unknown preset {key!r}; available: {', '.join(_REGISTRY)}") from None
 
 
-def load_preset(key: str, device: str | None = None) -> Synthesizer:
+def preset_choices() -> list[tuple[str, str]]:
+    """(label, key) pairs in display order, for a dropdown."""
+    return [(preset.label, preset.key) for preset in list_presets()]
+
+
+def preset_availability(key: str) -> tuple[bool, str]:
+    """(available without downloading, message for the user). Never touches the network."""
+    from .hub import is_cached
+
+    preset = get_preset(key)
+    if not preset.needs_download:
+        return True, "ships with the demo"
+    missing = [repo for repo in preset.repos if not is_cached(repo, preset.revision)]
+    if not missing:
+        return True, "models found in the local Hugging Face cache"
+    return False, (
+        f"not downloaded yet: {', '.join(missing)}. Loading will download them when the Hub is reachable; "
+        f"offline, fetch them first with `{preset.download_hint}`."
+    )
+
+
+def load_preset(key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
     """Load (or reuse) a preset's synthesizer; loading another one first frees the current one."""
     preset = get_preset(key)
     with _lock:
         if key not in _resident:
-            _resident.clear()  # one pair resident at a time
-            _resident[key] = preset.loader(device)
+            _drop_resident()
+            kwargs = {"progress": progress} if progress is not None and _accepts_progress(preset.loader) else {}
+            _resident[key] = preset.loader(device, **kwargs)
         return _resident[key]
+
+
+def load_custom_pair(
+    target: str,
+    draft: str,
+    device: str | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    **options,
+) -> Synthesizer:
+    """Load a custom target/draft pair (two Hub repo ids or two local folders), one pair resident at a time.
+
+    Supported: Llasa-style pairs (see `ssd_demo.hub.load_custom_pair`); anything else raises a
+    `ssd_demo.hub.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
+    options go to `ssd_demo.hub.load_custom_pair` (revisions, codec_ref, token, offline, ...).
+    """
+    from .hub import load_custom_pair as load
+
+    key = f"custom:{target.strip()}|{draft.strip()}|{sorted(options.items())}"
+    with _lock:
+        if key not in _resident:
+            _drop_resident()
+            _resident[key] = load(target, draft, device=device, progress=progress, **options)
+        return _resident[key]
+
+
+def unload() -> None:
+    """Drop the resident pair and return its memory."""
+    with _lock:
+        _drop_resident()
+
+
+def _drop_resident() -> None:
+    if _resident:
+        _resident.clear()
+        from .hub import free_models
+
+        free_models()
+
+
+def _accepts_progress(loader: Callable) -> bool:
+    try:
+        return "progress" in inspect.signature(loader).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# -- built-in presets --------------------------------------------------------------------
+
+LLASA_1B = "HKUSTAudio/Llasa-1B"
+LLASA_3B = "HKUSTAudio/Llasa-3B"
+LLASA_8B = "HKUSTAudio/Llasa-8B"
+
+
+def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
+    def load(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+        from .hub import DEFAULT_CODEC, DEFAULT_REVISION, LoadOptions, load_llasa_pair
+
+        return load_llasa_pair(
+            target,
+            draft,
+            target_revision=DEFAULT_REVISION,
+            draft_revision=DEFAULT_REVISION,
+            codec_ref=DEFAULT_CODEC,
+            codec_revision=DEFAULT_REVISION,
+            draft_name="Llasa-1B",
+            options=LoadOptions(device=device),
+            progress=progress,
+        )
+
+    return load
 
 
 def _register_builtin() -> None:
@@ -85,3 +194,40 @@ def _register_builtin() -> None:
             loader=load_embedded,
         )
     )
+    _register_llasa()
+
+
+def _register_llasa() -> None:
+    from .backends.llasa import LICENCE
+    from .hub import DEFAULT_CODEC, DEFAULT_REVISION
+
+    common = dict(
+        licence=LICENCE,
+        drafts=("Llasa-1B",),
+        default_draft="Llasa-1B",
+        needs_download=True,
+        revision=DEFAULT_REVISION,
+        sample_rate=16_000,
+        codec=DEFAULT_CODEC,
+        gated=True,
+        recommended_device="cuda",
+    )
+    for key, target, size, memory in (
+        ("llasa-1b-3b", LLASA_3B, "3B", "about 17 GB"),
+        ("llasa-1b-8b", LLASA_8B, "8B", "about 29 GB"),
+    ):
+        register(
+            Preset(
+                key=key,
+                label=f"Llasa-1B -> Llasa-{size} (Hugging Face Hub, GPU)",
+                description=(
+                    f"Llasa-{size} speaks, Llasa-1B drafts: Llama-based TTS models that share one vocabulary of "
+                    "65,536 XCodec2 speech tokens (16 kHz), so the 1B model drafts with no training. "
+                    "Voice cloning from a short clip and its transcript. Sampling: temperature 0.8, top-p 1. "
+                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC}; needs {memory} of GPU memory (bfloat16 LMs, float32 codec, with headroom)."
+                ),
+                loader=_llasa_loader(target, LLASA_1B),
+                repos=(target, LLASA_1B, DEFAULT_CODEC),
+                **common,
+            )
+        )

@@ -1,0 +1,605 @@
+"""Load model pairs from the Hugging Face Hub or local folders: safe, checked, offline-capable.
+
+Loading goes in three steps so that mistakes fail in seconds, before gigabytes move:
+  1. resolve the small files (configs, tokenizers) of the target, the draft and the codec,
+     from a local folder or with `snapshot_download` at an explicit revision
+     (offline: from the local cache only);
+  2. pre-flight checks: each model is a causal LM, target and draft share one tokenizer
+     and embedding size, both carry Llasa's control and speech tokens, and the pair fits
+     in memory (parameter counts from safetensors headers, or the config);
+  3. fetch the weights (safetensors only: pickled checkpoints are never loaded) and load
+     them with the automatic dtype and device.
+
+`trust_remote_code` is never turned on implicitly; `HF_TOKEN` (or a stored login) is
+used for gated repositories through huggingface_hub's own lookup, or pass `token=`.
+Errors are `ModelLoadError`s (a `ValueError`) with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .synthesis import Synthesizer
+
+#: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
+ProgressCallback = Callable[[float, str], None]
+
+#: The codec in transformers' native format (HKUSTAudio/xcodec2 itself needs remote code).
+DEFAULT_CODEC = "hf-audio/xcodec2"
+#: Revisions are always passed explicitly; pin commit hashes here to freeze the presets.
+DEFAULT_REVISION = "main"
+
+# Small files needed for the pre-flight checks; weights come only after they pass.
+METADATA_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "*.safetensors.index.json",
+]
+WEIGHT_PATTERNS = ["*.safetensors"]
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+class ModelLoadError(ValueError):
+    """A model or pair cannot be loaded; the message says why and what to do."""
+
+
+class ModelNotFoundError(ModelLoadError):
+    """No such local folder or Hub repository (or revision)."""
+
+
+class ModelUnavailableError(ModelLoadError):
+    """The model exists but cannot be fetched now (offline and not cached, gated, no weights)."""
+
+
+class IncompatiblePairError(ModelLoadError):
+    """Target and draft cannot be used together, or are not a supported model family."""
+
+
+class NotACausalLMError(ModelLoadError):
+    """The repository does not hold a causal language model."""
+
+
+class InsufficientMemoryError(ModelLoadError):
+    """The pair would not fit in the memory of the chosen device."""
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to fetch and place models. None means automatic."""
+
+    device: str | None = None  # "cuda" when available, else "cpu"
+    dtype: torch.dtype | None = None  # bfloat16 on CUDA, float32 on CPU
+    token: str | bool | None = None  # None: HF_TOKEN or the stored login
+    offline: bool | None = None  # None: follow HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE
+    cache_dir: str | Path | None = None  # None: HF_HUB_CACHE / the default cache
+    trust_remote_code: bool = False  # never enabled unless the caller asks
+    check_memory: bool = True
+    memory_margin: float = 1.25  # activations, KV cache, allocator slack
+
+
+# -- environment ------------------------------------------------------------------------
+
+
+def is_offline(offline: bool | None = None) -> bool:
+    """Offline when asked, or when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is set (read now, not at import)."""
+    if offline is not None:
+        return offline
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return constants.HF_HUB_OFFLINE or any(f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags)
+
+
+def auto_device(device: str | torch.device | None = None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def auto_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def download_command(repo_id: str, revision: str | None = None) -> str:
+    rev = f" --revision {revision}" if revision and revision != "main" else ""
+    return f"hf download {repo_id}{rev}"
+
+
+def _cache_dir(options: LoadOptions) -> str | None:
+    if options.cache_dir is not None:
+        return str(options.cache_dir)
+    return os.environ.get("HF_HUB_CACHE") or None  # read now so tests and users can point it anywhere
+
+
+# -- resolving files ---------------------------------------------------------------------
+
+
+def _looks_like_path(ref: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else that names a file system location is a path.
+    return ref.startswith((".", "/", "~")) or ref.count("/") > 1 or "\\" in ref or Path(ref).exists()
+
+
+def resolve(
+    ref: str,
+    revision: str | None = None,
+    options: LoadOptions = LoadOptions(),
+    patterns: list[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """A local folder holding `ref`'s files (those matching `patterns`), downloading if allowed."""
+    if Path(ref).expanduser().is_dir():
+        return Path(ref).expanduser()
+    if _looks_like_path(ref):
+        raise ModelNotFoundError(f"{ref!r}: no such directory (and it is not a Hub repo id like 'org/name')")
+    if not _valid_repo_id(ref):
+        raise ModelNotFoundError(f"{ref!r} is neither an existing directory nor a valid Hub repo id ('org/name')")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    revision = revision or DEFAULT_REVISION
+    offline = is_offline(options.offline)
+    kwargs = dict(
+        revision=revision,
+        cache_dir=_cache_dir(options),
+        token=options.token,
+        local_files_only=offline,
+        allow_patterns=patterns,
+    )
+    if progress is not None:
+        kwargs["tqdm_class"] = _progress_bar(progress, ref)
+    try:
+        folder = Path(snapshot_download(ref, **kwargs))
+    except GatedRepoError:
+        raise ModelUnavailableError(
+            f"{ref} is gated: accept its licence at https://huggingface.co/{ref} while logged in, then set HF_TOKEN "
+            "(or run `hf auth login`) and try again"
+        ) from None
+    except RevisionNotFoundError:
+        raise ModelNotFoundError(f"{ref} has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise ModelNotFoundError(
+            f"no Hub repository {ref!r} (or it is private: set HF_TOKEN to a token that can read it)"
+        ) from None
+    except LocalEntryNotFoundError:
+        why = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else "the Hub could not be reached"
+        raise ModelUnavailableError(
+            f"{ref} (revision {revision}) is not in the local Hugging Face cache and {why}. "
+            f"Download it first on a machine with network access: `{download_command(ref, revision)}` "
+            f"(or `huggingface-cli download {ref}`), then run again with the same cache (HF_HUB_CACHE)."
+        ) from None
+    if patterns == METADATA_PATTERNS and not (folder / "config.json").is_file():
+        why = "the cached snapshot is incomplete" if offline else "it has no config.json"
+        raise ModelUnavailableError(f"{ref} (revision {revision}): {why}; `{download_command(ref, revision)}` fetches it")
+    return folder
+
+
+def _valid_repo_id(ref: str) -> bool:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _progress_bar(progress: ProgressCallback, label: str):
+    """A tqdm class that forwards file-count progress to `progress`."""
+    from tqdm.auto import tqdm
+
+    class ForwardingBar(tqdm):
+        def update(self, n=1):
+            result = super().update(n)
+            if self.total:
+                progress(min(self.n / self.total, 1.0), f"{label}: {self.n}/{self.total} files")
+            return result
+
+    return ForwardingBar
+
+
+# -- pre-flight checks -------------------------------------------------------------------
+
+
+def read_config(folder: Path, ref: str) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelNotFoundError(f"{ref}: no config.json (is this a transformers model folder?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{ref}: config.json is not valid JSON ({error})") from None
+
+
+def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> None:
+    """Raise NotACausalLMError unless transformers can build a causal LM from `config` natively."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = config.get("model_type")
+    architectures = config.get("architectures") or []
+    if model_type not in CONFIG_MAPPING:
+        if config.get("auto_map") and not trust_remote_code:
+            raise ModelLoadError(
+                f"{ref} needs custom code from its repository (model type {model_type!r}); it is not run "
+                "unless you pass trust_remote_code=True after reading that code"
+            )
+        if not config.get("auto_map"):
+            raise NotACausalLMError(f"{ref}: unknown model type {model_type!r} for this transformers version")
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+            raise NotACausalLMError(f"{ref} is a {', '.join(architectures)}, not a causal language model")
+        return
+    if not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        kind = ", ".join(architectures) or model_type
+        raise NotACausalLMError(f"{ref} is a {kind} model, not a causal language model (e.g. LlamaForCausalLM)")
+
+
+def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{ref}: its tokenizer cannot be loaded ({error})") from None
+
+
+def check_llasa_shaped(tokenizer, ref: str) -> None:
+    from .backends.llasa import missing_llasa_tokens
+
+    missing = missing_llasa_tokens(tokenizer)
+    if missing:
+        raise IncompatiblePairError(
+            f"{ref} is not a Llasa-style speech model: its tokenizer lacks {', '.join(missing[:4])}"
+            + (" ..." if len(missing) > 4 else "")
+            + ". Supported model pairs: Llama-family causal LMs with Llasa's tokenizer (control tokens such as "
+            "<|SPEECH_GENERATION_START|>/<|SPEECH_GENERATION_END|> and speech tokens <|s_0|>.. decoded by XCodec2), "
+            "e.g. HKUSTAudio/Llasa-1B with HKUSTAudio/Llasa-3B or -8B, or fine-tunes of them."
+        )
+
+
+def check_same_vocabulary(target_tok, draft_tok, target_cfg: dict, draft_cfg: dict, target_ref: str, draft_ref: str) -> None:
+    """Speculative decoding compares the two models token by token: ids must mean the same thing."""
+    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    if target_vocab != draft_vocab:
+        only_target = sorted(set(target_vocab) - set(draft_vocab))
+        only_draft = sorted(set(draft_vocab) - set(target_vocab))
+        moved = sorted(t for t in set(target_vocab) & set(draft_vocab) if target_vocab[t] != draft_vocab[t])
+        details = []
+        if only_target:
+            details.append(f"{len(only_target)} tokens only in the target (e.g. {only_target[:3]})")
+        if only_draft:
+            details.append(f"{len(only_draft)} tokens only in the draft (e.g. {only_draft[:3]})")
+        if moved:
+            details.append(f"{len(moved)} tokens with different ids (e.g. {moved[:3]})")
+        raise IncompatiblePairError(
+            f"{draft_ref} cannot draft for {target_ref}: their vocabularies differ ({'; '.join(details)})"
+        )
+    target_special = {k: str(v) for k, v in (target_tok.special_tokens_map or {}).items()}
+    draft_special = {k: str(v) for k, v in (draft_tok.special_tokens_map or {}).items()}
+    if target_special != draft_special:
+        raise IncompatiblePairError(
+            f"{draft_ref} cannot draft for {target_ref}: their special tokens differ "
+            f"(target {target_special}, draft {draft_special})"
+        )
+    t_size, d_size = _vocab_size(target_cfg), _vocab_size(draft_cfg)
+    if t_size != d_size:
+        raise IncompatiblePairError(
+            f"{draft_ref} cannot draft for {target_ref}: output vocabulary sizes differ ({d_size} vs {t_size})"
+        )
+
+
+def _vocab_size(config: dict) -> int | None:
+    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+
+
+# -- memory ------------------------------------------------------------------------------
+
+
+def safetensors_parameter_count(folder: Path) -> int | None:
+    """Parameters in the folder's safetensors files, read from their headers (no weights loaded)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for file in files:
+        with open(file, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in info["shape"]:
+                count *= dim
+            total += count
+    return total
+
+
+def config_parameter_count(config: dict) -> int:
+    """A decoder-only transformer's parameter count from its config (an estimate when no headers exist)."""
+    hidden = config.get("hidden_size", 0)
+    layers = config.get("num_hidden_layers", 0)
+    vocab = _vocab_size(config) or 0
+    inter = config.get("intermediate_size", 4 * hidden)
+    heads = config.get("num_attention_heads", 1) or 1
+    kv_heads = config.get("num_key_value_heads", heads) or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    mlp = 3 * hidden * inter
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
+
+
+def parameter_count(folder: Path, config: dict, ref: str, revision: str | None, options: LoadOptions) -> int:
+    local = safetensors_parameter_count(folder)
+    if local is not None:
+        return local
+    if not is_offline(options.offline) and _valid_repo_id(ref) and not Path(ref).is_dir():
+        try:
+            from huggingface_hub import get_safetensors_metadata
+
+            metadata = get_safetensors_metadata(ref, revision=revision or DEFAULT_REVISION, token=options.token)
+            return int(sum(metadata.parameter_count.values()))
+        except Exception:  # noqa: BLE001 - the estimate below is good enough to decide
+            pass
+    return config_parameter_count(config)
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Free bytes on `device` (CUDA: free device memory; CPU: MemAvailable), None if unknown."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type == "cpu":
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    target_params: int
+    draft_params: int
+    codec_params: int
+    lm_dtype: torch.dtype
+    margin: float
+
+    @property
+    def required_bytes(self) -> int:
+        lm_bytes = (self.target_params + self.draft_params) * torch.empty((), dtype=self.lm_dtype).element_size()
+        codec_bytes = self.codec_params * 4  # the codec stays in float32
+        return int((lm_bytes + codec_bytes) * self.margin)
+
+    def describe(self) -> str:
+        return (
+            f"target {self.target_params / 1e9:.2f} B + draft {self.draft_params / 1e9:.2f} B parameters in "
+            f"{str(self.lm_dtype).removeprefix('torch.')}, codec {self.codec_params / 1e6:.0f} M in float32: "
+            f"about {self.required_bytes / 2**30:.1f} GiB with margin"
+        )
+
+
+def check_memory(estimate: MemoryEstimate, device: torch.device) -> None:
+    free = available_memory(device)
+    if free is not None and estimate.required_bytes > free:
+        raise InsufficientMemoryError(
+            f"not enough memory on {device}: {estimate.describe()}, but only {free / 2**30:.1f} GiB is free. "
+            "Choose a smaller pair (e.g. Llasa-1B -> Llasa-3B), free memory, or use a larger GPU."
+        )
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Resolved:
+    ref: str
+    revision: str | None
+    folder: Path
+    config: dict
+
+
+def _resolve_metadata(ref: str, revision: str | None, options: LoadOptions) -> _Resolved:
+    folder = resolve(ref, revision, options, METADATA_PATTERNS)
+    return _Resolved(ref, revision, folder, read_config(folder, ref))
+
+
+def _fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCallback | None) -> Path:
+    folder = resolve(item.ref, item.revision, options, METADATA_PATTERNS + WEIGHT_PATTERNS, progress)
+    if not any(folder.glob("*.safetensors")):
+        hint = "" if Path(item.ref).is_dir() else f" (`{download_command(item.ref, item.revision)}` fetches them)"
+        raise ModelUnavailableError(
+            f"{item.ref}: no .safetensors weights found{hint}; pickled .bin checkpoints are not loaded for safety"
+        )
+    return folder
+
+
+def _load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = dict(dtype=dtype, trust_remote_code=options.trust_remote_code, use_safetensors=True)
+    try:
+        import accelerate  # noqa: F401 - with it, weights go straight to the device
+
+        kwargs["device_map"] = str(device)
+    except ImportError:
+        pass
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{ref}: the model cannot be loaded ({error})") from None
+    return model.to(device).eval()
+
+
+def check_codec_config(config: dict, ref: str) -> None:
+    if config.get("model_type") != "xcodec2":
+        raise IncompatiblePairError(f"{ref} is not an XCodec2 codec (model type {config.get('model_type')!r})")
+    if "quantization_levels" not in config and "codec_decoder_hidden_size" in config:
+        # HKUSTAudio/xcodec2 is the original remote-code checkpoint; transformers reads the converted one.
+        raise IncompatiblePairError(
+            f"{ref} is XCodec2 in its original remote-code format; use the transformers-format "
+            f"checkpoint {DEFAULT_CODEC} instead"
+        )
+
+
+def _load_codec(folder: Path, ref: str, device: torch.device):
+    from transformers import AutoFeatureExtractor, Xcodec2Model
+
+    # float32: the inverse STFT head is the part most sensitive to reduced precision, and it is small.
+    codec = Xcodec2Model.from_pretrained(folder, dtype=torch.float32, use_safetensors=True).to(device).eval()
+    try:
+        extractor = AutoFeatureExtractor.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{ref}: no usable preprocessor_config.json for XCodec2 ({error})") from None
+    return codec, extractor
+
+
+def load_llasa_pair(
+    target_ref: str,
+    draft_ref: str,
+    *,
+    target_revision: str | None = None,
+    draft_revision: str | None = None,
+    codec_ref: str = DEFAULT_CODEC,
+    codec_revision: str | None = None,
+    draft_name: str | None = None,
+    options: LoadOptions = LoadOptions(),
+    progress: ProgressCallback | None = None,
+    backend_options: dict | None = None,
+) -> Synthesizer:
+    """A `Synthesizer` for a Llasa target drafted by a smaller Llasa (Hub repo ids or local folders)."""
+    from .backends.llasa import LlasaBackend
+
+    report = progress or (lambda fraction, message: None)
+    device = auto_device(options.device)
+    dtype = auto_dtype(device, options.dtype)
+
+    report(0.0, "checking model files")
+    target = _resolve_metadata(target_ref, target_revision, options)
+    draft = _resolve_metadata(draft_ref, draft_revision, options)
+    codec = _resolve_metadata(codec_ref, codec_revision, options)
+    for item in (target, draft):
+        check_causal_lm(item.config, item.ref, options.trust_remote_code)
+    check_codec_config(codec.config, codec.ref)
+    target_tok = load_tokenizer(target.folder, target.ref, options.trust_remote_code)
+    draft_tok = load_tokenizer(draft.folder, draft.ref, options.trust_remote_code)
+    check_llasa_shaped(target_tok, target.ref)
+    check_llasa_shaped(draft_tok, draft.ref)
+    check_same_vocabulary(target_tok, draft_tok, target.config, draft.config, target.ref, draft.ref)
+
+    estimate = MemoryEstimate(
+        target_params=parameter_count(target.folder, target.config, target.ref, target.revision, options),
+        draft_params=parameter_count(draft.folder, draft.config, draft.ref, draft.revision, options),
+        codec_params=parameter_count(codec.folder, codec.config, codec.ref, codec.revision, options),
+        lm_dtype=dtype,
+        margin=options.memory_margin,
+    )
+    if options.check_memory:
+        check_memory(estimate, device)
+    report(0.1, f"pre-flight checks passed; {estimate.describe()}")
+
+    stages = [(target, 0.1, 0.55), (draft, 0.55, 0.75), (codec, 0.75, 0.85)]
+    folders = []
+    for item, start, end in stages:
+        sub = (lambda s, e: (lambda f, m: report(s + (e - s) * f, f"downloading {m}")))(start, end)
+        folders.append(_fetch_weights(item, options, sub))
+    report(0.85, f"loading {target.ref} ({str(dtype).removeprefix('torch.')} on {device})")
+    target_model = _load_causal_lm(folders[0], target.ref, device, dtype, options)
+    report(0.93, f"loading {draft.ref}")
+    draft_model = _load_causal_lm(folders[1], draft.ref, device, dtype, options)
+    report(0.97, f"loading codec {codec.ref}")
+    codec_model, extractor = _load_codec(folders[2], codec.ref, device)
+    try:
+        backend = LlasaBackend(tokenizer=target_tok, codec=codec_model, feature_extractor=extractor, **(backend_options or {}))
+    except ValueError as error:
+        raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
+    name = draft_name or _short_name(draft.ref)
+    report(1.0, "ready")
+    return Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
+
+
+def load_custom_pair(
+    target_ref: str,
+    draft_ref: str,
+    *,
+    target_revision: str | None = None,
+    draft_revision: str | None = None,
+    codec_ref: str = DEFAULT_CODEC,
+    device: str | None = None,
+    token: str | None = None,
+    offline: bool | None = None,
+    progress: ProgressCallback | None = None,
+    **options,
+) -> Synthesizer:
+    """Load a user-chosen target/draft pair: two Hub repo ids or two local folders.
+
+    Only Llasa-style pairs are supported (see `check_llasa_shaped`); other causal LMs are
+    rejected with an error that says so, because the demo has no way to turn their tokens
+    into audio.
+    """
+    if not target_ref or not draft_ref:
+        raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
+    load_options = LoadOptions(device=device, token=token, offline=offline, **options)
+    return load_llasa_pair(
+        target_ref.strip(),
+        draft_ref.strip(),
+        target_revision=target_revision,
+        draft_revision=draft_revision,
+        codec_ref=codec_ref,
+        options=load_options,
+        progress=progress,
+    )
+
+
+def is_cached(ref: str, revision: str | None = None, cache_dir: str | Path | None = None) -> bool:
+    """True when `ref` is a local folder or its config is in the Hub cache (no network)."""
+    if Path(ref).expanduser().is_dir():
+        return True
+    if not _valid_repo_id(ref):
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(
+        ref, "config.json", revision=revision or DEFAULT_REVISION,
+        cache_dir=str(cache_dir) if cache_dir else _cache_dir(LoadOptions()),
+    )
+    return isinstance(found, str)
+
+
+def free_models() -> None:
+    """Return memory held by models that are no longer referenced (call after dropping a pair)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _short_name(ref: str) -> str:
+    return Path(ref.rstrip("/")).name or ref

@@ -1,0 +1,201 @@
+"""Llasa backend on tiny local stand-ins: prompt format, speech-token mask, codec round trip,
+voice cloning, and the full text -> tokens -> waveform path (AR and speculative)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from llasa_fixtures import NUM_SPEECH_TOKENS, build_llasa_family, sine_clip  # noqa: E402
+
+from ssd_demo.backends.llasa import LlasaBackend, _join_transcript, to_mono_float  # noqa: E402
+from ssd_demo.synthesis import Backend, TextError, VoicePrompt  # noqa: E402
+
+TEXT = "Hello there, how are you?"
+# The model card's prompt, rendered by Llama 3.2's chat template (date pinned).
+EXPECTED_PROMPT = (
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+    "<|start_header_id|>user<|end_header_id|>\n\n"
+    "Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{text}<|TEXT_UNDERSTANDING_END|><|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "<|SPEECH_GENERATION_START|>{speech}"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # Tiny models on a shared CPU run far faster single-threaded.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    return build_llasa_family(tmp_path_factory.mktemp("llasa"))
+
+
+@pytest.fixture(scope="module")
+def synth(family):
+    from ssd_demo.hub import LoadOptions, load_llasa_pair
+
+    return load_llasa_pair(
+        str(family.target), str(family.draft), codec_ref=str(family.codec), options=LoadOptions(device="cpu")
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(synth) -> LlasaBackend:
+    return synth.backend
+
+
+def test_backend_satisfies_protocol_and_reads_ids_from_tokenizer(backend):
+    assert isinstance(backend, Backend)
+    vocab = backend.tokenizer.get_vocab()
+    assert backend.vocab.first_id == vocab["<|s_0|>"]
+    assert backend.eos_token_id == vocab["<|SPEECH_GENERATION_END|>"]
+    allowed = backend.allowed_token_ids()
+    assert len(allowed) == NUM_SPEECH_TOKENS + 1
+    assert allowed[-1] == backend.eos_token_id
+    assert allowed[:NUM_SPEECH_TOKENS] == [vocab[f"<|s_{i}|>"] for i in range(NUM_SPEECH_TOKENS)]
+    assert backend.sample_rate == 16_000
+
+
+def test_default_sampling_is_the_model_cards(backend):
+    config = backend.default_config()
+    assert config.temperature == 0.8 and config.top_p == 1.0 and config.top_k == 0
+    assert config.eos_ids == (backend.eos_token_id,)
+    assert set(config.allowed_token_ids) == set(backend.allowed_token_ids())
+
+
+def test_prompt_matches_documented_template_exactly(backend):
+    assert backend.prompt_text(TEXT) == EXPECTED_PROMPT.format(text=TEXT, speech="")
+    ids = backend.prompt_ids(TEXT)
+    tokens = backend.tokenizer.convert_ids_to_tokens(ids)
+    assert tokens[0] == "<|begin_of_text|>" and tokens.count("<|begin_of_text|>") == 1
+    assert tokens[-1] == "<|SPEECH_GENERATION_START|>"
+    assert "<|TEXT_UNDERSTANDING_START|>" in tokens and "<|TEXT_UNDERSTANDING_END|>" in tokens
+    # Same ids as the model card's own call (apply_chat_template with tokenize=True).
+    chat = [
+        {"role": "user", "content": f"Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{TEXT}<|TEXT_UNDERSTANDING_END|>"},
+        {"role": "assistant", "content": "<|SPEECH_GENERATION_START|>"},
+    ]
+    card = backend.tokenizer.apply_chat_template(
+        chat, tokenize=True, continue_final_message=True, return_dict=False, date_string="26 Jul 2024"
+    )
+    assert ids == list(card)
+
+
+def test_unpinned_date_follows_the_template(backend):
+    from datetime import datetime
+
+    unpinned = LlasaBackend(backend.tokenizer, backend.codec, backend.feature_extractor, date_string=None)
+    before = datetime.now().strftime("%d %b %Y")
+    rendered = unpinned.prompt_text(TEXT)
+    after = datetime.now().strftime("%d %b %Y")
+    assert f"Today Date: {before}" in rendered or f"Today Date: {after}" in rendered
+    assert rendered.endswith("<|SPEECH_GENERATION_START|>")
+
+
+def test_voice_prompt_goes_after_speech_start_and_transcript_before_text(backend):
+    codes = [3, 0, NUM_SPEECH_TOKENS - 1]
+    vp = VoicePrompt(audio=np.zeros(16_000, np.float32), sample_rate=16_000, transcript="A reference clip.")
+    rendered = backend.prompt_text(TEXT, vp, prompt_codes=codes)
+    speech = "<|s_3|><|s_0|><|s_255|>"
+    assert rendered == EXPECTED_PROMPT.format(text=f"A reference clip. {TEXT}", speech=speech)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "x" * 601, "say <|s_12|> now", "end <|eot_id|>"],
+    ids=["empty", "blank", "too-long", "speech-markup", "control-markup"],
+)
+def test_bad_text_raises_text_error(backend, text):
+    with pytest.raises(TextError):
+        backend.prompt_ids(text)
+
+
+def test_tokens_to_codes_and_audio(backend):
+    first, end = backend.vocab.first_id, backend.eos_token_id
+    assert backend.tokens_to_codes([first + 5, first, first + 255, end]) == [5, 0, 255]
+    assert backend.tokens_to_codes([first + 1, end, first + 2]) == [1]  # nothing after the end token
+    with pytest.raises(ValueError, match="not a speech token"):
+        backend.tokens_to_codes([first - 1])
+    audio = backend.tokens_to_audio([first + i for i in range(10)] + [end])
+    assert audio.dtype == np.float32 and audio.shape == (10 * backend.hop_length,)
+    assert np.all(np.abs(audio) <= 1.0) and np.isfinite(audio).all()
+    assert backend.tokens_to_audio([end]).shape == (0,)
+
+
+def test_codes_reach_the_codec_unchanged(backend, monkeypatch):
+    seen = {}
+    original = backend.codec.decode
+
+    def spy(audio_codes=None, **kwargs):
+        seen["codes"] = audio_codes
+        return original(audio_codes=audio_codes, **kwargs)
+
+    monkeypatch.setattr(backend.codec, "decode", spy)
+    backend.tokens_to_audio([backend.vocab.first_id + c for c in (7, 8, 9)])
+    assert seen["codes"].shape == (1, 1, 3) and seen["codes"].flatten().tolist() == [7, 8, 9]
+
+
+def test_encode_prompt_resamples_and_limits_length(backend):
+    clip = sine_clip(1.0, sample_rate=24_000)
+    codes = backend.encode_prompt(VoicePrompt(audio=clip, sample_rate=24_000, transcript="hi"))
+    assert len(codes) == 50  # 1 s at 50 codes/s after resampling to 16 kHz
+    assert all(0 <= c < NUM_SPEECH_TOKENS for c in codes)
+    stereo_int16 = (np.stack([clip, clip], axis=1) * 32767).astype(np.int16)
+    assert backend.encode_prompt(VoicePrompt(stereo_int16, 24_000, "hi")) == codes
+    with pytest.raises(ValueError, match="limit is 15 s"):
+        backend.encode_prompt(VoicePrompt(sine_clip(16.0, 8_000), 8_000, "hi"))
+    with pytest.raises(ValueError, match="at least"):
+        backend.encode_prompt(VoicePrompt(sine_clip(0.1, 16_000), 16_000, "hi"))
+
+
+def test_to_mono_float_and_join():
+    assert to_mono_float(np.array([0, 32767], dtype=np.int16)).tolist() == [0.0, 1.0]
+    assert to_mono_float(np.ones((2, 100))).shape == (100,)
+    assert _join_transcript("Hello.", "World") == "Hello. World"
+    assert _join_transcript("你好。", "世界") == "你好。世界"  # the card joins CJK text directly
+
+
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+@pytest.mark.parametrize("cloned", [False, True], ids=["plain", "voice-prompt"])
+def test_full_path_text_to_waveform(synth, mode, cloned):
+    vp = VoicePrompt(sine_clip(1.0, 22_050), 22_050, "A reference clip.") if cloned else None
+    config = synth.config(max_new_tokens=24, seed=7, draft_len=3)
+    result = synth.synthesize(TEXT, mode=mode, config=config, voice_prompt=vp)
+    tokens = result.generation.tokens
+    backend = synth.backend
+    assert all(t in set(backend.allowed_token_ids()) for t in tokens)
+    codes = backend.tokens_to_codes(tokens)
+    assert result.audio.shape == (len(codes) * backend.hop_length,)
+    assert result.sample_rate == 16_000 and np.isfinite(result.audio).all()
+    if mode == "speculative":
+        assert result.generation.stats.rounds >= 1
+
+
+def test_greedy_speculative_equals_ar(synth):
+    config = synth.config(max_new_tokens=20, temperature=0.0, draft_len=4)
+    ar = synth.synthesize(TEXT, mode="ar", config=config)
+    spec = synth.synthesize(TEXT, mode="speculative", config=config)
+    assert spec.generation.tokens == ar.generation.tokens
+
+
+def test_backend_rejects_codec_tokenizer_mismatch(backend):
+    from llasa_fixtures import build_codec
+
+    small_codec, extractor = build_codec(levels=(4, 4, 4, 4, 4))  # 1024 codes, tokenizer has 256
+    with pytest.raises(ValueError, match="speech tokens do not match the codec"):
+        LlasaBackend(backend.tokenizer, small_codec, extractor)
