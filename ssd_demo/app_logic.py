@@ -56,22 +56,25 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class Request:
-    """Everything the user chose on the page (one click = one request)."""
+    """Everything the user chose on the page (one click = one request).
+
+    Settings left as None take the preset's defaults (`Synthesizer.config()`).
+    """
 
     text: str
     preset: str = "embedded"
     draft: str | None = None  # None or unknown: the preset's default draft
-    draft_len: int = 4
-    beta: float = 0.0
-    acceptance: str = "ssd"
-    topk_tolerance: int = 1
-    pcg_theta: float = 0.9
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = 0
+    draft_len: int | None = None
+    beta: float | None = None
+    acceptance: str | None = None
+    topk_tolerance: int | None = None
+    pcg_theta: float | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
     randomize_seed: bool = False
-    max_new_tokens: int = 256
+    max_new_tokens: int | None = None
 
 
 def resolve_seed(seed: float | int | None, randomize: bool) -> int:
@@ -94,20 +97,26 @@ def _as_int(name: str, value) -> int:
     return int(number)
 
 
+_INT_SETTINGS = {"draft_len": "draft length K", "topk_tolerance": "top-k tolerance", "top_k": "top-k",
+                 "max_new_tokens": "max length"}
+_FLOAT_SETTINGS = ("beta", "pcg_theta", "temperature", "top_p")
+
+
 def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> DecodingConfig:
     """The preset's defaults with the user's choices on top; raises ValueError for bad values."""
-    return synthesizer.config(
-        draft_len=_as_int("draft length K", request.draft_len),
-        beta=float(request.beta),
-        acceptance=str(request.acceptance),
-        topk_tolerance=_as_int("top-k tolerance", request.topk_tolerance),
-        pcg_theta=float(request.pcg_theta),
-        temperature=float(request.temperature),
-        top_k=_as_int("top-k", request.top_k),
-        top_p=float(request.top_p),
-        max_new_tokens=_as_int("max length", request.max_new_tokens),
-        seed=seed,
-    )
+    changes: dict[str, object] = {"seed": seed}
+    for name, label in _INT_SETTINGS.items():
+        if getattr(request, name) is not None:
+            changes[name] = _as_int(label, getattr(request, name))
+    for name in _FLOAT_SETTINGS:
+        if getattr(request, name) is not None:
+            try:
+                changes[name] = float(getattr(request, name))
+            except (TypeError, ValueError):
+                raise ValueError(f"Invalid decoding setting: {name} must be a number, got {getattr(request, name)!r}") from None
+    if request.acceptance is not None:
+        changes["acceptance"] = str(request.acceptance)
+    return synthesizer.config(**changes)
 
 
 def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -> str:
@@ -238,7 +247,8 @@ def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
     progress(0.0, desc="Loading the model")
     preset, synthesizer = load(request.preset)
     text = check_text(synthesizer, request.text)
-    seed = resolve_seed(request.seed, request.randomize_seed)
+    default_seed = synthesizer.config().seed
+    seed = resolve_seed(request.seed if request.seed is not None else default_seed, request.randomize_seed)
     config = build_config(synthesizer, request, seed)
     draft = resolve_draft(preset, synthesizer, request.draft)
     ar, spec = run_both(preset.key, text, config, draft, progress)

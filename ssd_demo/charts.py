@@ -194,25 +194,20 @@ def timing_breakdown_figure(ar: SynthesisResult, spec: SynthesisResult) -> Figur
 
 
 def acceptance_by_position(steps: Sequence[RoundRecord]) -> tuple[np.ndarray, np.ndarray]:
-    """Empirical P(drafted token i is accepted), i = 1..K, and the number of rounds behind each.
+    """Empirical P(drafted token i is kept), i = 1..K, and the number of rounds behind each.
 
-    Token i is kept only if tokens 1..i-1 were, so this is a survival curve; under an
-    i.i.d. per-token acceptance alpha it equals alpha^i. A round that stopped inside the
-    block (end token or length limit) says nothing about the positions after its stop, so
-    those positions are left out of the denominator.
+    Token i is kept only if tokens 1..i-1 were, so this is a survival curve: under an
+    i.i.d. per-token acceptance alpha it equals alpha^i. A round ended by a rejection (or
+    a fully accepted block) decides every position it drafted. A round that stopped
+    inside the block (end token accepted, length limit) only tells us about the tokens
+    it kept, so its later positions are left out of the denominator.
     """
     max_len = max((len(step.drafted) for step in steps), default=0)
     kept = np.zeros(max_len)
     seen = np.zeros(max_len)
     for step in steps:
-        if step.next_kind == "replacement":
-            evaluated = step.accepted + 1  # the rejected token was evaluated; later ones were not
-        elif step.next_kind == "bonus":
-            evaluated = len(step.drafted)
-        else:
-            evaluated = step.accepted  # stopped inside the block: only the kept tokens are known
-        evaluated = min(evaluated, len(step.drafted))
-        seen[:evaluated] += 1
+        decided = len(step.drafted) if step.next_kind in ("replacement", "bonus") else step.accepted
+        seen[:decided] += 1
         kept[: step.accepted] += 1
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(seen > 0, kept / np.maximum(seen, 1), np.nan)
@@ -231,11 +226,11 @@ def acceptance_by_position_figure(spec: GenerationResult) -> Figure:
     axes.bar(positions, rate, width=0.6, color=SPEC_COLOUR, label="measured")
     alpha = spec.stats.alpha
     fine = np.linspace(1, len(rate), 100) if len(rate) > 1 else np.array([1.0])
-    axes.plot(fine, alpha**fine, color=THEORY_COLOUR, linewidth=1.8, label=f"α^i, α = {alpha:.2f}")
+    axes.plot(fine, alpha**fine, color=THEORY_COLOUR, linewidth=1.8, label=rf"$\alpha^i$, $\alpha$ = {alpha:.2f} (expected acceptance)")
     axes.plot(positions, alpha**positions, "o", color=THEORY_COLOUR, markersize=4)
     for position, value, count in zip(positions, rate, seen):
         if not np.isnan(value):
-            axes.text(position, value + 0.03, f"n={int(count)}", ha="center", color=TEXT_COLOUR, fontsize=7)
+            axes.text(position, 0.02, f"n={int(count)}", ha="center", va="bottom", color="white", fontsize=7)
     axes.set_ylim(0, 1.12)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     _legend(axes, loc="upper right")
