@@ -126,31 +126,34 @@ def build_listening_tab(data_root: Path | None = None) -> None:
     _APPS.append(app)
 
     gr.Markdown("## Blind listening test\n" + INSTRUCTIONS)
-    session_id = gr.Textbox(visible=False, label="session id")
-    trial_id = gr.Textbox(visible=False, label="trial id")
+    session_box = gr.Textbox(visible=False, label="session id")
+    trial_box = gr.Textbox(visible=False, label="trial id")
     with gr.Column(visible=True) as start_column:
-        rater_id = gr.Textbox(label="Rater id (optional)", placeholder="leave empty to stay anonymous", max_lines=1)
+        rater_box = gr.Textbox(label="Rater id (optional)", placeholder="leave empty to stay anonymous", max_lines=1)
         start_button = gr.Button("Start listening test", variant="primary")
     with gr.Column(visible=False) as trial_column:
-        progress = gr.Markdown()
-        sentence = gr.Markdown()
+        progress_text = gr.Markdown()
+        sentence_text = gr.Markdown()
         with gr.Row():
             with gr.Column():
                 audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False)
-                score_a = gr.Radio(SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)")
+                score_a_radio = gr.Radio(SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)")
             with gr.Column():
                 audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False)
-                score_b = gr.Radio(SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)")
-        choice = gr.Radio(CHOICES, label="Which clip sounds more natural?")
+                score_b_radio = gr.Radio(SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)")
+        choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?")
         submit_button = gr.Button("Submit vote", variant="primary")
-    done = gr.Markdown(visible=False)
+    done = gr.Markdown()
 
-    trial_outputs = [session_id, trial_id, progress, sentence, audio_a, audio_b, choice, score_a, score_b, start_column, trial_column, done]
+    trial_outputs = [
+        session_box, trial_box, progress_text, sentence_text, audio_a, audio_b,
+        choice_radio, score_a_radio, score_b_radio, start_column, trial_column, done,
+    ]
 
-    def show(view: TrialView | None, session: str) -> tuple:
+    def show(view: TrialView | None, session_id: str) -> tuple:
         if view is None:
-            finished = f"**Thank you!** All {app.progress(session)[1]} trials are done; your votes are saved."
-            return (session, "", "", "", None, None, None, None, None, gr.Column(visible=False), gr.Column(visible=False), gr.Markdown(finished, visible=True))
+            finished = f"**Thank you!** All {app.progress(session_id)[1]} trials are done; your votes are saved."
+            return (session_id, "", "", "", None, None, None, None, None, gr.Column(visible=False), gr.Column(visible=False), finished)
         return (
             view.session_id,
             view.trial_id,
@@ -163,34 +166,34 @@ def build_listening_tab(data_root: Path | None = None) -> None:
             None,
             gr.Column(visible=False),
             gr.Column(visible=True),
-            gr.Markdown(visible=False),
+            "",
         )
 
-    def start(rater: str | None) -> tuple:
+    def start(rater_id: str | None) -> tuple:
         try:
-            view = app.start(rater)
+            view = app.start(rater_id)
         except ListeningError as error:
             raise gr.Error(str(error)) from None
         return show(view, view.session_id if view else "")
 
-    def submit(session: str, trial: str, picked: str | None, a: str | None, b: str | None) -> tuple:
-        if picked is None:
+    def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
+        if choice is None:
             raise gr.Error("Choose A, B or no preference before submitting.")
         try:
-            view = app.submit(session, trial, picked, a, b)
+            view = app.submit(session_id, trial_id, choice, score_a, score_b)
         except ListeningError as error:
             raise gr.Error(str(error)) from None
-        return show(view, session)
+        return show(view, session_id)
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
-    start_button.click(start, [rater_id], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16)
+    start_button.click(start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16)
     submit_button.click(
-        submit, [session_id, trial_id, choice, score_a, score_b], trial_outputs, api_name="listening_submit", trigger_mode="once", concurrency_limit=16
+        submit, [session_box, trial_box, choice_radio, score_a_radio, score_b_radio], trial_outputs, api_name="listening_submit", trigger_mode="once", concurrency_limit=16
     )
 
     with gr.Accordion("Results (for the experimenter)", open=False):
-        token = gr.Textbox(label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one")
+        token_box = gr.Textbox(label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one")
         with gr.Row():
             results_button = gr.Button("Show results")
             export_button = gr.Button("Export votes (CSV)")
@@ -201,32 +204,32 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         export_file = gr.File(label="Raw votes")
         build_status = gr.Markdown()
 
-    def results(given: str | None) -> tuple:
+    def results(token: str | None) -> tuple:
         try:
-            check_results_token(given)
+            check_results_token(token)
         except ListeningError as error:
             raise gr.Error(str(error)) from None
         summary = summarize(app.store.votes())
         return summary_markdown(summary), results_figure(summary), summary_dict(summary)
 
-    def export(given: str | None) -> str:
+    def export(token: str | None) -> str:
         try:
-            check_results_token(given)
+            check_results_token(token)
         except ListeningError as error:
             raise gr.Error(str(error)) from None
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         folder = Path(tempfile.mkdtemp(prefix="listening-export-"))
         return str(write_votes_csv(app.store.votes(), folder / f"listening_votes_{stamp}.csv"))
 
-    def build(given: str | None) -> str:
+    def build(token: str | None) -> str:
         try:
-            check_results_token(given)
+            check_results_token(token)
             stimulus_set = build_small_set(app.settings.data_dir)
         except (ListeningError, ValueError, FileNotFoundError) as error:
             raise gr.Error(f"Could not build a stimulus set: {error}") from None
         app.use_set(stimulus_set)
         return f"Serving stimulus set **{stimulus_set.name}**: {len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} systems."
 
-    results_button.click(results, [token], [results_text, results_plot, results_json], api_name="listening_results")
-    export_button.click(export, [token], [export_file], api_name="listening_export")
-    build_button.click(build, [token], [build_status], api_name="listening_build_set", concurrency_limit=1)
+    results_button.click(results, [token_box], [results_text, results_plot, results_json], api_name="listening_results")
+    export_button.click(export, [token_box], [export_file], api_name="listening_export")
+    build_button.click(build, [token_box], [build_status], api_name="listening_build_set", concurrency_limit=1)

@@ -1,0 +1,206 @@
+"""The listening-test tab driven through its API with gradio_client, on a real local server."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+import soundfile as sf
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from ssd_demo.listening.export import read_votes_csv
+from ssd_demo.listening.stimuli import create_stimulus_set, load_stimulus_set, tone_renderer
+from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
+
+SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
+REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
+START, SUBMIT = "/listening_start", "/listening_submit"
+
+
+def make_data(root: Path) -> Path:
+    create_stimulus_set("tones", TEXTS, SYSTEMS, tone_renderer(seconds=0.1), root=root)
+    return root
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """A Blocks app holding only the listening tab, on 127.0.0.1; closed (with its database) on exit."""
+    with gr.Blocks() as demo:
+        with gr.Tab("Listening test"):
+            build_listening_tab(root)
+    demo.queue(default_concurrency_limit=16)
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        yield demo.local_url
+    finally:
+        demo.close()
+        close_listening_apps()
+
+
+def client(url: str) -> Client:
+    return Client(url, download_files=False, verbose=False)
+
+
+def stored_votes(root: Path):
+    with ListeningStore(root / "listening.sqlite3", app_version="reader") as store:
+        return store.votes()
+
+
+@pytest.fixture()
+def data(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "25")
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
+    monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
+    return make_data(tmp_path / "data")
+
+
+def test_twenty_concurrent_raters_store_exactly_500_votes(data):
+    def rater(k: int) -> dict[str, tuple]:
+        api = client(url)
+        out = api.predict(f"rater-{k}", api_name=START)
+        session_id, trial_id = out[0], out[1]
+        sent = {}
+        for i in range(25):
+            assert out[2] == f"**Trial {i + 1} of 25**"
+            choice, score = ("A", "B", "none")[(k + i) % 3], str(1 + (k + i) % 5)
+            out = api.predict(session_id, trial_id, choice, score, None, api_name=SUBMIT)
+            sent[trial_id] = (session_id, f"rater-{k}", choice, int(score))
+            trial_id = out[1]
+        assert trial_id == "" and "Thank you" in out[-1]
+        return sent
+
+    with serve(data) as url:
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            results = list(pool.map(rater, range(20)))
+    sent = {trial: vote for result in results for trial, vote in result.items()}
+    assert len(sent) == 500
+    votes = stored_votes(data)
+    assert len(votes) == 500
+    assert len({v.trial_id for v in votes}) == 500 and len({v.vote_id for v in votes}) == 500
+    assert {v.trial_id: (v.session_id, v.rater_id, v.choice, v.score_a) for v in votes} == sent
+    for vote in votes:
+        assert vote.score_b is None and vote.system_a != vote.system_b
+        assert vote.preferred_system == {"A": vote.system_a, "B": vote.system_b, "none": None}[vote.choice]
+    per_session = {}
+    for vote in votes:
+        per_session.setdefault(vote.session_id, set()).add(vote.trial_index)
+    assert len(per_session) == 20 and all(indices == set(range(25)) for indices in per_session.values())
+
+
+def test_repeated_submission_stores_once_and_changes_are_refused(data):
+    with serve(data) as url:
+        api = client(url)
+        first = api.predict("", api_name=START)
+        after = api.predict(first[0], first[1], "A", "4", "2", api_name=SUBMIT)
+        again = api.predict(first[0], first[1], "A", "4", "2", api_name=SUBMIT)  # e.g. a double click
+        assert again[:4] == after[:4]  # same next trial, nothing new stored
+        with pytest.raises(AppError, match="already has your vote"):
+            api.predict(first[0], first[1], "B", "4", "2", api_name=SUBMIT)
+    votes = stored_votes(data)
+    assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].score_b, votes[0].rater_id) == ("A", 4, 2, None)
+
+
+def test_tampered_requests_are_refused_and_store_nothing(data):
+    with serve(data) as url:
+        api = client(url)
+        mine = api.predict("me", api_name=START)
+        theirs = api.predict("them", api_name=START)
+        bad_requests = [
+            ("0" * 32, mine[1], "A", None, None),  # unknown session
+            (mine[0], "f" * 32, "A", None, None),  # unknown trial
+            (mine[0], theirs[1], "A", None, None),  # someone else's trial
+            (mine[0], mine[1], "C", None, None),  # no such choice
+            (mine[0], mine[1], None, None, None),  # no choice
+            (mine[0], mine[1], "A", "6", None),  # score out of range
+            (mine[0], mine[1], "A", None, "0"),
+            (mine[0], mine[1], "A", "3.5", None),
+            ("", "", "A", None, None),
+        ]
+        for request in bad_requests:
+            with pytest.raises(AppError):
+                api.predict(*request, api_name=SUBMIT)
+        summary = api.predict("", api_name="/listening_results")[2]
+        assert summary["n_votes"] == 0
+    assert stored_votes(data) == []
+
+
+def test_rater_view_hides_systems_and_serves_recorded_positions(data):
+    stimulus_set = load_stimulus_set(data / "stimuli" / "tones")
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("", api_name=START)
+        for _ in range(4):
+            text = json.dumps(out)
+            assert not REVEALING.search(text), text
+            trial_id = out[1]
+            served_a, served_b = (sf.read(out[k]["path"], dtype="int16")[0] for k in (4, 5))
+            out = api.predict(out[0], trial_id, "B", None, "5", api_name=SUBMIT)
+            vote = next(v for v in stored_votes(data) if v.trial_id == trial_id)
+            # The audio served as A and B is exactly the recorded systems' clips, in the recorded positions.
+            item = stimulus_set.item(vote.item_id)
+            for served, system in ((served_a, vote.system_a), (served_b, vote.system_b)):
+                expected = sf.read(stimulus_set.clip_path(item.clips[system].path), dtype="int16")[0]
+                assert np.array_equal(served, expected)
+            assert vote.preferred_system == vote.system_b and vote.score_b == 5
+
+
+def test_votes_survive_a_restart_and_the_session_continues(data):
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("persistent", api_name=START)
+        session_id = out[0]
+        for _ in range(3):
+            out = api.predict(session_id, out[1], "A", "3", "3", api_name=SUBMIT)
+        next_trial = out[1]
+    with serve(data) as url:  # a fresh server and store on the same database file
+        api = client(url)
+        summary = api.predict("", api_name="/listening_results")[2]
+        assert summary["n_votes"] == 3 and summary["n_sessions"] == 1
+        out = api.predict(session_id, next_trial, "none", None, None, api_name=SUBMIT)
+        assert out[2] == "**Trial 5 of 25**"
+    votes = stored_votes(data)
+    assert len(votes) == 4 and {v.rater_id for v in votes} == {"persistent"}
+
+
+def test_results_on_an_empty_database(data):
+    with serve(data) as url:
+        text, plot, summary = client(url).predict("", api_name="/listening_results")
+    assert "No votes yet" in text and plot is not None
+    assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": []}
+
+
+def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "s3cret")
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("r,1 \"quoted\"", api_name=START)
+        for choice, a, b in (("A", "5", None), ("none", None, None), ("B", "1", "2")):
+            out = api.predict(out[0], out[1], choice, a, b, api_name=SUBMIT)
+        for endpoint in ("/listening_results", "/listening_export", "/listening_build_set"):
+            with pytest.raises(AppError, match="token"):
+                api.predict("wrong", api_name=endpoint)
+        exported = api.predict("s3cret", api_name="/listening_export")
+        path = exported["path"] if isinstance(exported, dict) else exported
+        summary = api.predict("s3cret", api_name="/listening_results")[2]
+    assert summary["n_votes"] == 3
+    rows = read_votes_csv(path)
+    assert rows == stored_votes(data) and len(rows) == 3
+    assert rows[0].rater_id == 'r,1 "quoted"'
+
+
+def test_no_stimulus_set_gives_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
+    with serve(tmp_path / "empty") as url:
+        with pytest.raises(AppError, match="No stimulus set"):
+            client(url).predict("", api_name=START)
