@@ -1,0 +1,301 @@
+"""Hub loading, offline: a temporary Hugging Face cache holding tiny Llasa stand-ins under the
+real repo ids, pre-flight errors that fail before any weights load, presets and custom pairs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from llasa_fixtures import (  # noqa: E402
+    build_llasa_family,
+    build_llama,
+    build_tokenizer,
+    install_in_hub_cache,
+    save_causal_lm,
+)
+
+from ssd_demo import hub, presets  # noqa: E402
+from ssd_demo.hub import (  # noqa: E402
+    IncompatiblePairError,
+    InsufficientMemoryError,
+    LoadOptions,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelUnavailableError,
+    NotACausalLMError,
+)
+
+CPU = LoadOptions(device="cpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
+    presets.unload()
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    return build_llasa_family(tmp_path_factory.mktemp("src"))
+
+
+@pytest.fixture(scope="module")
+def hub_cache(family, tmp_path_factory):
+    """A Hub cache with the tiny family installed under the preset repo ids (3B only, not 8B)."""
+    cache = tmp_path_factory.mktemp("hf-cache")
+    install_in_hub_cache(family.target, cache, presets.LLASA_3B)
+    install_in_hub_cache(family.draft, cache, presets.LLASA_1B)
+    install_in_hub_cache(family.codec, cache, hub.DEFAULT_CODEC)
+    return cache
+
+
+def pair(family, draft, **kwargs):
+    return hub.load_llasa_pair(str(family.target), str(draft), codec_ref=str(family.codec), options=CPU, **kwargs)
+
+
+def test_offline_flag_is_read_at_call_time(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert hub.is_offline() is False
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.is_offline() is True
+    assert hub.is_offline(False) is False
+
+
+def test_auto_device_and_dtype():
+    assert hub.auto_dtype(torch.device("cpu")) == torch.float32
+    assert hub.auto_dtype(torch.device("cpu"), torch.bfloat16) == torch.bfloat16
+    assert hub.auto_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        assert hub.auto_device().type == "cpu"
+
+
+def test_presets_listed_with_labels_and_licences():
+    listed = presets.list_presets()
+    assert listed[0].key == "embedded"
+    keys = [p.key for p in listed]
+    assert "llasa-1b-3b" in keys and "llasa-1b-8b" in keys
+    for key, size in (("llasa-1b-3b", "3B"), ("llasa-1b-8b", "8B")):
+        preset = presets.get_preset(key)
+        assert preset.needs_download and "CC-BY-NC-4.0" in preset.licence
+        assert f"Llasa-{size}" in preset.label and "Llasa-1B" in preset.label
+        assert preset.drafts == ("Llasa-1B",) and preset.sample_rate == 16_000
+        assert preset.repos[1] == presets.LLASA_1B and preset.revision
+    assert ("Embedded voice (offline, CPU)", "embedded") == presets.preset_choices()[0]
+
+
+def test_preset_loads_offline_from_cache(hub_cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    available, message = presets.preset_availability("llasa-1b-3b")
+    assert available, message
+    seen = []
+    synth = presets.load_preset("llasa-1b-3b", device="cpu", progress=lambda f, m: seen.append(f))
+    assert synth.draft_name == "Llasa-1B"
+    assert presets.load_preset("llasa-1b-3b", device="cpu") is synth  # stays resident
+    fractions = seen
+    assert fractions[-1] == 1.0 and fractions == sorted(fractions)
+    result = synth.synthesize("Hello.", mode="speculative", config=synth.config(max_new_tokens=8, seed=1))
+    assert result.sample_rate == 16_000
+
+
+def test_unavailable_preset_fails_fast_saying_how_to_get_it(hub_cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    available, message = presets.preset_availability("llasa-1b-8b")
+    assert not available and "hf download HKUSTAudio/Llasa-8B" in message
+    monkeypatch.setattr(hub, "_load_causal_lm", _must_not_load)
+    with pytest.raises(ModelUnavailableError, match=r"hf download HKUSTAudio/Llasa-8B.*HF_HUB_CACHE"):
+        presets.load_preset("llasa-1b-8b", device="cpu")
+
+
+def test_nonexistent_repo_offline(tmp_path):
+    with pytest.raises(ModelUnavailableError, match="not in the local Hugging Face cache and offline mode is on"):
+        hub.resolve("nobody-here/no-such-model", options=LoadOptions(cache_dir=tmp_path))
+
+
+@pytest.mark.parametrize("ref", ["./no/such/dir", "/definitely/not/here", "not a repo id!!"])
+def test_bad_references(ref):
+    with pytest.raises(ModelNotFoundError):
+        hub.resolve(ref)
+
+
+def test_custom_pair_from_cached_repo_ids(hub_cache, family):
+    synth = presets.load_custom_pair(
+        presets.LLASA_3B, presets.LLASA_1B, device="cpu", codec_ref=hub.DEFAULT_CODEC, cache_dir=hub_cache
+    )
+    assert synth.draft_name == "Llasa-1B"
+    assert list(presets._resident) and len(presets._resident) == 1
+
+
+def test_custom_pair_from_local_folders(family):
+    synth = hub.load_custom_pair(str(family.target), str(family.draft), codec_ref=str(family.codec), device="cpu")
+    assert synth.backend.name == "llasa"
+    assert next(synth.target.parameters()).dtype == torch.float32
+
+
+def test_mismatched_vocabularies_rejected(family, tmp_path):
+    other = save_causal_lm(tmp_path / "other", build_tokenizer(extra_speech_tokens=200), layers=1, seed=3)
+    with pytest.raises(IncompatiblePairError, match="vocabularies differ"):
+        pair(family, other)
+
+
+def test_different_embedding_size_rejected(family, tmp_path):
+    tok = build_tokenizer()
+    wider = save_causal_lm(tmp_path / "wider", tok, layers=1, seed=3, vocab_size=len(tok) + 64)
+    with pytest.raises(IncompatiblePairError, match="vocabulary sizes differ"):
+        pair(family, wider)
+
+
+def test_missing_special_token_rejected(family, tmp_path):
+    tok = build_tokenizer(drop_special="<|SPEECH_GENERATION_END|>")
+    target = save_causal_lm(tmp_path / "t", tok, layers=1, seed=3)
+    draft = save_causal_lm(tmp_path / "d", tok, layers=1, seed=4)
+    with pytest.raises(IncompatiblePairError, match=r"lacks <\|SPEECH_GENERATION_END\|>.*Supported"):
+        hub.load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
+
+
+def test_plain_causal_lm_pair_is_not_supported(family, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    plain = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=plain, unk_token="[UNK]")
+    target = save_causal_lm(tmp_path / "t", tok, layers=1, seed=3)
+    draft = save_causal_lm(tmp_path / "d", tok, layers=1, seed=4)
+    with pytest.raises(IncompatiblePairError, match="not a Llasa-style speech model"):
+        hub.load_custom_pair(str(target), str(draft), codec_ref=str(family.codec), device="cpu")
+
+
+def test_not_a_causal_lm_rejected(family, tmp_path):
+    folder = tmp_path / "bert"
+    shutil.copytree(family.draft, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="bert", architectures=["BertModel"])
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NotACausalLMError, match="not a causal language model"):
+        pair(family, folder)
+
+
+def test_remote_code_never_enabled_implicitly(family, tmp_path):
+    folder = tmp_path / "custom"
+    shutil.copytree(family.draft, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="my-speech-lm", auto_map={"AutoModelForCausalLM": "modeling.MyLM"})
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="trust_remote_code=True"):
+        pair(family, folder)
+
+
+def test_from_pretrained_gets_explicit_no_remote_code(family, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    calls = []
+    original = AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    pair(family, family.draft)
+    assert len(calls) == 2
+    assert all(c["trust_remote_code"] is False and c["use_safetensors"] is True for c in calls)
+    assert all(c["dtype"] == torch.float32 for c in calls)
+
+
+def test_original_xcodec2_format_rejected(family, tmp_path):
+    folder = tmp_path / "xcodec2-original"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "xcodec2", "codec_decoder_hidden_size": 1024}))
+    with pytest.raises(IncompatiblePairError, match="hf-audio/xcodec2"):
+        hub.load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(folder), options=CPU)
+
+
+def test_missing_weights_reported_with_download_command(family, tmp_path):
+    cache = tmp_path / "cache"
+    no_weights = tmp_path / "no-weights"
+    shutil.copytree(family.draft, no_weights, ignore=shutil.ignore_patterns("*.safetensors"))
+    install_in_hub_cache(no_weights, cache, "someone/draft-without-weights")
+    with pytest.raises(ModelUnavailableError, match="no .safetensors weights.*hf download someone/draft-without-weights"):
+        hub.load_llasa_pair(
+            str(family.target), "someone/draft-without-weights", codec_ref=str(family.codec),
+            options=LoadOptions(device="cpu", cache_dir=cache, check_memory=False),
+        )
+
+
+def test_parameter_counts_from_headers_and_config(family):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(family.target)
+    exact = sum(p.numel() for p in model.parameters())
+    assert hub.safetensors_parameter_count(family.target) == exact
+    config = json.loads((family.target / "config.json").read_text())
+    assert hub.config_parameter_count(config) == exact
+
+
+def test_memory_check_fails_before_loading_weights(family, monkeypatch):
+    monkeypatch.setattr(hub, "available_memory", lambda device: 1024)
+    monkeypatch.setattr(hub, "_load_causal_lm", _must_not_load)
+    with pytest.raises(InsufficientMemoryError, match="not enough memory on cpu"):
+        pair(family, family.draft)
+
+
+def test_memory_estimate_arithmetic():
+    estimate = hub.MemoryEstimate(
+        target_params=3_000_000_000, draft_params=1_000_000_000, codec_params=800_000_000,
+        lm_dtype=torch.bfloat16, margin=1.0,
+    )
+    assert estimate.required_bytes == 4_000_000_000 * 2 + 800_000_000 * 4
+    assert "GiB" in estimate.describe()
+
+
+def test_check_memory_boundary(monkeypatch):
+    estimate = hub.MemoryEstimate(1000, 100, 10, torch.float32, 1.0)
+    monkeypatch.setattr(hub, "available_memory", lambda device: estimate.required_bytes)
+    hub.check_memory(estimate, torch.device("cpu"))  # exactly enough: fine
+    monkeypatch.setattr(hub, "available_memory", lambda device: estimate.required_bytes - 1)
+    with pytest.raises(InsufficientMemoryError):
+        hub.check_memory(estimate, torch.device("cpu"))
+
+
+def test_token_is_passed_to_the_hub(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_snapshot_download(repo_id, **kwargs):
+        seen.update(kwargs)
+        raise __import__("huggingface_hub").errors.LocalEntryNotFoundError("nope")
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    with pytest.raises(ModelUnavailableError):
+        hub.resolve("org/gated", revision="abc123", options=LoadOptions(token="hf_secret", cache_dir=tmp_path))
+    assert seen["token"] == "hf_secret" and seen["revision"] == "abc123" and seen["local_files_only"] is True
+
+
+def _must_not_load(*args, **kwargs):
+    raise AssertionError("weights were loaded although a pre-flight check should have failed")
+
+
+def test_tiny_llama_builder_is_tiny():
+    model = build_llama(600, layers=1)
+    assert sum(p.numel() for p in model.parameters()) < 200_000
