@@ -85,8 +85,14 @@ class TinyLlasa:
     codec: Path
 
 
-def build_tokenizer(extra_speech_tokens: int = NUM_SPEECH_TOKENS, drop_special: str | None = None):
-    """A byte-level BPE tokenizer with Llama-3 and Llasa special tokens and `<|s_N|>` speech tokens."""
+def build_tokenizer(
+    extra_speech_tokens: int = NUM_SPEECH_TOKENS, drop_special: str | None = None, extra_text_tokens: tuple[str, ...] = ()
+):
+    """A byte-level BPE tokenizer with Llama-3 and Llasa special tokens and `<|s_N|>` speech tokens.
+
+    `drop_special` leaves one Llasa control token out; `extra_text_tokens` are added before the
+    special tokens, shifting every special id (a tokenizer that looks alike but is not).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -97,6 +103,8 @@ def build_tokenizer(extra_speech_tokens: int = NUM_SPEECH_TOKENS, drop_special: 
         vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    if extra_text_tokens:
+        tokenizer.add_tokens(list(extra_text_tokens))
     specials = LLAMA_SPECIALS + [t for t in LLASA_SPECIALS if t != drop_special]
     specials += [f"<|s_{i}|>" for i in range(extra_speech_tokens)]
     tokenizer.add_special_tokens(specials)

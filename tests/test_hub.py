@@ -85,6 +85,12 @@ def test_auto_device_and_dtype():
     assert hub.auto_dtype(torch.device("cpu")) == torch.float32
     assert hub.auto_dtype(torch.device("cpu"), torch.bfloat16) == torch.bfloat16
     assert hub.auto_device("cpu").type == "cpu"
+    # CUDA: bfloat16 where supported, else float16 (checked without a GPU by asking the stubs).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+        assert hub.auto_dtype(torch.device("cuda")) == torch.bfloat16
+        patch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+        assert hub.auto_dtype(torch.device("cuda")) == torch.float16
     if not torch.cuda.is_available():
         assert hub.auto_device().type == "cpu"
 
@@ -155,6 +161,18 @@ def test_mismatched_vocabularies_rejected(family, tmp_path):
     other = save_causal_lm(tmp_path / "other", build_tokenizer(extra_speech_tokens=200), layers=1, seed=3)
     with pytest.raises(IncompatiblePairError, match="vocabularies differ"):
         pair(family, other)
+
+
+def test_shifted_special_token_ids_rejected(family, tmp_path):
+    shifted = save_causal_lm(tmp_path / "shifted", build_tokenizer(extra_text_tokens=("extra",)), layers=1, seed=3)
+    with pytest.raises(IncompatiblePairError, match=r"special token <\|TEXT_GENERATION_START\|> has id \d+ in the draft but \d+ in the target"):
+        pair(family, shifted)
+
+
+def test_draft_missing_special_token_rejected(family, tmp_path):
+    draft = save_causal_lm(tmp_path / "d", build_tokenizer(drop_special="<|TEXT_UNDERSTANDING_END|>"), layers=1, seed=4)
+    with pytest.raises(IncompatiblePairError, match=r"d is not a Llasa-style speech model: its tokenizer lacks <\|TEXT_UNDERSTANDING_END"):
+        pair(family, draft)
 
 
 def test_different_embedding_size_rejected(family, tmp_path):

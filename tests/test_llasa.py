@@ -157,8 +157,8 @@ def test_encode_prompt_resamples_and_limits_length(backend):
     assert all(0 <= c < NUM_SPEECH_TOKENS for c in codes)
     stereo_int16 = (np.stack([clip, clip], axis=1) * 32767).astype(np.int16)
     assert backend.encode_prompt(VoicePrompt(stereo_int16, 24_000, "hi")) == codes
-    with pytest.raises(ValueError, match="limit is 15 s"):
-        backend.encode_prompt(VoicePrompt(sine_clip(16.0, 8_000), 8_000, "hi"))
+    with pytest.raises(ValueError, match="limit is 10 s"):
+        backend.encode_prompt(VoicePrompt(sine_clip(10.5, 8_000), 8_000, "hi"))
     with pytest.raises(ValueError, match="at least"):
         backend.encode_prompt(VoicePrompt(sine_clip(0.1, 16_000), 16_000, "hi"))
 

@@ -125,7 +125,8 @@ class LlasaBackend:
     feature_extractor: object  # transformers.Xcodec2FeatureExtractor
     name: str = "llasa"
     max_text_chars: int = 600
-    max_prompt_seconds: float = 15.0
+    # 10 s (500 codes) keeps prompt + 24 s of speech inside Llasa's 2048-token training length.
+    max_prompt_seconds: float = 10.0
     min_prompt_seconds: float = 0.5
     max_context: int = MAX_CONTEXT
     #: None renders today's date like the model card's code does; a string pins it.
