@@ -193,7 +193,9 @@ def resolve(
         ) from None
     if patterns == METADATA_PATTERNS and not (folder / "config.json").is_file():
         why = "the cached snapshot is incomplete" if offline else "it has no config.json"
-        raise ModelUnavailableError(f"{ref} (revision {revision}): {why}; `{download_command(ref, revision)}` fetches it")
+        raise ModelUnavailableError(
+            f"{ref} (revision {revision}): {why}; `{download_command(ref, revision)}` fetches it"
+        )
     return folder
 
 
@@ -282,7 +284,9 @@ def check_llasa_shaped(tokenizer, ref: str) -> None:
         )
 
 
-def check_same_vocabulary(target_tok, draft_tok, target_cfg: dict, draft_cfg: dict, target_ref: str, draft_ref: str) -> None:
+def check_same_vocabulary(
+    target_tok, draft_tok, target_cfg: dict, draft_cfg: dict, target_ref: str, draft_ref: str
+) -> None:
     """Speculative decoding compares the two models token by token: ids must mean the same thing.
 
     Llasa's control tokens, the speech tokens and BOS are checked by name first (the clearest
@@ -545,7 +549,9 @@ def load_llasa_pair(
     report(0.97, f"loading codec {codec.ref}")
     codec_model, extractor = _load_codec(folders[2], codec.ref, device)
     try:
-        backend = LlasaBackend(tokenizer=target_tok, codec=codec_model, feature_extractor=extractor, **(backend_options or {}))
+        backend = LlasaBackend(
+            tokenizer=target_tok, codec=codec_model, feature_extractor=extractor, **(backend_options or {})
+        )
     except ValueError as error:
         raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
     name = draft_name or _short_name(draft.ref)

@@ -90,7 +90,9 @@ def preset_availability(key: str) -> tuple[bool, str]:
     )
 
 
-def load_preset(key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+def load_preset(
+    key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None
+) -> Synthesizer:
     """Load (or reuse) a preset's synthesizer; loading another one first frees the current one."""
     preset = get_preset(key)
     with _lock:
@@ -224,7 +226,8 @@ def _register_llasa() -> None:
                     f"Llasa-{size} speaks, Llasa-1B drafts: Llama-based TTS models that share one vocabulary of "
                     "65,536 XCodec2 speech tokens (16 kHz), so the 1B model drafts with no training. "
                     "Voice cloning from a short clip and its transcript. Sampling: temperature 0.8, top-p 1. "
-                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC}; needs {memory} of GPU memory (bfloat16 LMs, float32 codec, with headroom)."
+                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC}; needs {memory} of GPU memory "
+                    "(bfloat16 LMs, float32 codec, with headroom)."
                 ),
                 loader=_llasa_loader(target, LLASA_1B),
                 repos=(target, LLASA_1B, DEFAULT_CODEC),

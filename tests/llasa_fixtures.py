@@ -13,7 +13,6 @@ Everything is a few hundred kilobytes and builds in well under a second.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +60,8 @@ CHAT_TEMPLATE = (
     "{{- system_message }}\n"
     '{{- "<|eot_id|>" }}\n'
     "{%- for message in messages %}\n"
-    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    "+ message['content'] | trim + '<|eot_id|>' }}\n"
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
@@ -86,7 +86,9 @@ class TinyLlasa:
 
 
 def build_tokenizer(
-    extra_speech_tokens: int = NUM_SPEECH_TOKENS, drop_special: str | None = None, extra_text_tokens: tuple[str, ...] = ()
+    extra_speech_tokens: int = NUM_SPEECH_TOKENS,
+    drop_special: str | None = None,
+    extra_text_tokens: tuple[str, ...] = (),
 ):
     """A byte-level BPE tokenizer with Llama-3 and Llasa special tokens and `<|s_N|>` speech tokens.
 
@@ -212,6 +214,3 @@ def sine_clip(seconds: float = 1.0, sample_rate: int = 24_000, freq: float = 220
     t = np.arange(int(seconds * sample_rate)) / sample_rate
     return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
 
-
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())

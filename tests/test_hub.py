@@ -165,13 +165,15 @@ def test_mismatched_vocabularies_rejected(family, tmp_path):
 
 def test_shifted_special_token_ids_rejected(family, tmp_path):
     shifted = save_causal_lm(tmp_path / "shifted", build_tokenizer(extra_text_tokens=("extra",)), layers=1, seed=3)
-    with pytest.raises(IncompatiblePairError, match=r"special token <\|TEXT_GENERATION_START\|> has id \d+ in the draft but \d+ in the target"):
+    expected = r"special token <\|TEXT_GENERATION_START\|> has id \d+ in the draft but \d+ in the target"
+    with pytest.raises(IncompatiblePairError, match=expected):
         pair(family, shifted)
 
 
 def test_draft_missing_special_token_rejected(family, tmp_path):
     draft = save_causal_lm(tmp_path / "d", build_tokenizer(drop_special="<|TEXT_UNDERSTANDING_END|>"), layers=1, seed=4)
-    with pytest.raises(IncompatiblePairError, match=r"d is not a Llasa-style speech model: its tokenizer lacks <\|TEXT_UNDERSTANDING_END"):
+    expected = r"d is not a Llasa-style speech model: its tokenizer lacks <\|TEXT_UNDERSTANDING_END"
+    with pytest.raises(IncompatiblePairError, match=expected):
         pair(family, draft)
 
 
@@ -253,7 +255,8 @@ def test_missing_weights_reported_with_download_command(family, tmp_path):
     no_weights = tmp_path / "no-weights"
     shutil.copytree(family.draft, no_weights, ignore=shutil.ignore_patterns("*.safetensors"))
     install_in_hub_cache(no_weights, cache, "someone/draft-without-weights")
-    with pytest.raises(ModelUnavailableError, match="no .safetensors weights.*hf download someone/draft-without-weights"):
+    expected = "no .safetensors weights.*hf download someone/draft-without-weights"
+    with pytest.raises(ModelUnavailableError, match=expected):
         hub.load_llasa_pair(
             str(family.target), "someone/draft-without-weights", codec_ref=str(family.codec),
             options=LoadOptions(device="cpu", cache_dir=cache, check_memory=False),

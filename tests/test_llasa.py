@@ -87,7 +87,10 @@ def test_prompt_matches_documented_template_exactly(backend):
     assert "<|TEXT_UNDERSTANDING_START|>" in tokens and "<|TEXT_UNDERSTANDING_END|>" in tokens
     # Same ids as the model card's own call (apply_chat_template with tokenize=True).
     chat = [
-        {"role": "user", "content": f"Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{TEXT}<|TEXT_UNDERSTANDING_END|>"},
+        {
+            "role": "user",
+            "content": f"Convert the text to speech:<|TEXT_UNDERSTANDING_START|>{TEXT}<|TEXT_UNDERSTANDING_END|>",
+        },
         {"role": "assistant", "content": "<|SPEECH_GENERATION_START|>"},
     ]
     card = backend.tokenizer.apply_chat_template(

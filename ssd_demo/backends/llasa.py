@@ -171,7 +171,9 @@ class LlasaBackend:
             allowed_token_ids=self.allowed_token_ids(),
         )
 
-    def prompt_text(self, text: str, voice_prompt: VoicePrompt | None = None, prompt_codes: list[int] | None = None) -> str:
+    def prompt_text(
+        self, text: str, voice_prompt: VoicePrompt | None = None, prompt_codes: list[int] | None = None
+    ) -> str:
         """The prompt as a string: the chat template applied exactly as the model card does."""
         text = self._check_text(text)
         if voice_prompt is not None:
@@ -239,7 +241,9 @@ class LlasaBackend:
                 "(trim it to one or two sentences and give the matching transcript)"
             )
         if seconds < self.min_prompt_seconds:
-            raise ValueError(f"the voice prompt is {seconds:.2f} s long; it needs at least {self.min_prompt_seconds:g} s")
+            raise ValueError(
+                f"the voice prompt is {seconds:.2f} s long; it needs at least {self.min_prompt_seconds:g} s"
+            )
         if voice_prompt.sample_rate != self.sample_rate:
             audio = torchaudio.functional.resample(
                 torch.from_numpy(audio), voice_prompt.sample_rate, self.sample_rate
