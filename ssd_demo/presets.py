@@ -46,11 +46,13 @@ class Preset:
 
 
 _REGISTRY: dict[str, Preset] = {}
+_builtins_registered = False
 _resident: dict[str, Synthesizer] = {}
 _lock = threading.Lock()
 
 
 def register(preset: Preset) -> None:
+    _register_builtin()  # built-ins first, so the embedded voice stays at the top of every list
     if preset.default_draft not in preset.drafts:
         raise ValueError(f"preset {preset.key!r}: default draft {preset.default_draft!r} is not one of its drafts")
     _REGISTRY[preset.key] = preset
@@ -174,8 +176,10 @@ def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
 
 
 def _register_builtin() -> None:
-    if "embedded" in _REGISTRY:
+    global _builtins_registered
+    if _builtins_registered:
         return
+    _builtins_registered = True
 
     def load_embedded(device: str | None) -> Synthesizer:
         from .backends.embedded import load_synthesizer
