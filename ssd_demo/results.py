@@ -24,7 +24,7 @@ class RoundRecord:
     drafted: list[int]
     accepted: int
     next_token: int | None
-    next_kind: str  # "replacement" | "bonus" | "none"
+    next_kind: str  # "replacement" | "bonus" | "none" (speculative); "sampled" (AR)
     draft_seconds: float
     verify_seconds: float
     end_seconds: float  # time since the start of generation when this round finished
@@ -67,6 +67,7 @@ class GenerationStats:
     mean_target_call_seconds: float  # one target call in the loop (AR step or verify)
     finish_reason: str  # "eos" | "length"
     draft_len: int
+    seed: int  # the seed actually used (drawn at random when the config says None)
 
 
 @dataclass

@@ -1,0 +1,321 @@
+"""Autoregressive and speculative decoding for transformers causal LMs.
+
+Both decoders share one invariant, which makes rollback a matter of cutting caches:
+every committed token except the last is in the target's KV cache; the last one is
+"pending" and is the first input of the next target call. The draft keeps its own
+cache and is fed whatever committed tokens it has not seen yet (one after a rejection,
+two after a fully accepted block: the last drafted token and the bonus).
+
+A speculative round:
+  1. draft K tokens autoregressively, keeping each p_i (the processed distribution);
+  2. run the target once over [pending, x_1..x_K] -> q_1..q_{K+1};
+  3. keep the longest accepted prefix (the acceptance rule decides), then append a
+     replacement drawn from the rule's residual, or a bonus token from q_{K+1};
+  4. cut both caches back to the committed length.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .acceptance import Block, make_rule
+from .config import DecodingConfig
+from .results import GenerationResult, GenerationStats, RoundRecord
+from .sampling import allowed_mask, probabilities, processed_scores, sample
+
+
+class CachedLM:
+    """A causal LM and its KV cache, which can be cut back to any shorter length."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.calls = 0
+        # transformers 5.x renamed `past_key_values` to `cache`; accept models of either vintage.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def forward(self, ids: list[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed `ids` after the cached ones; return logits [n, V] (or [1, V] with last_only)."""
+        device = self.model.device
+        if not torch.is_tensor(ids):
+            ids = torch.tensor(ids, dtype=torch.long, device=device)
+        out = self.model(
+            input_ids=ids.view(1, -1),
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+            **{self._cache_arg: self.cache},
+        )
+        self.calls += 1
+        return out.logits[0]
+
+    def truncate(self, length: int) -> None:
+        extra = self.length - length
+        if extra > 0:
+            self.cache.crop(-extra)  # transformers 5.x: a negative count drops tokens from the end
+
+
+class _Clock:
+    """perf_counter that waits for queued GPU work first, so timings are real on CUDA."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.start = self.now(raw=True)
+
+    def now(self, raw: bool = False) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() if raw else time.perf_counter() - self.start
+
+
+@dataclass
+class _Run:
+    """State shared by both decoders: configuration, RNG, mask, committed tokens and records."""
+
+    config: DecodingConfig
+    device: torch.device
+    vocab_size: int
+    prompt: list[int]
+    seed: int = 0
+    generator: torch.Generator = field(init=False)
+    mask: torch.Tensor | None = field(init=False)
+    committed: list[int] = field(init=False)
+    new_tokens: list[int] = field(default_factory=list)
+    steps: list[RoundRecord] = field(default_factory=list)
+    finish_reason: str = "length"
+
+    def __post_init__(self) -> None:
+        # A private generator: same seed -> same output, and the caller's global RNG is untouched.
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.mask = allowed_mask(self.config, self.vocab_size, self.device)
+        self.committed = list(self.prompt)
+
+    def distributions(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = processed_scores(logits, self.config, self.mask)
+        return scores, probabilities(scores, self.config)
+
+    @property
+    def remaining(self) -> int:
+        return self.config.max_new_tokens - len(self.new_tokens)
+
+    def commit(self, tokens: list[int]) -> bool:
+        """Append tokens, stopping right after an end token. Returns True when generation is over."""
+        eos = self.config.eos_ids
+        for token in tokens:
+            self.new_tokens.append(token)
+            self.committed.append(token)
+            if token in eos:
+                self.finish_reason = "eos"
+                return True
+        return self.remaining <= 0
+
+
+def _check_inputs(input_ids: torch.Tensor, *models) -> tuple[torch.device, int]:
+    if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        shape = tuple(input_ids.shape) if torch.is_tensor(input_ids) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a LongTensor of shape [1, T]; got {shape}")
+    if input_ids.shape[1] < 1:
+        raise ValueError("input_ids is empty: the prompt needs at least one token")
+    vocab_sizes = [m.get_output_embeddings().weight.shape[0] for m in models]
+    if len(set(vocab_sizes)) != 1:
+        raise ValueError(
+            f"draft and target do not share a vocabulary: output layers have {vocab_sizes[1]} and {vocab_sizes[0]} ids"
+        )
+    devices = {m.device for m in models}
+    if len(devices) != 1:
+        raise ValueError(f"target and draft must be on the same device; got {sorted(map(str, devices))}")
+    vocab = vocab_sizes[0]
+    if int(input_ids.max()) >= vocab or int(input_ids.min()) < 0:
+        raise ValueError(f"input_ids contains ids outside the vocabulary [0, {vocab})")
+    return models[0].device, vocab
+
+
+def _resolve_seed(config: DecodingConfig) -> int:
+    return config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
+
+
+def _prefill(lms: list[CachedLM], prompt: list[int]) -> None:
+    """Cache all prompt tokens but the last, which stays pending for the first decoding call."""
+    if len(prompt) > 1:
+        for lm in lms:
+            lm.forward(prompt[:-1], last_only=True)
+
+
+@torch.inference_mode()
+def autoregressive_generate(target, input_ids: torch.Tensor, config: DecodingConfig) -> GenerationResult:
+    """Plain decoding: one target call per token, with the same sampling as the speculative path."""
+    device, vocab = _check_inputs(input_ids, target)
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
+    lm = CachedLM(target)
+    clock = _Clock(device)
+    _prefill([lm], run.prompt)
+    prefill_seconds = clock.now()
+    done = False
+    while not done:
+        started = clock.now()
+        logits = lm.forward(run.committed[lm.length :], last_only=True)
+        _, probs = run.distributions(logits)
+        token = int(sample(probs, run.generator)[0])
+        done = run.commit([token])
+        finished = clock.now()
+        run.steps.append(
+            RoundRecord(
+                drafted=[],
+                accepted=0,
+                next_token=token,
+                next_kind="sampled",
+                draft_seconds=0.0,
+                verify_seconds=finished - started,
+                end_seconds=finished,
+                target_cache_len=lm.length,
+            )
+        )
+    return _result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
+
+
+@torch.inference_mode()
+def speculative_generate(target, draft, input_ids: torch.Tensor, config: DecodingConfig) -> GenerationResult:
+    """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0)."""
+    device, vocab = _check_inputs(input_ids, target, draft)
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
+    rule = make_rule(config, target)
+    target_lm, draft_lm = CachedLM(target), CachedLM(draft)
+    clock = _Clock(device)
+    _prefill([target_lm, draft_lm], run.prompt)
+    prefill_seconds = clock.now()
+    done = False
+    while not done:
+        committed_len = len(run.committed)
+        # Leave room for the replacement/bonus token: never exceed max_new_tokens.
+        draft_len = min(config.draft_len, run.remaining - 1)
+
+        # 1. Draft.
+        started = clock.now()
+        drafted, draft_rows = _draft_block(draft_lm, run, draft_len)
+        drafted_at = clock.now()
+
+        # 2. Verify: the pending token plus the block, in one target call.
+        logits = target_lm.forward(run.committed[target_lm.length :] + drafted)
+        target_scores, target_probs = run.distributions(logits)
+        block = Block(
+            drafted=torch.tensor(drafted, dtype=torch.long, device=device),
+            draft_probs=torch.stack(draft_rows) if draft_rows else target_probs[:0],
+            target_probs=target_probs,
+            target_scores=target_scores,
+        )
+
+        # 3. Accept the longest prefix that passes, then a replacement or a bonus token.
+        accepted, expected = _accepted_prefix(rule, block, run.generator)
+        if accepted < len(drafted):
+            next_token = int(sample(rule.residual(block, accepted)[None], run.generator)[0])
+            kind = "replacement"
+        else:
+            next_token = int(sample(target_probs[-1:], run.generator)[0])
+            kind = "bonus"
+        kept = drafted[:accepted]
+        if any(token in config.eos_ids for token in kept):
+            next_token, kind = None, "none"  # the end token was accepted: nothing follows it
+        done = run.commit(kept + ([next_token] if next_token is not None else []))
+
+        # 4. Roll both caches back to the committed prefix (all but the pending token).
+        target_lm.truncate(committed_len + accepted)
+        draft_lm.truncate(min(draft_lm.length, committed_len + accepted))
+        finished = clock.now()
+        run.steps.append(
+            RoundRecord(
+                drafted=drafted,
+                accepted=accepted,
+                next_token=next_token,
+                next_kind=kind,
+                draft_seconds=drafted_at - started,
+                verify_seconds=finished - drafted_at,
+                end_seconds=finished,
+                expected_acceptance=expected,
+                draft_calls=len(draft_rows),
+                target_cache_len=target_lm.length,
+                draft_cache_len=draft_lm.length,
+            )
+        )
+    return _result(
+        run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=draft_lm.calls
+    )
+
+
+def _draft_block(draft_lm: CachedLM, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence."""
+    drafted: list[int] = []
+    rows: list[torch.Tensor] = []
+    feed = run.committed[draft_lm.length :]  # catch up on what the draft has not seen
+    threshold = run.config.adaptive_threshold
+    for _ in range(draft_len):
+        logits = draft_lm.forward(feed, last_only=True)
+        _, probs = run.distributions(logits)
+        if threshold > 0 and drafted and float(probs.max()) < threshold:
+            break  # the draft is unsure: verifying now wastes fewer draft steps
+        token = int(sample(probs, run.generator)[0])
+        drafted.append(token)
+        rows.append(probs[0])
+        feed = [token]
+        if token in run.config.eos_ids:
+            break  # nothing after an end token can be emitted
+    return drafted, rows
+
+
+def _accepted_prefix(rule, block: Block, generator: torch.Generator) -> tuple[int, list[float]]:
+    """Number of leading drafted tokens that pass, and the expected acceptance of each tested position."""
+    k = block.drafted.shape[0]
+    if k == 0:
+        return 0, []
+    uniforms = torch.rand(k, generator=generator, device=block.drafted.device)
+    passed = (uniforms < rule.accept_probability(block)).tolist()
+    accepted = passed.index(False) if False in passed else k
+    tested = min(accepted + 1, k)  # positions after the first rejection were never really tested
+    expected = rule.expected_acceptance(block)[:tested].tolist()
+    return accepted, expected
+
+
+def _result(
+    run: _Run, mode: str, prefill_seconds: float, wall_seconds: float, target_calls: int, draft_calls: int
+) -> GenerationResult:
+    steps = run.steps
+    drafted = sum(len(s.drafted) for s in steps)
+    accepted = sum(s.accepted for s in steps)
+    expected = [e for s in steps for e in s.expected_acceptance]
+    draft_seconds = sum(s.draft_seconds for s in steps)
+    verify_seconds = sum(s.verify_seconds for s in steps)
+    loop_draft_calls = sum(s.draft_calls for s in steps)
+    n = len(run.new_tokens)
+    stats = GenerationStats(
+        mode=mode,
+        new_tokens=n,
+        rounds=len(steps),
+        target_calls=target_calls,
+        draft_calls=draft_calls,
+        drafted_tokens=drafted,
+        accepted_tokens=accepted,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        alpha=sum(expected) / len(expected) if expected else 0.0,
+        mean_tokens_per_call=n / len(steps) if steps else 0.0,
+        mean_accepted_length=accepted / len(steps) if steps and mode == "speculative" else 0.0,
+        prefill_seconds=prefill_seconds,
+        draft_seconds=draft_seconds,
+        verify_seconds=verify_seconds,
+        wall_seconds=wall_seconds,
+        tokens_per_second=n / wall_seconds if wall_seconds > 0 else 0.0,
+        mean_draft_step_seconds=draft_seconds / loop_draft_calls if loop_draft_calls else 0.0,
+        mean_target_call_seconds=verify_seconds / len(steps) if steps else 0.0,
+        finish_reason=run.finish_reason,
+        draft_len=run.config.draft_len if mode == "speculative" else 0,
+        seed=run.seed,
+    )
+    return GenerationResult(tokens=list(run.new_tokens), steps=steps, stats=stats)

@@ -1,0 +1,37 @@
+"""Tiny random causal LMs built locally (no download) for engine tests."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(seed: int, vocab: int = 4, layers: int = 1, width: int = 8, init: float = 1.0) -> LlamaForCausalLM:
+    """A random Llama; a large init range gives peaky, model-specific distributions."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=init,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return model
+
+
+def with_logit_bias(model: LlamaForCausalLM, bias: dict[int, float]) -> LlamaForCausalLM:
+    """Give the output layer a bias, to make chosen tokens (un)likely while caches stay real."""
+    old = model.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight)
+        head.bias.zero_()
+        for token, value in bias.items():
+            head.bias[token] = value
+    model.lm_head = head
+    return model
