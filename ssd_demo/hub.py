@@ -211,14 +211,30 @@ def _valid_repo_id(ref: str) -> bool:
 
 
 def _progress_bar(progress: ProgressCallback, label: str):
-    """A tqdm class that forwards file-count progress to `progress`."""
+    """A tqdm class that forwards snapshot_download's bars to `progress`.
+
+    snapshot_download drives three bars with it: network bytes ("Downloading bytes", whose
+    total is only a guess), bytes written to disk (total = file sizes), and files done. The
+    last two are forwarded; totals grow as downloads start, so the fraction is kept monotonic.
+    The bars still print as usual.
+    """
     from tqdm.auto import tqdm
+
+    best = [0.0]
 
     class ForwardingBar(tqdm):
         def update(self, n=1):
             result = super().update(n)
-            if self.total:
-                progress(min(self.n / self.total, 1.0), f"{label}: {self.n}/{self.total} files")
+            if not self.total or self.disable:
+                return result
+            if self.unit == "B":
+                if str(self.desc or "").startswith("Downloading bytes"):
+                    return result
+                message = f"{label}: {_human(self.n, 'B')} of {_human(self.total, 'B')}"
+            else:
+                message = f"{label}: {int(self.n)} of {int(self.total)} files"
+            best[0] = max(best[0], min(self.n / self.total, 1.0))
+            progress(best[0], message)
             return result
 
     return ForwardingBar
@@ -412,8 +428,8 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         return (
-            f"target {self.target_params / 1e9:.2f} B + draft {self.draft_params / 1e9:.2f} B parameters in "
-            f"{str(self.lm_dtype).removeprefix('torch.')}, codec {self.codec_params / 1e6:.0f} M in float32: "
+            f"target {_human(self.target_params)} + draft {_human(self.draft_params)} parameters in "
+            f"{str(self.lm_dtype).removeprefix('torch.')}, codec {_human(self.codec_params)} in float32: "
             f"about {self.required_bytes / 2**30:.1f} GiB with margin"
         )
 
@@ -612,6 +628,14 @@ def free_models() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _human(count: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M'; with unit 'B': '1.23 MB'."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G" if unit else "B"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.2f} {prefix}{unit}"
+    return f"{int(count)} {unit}".rstrip()
 
 
 def _short_name(ref: str) -> str:

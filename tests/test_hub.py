@@ -3,6 +3,7 @@ real repo ids, pre-flight errors that fail before any weights load, presets and 
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
@@ -311,6 +312,25 @@ def test_token_is_passed_to_the_hub(monkeypatch, tmp_path):
     with pytest.raises(ModelUnavailableError):
         hub.resolve("org/gated", revision="abc123", options=LoadOptions(token="hf_secret", cache_dir=tmp_path))
     assert seen["token"] == "hf_secret" and seen["revision"] == "abc123" and seen["local_files_only"] is True
+
+
+def test_download_progress_is_forwarded_and_monotonic():
+    seen = []
+    bar_class = hub._progress_bar(lambda f, m: seen.append((f, m)), "org/model")
+    quiet = dict(file=io.StringIO())
+    files = bar_class(total=4, desc="Fetching 4 files", **quiet)
+    received = bar_class(total=0, unit="B", desc="Downloading bytes", **quiet)
+    written = bar_class(total=0, unit="B", desc="Reconstructing (incomplete total...)", **quiet)
+    received.total = 2_000_000_000
+    received.update(2_000_000_000)  # network bytes: total is a guess, not forwarded
+    written.total = 2_000_000_000
+    written.update(1_000_000_000)
+    files.update(1)  # 0.25 < 0.5 already reported: the fraction must not go back
+    written.total = 4_000_000_000  # a new file started: the byte fraction drops to 0.25
+    written.update(0)
+    files.update(3)
+    assert [f for f, _ in seen] == [0.5, 0.5, 0.5, 1.0]
+    assert seen[0][1] == "org/model: 1.00 GB of 2.00 GB" and seen[-1][1] == "org/model: 4 of 4 files"
 
 
 def _must_not_load(*args, **kwargs):
