@@ -1,0 +1,246 @@
+"""`python -m ssd_demo bench`: AR vs speculative vs transformers' assisted generation.
+
+All methods run on the same models, prompt and sampling settings, interleaved
+(method order rotates each repetition so drift and thermal noise hit all of them),
+after warm-up; we report medians and ratios inside the run, never absolute claims.
+
+Methods:
+  ar           our autoregressive_generate
+  speculative  our speculative_generate (draft_len K, beta, rule)
+  hf_assisted  target.generate(assistant_model=draft) with K tokens, constant schedule
+  hf_generate  plain target.generate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .config import DecodingConfig
+from .decoding import autoregressive_generate, speculative_generate
+from .results import compare_runs
+
+METHODS = ("ar", "speculative", "hf_assisted", "hf_generate")
+
+
+def random_pair(vocab: int = 1024, seed: int = 0):
+    """The default pair until trained weights are given: random Llamas, 12 x 512 and 2 x 256."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def build(layers: int, width: int, heads: int, offset: int):
+        torch.manual_seed(seed + offset)
+        config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=width,
+            intermediate_size=width * 8 // 3 // 64 * 64 + 64,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(heads // 4, 1),
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+        )
+        return LlamaForCausalLM(config).eval()
+
+    return build(12, 512, 8, 0), build(2, 256, 4, 1)
+
+
+def load_pair(target: str | None, draft: str | None, device: str):
+    if target is None and draft is None:
+        return random_pair()
+    if not (target and draft):
+        raise ValueError("give both --target and --draft (model directories), or neither for the random pair")
+    from transformers import AutoModelForCausalLM
+
+    models = []
+    for path in (target, draft):
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"model directory not found: {path}")
+        models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+    return tuple(m.to(device) for m in models)
+
+
+@dataclass
+class MethodSummary:
+    method: str
+    median_seconds: float
+    median_tokens: float
+    median_tokens_per_second: float
+    speedup_vs_ar: float
+
+
+def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool) -> tuple[int, float]:
+    from transformers import GenerationConfig
+
+    sampling = not config.greedy
+    generation = GenerationConfig(
+        do_sample=sampling,
+        temperature=config.temperature if sampling else None,
+        top_k=config.top_k if sampling else None,
+        top_p=config.top_p if sampling else None,
+        max_new_tokens=config.max_new_tokens,
+        min_new_tokens=config.max_new_tokens,  # same length as ours: no early stop
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    kwargs = {}
+    if assisted:
+        generation.num_assistant_tokens = config.draft_len
+        generation.num_assistant_tokens_schedule = "constant"
+        generation.assistant_confidence_threshold = 0.0  # no dynamic early stop: same K as ours
+        kwargs["assistant_model"] = draft
+    torch.manual_seed(config.seed or 0)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        output = target.generate(prompt, generation_config=generation, **kwargs)
+    if prompt.device.type == "cuda":
+        torch.cuda.synchronize()
+    return output.shape[1] - prompt.shape[1], time.perf_counter() - start
+
+
+def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
+                  methods=METHODS, progress: bool = True) -> dict:
+    seconds: dict[str, list[float]] = {m: [] for m in methods}
+    tokens: dict[str, list[int]] = {m: [] for m in methods}
+    reports = []
+    total = (warmup + repeats) * len(methods)
+    bar = tqdm(total=total, desc="bench", disable=not progress)
+    for rep in range(warmup + repeats):
+        order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
+        run_config = config.with_(seed=(config.seed or 0) + rep)
+        ar_result = spec_result = None
+        for method in order:
+            if method == "ar":
+                ar_result = autoregressive_generate(target, prompt, run_config)
+                n, wall = len(ar_result.tokens), ar_result.stats.wall_seconds
+            elif method == "speculative":
+                spec_result = speculative_generate(target, draft, prompt, run_config)
+                n, wall = len(spec_result.tokens), spec_result.stats.wall_seconds
+            else:
+                n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method == "hf_assisted")
+            if rep >= warmup:
+                seconds[method].append(wall)
+                tokens[method].append(n)
+            bar.update(1)
+        if rep >= warmup and ar_result is not None and spec_result is not None:
+            reports.append(compare_runs(ar_result, spec_result))
+    bar.close()
+    median = statistics.median
+    ar_seconds = median(seconds["ar"]) if "ar" in seconds else None
+    summaries = [
+        MethodSummary(
+            method=m,
+            median_seconds=median(seconds[m]),
+            median_tokens=median(tokens[m]),
+            median_tokens_per_second=median(n / s for n, s in zip(tokens[m], seconds[m])),
+            speedup_vs_ar=(ar_seconds / median(seconds[m])) if ar_seconds else float("nan"),
+        )
+        for m in methods
+    ]
+    result = {"methods": [asdict(s) for s in summaries]}
+    if reports:
+        result["speculative"] = {
+            "alpha": median(r.alpha for r in reports),
+            "acceptance_rate": None,
+            "cost_ratio_c": median(r.cost_ratio for r in reports),
+            "verify_ratio_v": median(r.verify_ratio for r in reports),
+            "measured_decode_speedup": median(r.measured for r in reports),
+            "predicted_speedup_classic": median(r.predicted for r in reports),
+            "predicted_speedup_strict": median(r.predicted_strict for r in reports),
+            "fraction_of_strict_prediction": median(r.fraction_of_prediction for r in reports),
+        }
+        result["speculative"]["acceptance_rate"] = spec_result.stats.acceptance_rate if spec_result else None
+        result["speculative"]["mean_accepted_length"] = spec_result.stats.mean_accepted_length if spec_result else None
+    if "speculative" in seconds and "hf_assisted" in seconds:
+        result["speculative_vs_hf_assisted"] = median(seconds["hf_assisted"]) / median(seconds["speculative"])
+    return result
+
+
+def markdown_table(result: dict) -> str:
+    lines = ["| method | median s | tokens | tokens/s | speedup vs AR |", "|---|---|---|---|---|"]
+    for m in result["methods"]:
+        lines.append(
+            f"| {m['method']} | {m['median_seconds']:.3f} | {m['median_tokens']:.0f} | "
+            f"{m['median_tokens_per_second']:.1f} | {m['speedup_vs_ar']:.2f}x |"
+        )
+    spec = result.get("speculative")
+    if spec:
+        lines.append("")
+        lines.append(
+            f"speculative vs hf_assisted: {result.get('speculative_vs_hf_assisted', float('nan')):.2f}x; "
+            f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
+            f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
+            f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
+            f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"
+        )
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="target model directory (save_pretrained); default: random 12x512 Llama")
+    parser.add_argument("--draft", help="draft model directory; default: random 2x256 Llama")
+    parser.add_argument("--draft-len", type=int, default=4, help="K, tokens drafted per round (default 4)")
+    parser.add_argument("--beta", type=float, default=0.0, help="SSD tolerance (default 0 = exact)")
+    parser.add_argument("--acceptance", default="ssd", help="acceptance rule (default ssd)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--prompt-len", type=int, default=32, help="random prompt length in tokens")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per method (median reported)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the results here")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    target, draft = load_pair(args.target, args.draft, args.device)
+    target, draft = target.to(args.device), draft.to(args.device)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(0, vocab, (1, args.prompt_len), generator=generator).to(args.device)
+    config = DecodingConfig(
+        draft_len=args.draft_len, beta=args.beta, acceptance=args.acceptance, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
+    )
+    result = run_benchmark(target, draft, prompt, config, repeats=args.repeats, warmup=args.warmup, methods=methods)
+    result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result["machine"] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "torch_threads": torch.get_num_threads(),
+        "device": args.device,
+        "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
+        "torch": torch.__version__,
+    }
+    result["commit"] = _commit()
+    print(markdown_table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
