@@ -459,6 +459,23 @@ def _resolve_metadata(ref: str, revision: str | None, options: LoadOptions) -> _
     return _Resolved(ref, revision, folder, read_config(folder, ref))
 
 
+def _resolve_all(refs: list[tuple[str, str | None]], options: LoadOptions) -> list[_Resolved]:
+    """Resolve every model's small files; report all unavailable ones together, with one command each."""
+    resolved, unavailable = [], []
+    for ref, revision in refs:
+        try:
+            resolved.append(_resolve_metadata(ref, revision, options))
+        except ModelUnavailableError as error:
+            unavailable.append((ref, revision, error))
+    if len(unavailable) == 1:
+        raise unavailable[0][2]
+    if unavailable:
+        lines = "\n".join(f"- {error}" for _, _, error in unavailable)
+        commands = " && ".join(download_command(ref, rev) for ref, rev, _ in unavailable if not Path(ref).is_dir())
+        raise ModelUnavailableError(f"{len(unavailable)} models are not available:\n{lines}\nAll at once: `{commands}`")
+    return resolved
+
+
 def _fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCallback | None) -> Path:
     folder = resolve(item.ref, item.revision, options, METADATA_PATTERNS + WEIGHT_PATTERNS, progress)
     if not any(folder.glob("*.safetensors")):
@@ -530,9 +547,9 @@ def load_llasa_pair(
     dtype = auto_dtype(device, options.dtype)
 
     report(0.0, "checking model files")
-    target = _resolve_metadata(target_ref, target_revision, options)
-    draft = _resolve_metadata(draft_ref, draft_revision, options)
-    codec = _resolve_metadata(codec_ref, codec_revision, options)
+    target, draft, codec = _resolve_all(
+        [(target_ref, target_revision), (draft_ref, draft_revision), (codec_ref, codec_revision)], options
+    )
     for item in (target, draft):
         check_causal_lm(item.config, item.ref, options.trust_remote_code)
     check_codec_config(codec.config, codec.ref)

@@ -133,6 +133,15 @@ def test_unavailable_preset_fails_fast_saying_how_to_get_it(hub_cache, monkeypat
         presets.load_preset("llasa-1b-8b", device="cpu")
 
 
+def test_all_missing_models_reported_together(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing is available
+    with pytest.raises(ModelUnavailableError) as caught:
+        presets.load_preset("llasa-1b-8b", device="cpu")
+    message = str(caught.value)
+    assert message.startswith("3 models are not available")
+    assert "`hf download HKUSTAudio/Llasa-8B && hf download HKUSTAudio/Llasa-1B && hf download hf-audio/xcodec2`" in message
+
+
 def test_nonexistent_repo_offline(tmp_path):
     with pytest.raises(ModelUnavailableError, match="not in the local Hugging Face cache and offline mode is on"):
         hub.resolve("nobody-here/no-such-model", options=LoadOptions(cache_dir=tmp_path))
