@@ -130,20 +130,20 @@ def build_listening_tab(data_root: Path | None = None) -> None:
     trial_box = gr.Textbox(visible=False, label="trial id")
     with gr.Column(visible=True) as start_column:
         rater_box = gr.Textbox(label="Rater id (optional)", placeholder="leave empty to stay anonymous", max_lines=1)
-        start_button = gr.Button("Start listening test", variant="primary")
+        start_button = gr.Button("Start listening test", variant="primary", elem_id="listening-start")
     with gr.Column(visible=False) as trial_column:
-        progress_text = gr.Markdown()
+        progress_text = gr.Markdown(elem_id="listening-progress")
         sentence_text = gr.Markdown()
         with gr.Row():
             with gr.Column():
                 audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False)
-                score_a_radio = gr.Radio(SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)")
+                score_a_radio = gr.Radio(SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-a")
             with gr.Column():
                 audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False)
-                score_b_radio = gr.Radio(SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)")
-        choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?")
-        submit_button = gr.Button("Submit vote", variant="primary")
-    done = gr.Markdown()
+                score_b_radio = gr.Radio(SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-b")
+        choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?", elem_id="listening-choice")
+        submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
+    done = gr.Markdown(elem_id="listening-done")
 
     trial_outputs = [
         session_box, trial_box, progress_text, sentence_text, audio_a, audio_b,

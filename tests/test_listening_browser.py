@@ -1,0 +1,79 @@
+"""A rater completes a short listening session in a real browser (Playwright + Debian chromium)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import gradio as gr
+import pytest
+
+from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
+
+
+@pytest.fixture()
+def app_url(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "3")
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
+    monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
+    texts = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."]
+    create_stimulus_set("tones", texts, ["AR", "SSD beta=0.3 K=4", "exact speculative"], tone_renderer(seconds=0.2), root=tmp_path)
+    with gr.Blocks() as demo:
+        with gr.Tab("Listening test"):
+            build_listening_tab(tmp_path)
+    demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        yield demo.local_url, tmp_path / "listening.sqlite3"
+    finally:
+        demo.close()
+        close_listening_apps()
+
+
+def test_rater_completes_a_session_with_clicks(app_url):
+    url, db = app_url
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.get_by_placeholder("leave empty to stay anonymous").fill("browser-rater")
+            page.click("#listening-start")
+            progress = page.locator("#listening-progress")
+            sync_api.expect(progress).to_contain_text("Trial 1 of 3", timeout=20_000)
+            assert not REVEALING.search(page.inner_text("body"))
+            assert page.locator("audio").count() >= 2
+
+            # A double click on submit stores one vote and moves on by exactly one trial.
+            page.locator("#listening-choice").get_by_text("A", exact=True).click()
+            page.locator("#listening-score-a").get_by_text("4", exact=True).click()
+            page.locator("#listening-submit").dblclick()
+            sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
+
+            for choice, score in (("B", "2"), ("No preference", "5")):
+                page.locator("#listening-choice").get_by_text(choice, exact=True).click()
+                page.locator("#listening-score-b").get_by_text(score, exact=True).click()
+                page.locator("#listening-submit").click()
+                if choice == "B":
+                    sync_api.expect(progress).to_contain_text("Trial 3 of 3", timeout=20_000)
+            sync_api.expect(page.locator("#listening-done")).to_contain_text("Thank you", timeout=20_000)
+            assert not REVEALING.search(page.inner_text("body"))
+        finally:
+            browser.close()
+
+    with ListeningStore(db, app_version="reader") as store:
+        votes = store.votes()
+    assert [(v.choice, v.score_a, v.score_b, v.rater_id) for v in votes] == [
+        ("A", 4, None, "browser-rater"),
+        ("B", None, 2, "browser-rater"),
+        ("none", None, 5, "browser-rater"),
+    ]
+    assert [v.trial_index for v in votes] == [0, 1, 2]
