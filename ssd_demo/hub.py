@@ -155,6 +155,7 @@ def resolve(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
+        HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -191,6 +192,8 @@ def resolve(
             f"Download it first on a machine with network access: `{download_command(ref, revision)}` "
             f"(or `huggingface-cli download {ref}`), then run again with the same cache (HF_HUB_CACHE)."
         ) from None
+    except HfHubHTTPError as error:  # after its subclasses above: server errors, rate limits
+        raise ModelUnavailableError(f"the Hub could not serve {ref} right now: {error}") from None
     if patterns == METADATA_PATTERNS and not (folder / "config.json").is_file():
         why = "the cached snapshot is incomplete" if offline else "it has no config.json"
         raise ModelUnavailableError(
