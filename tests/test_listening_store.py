@@ -237,3 +237,60 @@ def test_csv_round_trip(store, stimulus_set, tmp_path):
     with pytest.raises(ValueError, match="not a vote export"):
         (tmp_path / "other.csv").write_text("a,b\n1,2\n")
         read_votes_csv(tmp_path / "other.csv")
+
+
+def test_render_with_a_synthesizer_and_the_cli(tmp_path, capsys):
+    from toy_backend import TOY_KEY, register_toy_preset
+
+    from ssd_demo.__main__ import main as cli
+
+    register_toy_preset()
+    code = cli(["stimuli", "--name", "toy-set", "--preset", TOY_KEY, "--data-dir", str(tmp_path), "--count", "2",
+                "--systems", "AR", "SSD beta=0.3 K=4", "exact speculative K=2 draft=copy", "--seed", "5"])
+    assert code == 0 and "wrote 6 clips" in capsys.readouterr().out
+    rendered = load_stimulus_set(tmp_path / "stimuli" / "toy-set")
+    manifest = json.loads((rendered.root / "manifest.json").read_text())
+    assert manifest["preset"] == TOY_KEY and manifest["model_revision"]
+    clips = {c["system"]: c for c in manifest["items"][1]["clips"]}
+    assert clips["AR"]["settings"]["mode"] == "ar" and clips["AR"]["seed"] == 6
+    ssd = clips["SSD beta=0.3 K=4"]["settings"]
+    assert (ssd["mode"], ssd["acceptance"], ssd["beta"], ssd["draft_len"], ssd["draft"]) == ("speculative", "ssd", 0.3, 4, "small")
+    exact = clips["exact speculative K=2 draft=copy"]["settings"]
+    assert (exact["acceptance"], exact["beta"], exact["draft_len"], exact["draft"]) == ("exact", 0.0, 2, "copy")
+    assert all(c["duration_seconds"] > 0 for c in clips.values())
+    # A bad system name fails before any model is loaded, with a one-line error.
+    assert cli(["stimuli", "--name", "bad", "--preset", TOY_KEY, "--data-dir", str(tmp_path), "--systems", "AR", "greedy"]) == 2
+    assert "unknown system" in capsys.readouterr().err
+
+
+def test_small_set_with_the_embedded_voice(tmp_path):
+    from ssd_demo.backends.embedded import DEFAULT_PATH
+
+    if not (DEFAULT_PATH / "target").is_dir():
+        pytest.skip("the embedded voice (assets/embedded) is not built yet")
+    from ssd_demo.listening.stimuli import build_small_set
+
+    stimulus_set = build_small_set(tmp_path, n_sentences=1)
+    assert len(stimulus_set.items) == 1 and len(stimulus_set.items[0].clips) == 3
+    assert stimulus_set.model_revision != "unknown"
+    assert build_small_set(tmp_path, n_sentences=1).manifest_sha256 == stimulus_set.manifest_sha256  # reused, not re-rendered
+
+
+def test_model_revision_hashes_the_weight_folders(tmp_path):
+    from types import SimpleNamespace
+
+    from ssd_demo.listening.stimuli import model_revision
+
+    def model(folder):
+        return SimpleNamespace(config=SimpleNamespace(_name_or_path=str(folder)))
+
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(name.encode())
+    synth = SimpleNamespace(target=model(tmp_path / "target"), drafts={"d": model(tmp_path / "draft")})
+    first = model_revision(synth)
+    assert first.startswith("sha256:") and first == model_revision(synth)
+    (tmp_path / "draft" / "model.safetensors").write_bytes(b"retrained")
+    assert model_revision(synth) != first
+    assert model_revision(SimpleNamespace(target=model(""), drafts={})) == "unknown"
+    assert model_revision(SimpleNamespace(revision="v1.2")) == "v1.2"

@@ -360,23 +360,28 @@ def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
 
 
 def model_revision(synthesizer) -> str:
-    """A short fingerprint of the weights: a declared revision if the model has one, else a hash of its files."""
+    """A short fingerprint of the weights: a declared revision if the model has one, else a hash of the
+    local folders the target and drafts were loaded from; "unknown" for models built in memory."""
     for owner in (synthesizer, getattr(synthesizer, "backend", None)):
         revision = getattr(owner, "revision", None)
         if revision:
             return str(revision)
-    config = getattr(getattr(synthesizer, "target", None), "config", None)
-    source = getattr(config, "_name_or_path", "") or ""
-    folder = Path(source) if source else None
-    if folder is not None and folder.is_dir():
-        digest = hashlib.sha256()
+    models = [getattr(synthesizer, "target", None), *getattr(synthesizer, "drafts", {}).values()]
+    folders = []
+    for model in models:
+        source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+        if source and Path(source).is_dir():
+            folders.append(Path(source))
+    if not folders:
+        return "unknown"
+    digest = hashlib.sha256()
+    for folder in folders:
         for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-            digest.update(file.relative_to(folder).as_posix().encode())
+            digest.update(f"{folder.name}/{file.relative_to(folder).as_posix()}".encode())
             with file.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
-        return f"sha256:{digest.hexdigest()[:16]}"
-    return "unknown"
+    return f"sha256:{digest.hexdigest()[:16]}"
 
 
 def synthesizer_renderer(synthesizer) -> Renderer:
