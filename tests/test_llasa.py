@@ -202,3 +202,19 @@ def test_backend_rejects_codec_tokenizer_mismatch(backend):
     small_codec, extractor = build_codec(levels=(4, 4, 4, 4, 4))  # 1024 codes, tokenizer has 256
     with pytest.raises(ValueError, match="speech tokens do not match the codec"):
         LlasaBackend(backend.tokenizer, small_codec, extractor)
+
+
+def test_bfloat16_language_models_with_float32_codec(family):
+    # The CUDA configuration (bf16 LMs, fp32 codec), exercised on the CPU.
+    from ssd_demo.hub import LoadOptions, load_llasa_pair
+
+    synth = load_llasa_pair(
+        str(family.target), str(family.draft), codec_ref=str(family.codec),
+        options=LoadOptions(device="cpu", dtype=torch.bfloat16),
+    )
+    assert next(synth.target.parameters()).dtype == torch.bfloat16
+    assert next(synth.backend.codec.parameters()).dtype == torch.float32
+    vp = VoicePrompt(sine_clip(1.0, 16_000), 16_000, "A reference clip.")
+    result = synth.synthesize(TEXT, mode="speculative", config=synth.config(max_new_tokens=16, seed=2), voice_prompt=vp)
+    assert result.audio.dtype == np.float32 and np.isfinite(result.audio).all()
+    assert len(result.audio) == len(synth.backend.tokens_to_codes(result.generation.tokens)) * synth.backend.hop_length
