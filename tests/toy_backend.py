@@ -54,7 +54,10 @@ class ToyBackend:
         bad = sorted({c for c in text if not FIRST_CHAR <= ord(c) < FIRST_CHAR + TEXT_IDS})
         if bad:
             raise TextError(f"The toy voice only reads printable ASCII; cannot read {''.join(bad)!r}.")
-        return [ord(c) - FIRST_CHAR for c in text] + [SEPARATOR_ID]
+        # Tiny random models barely attend to the text, so end the prompt with a speech token
+        # derived from the whole text: different texts then give different token streams.
+        primer = SPEECH_OFFSET + sum((i + 1) * ord(c) for i, c in enumerate(text)) % SPEECH_TOKENS
+        return [ord(c) - FIRST_CHAR for c in text] + [SEPARATOR_ID, primer]
 
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
         speech = [t - SPEECH_OFFSET for t in tokens if SPEECH_OFFSET <= t < SPEECH_OFFSET + SPEECH_TOKENS]

@@ -1,0 +1,183 @@
+"""The running app, called the way users script it: through gradio_client."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import soundfile
+import torch
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+
+from ssd_demo.decoding import autoregressive_generate, speculative_generate
+from ssd_demo.presets import load_preset
+from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
+
+OUTPUTS = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "breakdown", "accepted_length",
+           "by_position", "details", "seed_used")
+
+
+def _launch(default_preset: str):
+    from ssd_demo.ui import build_demo
+
+    demo = build_demo(default_preset=default_preset)
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def server():
+    register_toy_preset()
+    demo, url = _launch(TOY_KEY)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server, verbose=False)
+
+
+def _named(result) -> dict:
+    assert len(result) == len(OUTPUTS)
+    return dict(zip(OUTPUTS, result))
+
+
+def _expected_tokens(text: str, details: dict) -> tuple[list[int], list[int]]:
+    """What the engine itself produces for this text and the settings the app reports."""
+    synthesizer = load_preset(TOY_KEY)
+    config = synthesizer.config(**{k: details["config"][k] for k in ("draft_len", "beta", "temperature", "top_k",
+                                                                    "top_p", "max_new_tokens", "seed", "acceptance")})
+    prompt = torch.tensor([synthesizer.backend.prompt_ids(text)])
+    ar = autoregressive_generate(synthesizer.target, prompt, config)
+    spec = speculative_generate(synthesizer.target, synthesizer.drafts[details["draft"]], prompt, config)
+    return ar.tokens, spec.tokens
+
+
+def test_text_alone_is_enough(client):
+    out = _named(client.predict("Hello from the API.", api_name="/synthesize"))
+    details = out["details"]
+    for key, run in (("ar_audio", "autoregressive"), ("spec_audio", "speculative")):
+        path = Path(out[key])
+        assert path.suffix == ".wav" and run in path.name
+        info = soundfile.info(str(path))
+        assert info.subtype == "PCM_16"
+        speech_tokens = [t for t in details[run]["tokens"] if t != EOS_ID]
+        # Plausible: the toy voice speaks TOKEN_SECONDS per speech token.
+        assert info.duration == pytest.approx(len(speech_tokens) * TOKEN_SECONDS)
+        assert 0.1 < info.duration < 5
+    assert out["seed_used"] == details["seed"] == 0
+    assert all(out[name]["plot"].startswith("data:image/png") for name in
+               ("tokens_vs_time", "breakdown", "accepted_length", "by_position"))
+    assert "| Autoregressive | Speculative |" in out["stats"]
+
+
+def test_statistics_match_the_engine(client):
+    text = "Same text, same settings."
+    out = _named(client.predict(text, api_name="/synthesize"))
+    details = out["details"]
+    ar_tokens, spec_tokens = _expected_tokens(text, details)
+    assert details["autoregressive"]["tokens"] == ar_tokens
+    assert details["speculative"]["tokens"] == spec_tokens
+    stats = details["speculative"]["stats"]
+    assert stats["new_tokens"] == len(spec_tokens)
+    assert f"| Tokens generated | {len(ar_tokens)} | {len(spec_tokens)} |" in out["stats"]
+    assert sum(1 for span in out["tokens"] if span["token"] == " | ") == stats["rounds"] - 1
+    accepted = sum(1 for span in out["tokens"] if span["class_or_confidence"] == "accepted")
+    assert accepted == stats["accepted_tokens"]
+
+
+def test_every_setting_is_honoured(client):
+    out = _named(client.predict(
+        "Settings check.", TOY_KEY, "copy", 2, 0.0, "exact", 1, 0.9, 0.8, 10, 0.95, 11, False, 16,
+        api_name="/synthesize",
+    ))
+    config = out["details"]["config"]
+    assert (config["draft_len"], config["acceptance"], config["top_k"], config["seed"]) == (2, "exact", 10, 11)
+    assert config["temperature"] == pytest.approx(0.8) and config["max_new_tokens"] == 16
+    assert out["details"]["draft"] == "copy"
+    assert out["details"]["speculative"]["stats"]["acceptance_rate"] == 1.0
+
+
+def test_randomised_seed_is_returned(client):
+    out = _named(client.predict("Random seed.", randomize_seed=True, api_name="/synthesize"))
+    assert out["seed_used"] == out["details"]["seed"] == out["details"]["config"]["seed"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"text": ""}, "type some text"),
+        ({"text": "x" * 400}, "at most 120"),
+        ({"text": "Fine text.", "draft_len": 2.5}, "whole number"),  # our validation
+        ({"text": "Fine text.", "draft_len": 0}, "less than minimum value 1"),  # Gradio's range check
+        ({"text": "Fine text.", "acceptance": "magic"}, "magic"),
+        ({"text": "Fine text.", "preset": "no-such-preset"}, "no-such-preset"),
+    ],
+)
+def test_bad_input_gives_a_clear_error_and_the_server_keeps_serving(client, kwargs, message):
+    with pytest.raises(AppError) as raised:
+        client.predict(**kwargs, api_name="/synthesize")
+    text = str(raised.value)
+    assert message in text and "Traceback" not in text
+    assert Path(client.predict("Still alive.", max_new_tokens=8, api_name="/synthesize")[0]).is_file()
+
+
+def test_four_concurrent_clients_get_their_own_results(server):
+    texts = ["First caller.", "Second caller!", "Third caller?", "Fourth caller, last."]
+    results: dict[str, dict] = {}
+    errors: list[BaseException] = []
+
+    def call(text: str) -> None:
+        try:
+            results[text] = _named(Client(server, verbose=False).predict(text, api_name="/synthesize"))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=call, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert not errors and set(results) == set(texts)
+    for text, out in results.items():
+        assert out["details"]["text"] == text
+        ar_tokens, spec_tokens = _expected_tokens(text, out["details"])
+        assert out["details"]["autoregressive"]["tokens"] == ar_tokens
+        assert out["details"]["speculative"]["tokens"] == spec_tokens
+    assert len({out["spec_audio"] for out in results.values()}) == 4
+    assert len({tuple(out["details"]["speculative"]["tokens"]) for out in results.values()}) == 4
+
+
+def test_preset_endpoint_returns_its_defaults(client):
+    result = client.predict(TOY_KEY, api_name="/select_preset")
+    info, draft = result[0], result[1]
+    assert "Toy voice" in info and "MIT" in info
+    assert draft["value"] == "small" and [choice[1] for choice in draft["choices"]] == ["small", "copy"]
+
+
+def test_rule_options_endpoint(client):
+    result = client.predict("topk", api_name="/rule_options")
+    assert len(result) == 3
+
+
+# --- the embedded voice, the app's real default, once its assets exist --------------------------
+
+EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+
+
+def test_default_app_speaks_with_the_embedded_voice():
+    pytest.importorskip("ssd_demo.backends.embedded")
+    if not EMBEDDED_ASSETS.is_dir() or not any(EMBEDDED_ASSETS.iterdir()):
+        pytest.skip("the embedded voice's trained assets (assets/embedded/) are not present")
+    demo, url = _launch("embedded")
+    try:
+        out = _named(Client(url, verbose=False).predict("The cat sat on the mat.", api_name="/synthesize"))
+    finally:
+        demo.close()
+    assert out["details"]["preset"] == "embedded"
+    for key in ("ar_audio", "spec_audio"):
+        info = soundfile.info(out[key])
+        assert info.subtype == "PCM_16" and 0.3 < info.duration < 15
