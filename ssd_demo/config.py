@@ -31,6 +31,10 @@ class DecodingConfig:
     topk_tolerance:   k for the "topk" rule (accept a drafted token in the target's top-k).
     pcg_theta:        cosine threshold for the "pcg" rule's acoustic groups.
     adaptive_threshold: stop drafting early when the draft's top probability falls below this (0 = off).
+    adaptive_draft_len: choose K each round (1..draft_len) to maximise the predicted speedup from the
+                      running acceptance estimate and `cost_ratio`.
+    cost_ratio:       c, one draft step / one target step, for the adaptive choice (measure it with
+                      `python -m ssd_demo bench`); a fixed number keeps runs reproducible.
     """
 
     draft_len: int = 4
@@ -46,6 +50,8 @@ class DecodingConfig:
     topk_tolerance: int = 1
     pcg_theta: float = 0.9
     adaptive_threshold: float = 0.0
+    adaptive_draft_len: bool = False
+    cost_ratio: float = 0.1
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
@@ -73,6 +79,8 @@ class DecodingConfig:
             fail(f"topk_tolerance must be an integer >= 1, got {self.topk_tolerance!r}")
         if not 0 <= self.adaptive_threshold < 1:
             fail(f"adaptive_threshold must be in [0, 1), got {self.adaptive_threshold!r}")
+        if not 0 <= self.cost_ratio < 10:
+            fail(f"cost_ratio must be in [0, 10), got {self.cost_ratio!r}")
         if not -1 <= self.pcg_theta:
             fail(f"pcg_theta must be >= -1, got {self.pcg_theta!r}")
         for token in self.eos_ids:

@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from .acceptance import Block, make_rule
 from .config import DecodingConfig
-from .results import GenerationResult, GenerationStats, RoundRecord
+from .results import GenerationResult, GenerationStats, RoundRecord, predicted_speedup
 from .sampling import allowed_mask, probabilities, processed_scores, sample
 
 
@@ -197,7 +197,8 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
     while not done:
         committed_len = len(run.committed)
         # Leave room for the replacement/bonus token: never exceed max_new_tokens.
-        draft_len = min(config.draft_len, run.remaining - 1)
+        draft_len = choose_draft_len(run) if config.adaptive_draft_len else config.draft_len
+        draft_len = min(draft_len, run.remaining - 1)
 
         # 1. Draft.
         started = clock.now()
@@ -249,6 +250,20 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
     return _result(
         run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=draft_lm.calls
     )
+
+
+def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float = 4.0) -> int:
+    """K in 1..config.draft_len that maximises the predicted speedup for the running alpha estimate.
+
+    alpha is the mean expected acceptance seen so far in this run, shrunk towards a prior for
+    the first rounds; it depends only on the run's own tokens, so the choice (and the output
+    for a given seed) is reproducible, and it never looks at the token being decided, so
+    exactness at beta = 0 is kept.
+    """
+    seen = [e for step in run.steps for e in step.expected_acceptance]
+    alpha = (sum(seen) + prior_alpha * prior_weight) / (len(seen) + prior_weight)
+    c = run.config.cost_ratio
+    return max(range(1, run.config.draft_len + 1), key=lambda k: predicted_speedup(alpha, k, c))
 
 
 def _draft_block(draft_lm: CachedLM, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:

@@ -79,6 +79,8 @@ CASES = {
     # A draft close to the target: most blocks are fully accepted, exercising the bonus
     # token and the draft's two-token catch-up after it.
     "related-temp1-K4": ("related", dict(temperature=1.0, draft_len=4)),
+    # Adaptive K and the confidence stop decide from the past only: still exact.
+    "related-adaptive-K6": ("related", dict(temperature=0.8, draft_len=6, adaptive_draft_len=True, adaptive_threshold=0.3)),
 }
 
 

@@ -1,0 +1,110 @@
+"""Coarse-grained (pcg) acceptance and adaptive draft length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
+from ssd_demo.groups import build_groups
+from ssd_demo.sampling import probabilities, processed_scores
+from test_exactness import chi_square_p
+from tiny_models import tiny_llama
+
+VOCAB = 8
+CLUSTERS = [[0, 1], [2, 3], [4, 5], [6, 7]]
+PROMPT = torch.tensor([[1, 4, 6]])
+
+
+def clustered_target():
+    """A target whose input embeddings form four tight pairs: groups at theta = 0.9 are those pairs."""
+    model = tiny_llama(seed=31, vocab=VOCAB, width=16, init=0.2)
+    generator = torch.Generator().manual_seed(0)
+    centres = torch.randn(len(CLUSTERS), 16, generator=generator)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        for centre, members in zip(centres, CLUSTERS):
+            for token in members:
+                weight[token] = centre + 0.01 * torch.randn(16, generator=generator)
+    return model
+
+
+def cluster_of(token: int) -> int:
+    return token // 2
+
+
+def test_groups_are_sparse_symmetric_and_scale():
+    target = clustered_target()
+    groups = build_groups(target.get_input_embeddings().weight, 0.9)
+    dense = groups.membership.to_dense()
+    assert torch.equal(dense, dense.T)
+    assert groups.sizes.tolist() == [2.0] * VOCAB
+    probs = torch.softmax(torch.randn(3, VOCAB), dim=-1)
+    assert torch.allclose(groups.group_mass(probs).sum(dim=-1), torch.ones(3))
+    assert build_groups(target.get_input_embeddings().weight, 1.01).pairs == VOCAB  # singletons
+    # 20k random 64-d embeddings: blockwise, sparse, well within memory.
+    big = build_groups(torch.randn(20_000, 64), 0.5)
+    assert big.pairs < 20_000 * 50
+
+
+def test_pcg_with_theta_above_one_is_exact_speculative_sampling():
+    target = clustered_target()
+    draft = tiny_llama(seed=32, vocab=VOCAB, width=16, init=0.2)
+    config = DecodingConfig(draft_len=3, max_new_tokens=20, temperature=1.0)
+    for seed in range(5):
+        exact = speculative_generate(target, draft, PROMPT, config.with_(acceptance="exact", seed=seed))
+        pcg = speculative_generate(target, draft, PROMPT, config.with_(acceptance="pcg", pcg_theta=1.01, seed=seed))
+        assert pcg.tokens == exact.tokens
+
+
+def test_pcg_is_exact_at_group_level():
+    target = clustered_target()
+    draft = tiny_llama(seed=33, vocab=VOCAB, width=16, init=0.2)
+    config = DecodingConfig(draft_len=2, max_new_tokens=2, temperature=1.0, acceptance="pcg", pcg_theta=0.9)
+    runs = [speculative_generate(target, draft, PROMPT, config.with_(seed=s)) for s in range(1500)]
+    samples = [r.tokens for r in runs]
+    pcg_acceptance = np.mean([r.stats.acceptance_rate for r in runs])
+    with torch.no_grad():
+        first = probabilities(processed_scores(target(input_ids=PROMPT).logits[0, -1:], config, None), config)[0]
+        second = {}
+        for token in range(VOCAB):
+            logits = target(input_ids=torch.cat([PROMPT, torch.tensor([[token]])], dim=1)).logits[0, -1:]
+            second[token] = probabilities(processed_scores(logits, config, None), config)[0]
+    # Position 1: the group of the first token follows the target's group marginal.
+    expected_first = {(c,): float(first[members].sum()) for c, members in enumerate(CLUSTERS)}
+    assert chi_square_p([(cluster_of(s[0]),) for s in samples], expected_first) > 1e-3
+    # Position 2: given the emitted first token, its group follows the target's conditional.
+    counts = {t: sum(1 for s in samples if s[0] == t) for t in range(VOCAB)}
+    expected_second = {
+        (t, c): counts[t] / len(samples) * float(second[t][members].sum())
+        for t in range(VOCAB) for c, members in enumerate(CLUSTERS)
+    }
+    assert chi_square_p([(s[0], cluster_of(s[1])) for s in samples], expected_second) > 1e-3
+    # Tokens themselves are NOT the target's distribution inside a group, and the looser rule
+    # keeps more draft tokens than exact acceptance does.
+    exact_acceptance = np.mean([
+        speculative_generate(target, draft, PROMPT, config.with_(acceptance="exact", seed=s)).stats.acceptance_rate
+        for s in range(300)
+    ])
+    assert pcg_acceptance > exact_acceptance
+
+
+def test_adaptive_draft_length_stays_within_bounds_and_adapts():
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    unrelated = tiny_llama(seed=12, vocab=32, width=16, init=0.3)
+    config = DecodingConfig(draft_len=6, adaptive_draft_len=True, max_new_tokens=60, cost_ratio=0.1, seed=0)
+    good = speculative_generate(target, target, PROMPT, config)
+    poor = speculative_generate(target, unrelated, PROMPT, config)
+    for result in (good, poor):
+        assert all(len(s.drafted) <= 6 for s in result.steps)
+        assert len(result.tokens) == 60
+    assert max(len(s.drafted) for s in good.steps) == 6
+    assert np.mean([len(s.drafted) for s in poor.steps]) < np.mean([len(s.drafted) for s in good.steps])
+    greedy = config.with_(temperature=0.0)
+    assert speculative_generate(target, unrelated, PROMPT, greedy).tokens == autoregressive_generate(target, PROMPT, greedy).tokens
+    # The confidence threshold stops a block early but never below one drafted token.
+    cautious = speculative_generate(target, unrelated, PROMPT, config.with_(adaptive_threshold=0.9))
+    assert all(len(s.drafted) >= 1 for s in cautious.steps[:-1])
+    with pytest.raises(ValueError, match="cost_ratio"):
+        DecodingConfig(cost_ratio=-1.0)
