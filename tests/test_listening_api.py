@@ -35,9 +35,8 @@ def make_data(root: Path) -> Path:
 @contextmanager
 def serve(root: Path) -> Iterator[str]:
     """A Blocks app holding only the listening tab, on 127.0.0.1; closed (with its database) on exit."""
-    with gr.Blocks() as demo:
-        with gr.Tab("Listening test"):
-            build_listening_tab(root)
+    with gr.Blocks() as demo, gr.Tab("Listening test"):
+        build_listening_tab(root)
     demo.queue(default_concurrency_limit=16)
     demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
@@ -82,9 +81,8 @@ def test_twenty_concurrent_raters_store_exactly_500_votes(data):
         assert trial_id == "" and "Thank you" in out[-1]
         return sent
 
-    with serve(data) as url:
-        with ThreadPoolExecutor(max_workers=20) as pool:
-            results = list(pool.map(rater, range(20)))
+    with serve(data) as url, ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(rater, range(20)))
     sent = {trial: vote for result in results for trial, vote in result.items()}
     assert len(sent) == 500
     votes = stored_votes(data)
@@ -110,7 +108,12 @@ def test_repeated_submission_stores_once_and_changes_are_refused(data):
         with pytest.raises(AppError, match="already has your vote"):
             api.predict(first[0], first[1], "B", "4", "2", api_name=SUBMIT)
     votes = stored_votes(data)
-    assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].score_b, votes[0].rater_id) == ("A", 4, 2, None)
+    assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].score_b, votes[0].rater_id) == (
+        "A",
+        4,
+        2,
+        None,
+    )
 
 
 def test_tampered_requests_are_refused_and_store_nothing(data):
@@ -186,7 +189,7 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "s3cret")
     with serve(data) as url:
         api = client(url)
-        out = api.predict("r,1 \"quoted\"", api_name=START)
+        out = api.predict('r,1 "quoted"', api_name=START)
         for choice, a, b in (("A", "5", None), ("none", None, None), ("B", "1", "2")):
             out = api.predict(out[0], out[1], choice, a, b, api_name=SUBMIT)
         for endpoint in ("/listening_results", "/listening_export", "/listening_build_set"):
@@ -203,6 +206,5 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
 
 def test_no_stimulus_set_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
-    with serve(tmp_path / "empty") as url:
-        with pytest.raises(AppError, match="No stimulus set"):
-            client(url).predict("", api_name=START)
+    with serve(tmp_path / "empty") as url, pytest.raises(AppError, match="No stimulus set"):
+        client(url).predict("", api_name=START)

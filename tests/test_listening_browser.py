@@ -15,7 +15,14 @@ from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 
 
@@ -26,10 +33,11 @@ def app_url(tmp_path, monkeypatch):
     monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
     texts = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."]
-    create_stimulus_set("tones", texts, ["AR", "SSD beta=0.3 K=4", "exact speculative"], tone_renderer(seconds=0.2), root=tmp_path)
-    with gr.Blocks() as demo:
-        with gr.Tab("Listening test"):
-            build_listening_tab(tmp_path)
+    create_stimulus_set(
+        "tones", texts, ["AR", "SSD beta=0.3 K=4", "exact speculative"], tone_renderer(seconds=0.2), root=tmp_path
+    )
+    with gr.Blocks() as demo, gr.Tab("Listening test"):
+        build_listening_tab(tmp_path)
     demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         yield demo.local_url, tmp_path / "listening.sqlite3"

@@ -15,13 +15,34 @@ Z = 1.959963984540054  # 97.5% standard normal quantile
 _ids = itertools.count(1)
 
 
-def vote(system_a: str, system_b: str, choice: str, score_a: int | None = None, score_b: int | None = None, session: str = "s1") -> VoteRecord:
+def vote(
+    system_a: str,
+    system_b: str,
+    choice: str,
+    score_a: int | None = None,
+    score_b: int | None = None,
+    session: str = "s1",
+) -> VoteRecord:
     n = next(_ids)
     preferred = {"A": system_a, "B": system_b, "none": None}[choice]
     return VoteRecord(
-        vote_id=n, session_id=session, rater_id=None, trial_id=f"t{n}", trial_index=n, stimulus_set="set", item_id="i",
-        text="x", system_a=system_a, system_b=system_b, choice=choice, preferred_system=preferred,
-        score_a=score_a, score_b=score_b, presented_at=None, submitted_at="2026-01-01T00:00:00+00:00", app_version="t",
+        vote_id=n,
+        session_id=session,
+        rater_id=None,
+        trial_id=f"t{n}",
+        trial_index=n,
+        stimulus_set="set",
+        item_id="i",
+        text="x",
+        system_a=system_a,
+        system_b=system_b,
+        choice=choice,
+        preferred_system=preferred,
+        score_a=score_a,
+        score_b=score_b,
+        presented_at=None,
+        submitted_at="2026-01-01T00:00:00+00:00",
+        app_version="t",
     )
 
 
@@ -33,7 +54,12 @@ def example_votes() -> list[VoteRecord]:
         votes.append(vote("AR", "SSD", "A") if i % 2 else vote("SSD", "AR", "B", session="s2"))
     for i in range(3):
         votes.append(vote("SSD", "AR", "A") if i % 2 else vote("AR", "SSD", "B"))
-    votes += [vote("exact", "AR", "A"), vote("AR", "exact", "B"), vote("AR", "exact", "none"), vote("exact", "AR", "none")]
+    votes += [
+        vote("exact", "AR", "A"),
+        vote("AR", "exact", "B"),
+        vote("AR", "exact", "none"),
+        vote("exact", "AR", "none"),
+    ]
     # Naturalness scores on separate votes (ties, so preference counts above stay as stated).
     votes[-2] = vote("AR", "exact", "none", score_a=3)
     votes[-1] = vote("exact", "AR", "none", score_b=4)

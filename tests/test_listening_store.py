@@ -23,18 +23,25 @@ from ssd_demo.listening.store import (
     SCHEMA_VERSION,
     AlreadyVotedError,
     InvalidVoteError,
+    ListeningError,
     ListeningStore,
     UnknownSessionError,
     UnknownTrialError,
 )
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
-TEXTS = ("The birch canoe slid on the smooth planks.", 'A "quoted", comma, sentence', "Rice is often served in round bowls.")
+TEXTS = (
+    "The birch canoe slid on the smooth planks.",
+    'A "quoted", comma, sentence',
+    "Rice is often served in round bowls.",
+)
 
 
 @pytest.fixture()
 def stimulus_set(tmp_path):
-    return create_stimulus_set("tones", TEXTS, SYSTEMS, tone_renderer(), root=tmp_path, preset="test", model_revision="r1")
+    return create_stimulus_set(
+        "tones", TEXTS, SYSTEMS, tone_renderer(), root=tmp_path, preset="test", model_revision="r1"
+    )
 
 
 @pytest.fixture()
@@ -138,7 +145,12 @@ def test_vote_stores_everything_and_once(store, stimulus_set):
     assert outcome.stored
     vote = outcome.vote
     trial = store.get_trial(session.session_id, view.trial_id)
-    assert (vote.rater_id, vote.system_a, vote.system_b, vote.preferred_system) == ("rater-7", trial.system_a, trial.system_b, trial.system_b)
+    assert (vote.rater_id, vote.system_a, vote.system_b, vote.preferred_system) == (
+        "rater-7",
+        trial.system_a,
+        trial.system_b,
+        trial.system_b,
+    )
     assert (vote.score_a, vote.score_b, vote.app_version, vote.stimulus_set) == (4, 5, "test-1", "tones")
     assert vote.presented_at is not None and vote.presented_at <= vote.submitted_at
     # The same submission again stores nothing and returns the stored vote.
@@ -172,7 +184,14 @@ def test_bad_votes_store_nothing(store, stimulus_set, change, error):
     test = ListeningTest(store, stimulus_set)
     session = test.start_session(n_trials=2, seed=3)
     view = test.next_view(session.session_id)
-    vote = {"session_id": session.session_id, "trial_id": view.trial_id, "choice": "A", "score_a": 3, "score_b": None, **change}
+    vote = {
+        "session_id": session.session_id,
+        "trial_id": view.trial_id,
+        "choice": "A",
+        "score_a": 3,
+        "score_b": None,
+        **change,
+    }
     with pytest.raises(error):
         store.submit_vote(**vote)
     assert store.count_votes() == 0
@@ -225,7 +244,7 @@ def test_concurrent_double_submission_stores_once(store, stimulus_set):
 
 def test_csv_round_trip(store, stimulus_set, tmp_path):
     test = ListeningTest(store, stimulus_set)
-    for seed, rater in ((1, None), (2, "r,2\n\"x\"")):
+    for seed, rater in ((1, None), (2, 'r,2\n"x"')):
         session = test.start_session(rater_id=rater.replace("\n", " ") if rater else None, n_trials=3, seed=seed)
         for choice, a, b in (("A", 5, None), ("none", None, None), ("B", 1, 3)):
             view = test.next_view(session.session_id)
@@ -245,8 +264,25 @@ def test_render_with_a_synthesizer_and_the_cli(tmp_path, capsys):
     from ssd_demo.__main__ import main as cli
 
     register_toy_preset()
-    code = cli(["stimuli", "--name", "toy-set", "--preset", TOY_KEY, "--data-dir", str(tmp_path), "--count", "2",
-                "--systems", "AR", "SSD beta=0.3 K=4", "exact speculative K=2 draft=copy", "--seed", "5"])
+    code = cli(
+        [
+            "stimuli",
+            "--name",
+            "toy-set",
+            "--preset",
+            TOY_KEY,
+            "--data-dir",
+            str(tmp_path),
+            "--count",
+            "2",
+            "--systems",
+            "AR",
+            "SSD beta=0.3 K=4",
+            "exact speculative K=2 draft=copy",
+            "--seed",
+            "5",
+        ]
+    )
     assert code == 0 and "wrote 6 clips" in capsys.readouterr().out
     rendered = load_stimulus_set(tmp_path / "stimuli" / "toy-set")
     manifest = json.loads((rendered.root / "manifest.json").read_text())
@@ -254,12 +290,21 @@ def test_render_with_a_synthesizer_and_the_cli(tmp_path, capsys):
     clips = {c["system"]: c for c in manifest["items"][1]["clips"]}
     assert clips["AR"]["settings"]["mode"] == "ar" and clips["AR"]["seed"] == 6
     ssd = clips["SSD beta=0.3 K=4"]["settings"]
-    assert (ssd["mode"], ssd["acceptance"], ssd["beta"], ssd["draft_len"], ssd["draft"]) == ("speculative", "ssd", 0.3, 4, "small")
+    assert (ssd["mode"], ssd["acceptance"], ssd["beta"], ssd["draft_len"], ssd["draft"]) == (
+        "speculative",
+        "ssd",
+        0.3,
+        4,
+        "small",
+    )
     exact = clips["exact speculative K=2 draft=copy"]["settings"]
     assert (exact["acceptance"], exact["beta"], exact["draft_len"], exact["draft"]) == ("exact", 0.0, 2, "copy")
     assert all(c["duration_seconds"] > 0 for c in clips.values())
     # A bad system name fails before any model is loaded, with a one-line error.
-    assert cli(["stimuli", "--name", "bad", "--preset", TOY_KEY, "--data-dir", str(tmp_path), "--systems", "AR", "greedy"]) == 2
+    assert (
+        cli(["stimuli", "--name", "bad", "--preset", TOY_KEY, "--data-dir", str(tmp_path), "--systems", "AR", "greedy"])
+        == 2
+    )
     assert "unknown system" in capsys.readouterr().err
 
 
@@ -273,7 +318,9 @@ def test_small_set_with_the_embedded_voice(tmp_path):
     stimulus_set = build_small_set(tmp_path, n_sentences=1)
     assert len(stimulus_set.items) == 1 and len(stimulus_set.items[0].clips) == 3
     assert stimulus_set.model_revision != "unknown"
-    assert build_small_set(tmp_path, n_sentences=1).manifest_sha256 == stimulus_set.manifest_sha256  # reused, not re-rendered
+    assert (
+        build_small_set(tmp_path, n_sentences=1).manifest_sha256 == stimulus_set.manifest_sha256
+    )  # reused, not re-rendered
 
 
 def test_model_revision_hashes_the_weight_folders(tmp_path):
@@ -294,3 +341,14 @@ def test_model_revision_hashes_the_weight_folders(tmp_path):
     assert model_revision(synth) != first
     assert model_revision(SimpleNamespace(target=model(""), drafts={})) == "unknown"
     assert model_revision(SimpleNamespace(revision="v1.2")) == "v1.2"
+
+
+def test_sessions_of_a_replaced_set_are_refused_before_storing(store, stimulus_set, tmp_path):
+    old = ListeningTest(store, stimulus_set)
+    session = old.start_session(n_trials=2, seed=1)
+    trial = old.next_view(session.session_id)
+    replacement = create_stimulus_set("tones2", TEXTS[:2], SYSTEMS[:2], tone_renderer(), root=tmp_path)
+    new = ListeningTest(store, replacement)
+    with pytest.raises(ListeningError, match="no longer served"):
+        new.submit(session.session_id, trial.trial_id, "A")
+    assert store.count_votes() == 0

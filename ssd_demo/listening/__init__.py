@@ -7,7 +7,15 @@ and `stimuli.build_small_set` need a synthesizer.
 
 from .stats import ListeningSummary, MosSummary, PairPreference, summarize
 from .stimuli import StimulusSet, data_dir, load_stimulus_set
-from .store import AlreadyVotedError, InvalidVoteError, ListeningError, ListeningStore, UnknownSessionError, UnknownTrialError, VoteRecord
+from .store import (
+    AlreadyVotedError,
+    InvalidVoteError,
+    ListeningError,
+    ListeningStore,
+    UnknownSessionError,
+    UnknownTrialError,
+    VoteRecord,
+)
 
 __all__ = [
     "AlreadyVotedError",

@@ -35,7 +35,12 @@ def results_figure(summary: ListeningSummary) -> Figure:
             y = row + offset
             preference.barh(y, 100 * share, height=height * 0.9, color=colour)
             preference.errorbar(
-                100 * share, y, xerr=[[100 * (share - ci.low)], [100 * (ci.high - share)]], fmt="none", ecolor="black", capsize=3
+                100 * share,
+                y,
+                xerr=[[100 * (share - ci.low)], [100 * (ci.high - share)]],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
             )
             preference.text(1, y, label, va="center", fontsize=8)
         labels.append(f"{pair.system_x}\nvs {pair.system_y}\n(n={pair.n})")

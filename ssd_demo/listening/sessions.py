@@ -27,11 +27,7 @@ def plan_trials(stimulus_set: StimulusSet, n_trials: int, seed: int) -> list[Pla
     if not isinstance(n_trials, int) or not 1 <= n_trials <= MAX_TRIALS:
         raise ListeningError(f"The number of trials must be between 1 and {MAX_TRIALS}.")
     rng = random.Random(seed)
-    candidates = [
-        (item, pair)
-        for item in stimulus_set.items
-        for pair in itertools.combinations(sorted(item.clips), 2)
-    ]
+    candidates = [(item, pair) for item in stimulus_set.items for pair in itertools.combinations(sorted(item.clips), 2)]
     if not candidates:
         raise ListeningError(f"Stimulus set {stimulus_set.name!r} has no sentence with two systems to compare.")
     rng.shuffle(candidates)
@@ -75,7 +71,9 @@ class ListeningTest:
         self.store = store
         self.stimulus_set = stimulus_set
 
-    def start_session(self, rater_id: str | None = None, n_trials: int = DEFAULT_TRIALS, seed: int | None = None) -> SessionRecord:
+    def start_session(
+        self, rater_id: str | None = None, n_trials: int = DEFAULT_TRIALS, seed: int | None = None
+    ) -> SessionRecord:
         seed = secrets.randbits(63) if seed is None else seed
         trials = plan_trials(self.stimulus_set, n_trials, seed)
         return self.store.create_session(
@@ -86,16 +84,29 @@ class ListeningTest:
             rater_id=rater_id,
         )
 
+    def _served_session(self, session_id: str) -> SessionRecord:
+        session = self.store.get_session(session_id)
+        if (session.stimulus_set, session.stimulus_set_sha256) != (
+            self.stimulus_set.name,
+            self.stimulus_set.manifest_sha256,
+        ):
+            raise ListeningError(
+                "This session belongs to a stimulus set that is no longer served: start a new session."
+            )
+        return session
+
     def next_view(self, session_id: str) -> TrialView | None:
         """The session's next unanswered trial, or None when every trial has a vote."""
-        session = self.store.get_session(session_id)
-        if session.stimulus_set != self.stimulus_set.name:
-            raise ListeningError("This session belongs to a stimulus set that is no longer served: start a new session.")
+        session = self._served_session(session_id)
         trial = self.store.next_trial(session_id)
         return None if trial is None else self._view(trial, session.n_trials)
 
-    def submit(self, session_id: str, trial_id: str, choice: str, score_a: object = None, score_b: object = None) -> TrialView | None:
+    def submit(
+        self, session_id: str, trial_id: str, choice: str, score_a: object = None, score_b: object = None
+    ) -> TrialView | None:
         """Record a vote (idempotently) and return the next trial to show, or None when done."""
+        # Refuse before storing: a vote the rater is then told failed must not be in the table.
+        self._served_session(session_id)
         self.store.submit_vote(session_id, trial_id, choice, score_a, score_b)
         return self.next_view(session_id)
 

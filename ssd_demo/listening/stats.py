@@ -152,8 +152,16 @@ def summary_markdown(summary: ListeningSummary) -> str:
     """Tables for the results view."""
     if summary.empty:
         return "No votes yet. Results appear here once raters have completed trials."
-    lines = [f"**{summary.n_votes} votes** from **{summary.n_sessions} sessions**.", "", "### Preference (95% Wilson intervals; exact sign test, ties excluded)", ""]
-    lines += ["| Pair | Votes | Prefer first | Prefer second | No preference | p (sign test) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"**{summary.n_votes} votes** from **{summary.n_sessions} sessions**.",
+        "",
+        "### Preference (95% Wilson intervals; exact sign test, ties excluded)",
+        "",
+    ]
+    lines += [
+        "| Pair | Votes | Prefer first | Prefer second | No preference | p (sign test) |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in summary.pairs:
         p_text = "n/a" if p.p_value is None else f"{p.p_value:.4g}"
         lines.append(

@@ -119,7 +119,9 @@ def parse_system(name: str) -> SystemSpec:
     if head == "exact":
         if "beta" in overrides:
             raise ValueError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
-        return SystemSpec(name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft)
+        return SystemSpec(
+            name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft
+        )
     if head == "ssd":
         if "beta" not in overrides:
             raise ValueError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
@@ -255,7 +257,9 @@ def create_stimulus_set(
             "systems": [{"name": s.name, "mode": s.mode, "overrides": s.overrides, "draft": s.draft} for s in specs],
             "items": items,
         }
-        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (staging / MANIFEST_NAME).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         if destination.exists():
             shutil.rmtree(destination)
         staging.rename(destination)
@@ -315,7 +319,9 @@ def load_stimulus_set(path: Path | str, verify: bool = True) -> StimulusSet:
                 if not clip_file.is_file():
                     raise FileNotFoundError(f"stimulus set {stimulus_set.name!r}: missing clip {clip.path}")
                 if hashlib.sha256(clip_file.read_bytes()).hexdigest() != clip.sha256:
-                    raise ValueError(f"stimulus set {stimulus_set.name!r}: clip {clip.path} does not match its checksum")
+                    raise ValueError(
+                        f"stimulus set {stimulus_set.name!r}: clip {clip.path} does not match its checksum"
+                    )
     return stimulus_set
 
 
@@ -432,14 +438,18 @@ def render_stimulus_set(
     )
 
 
-def build_small_set(root: Path | None = None, n_sentences: int = 4, name: str = "quick", synthesizer=None) -> StimulusSet:
+def build_small_set(
+    root: Path | None = None, n_sentences: int = 4, name: str = "quick", synthesizer=None
+) -> StimulusSet:
     """The app's on-demand set: a few default sentences under the default systems (reused if present)."""
     existing = stimuli_root(root) / name
     if (existing / MANIFEST_NAME).is_file():
         return load_stimulus_set(existing)
     if not 1 <= n_sentences <= len(DEFAULT_SENTENCES):
         raise ValueError(f"n_sentences must be between 1 and {len(DEFAULT_SENTENCES)}, got {n_sentences}")
-    return render_stimulus_set(name, DEFAULT_SENTENCES[:n_sentences], DEFAULT_SYSTEMS, synthesizer=synthesizer, root=root)
+    return render_stimulus_set(
+        name, DEFAULT_SENTENCES[:n_sentences], DEFAULT_SYSTEMS, synthesizer=synthesizer, root=root
+    )
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -457,7 +467,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--texts", type=Path, help="UTF-8 file with one sentence per line")
     source.add_argument("--sentence", action="append", help="a sentence (repeatable)")
-    parser.add_argument("--count", type=int, default=len(DEFAULT_SENTENCES), help="how many default sentences when none given")
+    parser.add_argument(
+        "--count", type=int, default=len(DEFAULT_SENTENCES), help="how many default sentences when none given"
+    )
     parser.add_argument("--seed", type=int, default=0, help="base seed; sentence i uses seed+i for every system")
     parser.add_argument("--data-dir", type=Path, help="data directory (default: $SSD_DEMO_DATA_DIR or ./data)")
     parser.add_argument("--device", default=None, help="torch device (default: automatic)")
@@ -485,5 +497,7 @@ def main(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, flush=True),
     )
     clips = sum(len(item.clips) for item in stimulus_set.items)
-    print(f"wrote {clips} clips ({len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} systems) to {stimulus_set.root}")
+    print(
+        f"wrote {clips} clips ({len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} systems) to {stimulus_set.root}"
+    )
     return 0

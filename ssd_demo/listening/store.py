@@ -234,10 +234,14 @@ class ListeningStore:
         self._lock = threading.Lock()
         self._closed = False
         with self._transaction() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
             current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
             if current > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path} has schema version {current}, newer than this app's {SCHEMA_VERSION}; upgrade the app")
+                raise RuntimeError(
+                    f"{self.path} has schema version {current}, newer than this app's {SCHEMA_VERSION}; upgrade the app"
+                )
             for version, description, statements in MIGRATIONS:
                 if version > current:
                     for statement in statements:
@@ -283,7 +287,7 @@ class ListeningStore:
                 connection.close()
             self._connections.clear()
 
-    def __enter__(self) -> "ListeningStore":
+    def __enter__(self) -> "ListeningStore":  # noqa: PYI034, UP037 (Python 3.10 has no typing.Self)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -327,7 +331,17 @@ class ListeningStore:
             db.executemany(
                 "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 [
-                    (secrets.token_hex(16), session.session_id, index, t.item_id, t.text, t.system_a, t.system_b, t.clip_a, t.clip_b)
+                    (
+                        secrets.token_hex(16),
+                        session.session_id,
+                        index,
+                        t.item_id,
+                        t.text,
+                        t.system_a,
+                        t.system_b,
+                        t.clip_a,
+                        t.clip_b,
+                    )
                     for index, t in enumerate(trials)
                 ],
             )
@@ -346,9 +360,11 @@ class ListeningStore:
         self.get_session(session_id)
         row = None
         if _looks_like_id(trial_id):
-            row = self._connection().execute(
-                "SELECT * FROM trials WHERE trial_id = ? AND session_id = ?", (trial_id, session_id)
-            ).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT * FROM trials WHERE trial_id = ? AND session_id = ?", (trial_id, session_id))
+                .fetchone()
+            )
         if row is None:
             raise UnknownTrialError("Unknown trial for this session: reload the page or start a new session.")
         return TrialRecord(**dict(row))
@@ -365,14 +381,19 @@ class ListeningStore:
             if row is None:
                 return None
             if row["presented_at"] is None:
-                db.execute("UPDATE trials SET presented_at = ? WHERE trial_id = ? AND presented_at IS NULL", (utc_now(), row["trial_id"]))
+                db.execute(
+                    "UPDATE trials SET presented_at = ? WHERE trial_id = ? AND presented_at IS NULL",
+                    (utc_now(), row["trial_id"]),
+                )
                 row = db.execute("SELECT * FROM trials WHERE trial_id = ?", (row["trial_id"],)).fetchone()
         return TrialRecord(**dict(row))
 
     def progress(self, session_id: str) -> tuple[int, int]:
         """(votes given, trials planned) for a session."""
         session = self.get_session(session_id)
-        done = self._connection().execute("SELECT COUNT(*) FROM votes WHERE session_id = ?", (session_id,)).fetchone()[0]
+        done = (
+            self._connection().execute("SELECT COUNT(*) FROM votes WHERE session_id = ?", (session_id,)).fetchone()[0]
+        )
         return int(done), session.n_trials
 
     # -- votes
@@ -400,7 +421,18 @@ class ListeningStore:
                    SELECT ?, ?, trial_id, trial_index, ?, item_id, text, system_a, system_b, ?, ?, ?, ?, presented_at, ?, ?
                    FROM trials WHERE trial_id = ?
                    ON CONFLICT (trial_id) DO NOTHING""",
-                (session_id, session.rater_id, session.stimulus_set, choice, preferred, score_a, score_b, utc_now(), self.app_version, trial_id),
+                (
+                    session_id,
+                    session.rater_id,
+                    session.stimulus_set,
+                    choice,
+                    preferred,
+                    score_a,
+                    score_b,
+                    utc_now(),
+                    self.app_version,
+                    trial_id,
+                ),
             )
             stored = cursor.rowcount == 1
             row = db.execute("SELECT * FROM votes WHERE trial_id = ?", (trial_id,)).fetchone()

@@ -49,7 +49,7 @@ class ListeningSettings:
     n_trials: int
 
     @classmethod
-    def from_env(cls, data_root: Path | None = None) -> "ListeningSettings":
+    def from_env(cls, data_root: Path | None = None) -> ListeningSettings:
         root = Path(data_root) if data_root is not None else data_dir()
         db = os.environ.get("SSD_DEMO_LISTENING_DB", "").strip()
         trials = os.environ.get("SSD_DEMO_LISTENING_TRIALS", "").strip()
@@ -112,6 +112,14 @@ def check_results_token(token: str | None) -> None:
 
 
 _APPS: list[ListeningApp] = []
+_EXPORTS: list[Path] = []
+
+
+def _export_dir() -> Path:
+    """One private temporary folder per process for CSV exports (Gradio serves a copy from its cache)."""
+    if not _EXPORTS:
+        _EXPORTS.append(Path(tempfile.mkdtemp(prefix="listening-export-")))
+    return _EXPORTS[0]
 
 
 def close_listening_apps() -> None:
@@ -137,23 +145,50 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         with gr.Row():
             with gr.Column():
                 audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False)
-                score_a_radio = gr.Radio(SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-a")
+                score_a_radio = gr.Radio(
+                    SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-a"
+                )
             with gr.Column():
                 audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False)
-                score_b_radio = gr.Radio(SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-b")
+                score_b_radio = gr.Radio(
+                    SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-b"
+                )
         choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?", elem_id="listening-choice")
         submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
     done = gr.Markdown(elem_id="listening-done")
 
     trial_outputs = [
-        session_box, trial_box, progress_text, sentence_text, audio_a, audio_b,
-        choice_radio, score_a_radio, score_b_radio, start_column, trial_column, done,
+        session_box,
+        trial_box,
+        progress_text,
+        sentence_text,
+        audio_a,
+        audio_b,
+        choice_radio,
+        score_a_radio,
+        score_b_radio,
+        start_column,
+        trial_column,
+        done,
     ]
 
     def show(view: TrialView | None, session_id: str) -> tuple:
         if view is None:
             finished = f"**Thank you!** All {app.progress(session_id)[1]} trials are done; your votes are saved."
-            return (session_id, "", "", "", None, None, None, None, None, gr.Column(visible=False), gr.Column(visible=False), finished)
+            return (
+                session_id,
+                "",
+                "",
+                "",
+                None,
+                None,
+                None,
+                None,
+                None,
+                gr.Column(visible=False),
+                gr.Column(visible=False),
+                finished,
+            )
         return (
             view.session_id,
             view.trial_id,
@@ -187,13 +222,22 @@ def build_listening_tab(data_root: Path | None = None) -> None:
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
-    start_button.click(start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16)
+    start_button.click(
+        start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
+    )
     submit_button.click(
-        submit, [session_box, trial_box, choice_radio, score_a_radio, score_b_radio], trial_outputs, api_name="listening_submit", trigger_mode="once", concurrency_limit=16
+        submit,
+        [session_box, trial_box, choice_radio, score_a_radio, score_b_radio],
+        trial_outputs,
+        api_name="listening_submit",
+        trigger_mode="once",
+        concurrency_limit=16,
     )
 
     with gr.Accordion("Results (for the experimenter)", open=False):
-        token_box = gr.Textbox(label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one")
+        token_box = gr.Textbox(
+            label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one"
+        )
         with gr.Row():
             results_button = gr.Button("Show results")
             export_button = gr.Button("Export votes (CSV)")
@@ -217,9 +261,8 @@ def build_listening_tab(data_root: Path | None = None) -> None:
             check_results_token(token)
         except ListeningError as error:
             raise gr.Error(str(error)) from None
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        folder = Path(tempfile.mkdtemp(prefix="listening-export-"))
-        return str(write_votes_csv(app.store.votes(), folder / f"listening_votes_{stamp}.csv"))
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        return str(write_votes_csv(app.store.votes(), _export_dir() / f"listening_votes_{stamp}.csv"))
 
     def build(token: str | None) -> str:
         try:
