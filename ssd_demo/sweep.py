@@ -1,0 +1,304 @@
+"""`python -m ssd_demo sweep`: speed against fidelity for every acceptance rule and setting.
+
+On held-out sentences of the embedded voice, each setting is run next to plain AR
+(interleaved sentence by sentence, after warm-up) and scored by:
+  LM speedup    AR LM seconds per token / the setting's, median over sentences;
+  acceptance    accepted / drafted, and mean tokens per target call;
+  MCD-DTW       mel-cepstral distortion (dB) against eSpeak NG's rendering of the text;
+  NLL           mean target negative log-likelihood per generated token (how typical
+                the output is for the target; exact decoding sits at the AR value).
+The Pareto chart puts speed on one axis and fidelity on the other; points on the
+frontier are the settings worth using.
+
+Settings: "ssd" over beta; "pcg" over theta, chosen so that the mean group size takes
+given values (theta itself means little across embedding tables); "topk" over k;
+fixed K against adaptive K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SECTION = "## Speed-fidelity map"
+
+
+@dataclass(frozen=True)
+class Setting:
+    label: str
+    rule: str  # "ssd" | "pcg" | "topk"
+    parameter: str  # what is swept, for the table
+    value: float
+    overrides: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass
+class SweepPoint:
+    label: str
+    rule: str
+    parameter: str
+    value: float
+    lm_speedup: float
+    acceptance: float
+    tokens_per_call: float
+    mcd: float
+    nll: float
+    pareto: bool = False
+
+
+def theta_for_group_size(embeddings: torch.Tensor, mean_size: float, sample: int = 2048, seed: int = 0) -> float:
+    """Cosine threshold whose groups have about `mean_size` members on average.
+
+    Mean group size = 1 + (n - 1) P(cos > theta), so theta is the matching quantile of the
+    off-diagonal cosine similarities (estimated on a random sample of tokens).
+    """
+    n = embeddings.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(n, generator=generator)[: min(sample, n)]
+    normed = torch.nn.functional.normalize(embeddings.float(), dim=-1)
+    sims = normed[rows] @ normed.T
+    sims[torch.arange(len(rows)), rows] = float("-inf")  # drop self-similarity
+    share = min(max((mean_size - 1) / (n - 1), 0.0), 1.0)
+    values = sims[torch.isfinite(sims)].flatten()
+    if values.numel() > 4_000_000:
+        values = values[torch.randperm(values.numel(), generator=generator)[:4_000_000]]
+    return float(torch.quantile(values, 1 - share))
+
+
+def default_settings(synth, quick: bool = False) -> list[Setting]:
+    """The grid: SSD betas, PCG group sizes, top-k tolerances, fixed vs adaptive K."""
+    base_k = synth.config().draft_len
+    speech = [t for t in synth.backend.allowed_token_ids() if t != synth.backend.eos_token_id]
+    embeddings = synth.target.get_input_embeddings().weight.detach()[speech]
+    betas = (0.0, 0.3) if quick else (0.0, 0.1, 0.2, 0.3, 0.5)
+    sizes = (4.0, 16.0) if quick else (2.0, 4.0, 8.0, 16.0, 32.0)
+    ks = (3,) if quick else (2, 3, 5)
+    settings = [Setting(f"ssd beta={b:g}", "ssd", "beta", b, {"acceptance": "ssd", "beta": b}) for b in betas]
+    for size in sizes:
+        theta = theta_for_group_size(embeddings, size)
+        settings.append(Setting(f"pcg groups~{size:g} (theta={theta:.3f})", "pcg", "group size", size,
+                                {"acceptance": "pcg", "pcg_theta": theta, "beta": 0.0}))
+    settings += [Setting(f"topk k={k}", "topk", "k", k, {"acceptance": "topk", "topk_tolerance": k, "beta": 0.0})
+                 for k in ks]
+    fixed = (2, base_k) if quick else sorted({2, 3, base_k, 6, 8})
+    settings += [Setting(f"exact fixed K={k}", "exact-K", "K", k, {"acceptance": "exact", "draft_len": k}) for k in fixed]
+    settings.append(Setting(f"exact adaptive K<=8", "exact-adaptive", "K max", 8,
+                            {"acceptance": "exact", "draft_len": 8, "adaptive_draft_len": True}))
+    return settings
+
+
+def _median(values) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
+              seed: int = 0, progress: Callable[[float, str], None] | None = None,
+              cost_ratio: float | None = None) -> list[SweepPoint]:
+    from .codec.metrics import mcd_dtw
+    from .evaluation import target_nll
+
+    backend = synth.backend
+    allowed = backend.allowed_token_ids()
+    base = synth.config(seed=seed)
+    if cost_ratio is not None:
+        base = base.with_(cost_ratio=cost_ratio)
+
+    def run(mode: str, text: str, overrides: dict, run_seed: int):
+        return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides))
+
+    run("ar", "Warm up.", {}, seed)  # first calls pay for allocation and lazy initialisation
+    run("speculative", "Warm up.", {}, seed)
+    total = len(sentences) * (len(settings) + 1)
+    done = 0
+    per: dict[str, list[dict]] = {s.label: [] for s in settings}
+    for index, (text, reference) in enumerate(zip(sentences, references)):
+        run_seed = seed + index
+        ar = run("ar", text, {}, run_seed)
+        ar_stats = ar.generation.stats
+        ar_per_token = (ar_stats.wall_seconds - ar_stats.prefill_seconds) / max(ar_stats.new_tokens, 1)
+        done += 1
+        for setting in settings:
+            if progress:
+                progress(done / total, f"sentence {index + 1}/{len(sentences)}: {setting.label}")
+            result = run("speculative", text, setting.overrides, run_seed)
+            stats = result.generation.stats
+            per_token = (stats.wall_seconds - stats.prefill_seconds) / max(stats.new_tokens, 1)
+            tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
+            per[setting.label].append({
+                "speedup": ar_per_token / per_token if per_token > 0 else float("nan"),
+                "acceptance": stats.acceptance_rate,
+                "tokens_per_call": stats.mean_tokens_per_call,
+                "mcd": mcd_dtw(result.audio, reference) if reference is not None and len(result.audio) > 400 else float("nan"),
+                "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed),
+            })
+            done += 1
+    points = [
+        SweepPoint(
+            label=s.label, rule=s.rule, parameter=s.parameter, value=s.value,
+            lm_speedup=_median(r["speedup"] for r in per[s.label]),
+            acceptance=_median(r["acceptance"] for r in per[s.label]),
+            tokens_per_call=_median(r["tokens_per_call"] for r in per[s.label]),
+            mcd=_median(r["mcd"] for r in per[s.label]),
+            nll=_median(r["nll"] for r in per[s.label]),
+        )
+        for s in settings
+    ]
+    mark_pareto(points)
+    return points
+
+
+def mark_pareto(points: list[SweepPoint]) -> None:
+    """A point is on the frontier when no other point is both faster and at least as faithful."""
+    def fidelity(p: SweepPoint) -> float:
+        return p.mcd if p.mcd == p.mcd else p.nll
+
+    for p in points:
+        p.pareto = not any(
+            (q.lm_speedup >= p.lm_speedup and fidelity(q) <= fidelity(p))
+            and (q.lm_speedup > p.lm_speedup or fidelity(q) < fidelity(p))
+            for q in points if q is not p
+        )
+
+
+def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
+    """Speed (x) against MCD-DTW (y, lower is better), one colour per rule; frontier joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    use_mcd = any(p.mcd == p.mcd for p in points)
+    y_of = (lambda p: p.mcd) if use_mcd else (lambda p: p.nll)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    colours = {"ssd": "#1f77b4", "pcg": "#d62728", "topk": "#2ca02c", "exact-K": "#7f7f7f", "exact-adaptive": "#9467bd"}
+    for rule in dict.fromkeys(p.rule for p in points):
+        group = [p for p in points if p.rule == rule]
+        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], "o-" if rule != "exact-adaptive" else "D",
+                color=colours.get(rule, "#8c564b"), label=rule, alpha=0.85, markersize=6)
+    frontier = sorted((p for p in points if p.pareto), key=lambda p: p.lm_speedup)
+    if frontier:
+        ax.plot([p.lm_speedup for p in frontier], [y_of(p) for p in frontier], "--", color="#888888", lw=1,
+                label="Pareto frontier")
+    if ar_mcd is not None and use_mcd:
+        ax.axhline(ar_mcd, color="#888888", lw=0.8, ls=":", label="AR")
+    ax.axvline(1.0, color="#888888", lw=0.8, ls=":")
+    ax.set_xlabel("LM speedup over autoregressive decoding (x)")
+    ax.set_ylabel("MCD-DTW to eSpeak reference (dB, lower is better)" if use_mcd else "target NLL per token (nats)")
+    ax.set_title("Speed against fidelity, embedded voice")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict) -> str:
+    lines = [
+        SECTION, "",
+        f"Command: `{command}`  ",
+        f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}; {meta['sentences']} held-out sentences, "
+        "medians; LM speedup per generated token against AR run interleaved on the same sentence.", "",
+        f"AR reference: MCD-DTW {ar_row['mcd']:.2f} dB, NLL {ar_row['nll']:.3f}.", "",
+        "| setting | LM speedup | acceptance | tokens/target call | MCD-DTW dB | NLL | Pareto |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        lines.append(f"| {p.label} | {p.lm_speedup:.2f}x | {p.acceptance:.2f} | {p.tokens_per_call:.2f} | "
+                     f"{p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
+    lines += ["", "![Speed against fidelity](sweep_pareto.png)", ""]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str, heading: str = SECTION) -> None:
+    """Replace (or append) the markdown section that starts with `heading`."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip() + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + section + ("" if end < 0 else text[end:])
+    path.write_text(text.rstrip() + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sentences", type=int, default=8, help="held-out sentences (default 8)")
+    parser.add_argument("--quick", action="store_true", help="a small grid (the app's Benchmark tab uses it)")
+    parser.add_argument("--draft", default="distilled", help="draft of the embedded voice")
+    parser.add_argument("--cost-ratio", type=float, default=None, help="c for adaptive K (default: the config's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
+    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
+                        help="markdown file whose speed-fidelity section is rewritten ('' to skip)")
+
+
+def main(args: argparse.Namespace) -> int:
+    import platform
+    import sys
+
+    from tqdm import tqdm
+
+    from .backends.embedded import load_synthesizer
+    from .codec.metrics import mcd_dtw
+    from .evaluation import _git_commit, target_nll
+    from .training.render import render
+
+    torch.set_num_threads(args.threads)
+    synth = load_synthesizer(draft=args.draft)
+    sentences = held_out_sentences(args.sentences)
+    references = [render(s) for s in sentences]
+    settings = default_settings(synth, quick=args.quick)
+    bar = tqdm(total=100, desc="sweep")
+
+    def progress(fraction: float, message: str) -> None:
+        bar.n = int(100 * fraction)
+        bar.set_postfix_str(message[:40])
+        bar.refresh()
+
+    points = run_sweep(synth, sentences, references, settings, seed=args.seed, progress=progress,
+                       cost_ratio=args.cost_ratio)
+    bar.close()
+    # AR fidelity for reference (same seeds as the sweep).
+    ar_mcd, ar_nll = [], []
+    for index, (text, reference) in enumerate(zip(sentences, references)):
+        result = synth.synthesize(text, mode="ar", config=synth.config(seed=args.seed + index))
+        tokens = [t for t in result.generation.tokens if t != synth.backend.eos_token_id]
+        ar_mcd.append(mcd_dtw(result.audio, reference))
+        ar_nll.append(target_nll(synth.target, synth.backend.prompt_ids(text), tokens, synth.backend.allowed_token_ids()))
+    ar_row = {"mcd": _median(ar_mcd), "nll": _median(ar_nll)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "commit": _git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} CPU, {args.threads} torch threads", "sentences": len(sentences),
+    }
+    (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
+    figure = pareto_figure(points, ar_row["mcd"])
+    figure.savefig(args.out / "sweep_pareto.png", dpi=120)
+    for p in points:
+        print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  MCD {p.mcd:6.2f}  NLL {p.nll:.3f}"
+              f"{'  *' if p.pareto else ''}")
+    if str(args.docs):
+        command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
+        write_section(args.docs, markdown(points, ar_row, command.strip(), meta))
+        figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
+        print(f"updated {args.docs}")
+    return 0
+
+
+def held_out_sentences(count: int) -> list[str]:
+    """The embedded voice's held-out test sentences (never seen in training)."""
+    from .backends.embedded import DEFAULT_PATH, META_NAME
+
+    meta = json.loads((DEFAULT_PATH / META_NAME).read_text())
+    sentences = meta["test_sentences"][:count]
+    if not sentences:
+        raise ValueError("the embedded voice lists no held-out sentences")
+    return sentences
