@@ -1,0 +1,61 @@
+"""The speed-fidelity sweep: threshold choice, Pareto marking, a run on the toy voice, the chart."""
+
+import numpy as np
+import torch
+
+from ssd_demo.groups import build_groups
+from ssd_demo.sweep import Setting, SweepPoint, mark_pareto, pareto_figure, run_sweep, theta_for_group_size, write_section
+from toy_backend import build_toy_synthesizer
+
+
+def test_theta_gives_the_requested_mean_group_size():
+    embeddings = torch.randn(1500, 32, generator=torch.Generator().manual_seed(0))
+    for size in (2.0, 8.0, 32.0):
+        theta = theta_for_group_size(embeddings, size)
+        groups = build_groups(embeddings, theta)
+        assert abs(float(groups.sizes.mean()) - size) / size < 0.25
+
+
+def point(label, speed, mcd):
+    return SweepPoint(label, "ssd", "beta", 0.0, speed, 0.5, 1.5, mcd, 1.0)
+
+
+def test_pareto_frontier():
+    points = [point("slow-good", 1.0, 5.0), point("fast-bad", 2.0, 7.0), point("dominated", 0.9, 6.0),
+              point("fast-good", 1.8, 5.0)]
+    mark_pareto(points)
+    assert [p.label for p in points if p.pareto] == ["fast-bad", "fast-good"]
+
+
+def test_sweep_runs_on_a_voice_and_draws_the_map():
+    synth = build_toy_synthesizer(max_new_tokens=24)
+    settings = [
+        Setting("ssd beta=0", "ssd", "beta", 0.0, {"acceptance": "ssd", "beta": 0.0}),
+        Setting("ssd beta=1", "ssd", "beta", 1.0, {"acceptance": "ssd", "beta": 1.0}),
+        Setting("pcg", "pcg", "group size", 4.0, {"acceptance": "pcg", "pcg_theta": 0.2}),
+        Setting("topk k=3", "topk", "k", 3, {"acceptance": "topk", "topk_tolerance": 3}),
+        Setting("adaptive", "exact-adaptive", "K max", 6, {"acceptance": "exact", "draft_len": 6, "adaptive_draft_len": True}),
+    ]
+    texts = ["hello there", "one two three"]
+    references = [synth.synthesize(t, mode="ar").audio for t in texts]
+    seen = []
+    points = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f))
+    assert [p.label for p in points] == [s.label for s in settings]
+    assert seen == sorted(seen) and 0 < seen[-1] <= 1
+    by_label = {p.label: p for p in points}
+    assert by_label["ssd beta=1"].acceptance == 1.0
+    assert by_label["ssd beta=1"].acceptance >= by_label["ssd beta=0"].acceptance
+    assert all(p.lm_speedup > 0 and np.isfinite(p.mcd) and np.isfinite(p.nll) for p in points)
+    assert any(p.pareto for p in points)
+    figure = pareto_figure(points, ar_mcd=1.0)
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert {"ssd", "pcg", "topk", "exact-adaptive", "Pareto frontier", "AR"} <= set(labels)
+    assert figure.axes[0].get_xlabel().startswith("LM speedup")
+
+
+def test_write_section_replaces_only_its_section(tmp_path):
+    doc = tmp_path / "bench.md"
+    doc.write_text("# Benchmarks\n\n## Engine\nkeep me\n\n## Speed-fidelity map\nold\n\n## Later\nkeep too\n")
+    write_section(doc, "## Speed-fidelity map\nnew\n")
+    text = doc.read_text()
+    assert "keep me" in text and "keep too" in text and "new" in text and "old" not in text
