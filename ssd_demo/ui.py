@@ -181,9 +181,9 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
 
                 with gr.Row():
                     ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath",
-                                        interactive=False, elem_id="ssd-ar-audio")
+                                        interactive=False, buttons=["download"], elem_id="ssd-ar-audio")
                     spec_audio = gr.Audio(label="Speculative (draft + target)", type="filepath",
-                                          interactive=False, elem_id="ssd-spec-audio")
+                                          interactive=False, buttons=["download"], elem_id="ssd-spec-audio")
                 with gr.Row():
                     with gr.Column(scale=3):
                         stats = gr.Markdown(label="Statistics", elem_id="ssd-stats")
@@ -203,12 +203,12 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                     elem_id="ssd-tokens",
                 )
                 with gr.Row():
-                    tokens_vs_time = gr.Plot(label="Tokens vs wall time", format="png", elem_id="ssd-plot-time")
-                    breakdown = gr.Plot(label="Timing breakdown", format="png", elem_id="ssd-plot-breakdown")
+                    tokens_vs_time = gr.Plot(label="Tokens vs wall time", show_label=False, format="png", elem_id="ssd-plot-time")
+                    breakdown = gr.Plot(label="Timing breakdown", show_label=False, format="png", elem_id="ssd-plot-breakdown")
                 with gr.Row():
-                    accepted_length = gr.Plot(label="Accepted length per round", format="png",
+                    accepted_length = gr.Plot(label="Accepted length per round", show_label=False, format="png",
                                               elem_id="ssd-plot-accepted")
-                    by_position = gr.Plot(label="Acceptance by position", format="png", elem_id="ssd-plot-position")
+                    by_position = gr.Plot(label="Acceptance by position", show_label=False, format="png", elem_id="ssd-plot-position")
                 with gr.Accordion("All numbers (JSON)", open=False):
                     details = gr.JSON(label="Details")
 
