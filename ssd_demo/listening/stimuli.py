@@ -354,7 +354,8 @@ def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
 
     def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
         frequency = 220.0 + 40.0 * (int(hashlib.sha256(spec.name.encode()).hexdigest(), 16) % 16)
-        t = np.arange(int(sample_rate * (seconds + 0.01 * len(text) % 0.1))) / sample_rate
+        # Length varies a little with the text, like speech does; never with the system.
+        t = np.arange(int(sample_rate * (seconds + 0.001 * (len(text) % 50)))) / sample_rate
         noise = np.random.default_rng(seed).standard_normal(t.size)
         audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.02 * noise
         return audio.astype(np.float32), sample_rate, {"mode": spec.mode, **spec.overrides, "renderer": "tone"}
