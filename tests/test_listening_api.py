@@ -208,3 +208,11 @@ def test_no_stimulus_set_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
     with serve(tmp_path / "empty") as url, pytest.raises(AppError, match="No stimulus set"):
         client(url).predict("", api_name=START)
+
+
+def test_a_damaged_stimulus_set_is_refused_with_a_clear_error(data):
+    clip = next((data / "stimuli" / "tones" / "clips").glob("*.wav"))
+    clip.write_bytes(clip.read_bytes()[:-10])
+    with serve(data) as url, pytest.raises(AppError, match="does not match its checksum"):
+        client(url).predict("", api_name=START)
+    assert stored_votes(data) == []

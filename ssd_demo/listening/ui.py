@@ -75,7 +75,10 @@ class ListeningApp:
     def test(self) -> ListeningTest:
         with self._lock:
             if self._test is None:
-                stimulus_set = current_stimulus_set(self.settings.data_dir)
+                try:
+                    stimulus_set = current_stimulus_set(self.settings.data_dir)
+                except (ValueError, FileNotFoundError) as error:  # a damaged or half-copied set
+                    raise ListeningError(f"The stimulus set cannot be served: {error}") from None
                 if stimulus_set is None:
                     raise ListeningError(
                         "No stimulus set yet. Render one with `python -m ssd_demo stimuli --name NAME`, "
