@@ -138,11 +138,18 @@ def check_text(synthesizer: Synthesizer, text: str | None) -> str:
     return text
 
 
+def preferred_device() -> str | None:
+    """"cuda" when a GPU is visible (a Space, a workstation), else None (the loader's CPU default)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def load(preset_key: str) -> tuple[Preset, Synthesizer]:
     """Load a preset, turning any failure into a ModelLoadError with a readable message."""
     preset = get_preset(preset_key)  # KeyError names the available presets
     try:
-        return preset, load_preset(preset_key, device=None)  # None: CUDA when present, else CPU
+        return preset, load_preset(preset_key, device=preferred_device())
     except Exception as error:  # noqa: BLE001 - any loader failure is reported the same way
         hint = " (it needs files from the Hugging Face Hub; check the network or the local cache)" if preset.needs_download else ""
         raise ModelLoadError(f"Could not load the model preset '{preset.label}'{hint}: {error}") from error
@@ -215,7 +222,7 @@ def _run_both(
     models up by preset key.
     """
     progress = progress or _no_progress
-    synthesizer = load_preset(preset_key, device=None)
+    synthesizer = load_preset(preset_key, device=preferred_device())
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")

@@ -28,11 +28,16 @@ def _launch(default_preset: str):
 
 
 @pytest.fixture(scope="module")
-def server():
+def launched():
     register_toy_preset()
     demo, url = _launch(TOY_KEY)
-    yield url
+    yield demo, url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def server(launched):
+    return launched[1]
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +166,39 @@ def test_preset_endpoint_returns_its_defaults(client):
 def test_rule_options_endpoint(client):
     result = client.predict("topk", api_name="/rule_options")
     assert len(result) == 3
+
+
+def test_queue_and_events_are_configured(launched):
+    demo = launched[0]
+    config = demo.get_config_file()
+    dependencies = config["dependencies"]
+    by_name = {d.get("api_name"): d for d in dependencies if d.get("api_name")}
+    assert {"synthesize", "select_preset", "rule_options"} <= set(by_name)
+    synthesize = by_name["synthesize"]
+    # The Stop button cancels the synthesis event.
+    assert any(synthesize["id"] in (d.get("cancels") or []) for d in dependencies)
+    # Model work runs one job at a time, and the queue is bounded.
+    assert demo._queue.max_size is not None
+    limits = {fn.concurrency_id: fn.concurrency_limit for fn in demo.fns.values() if fn.api_name in ("synthesize", "select_preset")}
+    assert limits == {"model": 1}
+
+
+def test_app_starts_even_when_the_default_preset_cannot_load():
+    from ssd_demo.presets import Preset, register
+    from ssd_demo.ui import build_demo
+
+    def broken(device):
+        raise FileNotFoundError("no voice files here")
+
+    register(Preset(key="missing", label="Missing voice", description="", licence="", drafts=("d",),
+                    default_draft="d", loader=broken))
+    demo = build_demo(default_preset="missing")
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        with pytest.raises(AppError, match="Could not load the model preset 'Missing voice'.*no voice files"):
+            Client(url, verbose=False).predict("Hello.", api_name="/synthesize")
+    finally:
+        demo.close()
 
 
 # --- the embedded voice, the app's real default, once its assets exist --------------------------
