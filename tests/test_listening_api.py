@@ -25,6 +25,7 @@ SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 START, SUBMIT = "/listening_start", "/listening_submit"
+DONE = 9  # index of the closing message among the trial outputs
 
 
 def make_data(root: Path) -> Path:
@@ -78,7 +79,7 @@ def test_twenty_concurrent_raters_store_exactly_500_votes(data):
             out = api.predict(session_id, trial_id, choice, score, None, api_name=SUBMIT)
             sent[trial_id] = (session_id, f"rater-{k}", choice, int(score))
             trial_id = out[1]
-        assert trial_id == "" and "Thank you" in out[-1]
+        assert trial_id == "" and "Thank you" in out[DONE]
         return sent
 
     with serve(data) as url, ThreadPoolExecutor(max_workers=20) as pool:
@@ -172,6 +173,8 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
         api = client(url)
         summary = api.predict("", api_name="/listening_results")[2]
         assert summary["n_votes"] == 3 and summary["n_sessions"] == 1
+        resumed = api.predict(session_id, api_name="/listening_resume")  # what a page reload does
+        assert resumed[:3] == (session_id, next_trial, "**Trial 4 of 25**")
         out = api.predict(session_id, next_trial, "none", None, None, api_name=SUBMIT)
         assert out[2] == "**Trial 5 of 25**"
     votes = stored_votes(data)

@@ -66,6 +66,10 @@ def test_rater_completes_a_session_with_clicks(app_url):
             page.locator("#listening-submit").dblclick()
             sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
 
+            # A reload resumes the session where it was, rather than starting a new one.
+            page.reload()
+            sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
+
             for choice, score in (("B", "2"), ("No preference", "5")):
                 page.locator("#listening-choice").get_by_text(choice, exact=True).click()
                 page.locator("#listening-score-b").get_by_text(score, exact=True).click()

@@ -159,6 +159,9 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?", elem_id="listening-choice")
         submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
     done = gr.Markdown(elem_id="listening-done")
+    # The session id survives a page reload in the browser's storage, so a reload resumes the
+    # session instead of starting a new one (which would show the rater the same sentences again).
+    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session")
 
     trial_outputs = [
         session_box,
@@ -173,6 +176,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         start_column,
         trial_column,
         done,
+        saved_session,
     ]
 
     def show(view: TrialView | None, session_id: str) -> tuple:
@@ -191,6 +195,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
                 gr.Column(visible=False),
                 gr.Column(visible=False),
                 finished,
+                "",
             )
         return (
             view.session_id,
@@ -205,6 +210,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
             gr.Column(visible=False),
             gr.Column(visible=True),
             "",
+            view.session_id,
         )
 
     def start(rater_id: str | None) -> tuple:
@@ -222,6 +228,20 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         except ListeningError as error:
             raise gr.Error(str(error)) from None
         return show(view, session_id)
+
+    def resume(saved: str | None) -> tuple | dict:
+        """On page load: continue the session this browser was in, if it is still open."""
+        if not saved:
+            return gr.skip()
+        try:
+            view = app.test().next_view(saved)
+        except ListeningError:
+            return gr.skip()  # unknown or replaced session: the rater simply starts a new one
+        return show(view, saved) if view is not None else gr.skip()
+
+    root = gr.context.Context.root_block
+    if root is not None:
+        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume")
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
