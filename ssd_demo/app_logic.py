@@ -145,11 +145,17 @@ def preferred_device() -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
-def load(preset_key: str) -> tuple[Preset, Synthesizer]:
+def load(preset_key: str, progress: ProgressFn | None = None) -> tuple[Preset, Synthesizer]:
     """Load a preset, turning any failure into a ModelLoadError with a readable message."""
     preset = get_preset(preset_key)  # KeyError names the available presets
+
+    def report(fraction: float, message: str) -> None:
+        # Loading is the first tenth of a run's progress bar.
+        if progress is not None:
+            progress(0.1 * min(max(float(fraction), 0.0), 1.0), desc=f"Loading the model: {message}")
+
     try:
-        return preset, load_preset(preset_key, device=preferred_device())
+        return preset, load_preset(preset_key, device=preferred_device(), progress=report)
     except Exception as error:  # noqa: BLE001 - any loader failure is reported the same way
         hint = " (it needs files from the Hugging Face Hub; check the network or the local cache)" if preset.needs_download else ""
         raise ModelLoadError(f"Could not load the model preset '{preset.label}'{hint}: {error}") from error
@@ -252,7 +258,7 @@ def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
     """
     progress = progress or _no_progress
     progress(0.0, desc="Loading the model")
-    preset, synthesizer = load(request.preset)
+    preset, synthesizer = load(request.preset, progress)
     text = check_text(synthesizer, request.text)
     default_seed = synthesizer.config().seed
     seed = resolve_seed(request.seed if request.seed is not None else default_seed, request.randomize_seed)
@@ -498,11 +504,11 @@ class PresetDefaults:
 FALLBACK_MAX_TEXT_CHARS = 300
 
 
-def preset_defaults(preset_key: str, load_models: bool = True) -> PresetDefaults:
+def preset_defaults(preset_key: str, load_models: bool = True, progress: ProgressFn | None = None) -> PresetDefaults:
     """The preset's drafts and decoding defaults; loads the models to read them unless told not to."""
     preset = get_preset(preset_key)
     if load_models:
-        _, synthesizer = load(preset_key)
+        _, synthesizer = load(preset_key, progress)
         config = synthesizer.config()
         max_chars = int(synthesizer.backend.max_text_chars)
     else:
@@ -517,8 +523,18 @@ def preset_defaults(preset_key: str, load_models: bool = True) -> PresetDefaults
 
 
 def preset_markdown(preset: Preset) -> str:
-    download = " Downloads its weights from the Hugging Face Hub on first use." if preset.needs_download else ""
-    return f"**{preset.label}** — {preset.description}{download}  \nLicence: {preset.licence}"
+    """Label, description, licence and (without touching the network) whether the weights are here."""
+    lines = [f"**{preset.label}** — {preset.description}", f"Licence: {preset.licence}"]
+    if preset.needs_download:
+        try:
+            from .presets import preset_availability
+
+            lines.append(f"Weights: {preset_availability(preset.key)[1]}")
+        except Exception:  # noqa: BLE001 - the note is informative only
+            lines.append("Weights: downloaded from the Hugging Face Hub on first use.")
+        if getattr(preset, "recommended_device", "cpu") != "cpu":
+            lines.append(f"Recommended device: {preset.recommended_device}.")
+    return "  \n".join(lines)
 
 
 def device_note() -> str:

@@ -268,7 +268,7 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
             """Load a preset and reset the controls to its drafts and defaults."""
             try:
                 progress(0.0, desc="Loading the model")
-                chosen = app_logic.preset_defaults(preset_key)
+                chosen = app_logic.preset_defaults(preset_key, progress=progress)
             except Exception as error:  # noqa: BLE001
                 raise _user_error(error) from None
             c = chosen.config

@@ -251,3 +251,15 @@ def test_embedded_voice_compares_end_to_end(tmp_path):
     assert result.draft in synthesizer.drafts
     ar_path, spec_path = app_logic.write_audio_files(result, tmp_path)
     assert soundfile.info(str(spec_path)).subtype == "PCM_16"
+
+
+def test_preset_descriptions_list_licence_and_weights():
+    from ssd_demo.presets import list_presets
+
+    presets = list_presets()
+    assert presets[0].key == "embedded"  # the offline voice is the default, first in the list
+    for preset in presets:
+        text = app_logic.preset_markdown(preset)
+        assert preset.label in text and f"Licence: {preset.licence}" in text
+        if preset.needs_download:
+            assert "Weights:" in text
