@@ -13,7 +13,7 @@ import soundfile as sf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", help="English text to speak (one or two sentences)")
+    parser.add_argument("text", help="English text to speak (one short sentence, at most 100 characters)")
     parser.add_argument("--out", type=Path, default=Path("out.wav"), help="output WAV file (16-bit PCM)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative")
     parser.add_argument("--draft", choices=("distilled", "layers"), default="distilled", help="draft model")

@@ -6,8 +6,8 @@ abbreviations and unknown words and writes IPA with stress marks. Each IPA
 character becomes one token; punctuation and word boundaries are kept because
 they shape the prosody (pauses, question intonation).
 
-Limits: text must be 1 to `MAX_TEXT_CHARS` (200) characters, i.e. one or two
-sentences; the voice was trained on sentences of that size and longer text is
+Limits: text must be 1 to `MAX_TEXT_CHARS` (100) characters, i.e. one short
+sentence; the voice was trained on sentences of up to about 80 characters and longer text is
 refused with a message rather than rendered badly.
 """
 
@@ -18,8 +18,8 @@ import threading
 
 from .synthesis import TextError
 
-#: Longest accepted text, in characters (about 12 seconds of speech).
-MAX_TEXT_CHARS = 200
+#: Longest accepted text, in characters (about 6 seconds of speech; the training sentences are shorter).
+MAX_TEXT_CHARS = 100
 
 #: Punctuation kept as tokens (eSpeak preserves it; it drives pauses and intonation).
 PUNCTUATION = " ,.!?;:-\"'()"
@@ -59,7 +59,7 @@ def check_text(text: str) -> str:
     if len(cleaned) > MAX_TEXT_CHARS:
         raise TextError(
             f"text is {len(cleaned)} characters long; the embedded voice speaks at most "
-            f"{MAX_TEXT_CHARS} characters (one or two sentences) at a time"
+            f"{MAX_TEXT_CHARS} characters (one short sentence) at a time"
         )
     return cleaned
 

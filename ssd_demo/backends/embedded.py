@@ -28,7 +28,7 @@ META_NAME = "voice.json"
 
 # Decoding defaults measured on the held-out sentences with `python -m ssd_demo eval`
 # (see docs/benchmarks.md): mild temperature and top-k keep the k-means tokens clean.
-DEFAULT_CONFIG = DecodingConfig(temperature=0.7, top_k=50, top_p=1.0, draft_len=4, beta=0.3, max_new_tokens=700)
+DEFAULT_CONFIG = DecodingConfig(temperature=0.7, top_k=50, top_p=1.0, draft_len=4, beta=0.3, max_new_tokens=500)
 
 
 class EmbeddedBackend:

@@ -14,7 +14,7 @@ from .. import text as text_frontend
 from ..backends.vocab import VocabLayout
 from ..codec import Codec, CodecConfig, fit_codec
 from .corpus import CorpusConfig, build_corpus, split_corpus
-from .render import render
+from .render import render_many
 
 DATASET_NAME = "dataset.pt"
 
@@ -48,7 +48,7 @@ def build_dataset(out_dir: Path, config: DataConfig, log=print) -> dict:
     train_text, test_text = split_corpus(sentences, config.test_size, seed=config.seed)
     phonemes = text_frontend.phonemize_many(sentences)
     log(f"dataset: {len(sentences)} sentences; rendering with eSpeak NG")
-    audios = {s: render(s) for s in sentences}
+    audios = dict(zip(sentences, render_many(sentences)))
     log(f"dataset: rendered {sum(len(a) for a in audios.values()) / 16000 / 3600:.2f} h in "
         f"{time.perf_counter() - start:.0f} s; fitting the codec")
     # The codebook sees training audio only, so the test split stays unseen end to end.

@@ -1,0 +1,84 @@
+"""The shipped embedded voice: it loads offline, speaks unseen text in both modes, reproducibly."""
+
+import numpy as np
+import pytest
+
+from ssd_demo import Backend, TextError
+from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
+from ssd_demo.training.corpus import build_corpus
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
+
+# Not in the training corpus (checked below): the voice has never heard it.
+UNSEEN = "Seven purple kites drift above the harbour."
+
+
+@pytest.fixture(scope="module")
+def synth():
+    return load_synthesizer()
+
+
+def _config(synth, **kw):
+    return synth.config(max_new_tokens=300, **kw)
+
+
+def _assert_speech(result, low=0.8, high=6.0):
+    assert result.audio.dtype == np.float32
+    assert result.sample_rate == 16_000
+    assert low < result.duration_seconds < high, result.duration_seconds
+    assert float(np.sqrt(np.mean(result.audio**2))) > 0.01  # not silence
+    assert np.isfinite(result.audio).all() and np.abs(result.audio).max() <= 1.0
+
+
+def test_assets_load_with_both_drafts(synth):
+    assert isinstance(synth.backend, Backend)
+    assert set(synth.drafts) == {"distilled", "layers"}
+    assert synth.draft_name == "distilled"
+    vocab = synth.target.config.vocab_size
+    for draft in synth.drafts.values():
+        assert draft.config.vocab_size == vocab
+    # The target is much deeper than either draft (that is where the speedup comes from).
+    assert synth.target.config.num_hidden_layers >= 4 * synth.drafts["distilled"].config.num_hidden_layers
+
+
+def test_unseen_sentence_autoregressive(synth):
+    assert UNSEEN not in build_corpus()
+    result = synth.synthesize(UNSEEN, mode="ar", config=_config(synth, seed=1))
+    _assert_speech(result)
+    assert result.generation.stats.finish_reason == "eos"
+    assert result.lm_seconds > 0 and result.codec_seconds > 0
+
+
+@pytest.mark.parametrize("draft", ["distilled", "layers"])
+def test_unseen_sentence_speculative(synth, draft):
+    result = synth.synthesize(UNSEEN, mode="speculative", config=_config(synth, seed=2), draft=draft)
+    _assert_speech(result)
+    assert result.generation.stats.accepted_tokens > 0
+
+
+def test_same_seed_same_audio(synth):
+    a = synth.synthesize("Good night.", mode="speculative", config=_config(synth, seed=5))
+    b = synth.synthesize("Good night.", mode="speculative", config=_config(synth, seed=5))
+    c = synth.synthesize("Good night.", mode="speculative", config=_config(synth, seed=6))
+    assert a.generation.tokens == b.generation.tokens
+    assert np.array_equal(a.audio, b.audio)
+    assert a.generation.tokens != c.generation.tokens
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "?!", "word " * 60])
+def test_bad_inputs_raise_text_error(synth, bad):
+    with pytest.raises(TextError):
+        synth.synthesize(bad, mode="ar", config=_config(synth))
+
+
+def test_tokens_to_audio_ignores_the_end_token(synth):
+    backend: EmbeddedBackend = synth.backend
+    speech = backend.allowed_token_ids()[:20]
+    with_end = backend.tokens_to_audio(speech + [backend.eos_token_id])
+    assert np.array_equal(with_end, backend.tokens_to_audio(speech))
+    assert len(backend.tokens_to_audio([backend.eos_token_id])) > 0  # a short silence, not an error
+
+
+def test_unknown_draft_is_refused():
+    with pytest.raises(ValueError, match="unknown draft"):
+        load_synthesizer(draft="nope")
