@@ -38,7 +38,7 @@ def serve(root: Path) -> Iterator[str]:
     """A Blocks app holding only the listening tab, on 127.0.0.1; closed (with its database) on exit."""
     with gr.Blocks() as demo, gr.Tab("Listening test"):
         build_listening_tab(root)
-    demo.queue(default_concurrency_limit=16)
+    demo.queue(max_size=16, default_concurrency_limit=1)  # as the full app does
     demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         yield demo.local_url
@@ -219,3 +219,12 @@ def test_a_damaged_stimulus_set_is_refused_with_a_clear_error(data):
     with serve(data) as url, pytest.raises(AppError, match="does not match its checksum"):
         client(url).predict("", api_name=START)
     assert stored_votes(data) == []
+
+
+def test_an_unusable_database_leaves_a_message_not_a_crash(tmp_path, monkeypatch):
+    (tmp_path / "not-a-db.sqlite3").write_bytes(b"this is not an SQLite database" * 100)
+    monkeypatch.setenv("SSD_DEMO_LISTENING_DB", str(tmp_path / "not-a-db.sqlite3"))
+    with gr.Blocks() as demo, gr.Tab("Listening test"):
+        build_listening_tab(tmp_path)
+    markdown = [b for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
+    assert any("unavailable" in str(b.value) for b in markdown)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import sqlite3
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -133,7 +134,12 @@ def close_listening_apps() -> None:
 
 def build_listening_tab(data_root: Path | None = None) -> None:
     """Lay out the listening test in the current Blocks context and wire its events."""
-    app = ListeningApp(ListeningSettings.from_env(data_root))
+    try:
+        app = ListeningApp(ListeningSettings.from_env(data_root))
+    except (OSError, sqlite3.Error, RuntimeError, ValueError) as error:
+        # An unusable data directory or database must not take the rest of the app down.
+        gr.Markdown(f"## Blind listening test\nThe listening test is unavailable: {error}")
+        return
     _APPS.append(app)
 
     gr.Markdown("## Blind listening test\n" + INSTRUCTIONS)
