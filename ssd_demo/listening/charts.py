@@ -42,8 +42,17 @@ def results_figure(summary: ListeningSummary) -> Figure:
                 ecolor="black",
                 capsize=3,
             )
-            preference.text(1, y, label, va="center", fontsize=8)
-        labels.append(f"{pair.system_x}\nvs {pair.system_y}\n(n={pair.n})")
+            preference.text(
+                1,
+                y,
+                label,
+                va="center",
+                fontsize=8,
+                zorder=3,
+                bbox={"facecolor": "white", "alpha": 0.7, "pad": 1, "linewidth": 0},
+            )
+        p_text = "" if pair.p_value is None else f", p={pair.p_value:.2g}"
+        labels.append(f"{pair.system_x}\nvs {pair.system_y}\n(n={pair.n}{p_text})")
     preference.set_yticks(range(len(summary.pairs)), labels, fontsize=8)
     preference.invert_yaxis()
     preference.set_xlim(0, 100)
