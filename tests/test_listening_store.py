@@ -197,6 +197,13 @@ def test_bad_votes_store_nothing(store, stimulus_set, change, error):
     assert store.count_votes() == 0
 
 
+@pytest.mark.parametrize("rater_id", ["=HYPERLINK(1)", "@cmd", "x" * 65, "tab\there"])
+def test_bad_rater_ids_are_refused(store, stimulus_set, rater_id):
+    with pytest.raises(InvalidVoteError):
+        ListeningTest(store, stimulus_set).start_session(rater_id=rater_id, n_trials=1, seed=1)
+    assert store.count_sessions() == 0
+
+
 def test_trial_of_another_session_is_refused(store, stimulus_set):
     test = ListeningTest(store, stimulus_set)
     mine = test.start_session(n_trials=2, seed=1)

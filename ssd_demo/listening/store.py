@@ -188,6 +188,9 @@ def normalize_rater_id(rater_id: str | None) -> str | None:
         return None
     if len(rater_id) > MAX_RATER_ID_CHARS or not rater_id.isprintable():
         raise InvalidVoteError(f"The rater id must be at most {MAX_RATER_ID_CHARS} printable characters.")
+    if not rater_id[0].isalnum():
+        # A leading =, +, - or @ would make the exported CSV a formula in spreadsheet programs.
+        raise InvalidVoteError("The rater id must start with a letter or a digit.")
     return rater_id
 
 
