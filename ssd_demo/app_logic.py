@@ -217,6 +217,27 @@ def _no_progress(*args, **kwargs) -> None:
     return None
 
 
+#: Below this many target parameters one torch thread is used: such models are bound by
+#: per-call overhead, and a second thread only adds synchronisation (and, on a shared or
+#: busy CPU, waits for a core another process holds: 10x slower was seen on 2 cores).
+SMALL_MODEL_PARAMETERS = 100_000_000
+_DEFAULT_THREADS = None
+
+
+def cpu_threads_for(synthesizer: Synthesizer) -> int:
+    """Torch CPU threads for this model: $SSD_TORCH_THREADS, else 1 for small models, else torch's default."""
+    import torch
+
+    global _DEFAULT_THREADS
+    if _DEFAULT_THREADS is None:
+        _DEFAULT_THREADS = torch.get_num_threads()
+    override = os.environ.get("SSD_TORCH_THREADS", "").strip()
+    if override:
+        return max(1, int(override))
+    parameters = sum(p.numel() for p in synthesizer.target.parameters())
+    return 1 if parameters < SMALL_MODEL_PARAMETERS else _DEFAULT_THREADS
+
+
 def _run_both(
     preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None
 ) -> tuple[SynthesisResult, SynthesisResult]:
@@ -229,6 +250,11 @@ def _run_both(
     """
     progress = progress or _no_progress
     synthesizer = load_preset(preset_key, device=preferred_device())
+    if synthesizer.device.type == "cpu":
+        import torch
+
+        # Process-wide, but safe: model jobs run one at a time (see the UI's queue).
+        torch.set_num_threads(cpu_threads_for(synthesizer))
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")

@@ -263,3 +263,13 @@ def test_preset_descriptions_list_licence_and_weights():
         assert preset.label in text and f"Licence: {preset.licence}" in text
         if preset.needs_download:
             assert "Weights:" in text
+
+
+def test_cpu_threads_follow_model_size(toy, monkeypatch):
+    monkeypatch.delenv("SSD_TORCH_THREADS", raising=False)
+    assert app_logic.cpu_threads_for(toy) == 1  # a tiny model: overhead-bound
+    monkeypatch.setenv("SSD_TORCH_THREADS", "3")
+    assert app_logic.cpu_threads_for(toy) == 3
+    monkeypatch.setattr(app_logic, "SMALL_MODEL_PARAMETERS", 10)
+    monkeypatch.delenv("SSD_TORCH_THREADS")
+    assert app_logic.cpu_threads_for(toy) == app_logic._DEFAULT_THREADS
