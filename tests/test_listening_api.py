@@ -228,3 +228,24 @@ def test_an_unusable_database_leaves_a_message_not_a_crash(tmp_path, monkeypatch
         build_listening_tab(tmp_path)
     markdown = [b for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
     assert any("unavailable" in str(b.value) for b in markdown)
+
+
+def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
+    from toy_backend import TOY_KEY, register_toy_preset
+
+    from ssd_demo.ui import build_demo
+
+    monkeypatch.setenv("SSD_DEMO_DATA_DIR", str(data))
+    register_toy_preset()
+    demo = build_demo(default_preset=TOY_KEY, load_default=False)
+    demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        api = client(demo.local_url)
+        out = api.predict("", api_name=START)
+        out = api.predict(out[0], out[1], "A", "5", "4", api_name=SUBMIT)
+        assert out[2] == "**Trial 2 of 25**"
+    finally:
+        demo.close()
+        close_listening_apps()
+    votes = stored_votes(data)
+    assert [(v.choice, v.score_a, v.score_b) for v in votes] == [("A", 5, 4)]
