@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,13 @@ def test_markdown_and_chart_with_votes():
     assert "AR vs SSD" in text and "0.3438" in text and "4.000" in text
     figure = results_figure(summary)
     assert len(figure.axes) == 2
+
+
+def test_model_free_modules_do_not_import_gradio():
+    import subprocess
+    import sys
+
+    modules = "charts, export, sessions, stats, stimuli, store"
+    code = f"import sys; from ssd_demo.listening import {modules}; sys.exit(1 if 'gradio' in sys.modules else 0)"
+    repository = Path(__file__).resolve().parents[1]
+    assert subprocess.run([sys.executable, "-c", code], cwd=repository, timeout=120).returncode == 0
