@@ -137,4 +137,4 @@ def test_model_free_modules_do_not_import_gradio():
     modules = "charts, export, sessions, stats, stimuli, store"
     code = f"import sys; from ssd_demo.listening import {modules}; sys.exit(1 if 'gradio' in sys.modules else 0)"
     repository = Path(__file__).resolve().parents[1]
-    assert subprocess.run([sys.executable, "-c", code], cwd=repository, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], check=False, cwd=repository, timeout=120).returncode == 0
