@@ -247,7 +247,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
 
     root = gr.context.Context.root_block
     if root is not None:
-        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume")
+        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16)
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
