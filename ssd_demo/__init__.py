@@ -3,10 +3,11 @@
 Public API:
     DecodingConfig, speculative_generate, autoregressive_generate,
     GenerationResult, RoundRecord, GenerationStats, predicted_speedup, compare_runs,
-    Synthesizer, SynthesisResult, load_synthesizer.
+    Synthesizer, SynthesisResult, load_synthesizer, list_presets, load_preset, load_custom_pair.
 """
 
 from .config import DecodingConfig
+from .presets import list_presets, load_custom_pair, load_preset
 from .decoding import autoregressive_generate, speculative_generate
 from .results import GenerationResult, GenerationStats, RoundRecord, SpeedupReport, compare_runs, predicted_speedup
 from .synthesis import Backend, SynthesisResult, Synthesizer, TextError, VoicePrompt
@@ -26,6 +27,9 @@ __all__ = [
     "VoicePrompt",
     "autoregressive_generate",
     "compare_runs",
+    "list_presets",
+    "load_custom_pair",
+    "load_preset",
     "load_synthesizer",
     "predicted_speedup",
     "speculative_generate",

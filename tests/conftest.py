@@ -1,8 +1,11 @@
 """Shared test setup: offline, deterministic, small thread count."""
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Listening-test databases and stimulus sets go to a throwaway folder, never into the checkout.
+os.environ.setdefault("SSD_DEMO_DATA_DIR", tempfile.mkdtemp(prefix="ssd-demo-test-data-"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
