@@ -65,9 +65,14 @@ def check_text(text: str) -> str:
 
 
 def phonemize_many(texts: list[str]) -> list[str]:
-    """IPA strings for many texts at once (no validation; used to build the training corpus)."""
+    """IPA strings for many texts (no validation; used to build the training corpus).
+
+    One call per text: phonemizer's punctuation handling can shift the lines of a batched
+    call against its inputs (seen with "1.5" and ":"), which would pair text with the wrong audio.
+    """
     with _lock:
-        return _backend().phonemize([" ".join(t.split()) for t in texts], strip=True, njobs=1)
+        backend = _backend()
+        return [backend.phonemize([" ".join(t.split())], strip=True, njobs=1)[0] for t in texts]
 
 
 def phonemize(text: str) -> str:

@@ -49,3 +49,10 @@ def test_text_error_is_a_value_error_with_a_message():
 def test_non_string_is_refused():
     with pytest.raises(TextError):
         text.check_text(None)  # type: ignore[arg-type]
+
+
+def test_batched_phonemes_stay_aligned_with_their_texts():
+    # A batched phonemizer call once shifted lines against inputs around "1.5" and ":";
+    # the corpus would then pair each text with another sentence's audio.
+    texts = ["It takes 1.5 hours to reach the garden.", "Chapter 2: the wooden mouse.", "Why?", "Hello, world!"]
+    assert text.phonemize_many(texts) == [text.phonemize(t) for t in texts]
