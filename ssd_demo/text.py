@@ -14,6 +14,7 @@ refused with a message rather than rendered badly.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 
 from .synthesis import TextError
@@ -36,6 +37,34 @@ SYMBOL_TO_INDEX = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 
 _lock = threading.Lock()  # the eSpeak library is not re-entrant
 
+# phonemizer splits text at punctuation before eSpeak reads it, so "1.5" would become "one. five"
+# while eSpeak itself says "one point five". Spelling such tokens out first keeps the phonemes
+# and the rendered training audio in agreement.
+_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
+    (re.compile(r"\$(\d+)\.(\d\d)\b"), r"\1 dollars \2"),
+    (re.compile(r"\$(\d+)"), r"\1 dollars"),
+    (re.compile(r"£(\d+)\.(\d\d)\b"), r"\1 pounds \2"),
+    (re.compile(r"£(\d+)"), r"\1 pounds"),
+    (re.compile(r"€(\d+)"), r"\1 euros"),
+    (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),
+    (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
+    (re.compile(r"\b(\d{1,2}):(\d\d)\b"),
+     lambda m: m.group(1) if m.group(2) == "00" else f"{m.group(1)} oh {m.group(2)[1]}" if m.group(2)[0] == "0"
+     else f"{m.group(1)} {m.group(2)}"),
+    (re.compile(r"\b([aApP])\.[mM]\.?"), r"\1 m"),
+    (re.compile(r"\bMrs\."), "Missus"),
+    (re.compile(r"\bMr\."), "Mister"),
+    (re.compile(r"\bDr\."), "Doctor"),
+)
+
+
+def normalize_text(text: str) -> str:
+    """Collapse whitespace and spell out money, decimals, times and abbreviations with inner dots."""
+    text = " ".join(text.split())
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
 
 @functools.lru_cache(maxsize=1)
 def _backend():
@@ -50,7 +79,7 @@ def _backend():
 
 
 def check_text(text: str) -> str:
-    """Validate and normalise whitespace; raises TextError for text that cannot be spoken."""
+    """Validate and normalise (see `normalize_text`); raises TextError for text that cannot be spoken."""
     if not isinstance(text, str):
         raise TextError(f"text must be a string, got {type(text).__name__}")
     cleaned = " ".join(text.split())
@@ -61,7 +90,7 @@ def check_text(text: str) -> str:
             f"text is {len(cleaned)} characters long; the embedded voice speaks at most "
             f"{MAX_TEXT_CHARS} characters (one short sentence) at a time"
         )
-    return cleaned
+    return normalize_text(cleaned)
 
 
 def phonemize_many(texts: list[str]) -> list[str]:
@@ -72,7 +101,8 @@ def phonemize_many(texts: list[str]) -> list[str]:
     """
     with _lock:
         backend = _backend()
-        return [backend.phonemize([" ".join(t.split())], strip=True, njobs=1)[0] for t in texts]
+        # Join every line returned: eSpeak may still split one text into several clauses.
+        return [" ".join(backend.phonemize([normalize_text(t)], strip=True, njobs=1)) for t in texts]
 
 
 def phonemize(text: str) -> str:

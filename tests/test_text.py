@@ -56,3 +56,20 @@ def test_batched_phonemes_stay_aligned_with_their_texts():
     # the corpus would then pair each text with another sentence's audio.
     texts = ["It takes 1.5 hours to reach the garden.", "Chapter 2: the wooden mouse.", "Why?", "Hello, world!"]
     assert text.phonemize_many(texts) == [text.phonemize(t) for t in texts]
+
+
+@pytest.mark.parametrize(
+    "raw, spoken",
+    [
+        ("It takes 1.25 hours.", "It takes 1 point 2 5 hours."),
+        ("It costs $12.50.", "It costs 12 dollars 50."),
+        ("We have 2,000 paintings.", "We have 2000 paintings."),
+        ("Meet at 9:05 or 10:00.", "Meet at 9 oh 5 or 10."),
+        ("Dr. Patel left at 6 p.m. today.", "Doctor Patel left at 6 p m today."),
+    ],
+)
+def test_numbers_with_inner_punctuation_are_spelled_out(raw, spoken):
+    # Otherwise the phonemizer's punctuation split reads "1.25" as "one. twenty-five",
+    # unlike the audio eSpeak renders for the same text.
+    assert text.normalize_text(raw) == spoken
+    assert "." not in text.phonemize(raw)[:-1]

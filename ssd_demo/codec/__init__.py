@@ -143,7 +143,7 @@ def fit_codec(audios: list[np.ndarray], config: CodecConfig = CodecConfig(), max
     rng = np.random.default_rng(seed)
     if len(frames) > max_frames:
         frames = frames[rng.choice(len(frames), max_frames, replace=False)]
-    kmeans = MiniBatchKMeans(n_clusters=config.codebook_size, batch_size=4096, n_init=1, max_iter=50,
+    kmeans = MiniBatchKMeans(n_clusters=config.codebook_size, batch_size=4096, n_init=1, max_iter=20,
                              random_state=seed, reassignment_ratio=0.01)
     kmeans.fit(frames)
     return Codec(config, kmeans.cluster_centers_.astype(np.float32))

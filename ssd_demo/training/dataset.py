@@ -48,7 +48,8 @@ def build_dataset(out_dir: Path, config: DataConfig, log=print) -> dict:
     train_text, test_text = split_corpus(sentences, config.test_size, seed=config.seed)
     phonemes = text_frontend.phonemize_many(sentences)
     log(f"dataset: {len(sentences)} sentences; rendering with eSpeak NG")
-    audios = dict(zip(sentences, render_many(sentences)))
+    # eSpeak reads the same normalised text that the phonemes come from.
+    audios = dict(zip(sentences, render_many([text_frontend.normalize_text(s) for s in sentences])))
     log(f"dataset: rendered {sum(len(a) for a in audios.values()) / 16000 / 3600:.2f} h in "
         f"{time.perf_counter() - start:.0f} s; fitting the codec")
     # The codebook sees training audio only, so the test split stays unseen end to end.
