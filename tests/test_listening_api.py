@@ -183,9 +183,9 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
 
 def test_results_on_an_empty_database(data):
     with serve(data) as url:
-        text, plot, summary = client(url).predict("", api_name="/listening_results")
+        text, plot, summary, _ = client(url).predict("", api_name="/listening_results")
     assert "No votes yet" in text and plot is not None
-    assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": []}
+    assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": [], "stimulus_sets": []}
 
 
 def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):

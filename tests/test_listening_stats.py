@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from ssd_demo.listening.charts import results_figure
-from ssd_demo.listening.stats import mos_summary, sign_test, summarize, summary_markdown, wilson_interval
+from ssd_demo.listening.stats import (
+    MOS_NOTE,
+    mos_summary,
+    sign_test,
+    summarize,
+    summary_markdown,
+    votes_in_set,
+    wilson_interval,
+)
 from ssd_demo.listening.store import VoteRecord
 
 Z = 1.959963984540054  # 97.5% standard normal quantile
@@ -23,6 +31,8 @@ def vote(
     score_a: int | None = None,
     score_b: int | None = None,
     session: str = "s1",
+    stimulus_set: str = "set",
+    sha: str | None = "a" * 64,
 ) -> VoteRecord:
     n = next(_ids)
     preferred = {"A": system_a, "B": system_b, "none": None}[choice]
@@ -32,7 +42,8 @@ def vote(
         rater_id=None,
         trial_id=f"t{n}",
         trial_index=n,
-        stimulus_set="set",
+        stimulus_set=stimulus_set,
+        stimulus_set_sha256=sha,
         item_id="i",
         text="x",
         system_a=system_a,
@@ -128,6 +139,30 @@ def test_markdown_and_chart_with_votes():
     assert "AR vs SSD" in text and "0.3438" in text and "4.000" in text
     figure = results_figure(summary)
     assert len(figure.axes) == 2
+
+
+def test_summaries_are_per_stimulus_set():
+    # "AR" wins every vote in set one and loses every vote in set two: pooled, it looks like a draw.
+    one = [vote("AR", "SSD", "A", score_a=5, stimulus_set="one", sha="1" * 64) for _ in range(4)]
+    two = [vote("AR", "SSD", "B", score_a=1, stimulus_set="two", sha="2" * 64) for _ in range(4)]
+    rebuilt = [vote("AR", "SSD", "B", stimulus_set="one", sha="3" * 64)]  # same name, other audio
+    votes = one + two + rebuilt
+    summary = summarize(votes_in_set(votes, "one", "1" * 64))
+    assert summary.n_votes == 4 and summary.stimulus_sets == (("one", "1" * 64),)
+    assert (summary.pairs[0].wins_x, summary.pairs[0].wins_y) == (4, 0) and summary.mos[0].mean == 5.0
+    text = summary_markdown(summary)
+    assert "Stimulus set **one (sha256 111111111111)**" in text and "Warning" not in text
+    assert votes_in_set(votes, "two", "2" * 64) == two
+    assert len(votes_in_set(votes, "one")) == 5  # by name only: both versions of "one"
+    pooled = summarize(votes)
+    assert len(pooled.stimulus_sets) == 3 and "pool 3 stimulus sets" in summary_markdown(pooled)
+
+
+def test_results_note_that_mos_intervals_ignore_rater_clustering():
+    assert MOS_NOTE in summary_markdown(summarize(example_votes()))
+    assert "independent" in MOS_NOTE and "rater" in MOS_NOTE
+    no_scores = summarize([vote("AR", "SSD", "A")])
+    assert MOS_NOTE not in summary_markdown(no_scores)
 
 
 def test_model_free_modules_do_not_import_gradio():

@@ -9,14 +9,18 @@ import threading
 import pytest
 import soundfile as sf
 
-from ssd_demo.listening.export import read_votes_csv, write_votes_csv
-from ssd_demo.listening.sessions import ListeningTest, plan_trials
+from ssd_demo.listening import stimuli as stimuli_module
+from ssd_demo.listening import store as store_module
+from ssd_demo.listening.export import COLUMNS, prune_exports, read_votes_csv, write_votes_csv
+from ssd_demo.listening.sessions import ClipUnavailableError, ListeningTest, plan_trials
 from ssd_demo.listening.stimuli import (
     create_stimulus_set,
     current_stimulus_set,
     data_dir,
     load_stimulus_set,
     parse_system,
+    stimulus_set_by_checksum,
+    storage_warning,
     tone_renderer,
 )
 from ssd_demo.listening.store import (
@@ -359,3 +363,102 @@ def test_sessions_of_a_replaced_set_are_refused_before_storing(store, stimulus_s
     with pytest.raises(ListeningError, match="no longer served"):
         new.submit(session.session_id, trial.trial_id, "A")
     assert store.count_votes() == 0
+
+
+def test_votes_record_the_stimulus_set_checksum(store, stimulus_set, tmp_path):
+    other = create_stimulus_set("tones2", TEXTS[:2], SYSTEMS[:2], tone_renderer(), root=tmp_path)
+    for chosen in (stimulus_set, other, stimulus_set):
+        test = ListeningTest(store, chosen)
+        session = test.start_session(n_trials=1, seed=3)
+        test.submit(session.session_id, test.next_view(session.session_id).trial_id, "A")
+    votes = store.votes()
+    assert [(v.stimulus_set, v.stimulus_set_sha256) for v in votes] == [
+        ("tones", stimulus_set.manifest_sha256),
+        ("tones2", other.manifest_sha256),
+        ("tones", stimulus_set.manifest_sha256),
+    ]
+    assert store.votes_for_set("tones", stimulus_set.manifest_sha256) == [votes[0], votes[2]]
+    assert store.votes_for_set("tones", "0" * 64) == []
+    assert store.voted_sets() == [("tones", stimulus_set.manifest_sha256, 2), ("tones2", other.manifest_sha256, 1)]
+    # The CSV carries both set columns, so an exported study can be split by set.
+    assert {"stimulus_set", "stimulus_set_sha256"} <= set(COLUMNS)
+    assert read_votes_csv(write_votes_csv(votes, tmp_path / "v.csv")) == votes
+
+
+def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, monkeypatch):
+    path = tmp_path / "old.sqlite3"
+    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:1])
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
+    with ListeningStore(path, app_version="old") as old:
+        test = ListeningTest(old, stimulus_set)
+        session = test.start_session(n_trials=1, seed=1)
+        trial = test.next_view(session.session_id)
+        # The version-1 schema has no checksum column: insert the way that app did.
+        old._connection().execute(
+            """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text, system_a,
+                   system_b, choice, preferred_system, submitted_at, app_version)
+               SELECT session_id, NULL, trial_id, trial_index, 'tones', item_id, text, system_a, system_b, 'none',
+                   NULL, 'now', 'old' FROM trials WHERE trial_id = ?""",
+            (trial.trial_id,),
+        )
+    monkeypatch.undo()
+    with ListeningStore(path, app_version="new") as new:
+        assert new.schema_version() == SCHEMA_VERSION == 2
+        [vote] = new.votes()
+        assert vote.stimulus_set_sha256 == stimulus_set.manifest_sha256
+
+
+def test_a_vote_is_stored_even_when_the_next_clip_cannot_be_read(store, stimulus_set):
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=3, seed=5)
+    first = test.next_view(session.session_id)
+    second = plan_trials(stimulus_set, 3, 5)[1]
+    stimulus_set.clip_path(second.clip_b).unlink()
+    with pytest.raises(ClipUnavailableError) as caught:
+        test.submit(session.session_id, first.trial_id, "A", 4, None)
+    message = str(caught.value)
+    assert "vote was saved" in message and second.clip_b.split("/")[-1] in message
+    assert str(stimulus_set.root) not in message and "/" not in message
+    assert [(v.trial_id, v.choice, v.score_a) for v in store.votes()] == [(first.trial_id, "A", 4)]
+    # A truncated WAV is refused the same way, on start or resume.
+    stimulus_set.clip_path(second.clip_a).write_bytes(b"RIFF")
+    with pytest.raises(ClipUnavailableError, match="cannot be read"):
+        test.next_view(session.session_id)
+
+
+def test_a_session_finds_its_set_only_while_unchanged(stimulus_set, tmp_path):
+    name, sha = stimulus_set.name, stimulus_set.manifest_sha256
+    assert stimulus_set_by_checksum(tmp_path, name, sha).manifest_sha256 == sha
+    assert stimulus_set_by_checksum(tmp_path, name, "0" * 64) is None
+    assert stimulus_set_by_checksum(tmp_path, "../etc", sha) is None
+    create_stimulus_set(name, TEXTS[:1], SYSTEMS[:2], tone_renderer(), root=tmp_path, overwrite=True)
+    assert stimulus_set_by_checksum(tmp_path, name, sha) is None  # rebuilt: other audio under the same name
+
+
+def test_storage_warning_only_on_a_space_without_persistent_storage(tmp_path):
+    missing, writable = tmp_path / "no-data", tmp_path
+    space = {"SPACE_ID": "user/demo"}
+    assert storage_warning({}, persistent=missing) is None  # not a Space: ./data is the user's own folder
+    assert "lost when it restarts" in storage_warning(space, persistent=missing)
+    assert storage_warning(space, persistent=writable) is None
+    assert storage_warning({**space, "SSD_DEMO_DATA_DIR": "/somewhere"}, persistent=missing) is None
+    assert storage_warning({**space, "SSD_DEMO_DATA_DIR": "  "}, persistent=missing) is not None
+
+
+def test_data_dir_uses_persistent_storage_on_a_space(monkeypatch, tmp_path):
+    monkeypatch.delenv("SSD_DEMO_DATA_DIR", raising=False)
+    monkeypatch.setenv("SPACE_ID", "user/demo")
+    monkeypatch.setattr(stimuli_module, "PERSISTENT_ROOT", tmp_path)
+    assert data_dir() == tmp_path / "ssd_demo"
+
+
+def test_old_exports_are_pruned(tmp_path):
+    names = [f"listening_votes_2026010{d}T000000.000000Z.csv" for d in range(1, 9)]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "other.csv").write_text("kept")
+    removed = prune_exports(tmp_path, keep=3)
+    assert sorted(p.name for p in removed) == names[:5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[5:], "other.csv"])
+    with pytest.raises(ValueError):
+        prune_exports(tmp_path, keep=-1)

@@ -1,6 +1,8 @@
 """CSV export of raw votes, and the reader that proves it round-trips.
 
-One row per stored vote, columns in `VoteRecord` field order. Empty cells mean None
+One row per stored vote, columns in `VoteRecord` field order (the stimulus set's name and
+manifest checksum included, since system names mean different audio in different sets).
+Empty cells mean None
 (no rater id, no preference, no score). The CSV module quotes text with commas, quotes
 or newlines, so sentences survive unchanged.
 """
@@ -18,7 +20,7 @@ from .store import VoteRecord
 COLUMNS = tuple(f.name for f in fields(VoteRecord))
 _INTEGER = {"vote_id", "trial_index"}
 _OPTIONAL_INTEGER = {"score_a", "score_b"}
-_OPTIONAL_TEXT = {"rater_id", "preferred_system", "presented_at"}
+_OPTIONAL_TEXT = {"rater_id", "stimulus_set_sha256", "preferred_system", "presented_at"}
 
 
 def votes_to_csv(votes: Iterable[VoteRecord]) -> str:
@@ -36,6 +38,18 @@ def write_votes_csv(votes: Iterable[VoteRecord], path: Path | str) -> Path:
     with path.open("w", encoding="utf-8", newline="") as handle:
         handle.write(votes_to_csv(votes))
     return path
+
+
+def prune_exports(folder: Path | str, keep: int = 5, pattern: str = "listening_votes_*.csv") -> list[Path]:
+    """Delete all but the `keep` newest exports in `folder` (names sort by their UTC timestamp); return the deleted."""
+    if keep < 0:
+        raise ValueError(f"keep must be zero or more, got {keep}")
+    exports = sorted(Path(folder).glob(pattern), key=lambda p: p.name, reverse=True)
+    removed = []
+    for old in exports[keep:]:
+        old.unlink(missing_ok=True)
+        removed.append(old)
+    return removed
 
 
 def _cell(column: str, value: str):

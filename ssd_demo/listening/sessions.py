@@ -12,13 +12,21 @@ import itertools
 import random
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
 from .stimuli import StimulusSet, read_clip
 from .store import ListeningError, ListeningStore, PlannedTrial, SessionRecord, TrialRecord
 
 DEFAULT_TRIALS = 10
+# What reading a clip can raise: a missing or unreadable file, a path outside the set, a broken WAV.
+CLIP_READ_ERRORS = (OSError, ValueError, sf.SoundFileError)
+
+
+class ClipUnavailableError(ListeningError):
+    """A trial's clip cannot be read (deleted, truncated or replaced on disk)."""
 MAX_TRIALS = 200
 
 
@@ -108,7 +116,11 @@ class ListeningTest:
         # Refuse before storing: a vote the rater is then told failed must not be in the table.
         self._served_session(session_id)
         self.store.submit_vote(session_id, trial_id, choice, score_a, score_b)
-        return self.next_view(session_id)
+        try:
+            return self.next_view(session_id)
+        except ClipUnavailableError as error:
+            # The vote is stored: the rater must not think it was lost and vote again elsewhere.
+            raise ClipUnavailableError(f"Your vote was saved, but the next trial cannot be shown: {error}") from None
 
     def _view(self, trial: TrialRecord, total: int) -> TrialView:
         return TrialView(
@@ -117,6 +129,16 @@ class ListeningTest:
             number=trial.trial_index + 1,
             total=total,
             text=trial.text,
-            audio_a=read_clip(self.stimulus_set, trial.clip_a),
-            audio_b=read_clip(self.stimulus_set, trial.clip_b),
+            audio_a=self._read(trial.clip_a),
+            audio_b=self._read(trial.clip_b),
         )
+
+    def _read(self, relative: str) -> tuple[int, np.ndarray]:
+        try:
+            return read_clip(self.stimulus_set, relative)
+        except CLIP_READ_ERRORS:
+            # The file name only: a rater's message must not show the server's folders.
+            raise ClipUnavailableError(
+                f"clip {Path(relative).name} of stimulus set {self.stimulus_set.name!r} cannot be read; "
+                "please tell the experimenter."
+            ) from None

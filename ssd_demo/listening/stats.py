@@ -5,6 +5,10 @@ preference", each with a Wilson score interval, and an exact two-sided sign test
 "neither system is preferred" on the votes that expressed a preference (ties dropped,
 as the sign test prescribes). MOS, per system: the mean of every naturalness score the
 system's clips received, with a t-distribution interval.
+
+System names mean different audio in different stimulus sets, so a summary covers one
+set (name and manifest checksum): `votes_in_set` selects its votes. A summary of votes
+from several sets says so in its text.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from scipy import stats as scipy_stats
 from .store import VoteRecord
 
 CONFIDENCE = 0.95
+MOS_NOTE = (
+    "*Note: these MOS intervals treat every score as independent, but each rater gives many scores; "
+    "when raters differ in how they use the scale, the true uncertainty is larger. For a study, "
+    "use a model with a rater effect (or a bootstrap over raters) on the exported votes.*"
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,8 @@ class ListeningSummary:
     n_sessions: int
     pairs: tuple[PairPreference, ...]
     mos: tuple[MosSummary, ...]
+    # Every (set name, manifest sha256) the votes came from; more than one means pooled sets.
+    stimulus_sets: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -116,8 +127,20 @@ def pair_preference(system_x: str, system_y: str, wins_x: int, wins_y: int, ties
     )
 
 
+def votes_in_set(
+    votes: Iterable[VoteRecord], stimulus_set: str, stimulus_set_sha256: str | None = None
+) -> list[VoteRecord]:
+    """The votes on one stimulus set: by name, and by manifest checksum when one is given."""
+    return [
+        v
+        for v in votes
+        if v.stimulus_set == stimulus_set
+        and (stimulus_set_sha256 is None or v.stimulus_set_sha256 == stimulus_set_sha256)
+    ]
+
+
 def summarize(votes: Iterable[VoteRecord]) -> ListeningSummary:
-    """Every pair's preference and every system's MOS from raw votes."""
+    """Every pair's preference and every system's MOS from raw votes (select one set first: `votes_in_set`)."""
     votes = list(votes)
     counts: dict[tuple[str, str], list[int]] = {}
     scores: dict[str, list[int]] = {}
@@ -133,7 +156,15 @@ def summarize(votes: Iterable[VoteRecord]) -> ListeningSummary:
                 scores.setdefault(system, []).append(score)
     pairs = tuple(pair_preference(x, y, *counts[(x, y)]) for x, y in sorted(counts))
     mos = tuple(mos_summary(system, scores[system]) for system in sorted(scores))
-    return ListeningSummary(n_votes=len(votes), n_sessions=len({v.session_id for v in votes}), pairs=pairs, mos=mos)
+    sets = tuple(sorted({(v.stimulus_set, v.stimulus_set_sha256) for v in votes}, key=lambda s: (s[0], s[1] or "")))
+    return ListeningSummary(
+        n_votes=len(votes), n_sessions=len({v.session_id for v in votes}), pairs=pairs, mos=mos, stimulus_sets=sets
+    )
+
+
+def set_label(stimulus_set: str, stimulus_set_sha256: str | None) -> str:
+    """A set's short name for people: its name and the start of its manifest checksum."""
+    return f"{stimulus_set} (sha256 {stimulus_set_sha256[:12]})" if stimulus_set_sha256 else stimulus_set
 
 
 def _pct(value: float) -> str:
@@ -152,7 +183,17 @@ def summary_markdown(summary: ListeningSummary) -> str:
     """Tables for the results view."""
     if summary.empty:
         return "No votes yet. Results appear here once raters have completed trials."
-    lines = [
+    lines = []
+    if len(summary.stimulus_sets) == 1:
+        lines += [f"Stimulus set **{set_label(*summary.stimulus_sets[0])}**.", ""]
+    elif len(summary.stimulus_sets) > 1:
+        names = ", ".join(set_label(*s) for s in summary.stimulus_sets)
+        lines += [
+            f"**Warning:** these votes pool {len(summary.stimulus_sets)} stimulus sets ({names}); "
+            "a system name may mean different audio in each.",
+            "",
+        ]
+    lines += [
         f"**{summary.n_votes} votes** from **{summary.n_sessions} sessions**.",
         "",
         "### Preference (95% Wilson intervals; exact sign test, ties excluded)",
@@ -175,6 +216,7 @@ def summary_markdown(summary: ListeningSummary) -> str:
         lines += ["| System | Scores | MOS | 95% CI |", "|---|---|---|---|"]
         for m in summary.mos:
             lines.append(f"| {m.system} | {m.n} | {m.mean:.3f} | {_ci(m.ci, percent=False)} |")
+        lines += ["", MOS_NOTE]
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,9 +49,14 @@ DEFAULT_SENTENCES = (
 )
 
 _SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PERSISTENT_ROOT = Path("/data")  # a Hugging Face Space's persistent storage, when enabled
 
 
 # ----------------------------------------------------------------------------- data directory
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK)
 
 
 def data_dir() -> Path:
@@ -59,11 +64,28 @@ def data_dir() -> Path:
     configured = os.environ.get("SSD_DEMO_DATA_DIR", "").strip()
     if configured:
         return Path(configured).expanduser().resolve()
-    persistent = Path("/data")
     # Only on a Hugging Face Space: elsewhere an unrelated /data must not capture our files.
-    if os.environ.get("SPACE_ID") and persistent.is_dir() and os.access(persistent, os.W_OK):
-        return persistent / "ssd_demo"
+    if os.environ.get("SPACE_ID") and _writable_dir(PERSISTENT_ROOT):
+        return PERSISTENT_ROOT / "ssd_demo"
     return Path("data").resolve()
+
+
+def storage_warning(environ: Mapping[str, str] | None = None, persistent: Path = PERSISTENT_ROOT) -> str | None:
+    """A warning to show when votes would vanish at a restart, else None.
+
+    That is the case on a Space (SPACE_ID set) without writable persistent storage, unless
+    SSD_DEMO_DATA_DIR names the data directory explicitly: a Space's own disk is wiped on restart.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("SSD_DEMO_DATA_DIR", "").strip() or not env.get("SPACE_ID"):
+        return None
+    if _writable_dir(persistent):
+        return None
+    return (
+        "**Warning: votes are not stored persistently.** This Space has no writable persistent storage, "
+        "so votes and stimulus sets go to the Space's own disk and are lost when it restarts. "
+        "Enable persistent storage (mounted at /data) or set SSD_DEMO_DATA_DIR before running a study."
+    )
 
 
 def stimuli_root(root: Path | None = None) -> Path:
@@ -341,6 +363,17 @@ def current_stimulus_set(root: Path | None = None) -> StimulusSet | None:
         return load_stimulus_set(stimuli_root(root) / wanted)
     sets = list_stimulus_sets(root)
     return load_stimulus_set(sets[0]) if sets else None
+
+
+def stimulus_set_by_checksum(root: Path | None, name: str, manifest_sha256: str) -> StimulusSet | None:
+    """Set `name` under the data directory if it still exists, intact, with this manifest checksum; else None."""
+    if not _SET_NAME.match(name):
+        return None
+    try:
+        stimulus_set = load_stimulus_set(stimuli_root(root) / name)
+    except (OSError, ValueError):  # gone, half-copied or damaged: not the set the session used
+        return None
+    return stimulus_set if stimulus_set.manifest_sha256 == manifest_sha256 else None
 
 
 def read_clip(stimulus_set: StimulusSet, relative: str) -> tuple[int, np.ndarray]:

@@ -103,6 +103,16 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX votes_by_session ON votes (session_id)",
         ),
     ),
+    (
+        2,
+        "votes name the stimulus set's manifest checksum",
+        (
+            # A set name alone is ambiguous: a set rebuilt under the same name holds other audio.
+            "ALTER TABLE votes ADD COLUMN stimulus_set_sha256 TEXT",
+            """UPDATE votes SET stimulus_set_sha256 =
+                (SELECT s.stimulus_set_sha256 FROM sessions s WHERE s.session_id = votes.session_id)""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -155,6 +165,7 @@ class VoteRecord:
     trial_id: str
     trial_index: int
     stimulus_set: str
+    stimulus_set_sha256: str | None  # None only for votes whose session row is gone (never, with foreign keys)
     item_id: str
     text: str
     system_a: str
@@ -419,15 +430,18 @@ class ListeningStore:
         preferred = {"A": trial.system_a, "B": trial.system_b, "none": None}[choice]
         with self._transaction() as db:
             cursor = db.execute(
-                """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text,
-                       system_a, system_b, choice, preferred_system, score_a, score_b, presented_at, submitted_at, app_version)
-                   SELECT ?, ?, trial_id, trial_index, ?, item_id, text, system_a, system_b, ?, ?, ?, ?, presented_at, ?, ?
+                """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, stimulus_set_sha256,
+                       item_id, text, system_a, system_b, choice, preferred_system, score_a, score_b, presented_at,
+                       submitted_at, app_version)
+                   SELECT ?, ?, trial_id, trial_index, ?, ?, item_id, text, system_a, system_b, ?, ?, ?, ?,
+                       presented_at, ?, ?
                    FROM trials WHERE trial_id = ?
                    ON CONFLICT (trial_id) DO NOTHING""",
                 (
                     session_id,
                     session.rater_id,
                     session.stimulus_set,
+                    session.stimulus_set_sha256,
                     choice,
                     preferred,
                     score_a,
@@ -447,6 +461,24 @@ class ListeningStore:
     def votes(self) -> list[VoteRecord]:
         rows = self._connection().execute("SELECT * FROM votes ORDER BY vote_id").fetchall()
         return [VoteRecord(**dict(row)) for row in rows]
+
+    def votes_for_set(self, stimulus_set: str, stimulus_set_sha256: str | None = None) -> list[VoteRecord]:
+        """Votes on one stimulus set (by name, and by manifest checksum when given)."""
+        query = "SELECT * FROM votes WHERE stimulus_set = ?"
+        parameters: tuple = (stimulus_set,)
+        if stimulus_set_sha256 is not None:
+            query += " AND stimulus_set_sha256 = ?"
+            parameters += (stimulus_set_sha256,)
+        rows = self._connection().execute(query + " ORDER BY vote_id", parameters).fetchall()
+        return [VoteRecord(**dict(row)) for row in rows]
+
+    def voted_sets(self) -> list[tuple[str, str | None, int]]:
+        """(set name, manifest checksum, votes) for every stimulus set with votes, most recently voted first."""
+        rows = self._connection().execute(
+            """SELECT stimulus_set, stimulus_set_sha256, COUNT(*) AS n, MAX(vote_id) AS last FROM votes
+               GROUP BY stimulus_set, stimulus_set_sha256 ORDER BY last DESC"""
+        ).fetchall()
+        return [(row["stimulus_set"], row["stimulus_set_sha256"], int(row["n"])) for row in rows]
 
     def count_votes(self) -> int:
         return int(self._connection().execute("SELECT COUNT(*) FROM votes").fetchone()[0])

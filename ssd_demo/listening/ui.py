@@ -6,18 +6,27 @@ the environment:
     SSD_DEMO_LISTENING_DB      database file (default <data dir>/listening.sqlite3)
     SSD_DEMO_STIMULUS_SET      stimulus set to serve (default: the newest one)
     SSD_DEMO_LISTENING_TRIALS  trials per session (default 10)
-    SSD_DEMO_RESULTS_TOKEN     when set, results, export and building a set require it
+    SSD_DEMO_RESULTS_TOKEN     when set, results, export and building a set require it; on a
+                               Space (SPACE_ID set), building a set is refused without it
+    SSD_DEMO_BROWSER_SECRET    key that signs the rater's saved session in the browser (default:
+                               a random key kept in a file next to the database)
 
 Every event has an api_name, so the test can be run from `gradio_client` as well as the
 browser. The handlers are thin: all checks live in `ListeningStore`, whose constraints
 refuse a bad or repeated vote whatever the client sends. The rater's view carries the
 sentence, two clips (as samples, so no file name or URL names a system) and opaque ids.
+
+A session keeps the stimulus set it started with, even after another set is served, as long
+as that set's files are unchanged on disk. Results show one stimulus set at a time (by
+default the served one), since a system name means different audio in different sets.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+import re
+import secrets
 import sqlite3
 import tempfile
 import threading
@@ -28,10 +37,17 @@ from pathlib import Path
 import gradio as gr
 
 from .charts import results_figure
-from .export import write_votes_csv
+from .export import prune_exports, write_votes_csv
 from .sessions import DEFAULT_TRIALS, ListeningTest, TrialView
-from .stats import summarize, summary_dict, summary_markdown
-from .stimuli import StimulusSet, build_small_set, current_stimulus_set, data_dir
+from .stats import set_label, summarize, summary_dict, summary_markdown
+from .stimuli import (
+    StimulusSet,
+    build_small_set,
+    current_stimulus_set,
+    data_dir,
+    stimulus_set_by_checksum,
+    storage_warning,
+)
 from .store import ListeningError, ListeningStore
 
 INSTRUCTIONS = (
@@ -41,6 +57,59 @@ INSTRUCTIONS = (
 )
 CHOICES = [("A", "A"), ("B", "B"), ("No preference", "none")]
 SCORES = ["1", "2", "3", "4", "5"]
+CURRENT_SET = "current"  # the results selector's value for "the set now served"
+EXPORTS_KEPT = 5  # CSV exports kept in the export folder; older ones are deleted
+SECRET_ENV = "SSD_DEMO_BROWSER_SECRET"
+SetKey = tuple[str, str | None]  # (stimulus set name, manifest sha256)
+
+# An absolute POSIX path in a message, e.g. "/srv/app/data/stimuli/x/manifest.json"; group 1 is its last part.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:[^\s'\"/:]+/)*([^\s'\"/:]*)")
+
+
+def public_message(error: BaseException | str) -> str:
+    """An error's text with every absolute path cut to its file name: raters must not see server folders."""
+    return _ABSOLUTE_PATH.sub(lambda match: match.group(1) or "/", str(error))
+
+
+def browser_secret(db_path: Path) -> str:
+    """The key that signs the session id kept in the rater's browser.
+
+    $SSD_DEMO_BROWSER_SECRET if set; else a random key stored once in a file next to the
+    database, so a page reload after a server restart still resumes the session (Gradio's
+    default key is random per process).
+    """
+    configured = os.environ.get(SECRET_ENV, "").strip()
+    if configured:
+        return configured
+    path = Path(db_path).with_suffix(".browser_secret")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write a private temporary file, then link it into place: two processes starting at
+        # once agree on one key, and nobody reads a half-written file.
+        handle, temporary = tempfile.mkstemp(prefix=".browser_secret-", dir=path.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="ascii") as out:
+                out.write(secrets.token_hex(32) + "\n")
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process won the race; use its key
+        finally:
+            os.unlink(temporary)
+    secret = path.read_text(encoding="ascii").strip()
+    if len(secret) < 32:
+        raise ValueError(f"the browser secret file {path.name} is empty or too short; delete it to make a new one")
+    return secret
+
+
+def check_build_allowed(environ: dict[str, str] | None = None) -> None:
+    """Refuse to build stimulus sets on a Space without a results token: anyone could keep the model busy."""
+    env = os.environ if environ is None else environ
+    if env.get("SPACE_ID") and not env.get("SSD_DEMO_RESULTS_TOKEN", ""):
+        raise ListeningError(
+            "Building stimulus sets is disabled on this Space because no results token is configured: "
+            "set the SSD_DEMO_RESULTS_TOKEN secret in the Space settings, restart, and enter the token here."
+        )
 
 
 @dataclass
@@ -67,7 +136,9 @@ class ListeningApp:
     def __init__(self, settings: ListeningSettings):
         self.settings = settings
         self.store = ListeningStore(settings.db_path)
+        self.browser_secret = browser_secret(settings.db_path)
         self._test: ListeningTest | None = None
+        self._by_set: dict[SetKey, ListeningTest] = {}  # every set a session here has used
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -85,12 +156,38 @@ class ListeningApp:
                         "No stimulus set yet. Render one with `python -m ssd_demo stimuli --name NAME`, "
                         "or use 'Build a small stimulus set' below."
                     )
-                self._test = ListeningTest(self.store, stimulus_set)
+                self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
             return self._test
 
     def use_set(self, stimulus_set: StimulusSet) -> None:
+        """Serve `stimulus_set` to new sessions; sessions already running keep theirs."""
         with self._lock:
-            self._test = ListeningTest(self.store, stimulus_set)
+            self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
+
+    def served_key(self) -> SetKey | None:
+        """The served set's (name, sha256), or None when no set can be served."""
+        try:
+            return _key(self.test().stimulus_set)
+        except ListeningError:
+            return None
+
+    def session_test(self, session_id: str) -> ListeningTest:
+        """The test of the set this session started with, which may no longer be the served one."""
+        session = self.store.get_session(session_id)
+        key = (session.stimulus_set, session.stimulus_set_sha256)
+        self.served_key()  # loads the served set on first use, so it is found below without a second load
+        with self._lock:
+            found = self._by_set.get(key)
+        if found is not None:
+            return found
+        stimulus_set = stimulus_set_by_checksum(self.settings.data_dir, *key)
+        if stimulus_set is None:
+            raise ListeningError(
+                f"The stimulus set changed: set {session.stimulus_set!r} that this session started with was "
+                "replaced or removed. Your votes so far are saved. Reload the page and start a new session."
+            )
+        with self._lock:
+            return self._by_set.setdefault(key, ListeningTest(self.store, stimulus_set))
 
     def start(self, rater_id: str | None) -> TrialView | None:
         test = self.test()
@@ -98,10 +195,40 @@ class ListeningApp:
         return test.next_view(session.session_id)
 
     def submit(self, session_id: str, trial_id: str, choice: str, score_a, score_b) -> TrialView | None:
-        return self.test().submit(session_id, trial_id, choice, score_a, score_b)
+        return self.session_test(session_id).submit(session_id, trial_id, choice, score_a, score_b)
+
+    def resume(self, session_id: str) -> TrialView | None:
+        return self.session_test(session_id).next_view(session_id)
+
+    def results_key(self, selected: str | None) -> SetKey | None:
+        """The set the results show: `selected` ("name:sha256" or "name"), else the served set,
+        else the most recently voted one; None when there is nothing to show."""
+        selected = (selected or "").strip()
+        if selected and selected != CURRENT_SET:
+            name, _, sha = selected.partition(":")
+            voted = self.store.voted_sets()
+            if not any(n == name and (not sha or s == sha) for n, s, _ in voted):
+                raise ListeningError(f"No votes on stimulus set {selected!r}.")
+            return (name, sha or None)
+        served = self.served_key()
+        if served is not None:
+            return served
+        voted = self.store.voted_sets()
+        return (voted[0][0], voted[0][1]) if voted else None
+
+    def results_choices(self) -> list[tuple[str, str]]:
+        """The results selector's options: the served set, then every set with votes."""
+        choices = [("Currently served set", CURRENT_SET)]
+        for name, sha, n in self.store.voted_sets():
+            choices.append((f"{set_label(name, sha)}: {n} votes", f"{name}:{sha}" if sha else name))
+        return choices
 
     def progress(self, session_id: str) -> tuple[int, int]:
         return self.store.progress(session_id)
+
+
+def _key(stimulus_set: StimulusSet) -> SetKey:
+    return (stimulus_set.name, stimulus_set.manifest_sha256)
 
 
 def _max_trials(test: ListeningTest) -> int:
@@ -132,17 +259,25 @@ def close_listening_apps() -> None:
         _APPS.pop().close()
 
 
-def build_listening_tab(data_root: Path | None = None) -> None:
-    """Lay out the listening test in the current Blocks context and wire its events."""
+def build_listening_tab(data_root: Path | None = None, concurrency_id: str | None = "model") -> None:
+    """Lay out the listening test in the current Blocks context and wire its events.
+
+    `concurrency_id`: the app's concurrency group for jobs that use the model; building a
+    stimulus set renders with the model, so it queues behind synthesis instead of running beside it.
+    """
     try:
         app = ListeningApp(ListeningSettings.from_env(data_root))
     except (OSError, sqlite3.Error, RuntimeError, ValueError) as error:
         # An unusable data directory or database must not take the rest of the app down.
-        gr.Markdown(f"## Blind listening test\nThe listening test is unavailable: {error}")
+        gr.Markdown(f"## Blind listening test\nThe listening test is unavailable: {public_message(error)}")
         return
     _APPS.append(app)
+    # A folder given by the caller is as explicit as SSD_DEMO_DATA_DIR.
+    warning = None if data_root is not None else storage_warning()
 
     gr.Markdown("## Blind listening test\n" + INSTRUCTIONS)
+    if warning:
+        gr.Markdown(warning, elem_id="listening-storage-warning")
     session_box = gr.Textbox(visible=False, label="session id")
     trial_box = gr.Textbox(visible=False, label="trial id")
     with gr.Column(visible=True) as start_column:
@@ -167,7 +302,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
     done = gr.Markdown(elem_id="listening-done")
     # The session id survives a page reload in the browser's storage, so a reload resumes the
     # session instead of starting a new one (which would show the rater the same sentences again).
-    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session")
+    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session", secret=app.browser_secret)
 
     trial_outputs = [
         session_box,
@@ -223,7 +358,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         try:
             view = app.start(rater_id)
         except ListeningError as error:
-            raise gr.Error(str(error)) from None
+            raise gr.Error(public_message(error)) from None
         return show(view, view.session_id if view else "")
 
     def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
@@ -232,7 +367,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         try:
             view = app.submit(session_id, trial_id, choice, score_a, score_b)
         except ListeningError as error:
-            raise gr.Error(str(error)) from None
+            raise gr.Error(public_message(error)) from None
         return show(view, session_id)
 
     def resume(saved: str | None) -> tuple | dict:
@@ -240,7 +375,7 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         if not saved:
             return gr.skip()
         try:
-            view = app.test().next_view(saved)
+            view = app.resume(saved)
         except ListeningError:
             return gr.skip()  # unknown or replaced session: the rater simply starts a new one
         return show(view, saved) if view is not None else gr.skip()
@@ -267,6 +402,12 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         token_box = gr.Textbox(
             label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one"
         )
+        results_set = gr.Dropdown(
+            app.results_choices(),
+            value=CURRENT_SET,
+            label="Stimulus set (results are per set: a system name means different audio in each)",
+            allow_custom_value=True,  # API callers may name a set as "name" or "name:sha256"
+        )
         with gr.Row():
             results_button = gr.Button("Show results")
             export_button = gr.Button("Export votes (CSV)")
@@ -277,31 +418,57 @@ def build_listening_tab(data_root: Path | None = None) -> None:
         export_file = gr.File(label="Raw votes")
         build_status = gr.Markdown()
 
-    def results(token: str | None) -> tuple:
+    def results(token: str | None, selected: str | None = CURRENT_SET) -> tuple:
         try:
             check_results_token(token)
+            key = app.results_key(selected)
         except ListeningError as error:
-            raise gr.Error(str(error)) from None
-        summary = summarize(app.store.votes())
-        return summary_markdown(summary), results_figure(summary), summary_dict(summary)
+            raise gr.Error(public_message(error)) from None
+        votes = app.store.votes_for_set(*key) if key is not None else []
+        summary = summarize(votes)
+        text = summary_markdown(summary)
+        if key is not None and summary.empty:
+            text = f"Stimulus set **{set_label(*key)}**: " + text
+        if warning:
+            text = warning + "\n\n" + text
+        return text, results_figure(summary), summary_dict(summary), gr.Dropdown(choices=app.results_choices())
 
     def export(token: str | None) -> str:
         try:
             check_results_token(token)
         except ListeningError as error:
-            raise gr.Error(str(error)) from None
+            raise gr.Error(public_message(error)) from None
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        return str(write_votes_csv(app.store.votes(), _export_dir() / f"listening_votes_{stamp}.csv"))
+        # Every vote of every set; the stimulus_set and stimulus_set_sha256 columns tell them apart.
+        path = write_votes_csv(app.store.votes(), _export_dir() / f"listening_votes_{stamp}.csv")
+        prune_exports(_export_dir(), keep=EXPORTS_KEPT)
+        return str(path)
 
     def build(token: str | None) -> str:
         try:
             check_results_token(token)
+            check_build_allowed()
             stimulus_set = build_small_set(app.settings.data_dir)
-        except (ListeningError, ValueError, FileNotFoundError) as error:
-            raise gr.Error(f"Could not build a stimulus set: {error}") from None
+        except (ListeningError, ValueError, OSError) as error:
+            raise gr.Error(f"Could not build a stimulus set: {public_message(error)}") from None
         app.use_set(stimulus_set)
-        return f"Serving stimulus set **{stimulus_set.name}**: {len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} systems."
+        return (
+            f"Serving stimulus set **{stimulus_set.name}** to new sessions: {len(stimulus_set.items)} sentences x "
+            f"{len(stimulus_set.systems)} systems. Sessions already running keep their set."
+        )
 
-    results_button.click(results, [token_box], [results_text, results_plot, results_json], api_name="listening_results")
+    results_button.click(
+        results,
+        [token_box, results_set],
+        [results_text, results_plot, results_json, results_set],
+        api_name="listening_results",
+    )
     export_button.click(export, [token_box], [export_file], api_name="listening_export")
-    build_button.click(build, [token_box], [build_status], api_name="listening_build_set", concurrency_limit=1)
+    build_button.click(
+        build,
+        [token_box],
+        [build_status],
+        api_name="listening_build_set",
+        concurrency_limit=1,
+        concurrency_id=concurrency_id,
+    )
