@@ -41,7 +41,7 @@ def write_votes_csv(votes: Iterable[VoteRecord], path: Path | str) -> Path:
 
 
 def prune_exports(folder: Path | str, keep: int = 5, pattern: str = "listening_votes_*.csv") -> list[Path]:
-    """Delete all but the `keep` newest exports in `folder` (names sort by their UTC timestamp); return the deleted."""
+    """Delete all but the `keep` newest exports in `folder` (names sort by UTC timestamp); return those deleted."""
     if keep < 0:
         raise ValueError(f"keep must be zero or more, got {keep}")
     exports = sorted(Path(folder).glob(pattern), key=lambda p: p.name, reverse=True)

@@ -365,6 +365,15 @@ def current_stimulus_set(root: Path | None = None) -> StimulusSet | None:
     return load_stimulus_set(sets[0]) if sets else None
 
 
+def manifest_unchanged(stimulus_set: StimulusSet) -> bool:
+    """Whether the set's manifest on disk is still the one it was loaded from (not rebuilt or removed)."""
+    try:
+        raw = (stimulus_set.root / MANIFEST_NAME).read_bytes()
+    except OSError:
+        return False
+    return hashlib.sha256(raw).hexdigest() == stimulus_set.manifest_sha256
+
+
 def stimulus_set_by_checksum(root: Path | None, name: str, manifest_sha256: str) -> StimulusSet | None:
     """Set `name` under the data directory if it still exists, intact, with this manifest checksum; else None."""
     if not _SET_NAME.match(name):

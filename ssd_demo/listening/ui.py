@@ -30,6 +30,7 @@ import secrets
 import sqlite3
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +46,7 @@ from .stimuli import (
     build_small_set,
     current_stimulus_set,
     data_dir,
+    manifest_unchanged,
     stimulus_set_by_checksum,
     storage_warning,
 )
@@ -102,7 +104,7 @@ def browser_secret(db_path: Path) -> str:
     return secret
 
 
-def check_build_allowed(environ: dict[str, str] | None = None) -> None:
+def check_build_allowed(environ: Mapping[str, str] | None = None) -> None:
     """Refuse to build stimulus sets on a Space without a results token: anyone could keep the model busy."""
     env = os.environ if environ is None else environ
     if env.get("SPACE_ID") and not env.get("SSD_DEMO_RESULTS_TOKEN", ""):
@@ -145,7 +147,11 @@ class ListeningApp:
         self.store.close()
 
     def test(self) -> ListeningTest:
+        """The test of the served set (loaded again if its folder was rebuilt on disk)."""
         with self._lock:
+            if self._test is not None and not manifest_unchanged(self._test.stimulus_set):
+                self._by_set.pop(_key(self._test.stimulus_set), None)
+                self._test = None
             if self._test is None:
                 try:
                     stimulus_set = current_stimulus_set(self.settings.data_dir)
@@ -178,6 +184,9 @@ class ListeningApp:
         self.served_key()  # loads the served set on first use, so it is found below without a second load
         with self._lock:
             found = self._by_set.get(key)
+            if found is not None and not manifest_unchanged(found.stimulus_set):
+                del self._by_set[key]  # rebuilt under the same name: other audio, so not this session's set
+                found = None
         if found is not None:
             return found
         stimulus_set = stimulus_set_by_checksum(self.settings.data_dir, *key)

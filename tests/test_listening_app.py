@@ -1,0 +1,272 @@
+"""The listening tab's server side: set handling across sessions, per-set results, settings from the
+environment, and what raters are told. Handlers are called directly (no server), so these are fast."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+import soundfile as sf
+
+from ssd_demo.listening import stimuli as stimuli_module
+from ssd_demo.listening.export import read_votes_csv
+from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.listening.store import ListeningError, ListeningStore
+from ssd_demo.listening.ui import (
+    CURRENT_SET,
+    EXPORTS_KEPT,
+    ListeningApp,
+    ListeningSettings,
+    browser_secret,
+    build_listening_tab,
+    check_build_allowed,
+    close_listening_apps,
+    public_message,
+)
+
+SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+TEXTS = ("The birch canoe slid on the smooth planks.", "Rice is often served in round bowls.")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (
+        "SSD_DEMO_RESULTS_TOKEN",
+        "SSD_DEMO_LISTENING_DB",
+        "SSD_DEMO_STIMULUS_SET",
+        "SSD_DEMO_BROWSER_SECRET",
+        "SSD_DEMO_DATA_DIR",
+        "SPACE_ID",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "4")
+    yield
+    close_listening_apps()
+
+
+def make_set(root: Path, name: str, texts=TEXTS, systems=SYSTEMS, age: int = 0, **kwargs):
+    stimulus_set = create_stimulus_set(name, texts, systems, tone_renderer(seconds=0.05), root=root, **kwargs)
+    # Newest first is decided by the manifest's mtime: make the order explicit.
+    stamp = 1_700_000_000 + age
+    os.utime(stimulus_set.root / "manifest.json", (stamp, stamp))
+    return stimulus_set
+
+
+def new_app(root: Path) -> ListeningApp:
+    return ListeningApp(ListeningSettings.from_env(root))
+
+
+def build(root: Path | None = None, **kwargs) -> gr.Blocks:
+    with gr.Blocks() as demo:
+        build_listening_tab(root, **kwargs)
+    return demo
+
+
+def handler(demo: gr.Blocks, api_name: str):
+    return next(f for f in demo.fns.values() if f.api_name == api_name)
+
+
+def test_running_sessions_keep_their_set_when_another_is_served(tmp_path):
+    first = make_set(tmp_path, "first", age=0)
+    app = new_app(tmp_path)
+    try:
+        old_view = app.start(None)
+        second = make_set(tmp_path, "second", texts=TEXTS[:1], systems=SYSTEMS[:2], age=10)
+        app.use_set(second)  # what "Build a small stimulus set" does
+        view = app.submit(old_view.session_id, old_view.trial_id, "A", None, None)
+        # The old session goes on with its own set's audio.
+        assert view is not None and view.number == 2
+        stored = app.store.votes()
+        assert [(v.stimulus_set, v.stimulus_set_sha256) for v in stored] == [("first", first.manifest_sha256)]
+        trial = app.store.get_trial(view.session_id, view.trial_id)
+        clip = first.clip_path(trial.clip_a)
+        assert np.array_equal(view.audio_a[1], sf.read(clip, dtype="int16")[0])
+        # A page reload resumes it too, and new sessions get the new set.
+        assert app.resume(old_view.session_id).trial_id == view.trial_id
+        new_view = app.start(None)
+        assert app.store.get_session(new_view.session_id).stimulus_set == "second"
+    finally:
+        app.close()
+
+    # After a restart (a fresh app, nothing cached) the old session still finds its set on disk.
+    restarted = new_app(tmp_path)
+    try:
+        assert restarted.resume(old_view.session_id).trial_id == view.trial_id
+    finally:
+        restarted.close()
+
+
+def test_a_rebuilt_set_is_refused_with_a_clear_message_before_storing(tmp_path):
+    make_set(tmp_path, "tones")
+    app = new_app(tmp_path)
+    try:
+        view = app.start(None)
+        # The same name rebuilt with other audio: the session's clips are gone.
+        make_set(tmp_path, "tones", texts=TEXTS[:1], overwrite=True, base_seed=7)
+        for attempt in (
+            lambda: app.submit(view.session_id, view.trial_id, "A", None, None),
+            lambda: app.resume(view.session_id),
+        ):
+            with pytest.raises(ListeningError, match="stimulus set changed") as caught:
+                attempt()
+            assert "votes so far are saved" in str(caught.value) and "new session" in str(caught.value)
+        assert app.store.count_votes() == 0
+        # New sessions get the rebuilt set.
+        assert app.start(None) is not None
+    finally:
+        app.close()
+
+
+def test_results_default_to_the_served_set_and_can_show_another(tmp_path):
+    old = make_set(tmp_path, "old", age=0)
+    app = new_app(tmp_path)
+    view = app.start(None)
+    for choice in ("A", "B"):
+        view = app.submit(view.session_id, view.trial_id, choice, "4", None)
+    app.close()
+    new = make_set(tmp_path, "new", systems=SYSTEMS[:2], age=10)
+
+    demo = build(tmp_path)
+    start, submit, results = (handler(demo, n).fn for n in ("listening_start", "listening_submit", "listening_results"))
+    out = start("")
+    submit(out[0], out[1], "none", None, "2")
+
+    text, _, summary, selector = results("", CURRENT_SET)
+    assert summary["n_votes"] == 1 and [tuple(s) for s in summary["stimulus_sets"]] == [("new", new.manifest_sha256)]
+    assert "Stimulus set **new" in text and "pool" not in text
+    choices = [value for _, value in selector.choices]
+    assert choices == [CURRENT_SET, f"new:{new.manifest_sha256}", f"old:{old.manifest_sha256}"]
+
+    text, _, summary, _ = results("", f"old:{old.manifest_sha256}")
+    assert summary["n_votes"] == 2 and [tuple(s) for s in summary["stimulus_sets"]] == [("old", old.manifest_sha256)]
+    assert results("", "old")[2]["n_votes"] == 2  # a name alone selects every version of that name
+    with pytest.raises(gr.Error, match="No votes on stimulus set"):
+        results("", "missing")
+
+    # The export holds every set's votes, with the set columns to tell them apart.
+    export = handler(demo, "listening_export").fn
+    rows = read_votes_csv(export(""))
+    assert sorted((r.stimulus_set, r.stimulus_set_sha256) for r in rows) == [
+        ("new", new.manifest_sha256),
+        ("old", old.manifest_sha256),
+        ("old", old.manifest_sha256),
+    ]
+
+
+def test_exports_are_pruned_to_the_last_few(tmp_path):
+    make_set(tmp_path, "tones")
+    export = handler(build(tmp_path), "listening_export").fn
+    paths = [Path(export("")) for _ in range(EXPORTS_KEPT + 3)]
+    folder = paths[0].parent
+    assert sorted(folder.glob("listening_votes_*.csv")) == sorted(paths[-EXPORTS_KEPT:])
+
+
+def test_two_builds_on_one_data_dir_share_the_browser_secret(tmp_path, monkeypatch):
+    def secret_of(demo: gr.Blocks) -> str:
+        [state] = [b for b in demo.blocks.values() if isinstance(b, gr.BrowserState)]
+        return state.secret
+
+    first, second = secret_of(build(tmp_path / "a")), secret_of(build(tmp_path / "a"))
+    assert first == second and len(first) == 64
+    assert (tmp_path / "a" / "listening.browser_secret").read_text().strip() == first
+    assert secret_of(build(tmp_path / "b")) != first  # a different deployment, a different key
+    monkeypatch.setenv("SSD_DEMO_BROWSER_SECRET", "from-the-environment")
+    assert secret_of(build(tmp_path / "a")) == "from-the-environment"
+
+
+def test_a_damaged_secret_file_is_reported(tmp_path):
+    (tmp_path / "listening.browser_secret").write_text("\n")
+    with pytest.raises(ValueError, match="delete it"):
+        browser_secret(tmp_path / "listening.sqlite3")
+
+
+@pytest.mark.parametrize("group", ["model", "gpu"])
+def test_build_event_joins_the_given_concurrency_group(tmp_path, group):
+    demo = build(tmp_path, concurrency_id=group)
+    build_fn = handler(demo, "listening_build_set")
+    assert (build_fn.concurrency_id, build_fn.concurrency_limit) == (group, 1)
+
+
+def test_build_event_defaults_to_the_model_group(tmp_path):
+    assert handler(build(tmp_path), "listening_build_set").concurrency_id == "model"
+
+
+def test_building_on_a_space_needs_a_results_token(tmp_path, monkeypatch):
+    with pytest.raises(ListeningError, match="SSD_DEMO_RESULTS_TOKEN"):
+        check_build_allowed({"SPACE_ID": "user/demo"})
+    check_build_allowed({"SPACE_ID": "user/demo", "SSD_DEMO_RESULTS_TOKEN": "t"})
+    check_build_allowed({})  # a local run stays open
+
+    def must_not_render(*args, **kwargs):
+        raise AssertionError("refused requests must not render")
+
+    monkeypatch.setattr("ssd_demo.listening.ui.build_small_set", must_not_render)
+    monkeypatch.setenv("SPACE_ID", "user/demo")
+    build_fn = handler(build(tmp_path), "listening_build_set").fn
+    with pytest.raises(gr.Error, match="no results token is configured"):
+        build_fn("")
+
+
+def test_the_tab_and_results_warn_when_votes_would_be_lost(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the fallback ./data lands here
+    monkeypatch.setenv("SPACE_ID", "user/demo")
+    monkeypatch.setattr(stimuli_module, "PERSISTENT_ROOT", tmp_path / "no-persistent-storage")
+    demo = build()
+    warnings = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "listening-storage-warning"]
+    assert len(warnings) == 1 and "lost when it restarts" in warnings[0].value
+    text = handler(demo, "listening_results").fn("", CURRENT_SET)[0]
+    assert "lost when it restarts" in text
+
+    close_listening_apps()
+    monkeypatch.setenv("SSD_DEMO_DATA_DIR", str(tmp_path / "explicit"))
+    demo = build()
+    assert not any(getattr(b, "elem_id", None) == "listening-storage-warning" for b in demo.blocks.values())
+
+
+def test_messages_name_files_not_server_folders(tmp_path, monkeypatch):
+    assert public_message("no stimulus manifest at /srv/app/data/stimuli/x/manifest.json") == (
+        "no stimulus manifest at manifest.json"
+    )
+    assert public_message("[Errno 13] Permission denied: '/data/ssd_demo/listening.sqlite3'") == (
+        "[Errno 13] Permission denied: 'listening.sqlite3'"
+    )
+    assert public_message("choose A/B; scores 1-5; clips/abc.wav") == "choose A/B; scores 1-5; clips/abc.wav"
+
+    # A served set whose manifest is missing: the rater's error names the file only.
+    monkeypatch.setenv("SSD_DEMO_STIMULUS_SET", "missing")
+    start = handler(build(tmp_path), "listening_start").fn
+    with pytest.raises(gr.Error) as caught:
+        start("")
+    assert "manifest.json" in caught.value.message and str(tmp_path) not in caught.value.message
+
+    # A database from a newer app: the tab's message names the file only.
+    db = tmp_path / "newer" / "listening.sqlite3"
+    db.parent.mkdir()
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, description TEXT, applied_at TEXT)"
+        )
+        connection.execute("INSERT INTO schema_migrations VALUES (99, 'future', 'now')")
+    monkeypatch.setenv("SSD_DEMO_LISTENING_DB", str(db))
+    demo = build(tmp_path)
+    [message] = [str(b.value) for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
+    assert "unavailable" in message and "listening.sqlite3 has schema version 99" in message
+    assert str(tmp_path) not in message
+
+
+def test_a_rater_is_told_the_vote_was_saved_when_the_next_clip_is_missing(tmp_path):
+    stimulus_set = make_set(tmp_path, "tones")
+    demo = build(tmp_path)
+    start, submit = (handler(demo, n).fn for n in ("listening_start", "listening_submit"))
+    out = start("")
+    for clip in (stimulus_set.root / "clips").glob("*.wav"):
+        clip.unlink()
+    with pytest.raises(gr.Error, match="vote was saved") as caught:
+        submit(out[0], out[1], "B", None, None)
+    assert str(tmp_path) not in caught.value.message
+    with ListeningStore(tmp_path / "listening.sqlite3", app_version="reader") as store:
+        assert [v.trial_id for v in store.votes()] == [out[1]]
