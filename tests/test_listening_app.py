@@ -178,6 +178,17 @@ def test_two_builds_on_one_data_dir_share_the_browser_secret(tmp_path, monkeypat
     assert secret_of(build(tmp_path / "a")) == "from-the-environment"
 
 
+def test_the_secret_is_made_without_hard_links_too(tmp_path, monkeypatch):
+    def no_links(*args):
+        raise PermissionError("hard links are not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    secret = browser_secret(tmp_path / "listening.sqlite3")
+    assert len(secret) == 64 and browser_secret(tmp_path / "listening.sqlite3") == secret
+    assert (tmp_path / "listening.browser_secret").stat().st_mode & 0o077 == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["listening.browser_secret"]  # no temporary left behind
+
+
 def test_a_damaged_secret_file_is_reported(tmp_path):
     (tmp_path / "listening.browser_secret").write_text("\n")
     with pytest.raises(ValueError, match="delete it"):

@@ -96,6 +96,13 @@ def browser_secret(db_path: Path) -> str:
                 os.link(temporary, path)
             except FileExistsError:
                 pass  # another process won the race; use its key
+            except OSError:  # a filesystem without hard links: exclusive create instead
+                try:
+                    with open(path, "x", encoding="ascii") as out:
+                        out.write(Path(temporary).read_text(encoding="ascii"))
+                    path.chmod(0o600)
+                except FileExistsError:
+                    pass
         finally:
             os.unlink(temporary)
     secret = path.read_text(encoding="ascii").strip()
