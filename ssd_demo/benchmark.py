@@ -8,6 +8,8 @@ Methods:
   ar           our autoregressive_generate
   speculative  our speculative_generate (draft_len K, beta, rule)
   hf_assisted  target.generate(assistant_model=draft) with K tokens, constant schedule
+  hf_assisted_default  the same with transformers' own defaults (heuristic K schedule starting
+               at 20, confidence early stop): what a user gets without tuning
   hf_generate  plain target.generate
 """
 
@@ -29,7 +31,8 @@ from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .results import compare_runs
 
-METHODS = ("ar", "speculative", "hf_assisted", "hf_generate")
+METHODS = ("ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate")
+_ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
 def random_pair(vocab: int = 1024, seed: int = 0):
@@ -77,7 +80,8 @@ class MethodSummary:
     speedup_vs_ar: float
 
 
-def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool) -> tuple[int, float]:
+def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool,
+                 pin_draft_len: bool = True) -> tuple[int, float]:
     from transformers import GenerationConfig
 
     sampling = not config.greedy
@@ -92,18 +96,30 @@ def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, as
         pad_token_id=0,
     )
     kwargs = {}
+    saved = None
     if assisted:
-        generation.num_assistant_tokens = config.draft_len
-        generation.num_assistant_tokens_schedule = "constant"
-        generation.assistant_confidence_threshold = 0.0  # no dynamic early stop: same K as ours
         kwargs["assistant_model"] = draft
+    if assisted and pin_draft_len:
+        # transformers reads K, its schedule and the confidence stop from the ASSISTANT's
+        # generation config (defaults: 20 tokens, a heuristic schedule that changes K every
+        # round, early stop at confidence 0.4). Pin them so both methods draft exactly K.
+        assistant_config = draft.generation_config
+        saved = {name: getattr(assistant_config, name, None) for name in _ASSISTANT_SETTINGS}
+        assistant_config.num_assistant_tokens = config.draft_len
+        assistant_config.num_assistant_tokens_schedule = "constant"
+        assistant_config.assistant_confidence_threshold = 0.0
     torch.manual_seed(config.seed or 0)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        output = target.generate(prompt, generation_config=generation, **kwargs)
-    if prompt.device.type == "cuda":
-        torch.cuda.synchronize()
-    return output.shape[1] - prompt.shape[1], time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = target.generate(prompt, generation_config=generation, **kwargs)
+        if prompt.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    finally:
+        for name, value in (saved or {}).items():
+            setattr(draft.generation_config, name, value)
+    return output.shape[1] - prompt.shape[1], elapsed
 
 
 def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
@@ -125,7 +141,8 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
                 spec_result = speculative_generate(target, draft, prompt, run_config)
                 n, wall = len(spec_result.tokens), spec_result.stats.wall_seconds
             else:
-                n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method == "hf_assisted")
+                n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method.startswith("hf_assisted"),
+                                       pin_draft_len=method == "hf_assisted")
             if rep >= warmup:
                 seconds[method].append(wall)
                 tokens[method].append(n)
