@@ -41,6 +41,24 @@ EXAMPLE_TEXTS = (
     "A tolerance of zero keeps the output exactly the same as the target model's.",
 )
 
+MAX_EXAMPLES = 6
+
+
+def example_texts() -> list[str]:
+    """Example sentences for the page: the embedded voice's own (held-out) examples when shipped."""
+    texts = list(EXAMPLE_TEXTS[:1])
+    try:
+        from .backends.embedded import DEFAULT_PATH
+
+        shipped = (DEFAULT_PATH / "examples.txt").read_text(encoding="utf-8").splitlines()
+    except (ImportError, OSError):
+        shipped = []
+    texts += [line.strip() for line in shipped if line.strip()]
+    if len(texts) == 1:
+        texts = list(EXAMPLE_TEXTS)
+    return texts[:MAX_EXAMPLES]
+
+
 WARM_UP_TEXT = "Warm up."
 MAX_SEED = 2**31 - 1
 

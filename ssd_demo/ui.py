@@ -13,7 +13,7 @@ import os
 import gradio as gr
 
 from . import app_logic
-from .app_logic import EXAMPLE_TEXTS, TOKEN_COLOURS, ModelLoadError, Request
+from .app_logic import TOKEN_COLOURS, ModelLoadError, Request
 from .config import ACCEPTANCE_RULES
 from .presets import get_preset, list_presets
 from .synthesis import TextError
@@ -125,7 +125,8 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                             max_length=defaults.max_text_chars,
                             elem_id="ssd-text",
                         )
-                        gr.Examples(examples=[[t] for t in EXAMPLE_TEXTS], inputs=[text], cache_examples=False)
+                        gr.Examples(examples=[[t] for t in app_logic.example_texts()], inputs=[text],
+                                    cache_examples=False)
                         with gr.Row():
                             run = gr.Button("Synthesise with both decoders", variant="primary", elem_id="ssd-run")
                             stop = gr.Button("Stop", variant="stop")

@@ -29,13 +29,21 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def app_url():
+EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+
+
+def _launch(preset: str):
     from ssd_demo.ui import build_demo, launch_options
 
-    register_toy_preset()
-    demo = build_demo(default_preset=TOY_KEY)
+    demo = build_demo(default_preset=preset)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    register_toy_preset()
+    demo, url = _launch(TOY_KEY)
     yield url
     demo.close()
 
@@ -57,9 +65,9 @@ def _artifact_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_type_click_and_see_both_runs(app_url, page, tmp_path_factory):
-    page.goto(app_url, wait_until="networkidle")
-    page.locator("#ssd-text textarea").fill("A browser typed this sentence.")
+def _type_click_and_check(page, url: str, sentence: str, screenshot: Path) -> None:
+    page.goto(url, wait_until="networkidle")
+    page.locator("#ssd-text textarea").fill(sentence)
     page.locator("#ssd-run").click()
 
     timeout = 120_000
@@ -77,9 +85,25 @@ def test_type_click_and_see_both_runs(app_url, page, tmp_path_factory):
     assert "_speculative_" in names[1] and names[1].endswith(".wav"), names
     assert "Speculative" in page.locator("#ssd-stats").inner_text()
 
-    shot = _artifact_dir(tmp_path_factory) / "app.png"
-    page.screenshot(path=str(shot), full_page=True)
-    assert shot.stat().st_size > 10_000
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_type_click_and_see_both_runs(app_url, page, tmp_path_factory):
+    _type_click_and_check(page, app_url, "A browser typed this sentence.",
+                          _artifact_dir(tmp_path_factory) / "app_toy.png")
+
+
+def test_embedded_voice_in_the_browser(page, tmp_path_factory):
+    pytest.importorskip("ssd_demo.backends.embedded")
+    if not (EMBEDDED_ASSETS / "voice.json").is_file():
+        pytest.skip("the embedded voice's trained assets (assets/embedded/) are not present")
+    demo, url = _launch("embedded")
+    try:
+        _type_click_and_check(page, url, "The teacher explained volcanoes to the children.",
+                              _artifact_dir(tmp_path_factory) / "app.png")
+    finally:
+        demo.close()
 
 
 def test_empty_text_shows_a_message_not_a_traceback(app_url, page):

@@ -273,3 +273,9 @@ def test_cpu_threads_follow_model_size(toy, monkeypatch):
     monkeypatch.setattr(app_logic, "SMALL_MODEL_PARAMETERS", 10)
     monkeypatch.delenv("SSD_TORCH_THREADS")
     assert app_logic.cpu_threads_for(toy) == app_logic._DEFAULT_THREADS
+
+
+def test_example_texts_are_short_enough_for_every_voice():
+    examples = app_logic.example_texts()
+    assert 1 <= len(examples) <= app_logic.MAX_EXAMPLES
+    assert all(0 < len(text) <= 120 for text in examples)  # the toy voice's limit, the smallest here
