@@ -368,7 +368,8 @@ def stats_markdown(comparison: Comparison) -> str:
     lines.append("")
     lines.append(
         f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "
-        f"K = {config.draft_len}, β = {config.beta:g}, temperature {config.temperature:g}, "
+        f"K = {config.draft_len}, β = {config.beta:g}{' (not used by exact)' if config.acceptance == 'exact' else ''}, "
+        f"temperature {config.temperature:g}, "
         f"top-k {config.top_k}, top-p {config.top_p:g}, seed {comparison.seed}."
     )
     return "\n".join(lines)
