@@ -27,7 +27,7 @@ import soundfile
 
 from . import charts
 from .config import DecodingConfig
-from .presets import Preset, get_preset, load_preset
+from .presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from .results import GenerationResult, SpeedupReport, compare_runs
 from .synthesis import SynthesisResult, Synthesizer, TextError
 
@@ -282,8 +282,14 @@ def _run_both(
     return ar, spec
 
 
+def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None) -> int:
+    """ZeroGPU time to ask for: warm-up + AR + speculative grow with the length limit
+    (the default 60 s would cut off long Llasa-8B runs)."""
+    return int(min(300, 60 + 0.1 * config.max_new_tokens))
+
+
 if _ZEROGPU is not None:
-    _run_both_on_gpu = _ZEROGPU(_run_both)
+    _run_both_on_gpu = _ZEROGPU(duration=gpu_seconds)(_run_both)
 
     def run_both(preset_key, text, config, draft, progress=None):
         # Progress callbacks cannot cross into the GPU worker; report the stage before it.
@@ -301,14 +307,16 @@ def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
     or ModelLoadError; the UI shows each as a message.
     """
     progress = progress or _no_progress
-    progress(0.0, desc="Loading the model")
-    preset, synthesizer = load(request.preset, progress)
-    text = check_text(synthesizer, request.text)
-    default_seed = synthesizer.config().seed
-    seed = resolve_seed(request.seed if request.seed is not None else default_seed, request.randomize_seed)
-    config = build_config(synthesizer, request, seed)
-    draft = resolve_draft(preset, synthesizer, request.draft)
-    ar, spec = run_both(preset.key, text, config, draft, progress)
+    progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")
+    with MODEL_JOB_LOCK:
+        progress(0.0, desc="Loading the model")
+        preset, synthesizer = load(request.preset, progress)
+        text = check_text(synthesizer, request.text)
+        default_seed = synthesizer.config().seed
+        seed = resolve_seed(request.seed if request.seed is not None else default_seed, request.randomize_seed)
+        config = build_config(synthesizer, request, seed)
+        draft = resolve_draft(preset, synthesizer, request.draft)
+        ar, spec = run_both(preset.key, text, config, draft, progress)
     return Comparison(
         preset=preset.key,
         draft=draft,
@@ -551,6 +559,13 @@ FALLBACK_MAX_TEXT_CHARS = 300
 
 def preset_defaults(preset_key: str, load_models: bool = True, progress: ProgressFn | None = None) -> PresetDefaults:
     """The preset's drafts and decoding defaults; loads the models to read them unless told not to."""
+    if load_models:
+        with MODEL_JOB_LOCK:
+            return _preset_defaults(preset_key, load_models, progress)
+    return _preset_defaults(preset_key, load_models, progress)
+
+
+def _preset_defaults(preset_key: str, load_models: bool, progress: ProgressFn | None) -> PresetDefaults:
     preset = get_preset(preset_key)
     if load_models:
         _, synthesizer = load(preset_key, progress)

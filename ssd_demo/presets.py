@@ -49,6 +49,11 @@ _REGISTRY: dict[str, Preset] = {}
 _builtins_registered = False
 _resident: dict[str, Synthesizer] = {}
 _lock = threading.Lock()
+#: Held by every job that runs the resident models (a comparison, a sweep, a stimulus set).
+#: Gradio's Stop cancels the awaiting task but not the worker thread already running the
+#: decoder, and then frees the queue slot; taking this lock keeps the next job out until the
+#: cancelled one has really finished, so timings never overlap and no pair is swapped mid-run.
+MODEL_JOB_LOCK = threading.Lock()
 
 
 def register(preset: Preset) -> None:

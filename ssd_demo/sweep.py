@@ -102,7 +102,7 @@ def _median(values) -> float:
 
 def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
-              cost_ratio: float | None = None) -> list[SweepPoint]:
+              cost_ratio: float | None = None, draft: str | None = None) -> list[SweepPoint]:
     from .codec.metrics import mcd_dtw
     from .evaluation import target_nll
 
@@ -113,7 +113,7 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         base = base.with_(cost_ratio=cost_ratio)
 
     def run(mode: str, text: str, overrides: dict, run_seed: int):
-        return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides))
+        return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides), draft=draft)
 
     run("ar", "Warm up.", {}, seed)  # first calls pay for allocation and lazy initialisation
     run("speculative", "Warm up.", {}, seed)

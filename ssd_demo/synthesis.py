@@ -122,6 +122,14 @@ class Synthesizer:
         # the backend's end token, or the codec would receive ids it cannot decode.
         config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
         prompt = self.backend.prompt_ids(text, voice_prompt)
+        # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
+        # generating past it gives audio of unknown quality, so the length limit is cut to fit.
+        max_context = getattr(self.backend, "max_context", None)
+        if max_context is not None and len(prompt) + config.max_new_tokens > max_context:
+            room = max_context - len(prompt)
+            if room < 1:
+                raise TextError(f"the prompt takes {len(prompt)} of the model's {max_context} tokens: shorten the text")
+            config = config.with_(max_new_tokens=room)
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         start = time.perf_counter()
         if mode == "ar":

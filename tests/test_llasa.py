@@ -218,3 +218,14 @@ def test_bfloat16_language_models_with_float32_codec(family):
     result = synth.synthesize(TEXT, mode="speculative", config=synth.config(max_new_tokens=16, seed=2), voice_prompt=vp)
     assert result.audio.dtype == np.float32 and np.isfinite(result.audio).all()
     assert len(result.audio) == len(synth.backend.tokens_to_codes(result.generation.tokens)) * synth.backend.hop_length
+
+
+def test_generation_is_cut_to_the_models_context(synth):
+    prompt = synth.backend.prompt_ids("hello there")
+    saved = synth.backend.max_context
+    synth.backend.max_context = len(prompt) + 60
+    try:
+        result = synth.synthesize("hello there", mode="speculative", config=synth.config(max_new_tokens=500, seed=0))
+        assert result.config.max_new_tokens == 60 and len(result.generation.tokens) <= 60
+    finally:
+        synth.backend.max_context = saved

@@ -464,9 +464,15 @@ def render_stimulus_set(
     """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set."""
     specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
     if synthesizer is None:
-        from ..presets import load_preset
+        from ..presets import MODEL_JOB_LOCK, load_preset
 
-        synthesizer = load_preset(preset, device=device)
+        # Rendering with the resident models: one model job at a time (see presets.MODEL_JOB_LOCK).
+        with MODEL_JOB_LOCK:
+            synthesizer = load_preset(preset, device=device)
+            return create_stimulus_set(
+                name, texts, specs, synthesizer_renderer(synthesizer), root=root, base_seed=base_seed,
+                preset=preset, model_revision=model_revision(synthesizer), overwrite=overwrite, progress=progress,
+            )
     return create_stimulus_set(
         name,
         texts,
