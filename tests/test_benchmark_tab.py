@@ -1,0 +1,31 @@
+"""The app's Benchmark tab handler: a live quick sweep, with clear errors."""
+
+import gradio as gr
+import pytest
+
+from ssd_demo import benchmark_tab, presets, sweep
+from toy_backend import build_toy_synthesizer
+
+
+def test_quick_sweep_returns_chart_rows_and_note(monkeypatch):
+    synth = build_toy_synthesizer(max_new_tokens=16)
+    synth.drafts["distilled"] = next(iter(synth.drafts.values()))
+    monkeypatch.setattr(presets, "load_preset", lambda key, device=None: synth)
+    monkeypatch.setattr(sweep, "held_out_sentences", lambda n: ["hello there", "one two three"][:n])
+    messages = []
+    figure, rows, note = benchmark_tab.run_quick_sweep(2, "distilled", 0, progress=lambda f, desc="": messages.append(f))
+    labels = [row[0] for row in rows]
+    assert any(label.startswith("ssd") for label in labels) and any(label.startswith("pcg") for label in labels)
+    assert any("adaptive" in label for label in labels)
+    assert all(row[1] > 0 for row in rows) and any(row[-1] == "yes" for row in rows)
+    assert figure.axes[0].get_title() and note
+    assert messages and max(messages) <= 1.0
+
+
+def test_quick_sweep_rejects_bad_input(monkeypatch):
+    synth = build_toy_synthesizer(max_new_tokens=16)
+    monkeypatch.setattr(presets, "load_preset", lambda key, device=None: synth)
+    with pytest.raises(gr.Error, match="between 1 and 8"):
+        benchmark_tab.run_quick_sweep(0, "distilled", 0, progress=lambda *a, **k: None)
+    with pytest.raises(gr.Error, match="Unknown draft"):
+        benchmark_tab.run_quick_sweep(1, "no-such-draft", 0, progress=lambda *a, **k: None)
