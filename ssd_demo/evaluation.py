@@ -94,7 +94,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     backend = synth.backend
     voice_dir = Path(args.voice) if args.voice else None
     meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
-    sentences = json.loads(meta_path.read_text())["test_sentences"][: args.sentences]
+    meta = json.loads(meta_path.read_text())
+    sentences = meta["test_sentences"][: args.sentences]
     if len(sentences) < 2:
         raise ValueError("the evaluation needs at least two held-out sentences")
     betas = [float(b) for b in args.betas.split(",") if b.strip()]
@@ -162,6 +163,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     ar_mcd, floor_mcd, ceiling = table[1]["mcd"], table[0]["mcd"], table[-1]["mcd"]
     return {
         "sentences": sentences,
+        "voice": voice_summary(meta),
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
         "systems": table,
         "per_sentence": rows,
@@ -171,6 +173,21 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "machine": f"{platform.machine()}, {args.threads} torch threads, torch {torch.__version__}",
         "commit": _git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def voice_summary(meta: dict) -> dict:
+    """Sizes and training cost of the evaluated voice, from its voice.json."""
+    training = meta.get("training", {})
+    return {
+        "models": meta.get("models"),
+        "parameters": {name: t.get("parameters") for name, t in training.items()},
+        "test_ce": {name: t.get("test_ce") for name, t in training.items()},
+        "steps": {name: t.get("steps") for name, t in training.items()},
+        "training_seconds": {name: t.get("wall_seconds") for name, t in training.items()},
+        "total_training_seconds": meta.get("total_training_seconds"),
+        "dataset_build_seconds": meta.get("dataset_build_seconds"),
+        "train_sentences": meta.get("train_sentences"),
     }
 
 
@@ -198,6 +215,15 @@ def markdown(report: dict, command: str) -> str:
             f"{_fmt(row.get('acceptance'))} | {_fmt(row.get('alpha'))} | {_fmt(row.get('lm_speedup'))} | "
             f"{_fmt(row.get('e2e_speedup'))} | {_fmt(row.get('eos_rate'))} |"
         )
+    voice = report.get("voice")
+    if voice and voice.get("parameters"):
+        params, ce, secs, steps = voice["parameters"], voice["test_ce"], voice["training_seconds"], voice["steps"]
+        lines += ["", "Voice: " + "; ".join(
+            f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
+            f"held-out cross-entropy {ce[name]:.2f} nats/token" for name in params)
+            + f". Training {voice['total_training_seconds'] / 60:.0f} min in all on 2 shared CPU cores "
+            f"(+ {voice['dataset_build_seconds']:.0f} s to render, fit the codec and tokenise "
+            f"{voice['train_sentences']} training sentences)."]
     ratio = report["intelligibility_ratio"]
     lines += ["", f"Intelligibility proxy: (AR - floor) / (control - floor) = {_fmt(ratio)} (bar: <= 0.30).", ""]
     return "\n".join(lines)
