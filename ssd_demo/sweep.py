@@ -285,7 +285,7 @@ def main(args: argparse.Namespace) -> int:
     for p in points:
         print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  MCD {p.mcd:6.2f}  NLL {p.nll:.3f}"
               f"{'  *' if p.pareto else ''}")
-    if str(args.docs):
+    if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
         write_section(args.docs, markdown(points, ar_row, command.strip(), meta))
         figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
