@@ -1,6 +1,6 @@
 """`python -m ssd_demo train`: build the corpus and codec, train target + drafts, export the voice.
 
-    python -m ssd_demo train --out runs/voice                  # full recipe (hours on 2 CPU cores)
+    python -m ssd_demo train --out runs/voice                  # full recipe (~45 min on 2 CPU cores)
     python -m ssd_demo train --out runs/voice --export assets/embedded
     python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
 
@@ -35,9 +35,9 @@ class Recipe:
     distilled: ModelSpec = ModelSpec(layers=1, hidden=256, intermediate=768, heads=4, kv_heads=2)
     layers_bottom: int = 1
     layers_top: int = 2
-    target_stage: StageConfig = StageConfig(steps=1500, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=65)
-    layers_stage: StageConfig = StageConfig(steps=500, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
-    distilled_stage: StageConfig = StageConfig(steps=500, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    target_stage: StageConfig = StageConfig(steps=1300, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=45)
+    layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     eval_examples: int = 100
 
 
