@@ -1,11 +1,14 @@
-"""`python -m ssd_demo synth "Some text" --out out.wav`: speak text with the embedded voice.
+"""`python -m ssd_demo synth "Some text" --out out.wav`: speak text with a preset or a custom pair.
 
     python -m ssd_demo synth "Hello there." --out hello.wav --mode speculative --draft-len 4 --beta 0.3
+    python -m ssd_demo synth "Hello there." --preset llasa-1b-3b --voice-prompt me.wav --voice-transcript "..."
+    python -m ssd_demo synth "Hello there." --target-model ./llasa-3b --draft-model ./llasa-1b
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,41 +16,84 @@ import soundfile as sf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", help="English text to speak (one short sentence, at most 100 characters)")
+    parser.add_argument("text", help="English text to speak (the embedded voice takes one short sentence)")
     parser.add_argument("--out", type=Path, default=Path("out.wav"), help="output WAV file (16-bit PCM)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative")
-    parser.add_argument("--draft", choices=("distilled", "layers"), default="distilled", help="draft model")
+    parser.add_argument("--preset", default="embedded", help="model preset: embedded (default), llasa-1b-3b, llasa-1b-8b")
+    parser.add_argument("--draft", default=None, help="draft name within the preset (embedded: distilled or layers)")
+    parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
+    parser.add_argument("--draft-model", help="custom pair: draft repo id or local folder (with --target-model)")
+    parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder (default hf-audio/xcodec2)")
+    parser.add_argument("--revision", default=None, help="custom pair: Hub revision of both models")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--voice", type=Path, default=None, help="embedded voice folder (default: the shipped voice)")
+    parser.add_argument("--voice-prompt", type=Path, help="reference WAV to imitate (Llasa; with --voice-transcript)")
+    parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
     parser.add_argument("--draft-len", type=int, default=None, help="tokens drafted per round (K)")
     parser.add_argument("--beta", type=float, default=None, help="SSD tolerance; 0 = exact speculative sampling")
+    parser.add_argument("--acceptance", default=None, help="acceptance rule: ssd, exact, topk, pcg")
     parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--voice", type=Path, default=None, help="voice folder (default: the shipped voice)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is faster on a busy machine)")
+                        help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
+
+
+def _load(args: argparse.Namespace):
+    from . import presets
+
+    device = None if args.device == "auto" else args.device
+
+    def report(fraction: float, message: str) -> None:
+        print(f"[{fraction:4.0%}] {message}", file=sys.stderr)
+
+    if args.target_model or args.draft_model:
+        if not (args.target_model and args.draft_model):
+            raise ValueError("a custom pair needs both --target-model and --draft-model")
+        options = {"target_revision": args.revision, "draft_revision": args.revision}
+        if args.codec:
+            options["codec_ref"] = args.codec
+        return presets.load_custom_pair(args.target_model, args.draft_model, device=device, progress=report, **options)
+    if args.voice is not None:
+        if args.preset != "embedded":
+            raise ValueError("--voice selects an embedded-voice folder; it cannot be combined with another preset")
+        from .backends.embedded import load_synthesizer
+
+        return load_synthesizer(path=args.voice, device=device)
+    return presets.load_preset(args.preset, device=device, progress=report)
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
+    from .synthesis import VoicePrompt
 
-    from .backends.embedded import load_synthesizer
-
+    if bool(args.voice_prompt) != bool(args.voice_transcript):
+        raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
+        import torch
+
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    synthesizer = load_synthesizer(draft=args.draft, path=args.voice)
+    synthesizer = _load(args)
     overrides = {"seed": args.seed}
-    for name in ("draft_len", "beta", "temperature"):
+    for name in ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
     config = synthesizer.config(**overrides)
-    result = synthesizer.synthesize(args.text, mode=args.mode, config=config)
+    voice_prompt = None
+    if args.voice_prompt:
+        audio, rate = sf.read(str(args.voice_prompt), dtype="float32", always_2d=True)
+        voice_prompt = VoicePrompt(audio=audio.mean(axis=1), sample_rate=rate, transcript=args.voice_transcript)
+    result = synthesizer.synthesize(args.text, mode=args.mode, config=config, draft=args.draft,
+                                    voice_prompt=voice_prompt)
     pcm = np.clip(result.audio, -1.0, 1.0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, subtype="PCM_16")
     stats = result.generation.stats
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio, {stats.new_tokens} tokens, "
           f"LM {result.lm_seconds:.2f} s, codec {result.codec_seconds:.2f} s"
-          + (f", acceptance {stats.acceptance_rate:.2f}" if args.mode == "speculative" else ""))
+          + (f", acceptance {stats.acceptance_rate:.2f}, seed {stats.seed}" if args.mode == "speculative" else ""))
     return 0

@@ -83,3 +83,15 @@ def test_tokens_to_audio_ignores_the_end_token(synth):
 def test_unknown_draft_is_refused():
     with pytest.raises(ValueError, match="unknown draft"):
         load_synthesizer(draft="nope")
+
+
+def test_token_view_names_codec_codes():
+    pytest.importorskip("ssd_demo.backends.embedded")
+    from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend
+
+    if not (DEFAULT_PATH / "voice.json").exists():
+        pytest.skip("embedded voice not shipped")
+    backend = EmbeddedBackend.from_directory(DEFAULT_PATH)
+    offset = backend.layout.speech_offset
+    assert backend.token_label(offset) == "0" and backend.token_label(offset + 17) == "17"
+    assert backend.token_label(backend.eos_token_id) == "END"

@@ -72,6 +72,12 @@ class EmbeddedBackend:
             raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
         return self.layout.prompt(text_frontend.text_to_ids(text))
 
+    def token_label(self, token: int) -> str:
+        """How the app's token view names an id: the codec code number, or END for end of speech."""
+        if int(token) == self.eos_token_id:
+            return "END"
+        return str(int(token) - self.layout.speech_offset)
+
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
         codes = self.layout.codes(tokens)
         if not codes:
