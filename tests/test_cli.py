@@ -1,0 +1,60 @@
+"""The command line: synth writes a WAV, bench runs on local models, bad input exits 2 with a message."""
+
+import json
+
+import pytest
+import soundfile as sf
+
+from ssd_demo.__main__ import main
+from ssd_demo.backends.embedded import DEFAULT_PATH
+from tiny_models import tiny_llama
+
+needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
+
+
+@needs_voice
+def test_synth_writes_int16_wav(tmp_path, capsys):
+    out = tmp_path / "hello.wav"
+    code = main(["synth", "Good morning to you.", "--out", str(out), "--mode", "speculative",
+                 "--draft-len", "3", "--beta", "0.2", "--seed", "5", "--threads", "1"])
+    assert code == 0
+    info = sf.info(str(out))
+    assert info.subtype == "PCM_16" and info.samplerate == 16000 and 0.3 < info.duration < 8
+    assert "acceptance" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["synth", "Hello.", "--voice-prompt", "x.wav"], "go together"),
+    (["synth", "Hello.", "--target-model", "some/model"], "both --target-model and --draft-model"),
+    (["synth", "   "], "empty"),
+    (["synth", "Hello.", "--beta", "-1"], "beta"),
+    (["synth", "Hello.", "--preset", "nope"], "unknown preset"),
+])
+def test_bad_input_exits_2_with_a_message(argv, message, capsys):
+    if "--preset" not in argv and not (DEFAULT_PATH / "voice.json").exists():
+        pytest.skip("embedded voice not shipped")
+    assert main(argv + ["--out", "/dev/null"]) == 2
+    assert message in capsys.readouterr().err.lower()
+
+
+def test_bench_on_local_models(tmp_path, capsys):
+    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+    tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
+    tiny_llama(seed=2, vocab=64, layers=1, width=32, init=0.2).save_pretrained(draft_dir)
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--repeats", "2", "--warmup", "1",
+                 "--max-new-tokens", "12", "--prompt-len", "4", "--threads", "1", "--json", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    methods = {m["method"]: m for m in result["methods"]}
+    assert set(methods) == {"ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate"}
+    assert all(m["median_tokens"] == 12 for m in methods.values())
+    assert methods["ar"]["speedup_vs_ar"] == 1.0
+    assert 0 <= result["speculative"]["alpha"] <= 1 and result["speculative"]["predicted_speedup_strict"] > 0
+    assert "speculative vs hf_assisted" in capsys.readouterr().out
+
+
+def test_help_and_unknown_command(capsys):
+    assert main([]) == 0
+    assert main(["frobnicate"]) == 2
+    assert "synth" in capsys.readouterr().out
