@@ -7,22 +7,13 @@ the charts, and saves a screenshot (to $SSD_ARTIFACT_DIR when set, else a temp d
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from toy_backend import TOY_KEY, register_toy_preset
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium); CI installs it"

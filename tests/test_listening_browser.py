@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 
 import gradio as gr
 import pytest
@@ -13,16 +12,8 @@ from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
 
 sync_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = shutil.which("chromium")
+from browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 
 
