@@ -90,7 +90,7 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
                  for k in ks]
     fixed = (2, base_k) if quick else sorted({2, 3, base_k, 6, 8})
     settings += [Setting(f"exact fixed K={k}", "exact-K", "K", k, {"acceptance": "exact", "draft_len": k}) for k in fixed]
-    settings.append(Setting(f"exact adaptive K<=8", "exact-adaptive", "K max", 8,
+    settings.append(Setting("exact adaptive K<=8", "exact-adaptive", "K max", 8,
                             {"acceptance": "exact", "draft_len": 8, "adaptive_draft_len": True}))
     return settings
 

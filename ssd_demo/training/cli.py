@@ -14,7 +14,7 @@ import argparse
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -99,7 +99,6 @@ def main(args: argparse.Namespace) -> int:
     data = build_dataset(out, recipe.data, log=log)
     layout = VocabLayout.from_dict(data["layout"])
     train_examples, test_examples = data["train"], data["test"][: recipe.eval_examples]
-    summaries: dict = {}
 
     def load_or_none(name: str):
         from transformers import AutoModelForCausalLM
