@@ -86,15 +86,32 @@ def build_groups(embeddings: torch.Tensor, theta: float, token_ids: list[int] | 
 _CACHE: dict[str, AcousticGroups] = {}
 
 
+#: Attribute a backend may set on its target model: a [V, d] tensor of acoustic token
+#: embeddings (e.g. the codec's centroids) that groups are built from instead of the
+#: target's input embeddings. A small model's input embeddings need not encode which
+#: codes sound alike; the codec's own feature space does by construction.
+ACOUSTIC_EMBEDDINGS_ATTR = "ssd_acoustic_embeddings"
+
+
+def grouping_embeddings(target) -> torch.Tensor:
+    """The embedding table PCG groups come from: acoustic embeddings when the backend set them,
+    else the target's input embeddings (the PCG paper's choice)."""
+    acoustic = getattr(target, ACOUSTIC_EMBEDDINGS_ATTR, None)
+    if acoustic is not None:
+        return acoustic
+    return target.get_input_embeddings().weight.detach()
+
+
 def groups_for(target, theta: float, token_ids: list[int] | None) -> AcousticGroups:
-    """Groups of `target`'s input embeddings, cached per model revision, theta and token set."""
-    embeddings = target.get_input_embeddings().weight.detach()
+    """Groups of `target`'s grouping embeddings, cached per model revision, theta and token set."""
+    embeddings = grouping_embeddings(target)
     name = getattr(target.config, "_name_or_path", "") or ""
     revision = getattr(target.config, "_commit_hash", None)
     if revision is None:  # local or random weights: identify them by their content
         revision = hashlib.sha1(embeddings[:: max(1, embeddings.shape[0] // 64)].float().cpu().numpy().tobytes()).hexdigest()
     ids_key = hashlib.sha1(str(token_ids).encode()).hexdigest()[:12]
-    key = f"{name}@{revision}:{theta}:{ids_key}:{embeddings.device}"
+    source = "acoustic" if getattr(target, ACOUSTIC_EMBEDDINGS_ATTR, None) is not None else "input"
+    key = f"{name}@{revision}:{source}:{theta}:{ids_key}:{embeddings.device}"
     if key not in _CACHE:
         _CACHE[key] = build_groups(embeddings, theta, token_ids)
     return _CACHE[key]

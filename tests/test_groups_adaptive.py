@@ -108,3 +108,16 @@ def test_adaptive_draft_length_stays_within_bounds_and_adapts():
     assert all(len(s.drafted) >= 1 for s in cautious.steps[:-1])
     with pytest.raises(ValueError, match="cost_ratio"):
         DecodingConfig(cost_ratio=-1.0)
+
+
+def test_acoustic_embeddings_set_by_a_backend_define_the_groups():
+    from ssd_demo.groups import ACOUSTIC_EMBEDDINGS_ATTR, groups_for
+
+    model = tiny_llama(seed=40, vocab=VOCAB, width=16, init=0.2)  # input embeddings: no structure
+    assert groups_for(model, 0.9, None).sizes.tolist() == [1.0] * VOCAB
+    acoustic = torch.zeros(VOCAB, 3)
+    for c, members in enumerate(CLUSTERS):
+        acoustic[members, c % 3] = 1.0 + c  # pairs point the same way
+    acoustic[6:8] = torch.tensor([1.0, 1.0, 1.0])
+    setattr(model, ACOUSTIC_EMBEDDINGS_ATTR, acoustic)
+    assert groups_for(model, 0.9, None).sizes.tolist() == [2.0] * VOCAB

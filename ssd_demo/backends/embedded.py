@@ -17,6 +17,7 @@ import torch
 
 from ..codec import Codec
 from ..config import DecodingConfig
+from ..groups import ACOUSTIC_EMBEDDINGS_ATTR
 from ..synthesis import Synthesizer, TextError, VoicePrompt
 from .. import text as text_frontend
 from .vocab import VocabLayout
@@ -29,7 +30,9 @@ META_NAME = "voice.json"
 # Decoding defaults measured on held-out sentences (docs/benchmarks.md, "Embedded voice evaluation"):
 # AR MCD-DTW was lowest at low temperature (greedy 41.9, 0.3 -> 44.3, 0.5 -> 46.1, 0.8 -> 54.3 dB on 8
 # sentences), and beta = 0.2 is the largest tested tolerance that kept both drafts within 5% of AR's MCD.
-DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=4, beta=0.2, max_new_tokens=500)
+# cost_ratio: c measured for the distilled draft on one CPU thread (0.13-0.15), for adaptive K.
+DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=4, beta=0.2, max_new_tokens=500,
+                                cost_ratio=0.14)
 
 
 class EmbeddedBackend:
@@ -72,6 +75,14 @@ class EmbeddedBackend:
             raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
         return self.layout.prompt(text_frontend.text_to_ids(text))
 
+    def acoustic_embeddings(self, vocab_size: int) -> torch.Tensor:
+        """[vocab_size, n_mels]: each speech token's codec centroid (centred); zeros elsewhere."""
+        centroids = torch.as_tensor(np.asarray(self.codec.codebook), dtype=torch.float32)
+        table = torch.zeros(vocab_size, centroids.shape[1])
+        offset = self.layout.speech_offset
+        table[offset : offset + centroids.shape[0]] = centroids - centroids.mean(dim=0)
+        return table
+
     def token_label(self, token: int) -> str:
         """How the app's token view names an id: the codec code number, or END for end of speech."""
         if int(token) == self.eos_token_id:
@@ -103,6 +114,9 @@ def load_synthesizer(draft: str = "distilled", device: str | None = None, path: 
         return model.to(device).eval()
 
     target = load("target")
+    # PCG groups speech tokens by the codec's own centroids (centred log-mel frames): they say
+    # which codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
+    setattr(target, ACOUSTIC_EMBEDDINGS_ATTR, backend.acoustic_embeddings(target.get_input_embeddings().weight.shape[0]).to(device))
     drafts = {name: load(folder) for name, folder in DRAFT_FOLDERS.items()}
     return Synthesizer(backend, target, drafts, default_draft=draft)
 
