@@ -29,7 +29,7 @@ from . import charts
 from .config import DecodingConfig
 from .presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from .results import GenerationResult, SpeedupReport, compare_runs
-from .synthesis import SynthesisResult, Synthesizer, TextError
+from .synthesis import SynthesisResult, Synthesizer, TextError, VoicePrompt
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]
@@ -93,6 +93,24 @@ class Request:
     seed: int | None = None
     randomize_seed: bool = False
     max_new_tokens: int | None = None
+    voice_prompt: VoicePrompt | None = None  # a clip to imitate (backends that clone voices)
+
+
+def voice_prompt_from_upload(audio, transcript: str | None) -> VoicePrompt | None:
+    """gr.Audio's (sample_rate, samples) upload + its transcript -> a VoicePrompt (None when no clip)."""
+    if audio is None:
+        if transcript and transcript.strip():
+            raise ValueError("A voice-prompt transcript was given without a clip: upload the clip it belongs to.")
+        return None
+    rate, samples = audio
+    if not transcript or not transcript.strip():
+        raise ValueError("A voice prompt needs its transcript: type exactly what is said in the clip.")
+    samples = np.asarray(samples)
+    if np.issubdtype(samples.dtype, np.integer):  # scale before averaging channels turns ints into floats
+        samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
+    if samples.ndim == 2:
+        samples = samples.mean(axis=1)
+    return VoicePrompt(audio=samples.astype(np.float32), sample_rate=int(rate), transcript=transcript.strip())
 
 
 def resolve_seed(seed: float | int | None, randomize: bool) -> int:
@@ -257,7 +275,8 @@ def cpu_threads_for(synthesizer: Synthesizer) -> int:
 
 
 def _run_both(
-    preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None
+    preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None,
+    voice_prompt: VoicePrompt | None = None,
 ) -> tuple[SynthesisResult, SynthesisResult]:
     """Warm up, then AR and speculative on the same text and settings, back to back.
 
@@ -276,13 +295,13 @@ def _run_both(
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")
-    ar = synthesizer.synthesize(text, mode="ar", config=config)
+    ar = synthesizer.synthesize(text, mode="ar", config=config, voice_prompt=voice_prompt)
     progress(0.6, desc=f"Speculative decoding (draft '{draft}', K = {config.draft_len})")
-    spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft)
+    spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft, voice_prompt=voice_prompt)
     return ar, spec
 
 
-def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None) -> int:
+def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None, voice_prompt=None) -> int:
     """ZeroGPU time to ask for: warm-up + AR + speculative grow with the length limit
     (the default 60 s would cut off long Llasa-8B runs)."""
     return int(min(300, 60 + 0.1 * config.max_new_tokens))
@@ -291,10 +310,10 @@ def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, 
 if _ZEROGPU is not None:
     _run_both_on_gpu = _ZEROGPU(duration=gpu_seconds)(_run_both)
 
-    def run_both(preset_key, text, config, draft, progress=None):
+    def run_both(preset_key, text, config, draft, progress=None, voice_prompt=None):
         # Progress callbacks cannot cross into the GPU worker; report the stage before it.
         (progress or _no_progress)(0.2, desc="Decoding on the GPU (AR, then speculative)")
-        return _run_both_on_gpu(preset_key, text, config, draft)
+        return _run_both_on_gpu(preset_key, text, config, draft, voice_prompt=voice_prompt)
 
 else:
     run_both = _run_both
@@ -316,7 +335,7 @@ def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
         seed = resolve_seed(request.seed if request.seed is not None else default_seed, request.randomize_seed)
         config = build_config(synthesizer, request, seed)
         draft = resolve_draft(preset, synthesizer, request.draft)
-        ar, spec = run_both(preset.key, text, config, draft, progress)
+        ar, spec = run_both(preset.key, text, config, draft, progress, voice_prompt=request.voice_prompt)
     return Comparison(
         preset=preset.key,
         draft=draft,

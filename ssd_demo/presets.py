@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -131,6 +132,42 @@ def load_custom_pair(
             _drop_resident()
             _resident[key] = load(target, draft, device=device, progress=progress, **options)
         return _resident[key]
+
+
+def register_custom_pair(target: str, draft: str, codec: str | None = None) -> Preset:
+    """Make a user's target/draft pair (two Hub repo ids or local folders) selectable like a preset.
+
+    Nothing is loaded or downloaded here; the pair is checked and loaded on first use, with the
+    same pre-flight checks as `load_custom_pair`.
+    """
+    from .hub import DEFAULT_CODEC, ModelLoadError, _short_name
+    from .hub import load_custom_pair as load
+
+    target, draft = (target or "").strip(), (draft or "").strip()
+    if not target or not draft:
+        raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
+    codec = (codec or "").strip() or DEFAULT_CODEC
+    draft_name = _short_name(draft)
+
+    def loader(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+        synthesizer = load(target, draft, device=device, progress=progress, codec_ref=codec)
+        synthesizer.drafts = {draft_name: next(iter(synthesizer.drafts.values()))}
+        synthesizer.draft_name = draft_name
+        return synthesizer
+
+    preset = Preset(
+        key=f"custom:{target}|{draft}|{codec}",
+        label=f"Custom: {_short_name(draft)} -> {_short_name(target)}",
+        description=(f"Target `{target}`, draft `{draft}`, codec `{codec}` (Llasa-shaped pairs: same speech "
+                     "vocabulary and special tokens; checked before loading)."),
+        licence="see the models' own cards",
+        drafts=(draft_name,),
+        default_draft=draft_name,
+        loader=loader,
+        needs_download=not (Path(target).is_dir() and Path(draft).is_dir()),
+    )
+    register(preset)
+    return preset
 
 
 def unload() -> None:

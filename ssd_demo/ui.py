@@ -149,6 +149,15 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                         )
                         preset_info = gr.Markdown(app_logic.preset_markdown(get_preset(defaults.key)),
                                                   label="Preset")
+                        with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
+                            custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
+                            custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
+                            custom_codec = gr.Textbox(label="Codec (optional)", placeholder="hf-audio/xcodec2")
+                            add_pair = gr.Button("Add pair to the presets", size="sm")
+                        with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
+                            voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
+                                                   type="numpy")
+                            voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
                         draft = gr.Dropdown(
                             choices=list(defaults.drafts),
                             value=defaults.default_draft,
@@ -228,7 +237,7 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                 build_benchmark_tab(MODEL_CONCURRENCY_ID)
 
         inputs = [text, preset, draft, draft_len, beta, acceptance, topk_tolerance, pcg_theta,
-                  temperature, top_k, top_p, seed, randomize_seed, max_new_tokens]
+                  temperature, top_k, top_p, seed, randomize_seed, max_new_tokens, voice_audio, voice_transcript]
         outputs = [ar_audio, spec_audio, stats, tokens, tokens_vs_time, breakdown, accepted_length,
                    by_position, details, seed_used]
 
@@ -247,14 +256,17 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
             seed: int = config.seed or 0,
             randomize_seed: bool = False,
             max_new_tokens: int = config.max_new_tokens,
+            voice_audio=None,
+            voice_transcript: str = "",
             progress=gr.Progress(),
         ):
             """Synthesise `text` autoregressively and speculatively; return both WAVs, stats and charts."""
-            request = Request(text=text, preset=preset, draft=draft, draft_len=draft_len, beta=beta,
-                              acceptance=acceptance, topk_tolerance=topk_tolerance, pcg_theta=pcg_theta,
-                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                              randomize_seed=randomize_seed, max_new_tokens=max_new_tokens)
             try:
+                request = Request(text=text, preset=preset, draft=draft, draft_len=draft_len, beta=beta,
+                                  acceptance=acceptance, topk_tolerance=topk_tolerance, pcg_theta=pcg_theta,
+                                  temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                  randomize_seed=randomize_seed, max_new_tokens=max_new_tokens,
+                                  voice_prompt=app_logic.voice_prompt_from_upload(voice_audio, voice_transcript))
                 comparison = app_logic.compare(request, progress)
                 progress(0.9, desc="Writing audio and drawing charts")
                 ar_path, spec_path = app_logic.write_audio_files(comparison)
@@ -316,6 +328,22 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
             concurrency_limit=1,
             concurrency_id=MODEL_CONCURRENCY_ID,
         )
+        def add_custom_pair(target: str, draft_ref: str, codec: str):
+            """Register a custom target/draft pair as a preset and select it (loaded on first use)."""
+            from .presets import register_custom_pair
+
+            try:
+                added = register_custom_pair(target, draft_ref, codec)
+            except Exception as error:  # noqa: BLE001
+                raise _user_error(error) from None
+            return (
+                gr.update(choices=[(p.label, p.key) for p in list_presets()], value=added.key),
+                app_logic.preset_markdown(added),
+                gr.update(choices=list(added.drafts), value=added.default_draft),
+            )
+
+        add_pair.click(add_custom_pair, inputs=[custom_target, custom_draft, custom_codec],
+                       outputs=[preset, preset_info, draft], api_name="add_custom_pair", queue=False)
         acceptance.change(rule_options, inputs=[acceptance], outputs=[topk_tolerance, pcg_theta, acceptance],
                           api_name="rule_options", queue=False)
 
