@@ -189,7 +189,7 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
     device, vocab = _check_inputs(input_ids, target, draft)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
     rule = make_rule(config, target)
-    target_lm, draft_lm = CachedLM(target), CachedLM(draft)
+    target_lm, draft_lm = CachedLM(target), _draft_lm(draft, len(run.prompt) + config.max_new_tokens + config.draft_len + 2)
     clock = _Clock(device)
     _prefill([target_lm, draft_lm], run.prompt)
     prefill_seconds = clock.now()
@@ -250,6 +250,15 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
     return _result(
         run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=draft_lm.calls
     )
+
+
+def _draft_lm(draft, capacity: int):
+    """The draft's cached forward: the lean static-cache step for plain Llama drafts, else transformers'."""
+    from . import fast_draft
+
+    if fast_draft.supports(draft) and os.environ.get("SSD_DEMO_PLAIN_DRAFT", "") != "1":
+        return fast_draft.StaticDraftLM(draft, capacity)
+    return CachedLM(draft)
 
 
 def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float = 4.0) -> int:
