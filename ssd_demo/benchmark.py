@@ -19,7 +19,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from tqdm import tqdm
 
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
+from .reporting import git_commit
 from .results import compare_runs
 
 METHODS = ("ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate")
@@ -201,13 +201,6 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="target model directory (save_pretrained); default: random 12x512 Llama")
     parser.add_argument("--draft", help="draft model directory; default: random 2x256 Llama")
@@ -254,7 +247,7 @@ def main(args: argparse.Namespace) -> int:
         "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         "torch": torch.__version__,
     }
-    result["commit"] = _commit()
+    result["commit"] = git_commit()
     print(markdown_table(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

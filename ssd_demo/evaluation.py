@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .reporting import git_commit, median, write_section
 
 SECTION = "## Embedded voice evaluation"
 
@@ -69,19 +69,6 @@ def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int])
     logp = torch.log_softmax(logits + mask, dim=-1)
     picked = logp.gather(1, torch.tensor(tokens, device=logits.device)[:, None])
     return float(-picked.mean())
-
-
-def _median(values: list[float]) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def run_evaluation(args: argparse.Namespace) -> dict:
@@ -143,23 +130,23 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     # Wrong-text control: AR output of sentence i against the reference of sentence i + 1.
     control = [mcd_dtw(ar_audio[i], references[(i + 1) % len(references)]) for i in range(len(references))]
 
-    ar_lm = _median([r["lm_s_per_token"] for r in rows["AR"]])
-    ar_total = _median([r["total_s_per_token"] for r in rows["AR"]])
-    table = [{"system": "codec round trip (floor)", "mcd": _median(floor)}]
+    ar_lm = median([r["lm_s_per_token"] for r in rows["AR"]])
+    ar_total = median([r["total_s_per_token"] for r in rows["AR"]])
+    table = [{"system": "codec round trip (floor)", "mcd": median(floor)}]
     for system in systems:
         r = rows[system.label]
         table.append({
             "system": system.label,
-            "mcd": _median([x["mcd"] for x in r]),
-            "duration_ratio": _median([x["duration_ratio"] for x in r]),
-            "nll": _median([x["nll"] for x in r]),
-            "acceptance": _median([x["acceptance"] for x in r]) if system.mode == "speculative" else None,
-            "alpha": _median([x["alpha"] for x in r]) if system.mode == "speculative" else None,
-            "lm_speedup": ar_lm / _median([x["lm_s_per_token"] for x in r]),
-            "e2e_speedup": ar_total / _median([x["total_s_per_token"] for x in r]),
+            "mcd": median([x["mcd"] for x in r]),
+            "duration_ratio": median([x["duration_ratio"] for x in r]),
+            "nll": median([x["nll"] for x in r]),
+            "acceptance": median([x["acceptance"] for x in r]) if system.mode == "speculative" else None,
+            "alpha": median([x["alpha"] for x in r]) if system.mode == "speculative" else None,
+            "lm_speedup": ar_lm / median([x["lm_s_per_token"] for x in r]),
+            "e2e_speedup": ar_total / median([x["total_s_per_token"] for x in r]),
             "eos_rate": sum(x["finish"] == "eos" for x in r) / len(r),
         })
-    table.append({"system": "wrong-text control (ceiling)", "mcd": _median(control)})
+    table.append({"system": "wrong-text control (ceiling)", "mcd": median(control)})
     ar_mcd, floor_mcd, ceiling = table[1]["mcd"], table[0]["mcd"], table[-1]["mcd"]
     return {
         "sentences": sentences,
@@ -171,7 +158,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "control": control,
         "intelligibility_ratio": (ar_mcd - floor_mcd) / (ceiling - floor_mcd) if ceiling > floor_mcd else None,
         "machine": f"{platform.machine()}, {args.threads} torch threads, torch {torch.__version__}",
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
@@ -229,19 +216,6 @@ def markdown(report: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the evaluation section of `path`, leaving other sections untouched."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        new = text.rstrip("\n") + "\n\n" + section
-    else:
-        following = text.find("\n## ", start + len(SECTION))
-        new = text[:start] + section + ("\n" + text[following + 1 :] if following >= 0 else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main(args: argparse.Namespace) -> int:
     report = run_evaluation(args)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -251,6 +225,6 @@ def main(args: argparse.Namespace) -> int:
     (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "eval.md").write_text(section)
     print(section)
-    if str(args.docs):
-        write_section(Path(args.docs), section)
+    if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path("") is ".")
+        write_section(Path(args.docs), SECTION, section)
     return 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from .groups import grouping_embeddings
+from .reporting import git_commit, median, write_section
 
 SECTION = "## Speed-fidelity map"
 
@@ -97,11 +97,6 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
     return settings
 
 
-def _median(values) -> float:
-    values = [v for v in values if v == v]
-    return statistics.median(values) if values else float("nan")
-
-
 def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
               cost_ratio: float | None = None, draft: str | None = None) -> list[SweepPoint]:
@@ -146,11 +141,11 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
     points = [
         SweepPoint(
             label=s.label, rule=s.rule, parameter=s.parameter, value=s.value,
-            lm_speedup=_median(r["speedup"] for r in per[s.label]),
-            acceptance=_median(r["acceptance"] for r in per[s.label]),
-            tokens_per_call=_median(r["tokens_per_call"] for r in per[s.label]),
-            mcd=_median(r["mcd"] for r in per[s.label]),
-            nll=_median(r["nll"] for r in per[s.label]),
+            lm_speedup=median(r["speedup"] for r in per[s.label]),
+            acceptance=median(r["acceptance"] for r in per[s.label]),
+            tokens_per_call=median(r["tokens_per_call"] for r in per[s.label]),
+            mcd=median(r["mcd"] for r in per[s.label]),
+            nll=median(r["nll"] for r in per[s.label]),
         )
         for s in settings
     ]
@@ -218,18 +213,6 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict) -
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str, heading: str = SECTION) -> None:
-    """Replace (or append) the markdown section that starts with `heading`."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(heading)
-    if start < 0:
-        text = text.rstrip() + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + ("" if end < 0 else text[end:])
-    path.write_text(text.rstrip() + "\n")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences (default 8)")
     parser.add_argument("--quick", action="store_true", help="a small grid (the app's Benchmark tab uses it)")
@@ -250,7 +233,7 @@ def main(args: argparse.Namespace) -> int:
 
     from .backends.embedded import load_synthesizer
     from .codec.metrics import mcd_dtw
-    from .evaluation import _git_commit, target_nll
+    from .evaluation import target_nll
     from .training.render import render
 
     torch.set_num_threads(args.threads)
@@ -275,10 +258,10 @@ def main(args: argparse.Namespace) -> int:
         tokens = [t for t in result.generation.tokens if t != synth.backend.eos_token_id]
         ar_mcd.append(mcd_dtw(result.audio, reference))
         ar_nll.append(target_nll(synth.target, synth.backend.prompt_ids(text), tokens, synth.backend.allowed_token_ids()))
-    ar_row = {"mcd": _median(ar_mcd), "nll": _median(ar_nll)}
+    ar_row = {"mcd": median(ar_mcd), "nll": median(ar_nll)}
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "commit": _git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()} CPU, {args.threads} torch threads", "sentences": len(sentences),
     }
     (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
@@ -289,7 +272,7 @@ def main(args: argparse.Namespace) -> int:
               f"{'  *' if p.pareto else ''}")
     if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
-        write_section(args.docs, markdown(points, ar_row, command.strip(), meta))
+        write_section(args.docs, SECTION, markdown(points, ar_row, command.strip(), meta))
         figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
         print(f"updated {args.docs}")
     return 0

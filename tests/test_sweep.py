@@ -4,7 +4,8 @@ import numpy as np
 import torch
 
 from ssd_demo.groups import build_groups
-from ssd_demo.sweep import Setting, SweepPoint, mark_pareto, pareto_figure, run_sweep, theta_for_group_size, write_section
+from ssd_demo.reporting import GENERATED_END, write_section
+from ssd_demo.sweep import Setting, SweepPoint, mark_pareto, pareto_figure, run_sweep, theta_for_group_size
 from toy_backend import build_toy_synthesizer
 
 
@@ -53,9 +54,17 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
     assert figure.axes[0].get_xlabel().startswith("LM speedup")
 
 
-def test_write_section_replaces_only_its_section(tmp_path):
+def test_write_section_replaces_only_its_generated_part(tmp_path):
     doc = tmp_path / "bench.md"
     doc.write_text("# Benchmarks\n\n## Engine\nkeep me\n\n## Speed-fidelity map\nold\n\n## Later\nkeep too\n")
-    write_section(doc, "## Speed-fidelity map\nnew\n")
+    write_section(doc, "## Speed-fidelity map", "## Speed-fidelity map\nnew table\n")
     text = doc.read_text()
-    assert "keep me" in text and "keep too" in text and "new" in text and "old" not in text
+    assert "keep me" in text and "keep too" in text and "new table" in text and "old" not in text
+    # A reading written below the generated part survives the next regeneration.
+    doc.write_text(text.replace(GENERATED_END + "\n", GENERATED_END + "\n\nA hand-written reading.\n"))
+    write_section(doc, "## Speed-fidelity map", "## Speed-fidelity map\nnewer table\n")
+    text = doc.read_text()
+    assert "newer table" in text and "new table" not in text and "A hand-written reading." in text
+    assert text.index("A hand-written reading.") < text.index("## Later") and text.count(GENERATED_END) == 1
+    write_section(doc, "## Appended", "## Appended\nrows\n")
+    assert doc.read_text().rstrip().endswith(GENERATED_END)

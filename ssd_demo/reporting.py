@@ -1,0 +1,46 @@
+"""Small helpers shared by the bench, eval and sweep commands: medians, the commit, docs sections."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+from pathlib import Path
+
+#: Generated text of a section ends here; hand-written notes below it survive a regeneration.
+GENERATED_END = "<!-- end of generated table -->"
+
+
+def median(values) -> float:
+    """Median ignoring NaN (a sentence whose metric could not be computed); NaN when nothing is left."""
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_section(path: Path, heading: str, generated: str) -> None:
+    """Put `generated` (which starts with `heading`) into the markdown file at `path`.
+
+    The section runs from `heading` to the next "## " heading. Its generated part ends at
+    GENERATED_END: whatever a person wrote after that marker (readings of the numbers) is kept.
+    """
+    path = Path(path)
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = generated.rstrip("\n") + "\n\n" + GENERATED_END + "\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + block
+    else:
+        following = text.find("\n## ", start + len(heading))
+        end = len(text) if following < 0 else following + 1
+        marker = text.find(GENERATED_END, start, end)
+        notes = text[marker + len(GENERATED_END):end] if marker >= 0 else "\n"
+        text = text[:start] + block + "\n" + notes.lstrip("\n") + text[end:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n")
