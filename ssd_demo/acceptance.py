@@ -9,7 +9,7 @@ Rules differ in what they guarantee about the output distribution; each says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,8 @@ class Block:
     draft_probs: torch.Tensor  # [K, V] p_i, the distributions the draft sampled from
     target_probs: torch.Tensor  # [K+1, V] q_i, processed exactly like p_i
     target_scores: torch.Tensor  # [K+1, V] processed target scores (for rank-based rules)
+    # Per-block values a rule derives once and reuses across its three questions (e.g. group masses).
+    derived: dict = field(default_factory=dict)
 
 
 class AcceptanceRule:

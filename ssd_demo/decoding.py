@@ -93,6 +93,9 @@ class _Run:
     new_tokens: list[int] = field(default_factory=list)
     steps: list[RoundRecord] = field(default_factory=list)
     finish_reason: str = "length"
+    # Running sum and count of the expected acceptances seen so far (adaptive K reads them each round).
+    expected_sum: float = 0.0
+    expected_count: int = 0
 
     def __post_init__(self) -> None:
         # A private generator: same seed -> same output, and the caller's global RNG is untouched.
@@ -217,6 +220,8 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
 
         # 3. Accept the longest prefix that passes, then a replacement or a bonus token.
         accepted, expected = _accepted_prefix(rule, block, run.generator)
+        run.expected_sum += sum(expected)
+        run.expected_count += len(expected)
         if accepted < len(drafted):
             next_token = int(sample(rule.residual(block, accepted)[None], run.generator)[0])
             kind = "replacement"
@@ -269,8 +274,7 @@ def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float 
     for a given seed) is reproducible, and it never looks at the token being decided, so
     exactness at beta = 0 is kept.
     """
-    seen = [e for step in run.steps for e in step.expected_acceptance]
-    alpha = (sum(seen) + prior_alpha * prior_weight) / (len(seen) + prior_weight)
+    alpha = (run.expected_sum + prior_alpha * prior_weight) / (run.expected_count + prior_weight)
     c = run.config.cost_ratio
     return max(range(1, run.config.draft_len + 1), key=lambda k: predicted_speedup(alpha, k, c))
 

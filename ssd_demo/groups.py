@@ -140,8 +140,12 @@ class GroupRule(AcceptanceRule):
         self.groups = groups_for(target, config.pcg_theta, grouped)
 
     def _masses(self, block: Block) -> tuple[torch.Tensor, torch.Tensor]:
-        k = block.drafted.shape[0]
-        return self.groups.group_mass(block.draft_probs), self.groups.group_mass(block.target_probs[:k])
+        """Group masses P (draft) and Q (target) for every drafted position, computed once per block."""
+        if "group_masses" not in block.derived:
+            k = block.drafted.shape[0]
+            block.derived["group_masses"] = (self.groups.group_mass(block.draft_probs),
+                                             self.groups.group_mass(block.target_probs[:k]))
+        return block.derived["group_masses"]
 
     def accept_probability(self, block: Block) -> torch.Tensor:
         # The drafted token picks one of its m(x) groups uniformly; integrating that choice
@@ -159,8 +163,8 @@ class GroupRule(AcceptanceRule):
 
     def residual(self, block: Block, position: int) -> torch.Tensor:
         q = block.target_probs[position][None]
-        p_group = self.groups.group_mass(block.draft_probs[position][None])
-        q_group = self.groups.group_mass(q)
+        p_groups, q_groups = self._masses(block)
+        p_group, q_group = p_groups[position][None], q_groups[position][None]
         leftover = torch.clamp(q_group - p_group, min=0.0)
         total = leftover.sum()
         if float(total) <= _TINY:
