@@ -13,3 +13,13 @@ import torch  # noqa: E402
 
 # Tiny models are dominated by per-call overhead; one thread is fastest and leaves a core free.
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test starts on one thread, whatever an earlier test (or the app's thread policy) set."""
+    torch.set_num_threads(1)
+    yield

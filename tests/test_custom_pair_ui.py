@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 from llasa_fixtures import build_llasa_family, sine_clip
 from ssd_demo import app_logic, presets
@@ -12,10 +11,7 @@ from ssd_demo.hub import ModelLoadError
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield build_llasa_family(tmp_path_factory.mktemp("pair"))
-    torch.set_num_threads(before)
+    return build_llasa_family(tmp_path_factory.mktemp("pair"))
 
 
 def test_voice_prompt_from_an_upload():

@@ -31,15 +31,6 @@ EXPECTED_PROMPT = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny models on a shared CPU run far faster single-threaded.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
     return build_llasa_family(tmp_path_factory.mktemp("llasa"))
