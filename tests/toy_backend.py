@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+import tiny_models
+from transformers import LlamaForCausalLM
 
 from ssd_demo.config import DecodingConfig
 from ssd_demo.presets import Preset, register
@@ -69,18 +70,7 @@ class ToyBackend:
 
 
 def tiny_llama(layers: int, seed: int, hidden: int = 32) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config)
+    model = tiny_models.tiny_llama(seed, vocab=VOCAB_SIZE, layers=layers, width=hidden, init=0.02)
     # Random init gives near-uniform outputs; sharper logits make acceptance vary like a real
     # pair's, and a zero end-token row keeps utterances a few dozen tokens long.
     with torch.no_grad():
