@@ -7,6 +7,10 @@ after warm-up; we report medians and ratios inside the run, never absolute claim
 Methods:
   ar           our autoregressive_generate
   speculative  our speculative_generate (draft_len K, beta, rule)
+  ar_transformers, speculative_transformers
+               the same two loops on transformers' own forward and DynamicCache instead of the
+               lean static-cache step (static_cache=False): separates what the loop wins from
+               what the forward implementation wins
   hf_assisted  target.generate(assistant_model=draft) with K tokens, constant schedule
   hf_assisted_default  the same with transformers' own defaults (heuristic K schedule starting
                at 20, confidence early stop): what a user gets without tuning
@@ -31,7 +35,8 @@ from .decoding import autoregressive_generate, speculative_generate
 from .reporting import git_commit
 from .results import compare_runs
 
-METHODS = ("ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate")
+METHODS = ("ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
+           "speculative_transformers")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
@@ -140,6 +145,12 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
             elif method == "speculative":
                 spec_result = speculative_generate(target, draft, prompt, run_config)
                 n, wall = len(spec_result.tokens), spec_result.stats.wall_seconds
+            elif method == "ar_transformers":
+                plain = autoregressive_generate(target, prompt, run_config, static_cache=False)
+                n, wall = len(plain.tokens), plain.stats.wall_seconds
+            elif method == "speculative_transformers":
+                plain = speculative_generate(target, draft, prompt, run_config, static_cache=False)
+                n, wall = len(plain.tokens), plain.stats.wall_seconds
             else:
                 n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method.startswith("hf_assisted"),
                                        pin_draft_len=method == "hf_assisted")
@@ -178,6 +189,10 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
         result["speculative"]["mean_accepted_length"] = spec_result.stats.mean_accepted_length if spec_result else None
     if "speculative" in seconds and "hf_assisted" in seconds:
         result["speculative_vs_hf_assisted"] = median(seconds["hf_assisted"]) / median(seconds["speculative"])
+    if "speculative_transformers" in seconds and "hf_assisted" in seconds:
+        result["speculative_transformers_vs_hf_assisted"] = (
+            median(seconds["hf_assisted"]) / median(seconds["speculative_transformers"])
+        )
     return result
 
 
@@ -197,6 +212,11 @@ def markdown_table(result: dict) -> str:
             f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
             f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
             f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"
+        )
+    if "speculative_transformers_vs_hf_assisted" in result:
+        lines.append(
+            "speculative on transformers' forward vs hf_assisted: "
+            f"{result['speculative_transformers_vs_hf_assisted']:.2f}x"
         )
     return "\n".join(lines)
 

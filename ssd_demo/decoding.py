@@ -147,7 +147,7 @@ def _resolve_seed(config: DecodingConfig) -> int:
     return config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
 
 
-def _prefill(lms: list[CachedLM], prompt: list[int]) -> None:
+def _prefill(lms: list, prompt: list[int]) -> None:
     """Cache all prompt tokens but the last, which stays pending for the first decoding call."""
     if len(prompt) > 1:
         for lm in lms:
@@ -155,11 +155,13 @@ def _prefill(lms: list[CachedLM], prompt: list[int]) -> None:
 
 
 @torch.inference_mode()
-def autoregressive_generate(target, input_ids: torch.Tensor, config: DecodingConfig) -> GenerationResult:
-    """Plain decoding: one target call per token, with the same sampling as the speculative path."""
+def autoregressive_generate(
+    target, input_ids: torch.Tensor, config: DecodingConfig, *, static_cache: bool | None = None
+) -> GenerationResult:
+    """Plain decoding: one target call per token, with the same sampling and forward as the speculative path."""
     device, vocab = _check_inputs(input_ids, target)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
-    lm = CachedLM(target)
+    lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
     clock = _Clock(device)
     _prefill([lm], run.prompt)
     prefill_seconds = clock.now()
@@ -187,12 +189,19 @@ def autoregressive_generate(target, input_ids: torch.Tensor, config: DecodingCon
 
 
 @torch.inference_mode()
-def speculative_generate(target, draft, input_ids: torch.Tensor, config: DecodingConfig) -> GenerationResult:
-    """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0)."""
+def speculative_generate(
+    target, draft, input_ids: torch.Tensor, config: DecodingConfig, *, static_cache: bool | None = None
+) -> GenerationResult:
+    """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
+
+    `static_cache` picks the forward implementation for both models (see `cached_lm`); it changes
+    speed, never the algorithm.
+    """
     device, vocab = _check_inputs(input_ids, target, draft)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
     rule = make_rule(config, target)
-    target_lm, draft_lm = CachedLM(target), _draft_lm(draft, len(run.prompt) + config.max_new_tokens + config.draft_len + 2)
+    capacity = len(run.prompt) + config.max_new_tokens + config.draft_len + 2
+    target_lm, draft_lm = cached_lm(target, capacity, static_cache), cached_lm(draft, capacity, static_cache)
     clock = _Clock(device)
     _prefill([target_lm, draft_lm], run.prompt)
     prefill_seconds = clock.now()
@@ -257,13 +266,19 @@ def speculative_generate(target, draft, input_ids: torch.Tensor, config: Decodin
     )
 
 
-def _draft_lm(draft, capacity: int):
-    """The draft's cached forward: the lean static-cache step for plain Llama drafts, else transformers'."""
-    from . import fast_draft
+def cached_lm(model, capacity: int, static_cache: bool | None = None):
+    """A model's cached forward: the lean static-cache step for plain Llamas, else transformers'.
 
-    if fast_draft.supports(draft) and os.environ.get("SSD_DEMO_PLAIN_DRAFT", "") != "1":
-        return fast_draft.StaticDraftLM(draft, capacity)
-    return CachedLM(draft)
+    `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
+    lean step off everywhere, e.g. to compare against transformers' own forward).
+    """
+    from . import static_cache as lean
+
+    if static_cache is None:
+        static_cache = os.environ.get("SSD_DEMO_STATIC_CACHE", "1") != "0"
+    if static_cache and lean.supports(model):
+        return lean.StaticCacheLM(model, capacity)
+    return CachedLM(model)
 
 
 def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float = 4.0) -> int:
@@ -279,7 +294,7 @@ def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float 
     return max(range(1, run.config.draft_len + 1), key=lambda k: predicted_speedup(alpha, k, c))
 
 
-def _draft_block(draft_lm: CachedLM, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:
+def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:
     """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence."""
     drafted: list[int] = []
     rows: list[torch.Tensor] = []

@@ -1,0 +1,90 @@
+"""The lean static-cache forward computes what transformers computes, with rollback by position."""
+
+import pytest
+import torch
+
+from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
+from ssd_demo.decoding import CachedLM, cached_lm
+from ssd_demo.static_cache import StaticCacheLM, supports
+from tiny_models import tiny_llama
+
+
+def test_same_logits_as_transformers_through_prefill_steps_rollback_and_growth():
+    model = tiny_llama(seed=3, vocab=50, layers=2, width=32, init=0.3)
+    reference, lean = CachedLM(model), StaticCacheLM(model, capacity=4)  # capacity grows on demand
+    sequence = torch.randint(0, 50, (30,), generator=torch.Generator().manual_seed(0)).tolist()
+    # Multi-token calls with last_only=False are verify calls: every position's logits must match.
+    steps = [(0, 5, False), (5, 6, True), (6, 8, True), ("cut", 4), (4, 9, False), (9, 10, True), ("cut", 7),
+             (7, 12, False), ("cut", 9), (9, 30, True)]
+    for step in steps:
+        if step[0] == "cut":
+            reference.truncate(step[1])
+            lean.truncate(step[1])
+            continue
+        begin, end, last = step
+        expected = reference.forward(sequence[begin:end], last_only=last)
+        got = lean.forward(sequence[begin:end], last_only=last)
+        assert torch.allclose(expected, got, atol=1e-5), step
+        assert reference.length == lean.length == end
+
+
+def test_used_for_llamas_unless_switched_off(monkeypatch):
+    model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
+    assert supports(model) and isinstance(cached_lm(model, 64), StaticCacheLM)
+    assert isinstance(cached_lm(model, 64, static_cache=False), CachedLM)
+    monkeypatch.setenv("SSD_DEMO_STATIC_CACHE", "0")
+    assert isinstance(cached_lm(model, 64), CachedLM)
+    assert isinstance(cached_lm(model, 64, static_cache=True), StaticCacheLM)  # an explicit choice wins
+    model.train()
+    assert not supports(model)  # dropout and gradients are transformers' business
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_same_tokens_with_either_forward(temperature):
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    draft = tiny_llama(seed=12, vocab=32, layers=1, width=16, init=0.3)
+    config = DecodingConfig(draft_len=3, max_new_tokens=40, temperature=temperature, seed=5)
+    prompt = torch.tensor([[1, 2, 3]])
+    lean = speculative_generate(target, draft, prompt, config, static_cache=True)
+    plain = speculative_generate(target, draft, prompt, config, static_cache=False)
+    assert lean.tokens == plain.tokens
+    assert [s.accepted for s in lean.steps] == [s.accepted for s in plain.steps]
+    ar = autoregressive_generate(target, prompt, config, static_cache=True)
+    assert ar.tokens == autoregressive_generate(target, prompt, config, static_cache=False).tokens
+
+
+def _llama_with_biases(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                         initializer_range=0.3, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # transformers initialises biases to zero: make them matter
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_packed_and_module_paths_match_transformers_with_biases_and_tied_head(pack):
+    model = _llama_with_biases(seed=6)
+    reference, lean = CachedLM(model), StaticCacheLM(model, capacity=16, pack=pack)
+    assert (lean._packed is not None) == pack
+    sequence = list(range(3, 23))
+    for begin, end, last in [(0, 7, False), (7, 12, False), (12, 13, True)]:
+        assert torch.allclose(reference.forward(sequence[begin:end], last), lean.forward(sequence[begin:end], last),
+                              atol=1e-5)
+
+
+def test_packed_weights_follow_in_place_updates():
+    model = tiny_llama(seed=8, vocab=30, layers=1, width=16, init=0.3)
+    prompt = [1, 2, 3, 4]
+    before = StaticCacheLM(model, 16).forward(prompt)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(3.0)  # e.g. an optimiser step
+    after = StaticCacheLM(model, 16).forward(prompt)
+    assert not torch.allclose(before, after)
+    assert torch.allclose(after, CachedLM(model).forward(prompt), atol=1e-5)
