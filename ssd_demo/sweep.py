@@ -81,7 +81,7 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
     speech = [t for t in synth.backend.allowed_token_ids() if t != synth.backend.eos_token_id]
     embeddings = grouping_embeddings(synth.target)[speech]
     betas = (0.0, 0.3) if quick else (0.0, 0.1, 0.2, 0.3, 0.5)
-    sizes = (4.0, 16.0) if quick else (2.0, 4.0, 8.0, 16.0, 32.0)
+    sizes = (4.0, 16.0) if quick else (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0)
     ks = (3,) if quick else (2, 3, 5)
     settings = [Setting(f"ssd beta={b:g}", "ssd", "beta", b, {"acceptance": "ssd", "beta": b}) for b in betas]
     for size in sizes:
@@ -166,6 +166,20 @@ def mark_pareto(points: list[SweepPoint]) -> None:
         )
 
 
+def at_matched_fidelity(points: list[SweepPoint], reference: SweepPoint, tolerance: float = 0.01) -> dict[str, SweepPoint]:
+    """Per rule, the fastest setting whose MCD-DTW is at most (1 + tolerance) x the reference's.
+
+    This is the comparison "same fidelity, who is faster" (the reference is normally SSD at the
+    voice's default beta); rules with no setting that faithful are left out.
+    """
+    best: dict[str, SweepPoint] = {}
+    for p in points:
+        if p.mcd == p.mcd and p.mcd <= reference.mcd * (1 + tolerance):
+            if p.rule not in best or p.lm_speedup > best[p.rule].lm_speedup:
+                best[p.rule] = p
+    return best
+
+
 def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
     """Speed (x) against MCD-DTW (y, lower is better), one colour per rule; frontier joined."""
     import matplotlib
@@ -196,7 +210,7 @@ def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
     return fig
 
 
-def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict) -> str:
+def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, reference_label: str | None = None) -> str:
     lines = [
         SECTION, "",
         f"Command: `{command}`  ",
@@ -209,6 +223,14 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict) -
     for p in points:
         lines.append(f"| {p.label} | {p.lm_speedup:.2f}x | {p.acceptance:.2f} | {p.tokens_per_call:.2f} | "
                      f"{p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
+    reference = next((p for p in points if p.label == reference_label), None)
+    if reference is not None:
+        lines += ["", f"Fastest setting of each rule at the fidelity of {reference.label} (MCD-DTW at most 1% above "
+                  f"its {reference.mcd:.2f} dB), speed relative to it:", "",
+                  "| rule | setting | LM speedup | relative to reference | MCD-DTW dB | NLL |", "|---|---|---|---|---|---|"]
+        for rule, p in at_matched_fidelity(points, reference).items():
+            lines.append(f"| {rule} | {p.label} | {p.lm_speedup:.2f}x | {p.lm_speedup / reference.lm_speedup:.2f}x | "
+                         f"{p.mcd:.2f} | {p.nll:.3f} |")
     lines += ["", "![Speed against fidelity](sweep_pareto.png)", ""]
     return "\n".join(lines)
 
@@ -272,7 +294,8 @@ def main(args: argparse.Namespace) -> int:
               f"{'  *' if p.pareto else ''}")
     if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
-        write_section(args.docs, SECTION, markdown(points, ar_row, command.strip(), meta))
+        reference_label = f"ssd beta={synth.config().beta:g}"
+        write_section(args.docs, SECTION, markdown(points, ar_row, command.strip(), meta, reference_label))
         figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
         print(f"updated {args.docs}")
     return 0

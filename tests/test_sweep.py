@@ -5,7 +5,16 @@ import torch
 
 from ssd_demo.groups import build_groups
 from ssd_demo.reporting import GENERATED_END, write_section
-from ssd_demo.sweep import Setting, SweepPoint, mark_pareto, pareto_figure, run_sweep, theta_for_group_size
+from ssd_demo.sweep import (
+    Setting,
+    SweepPoint,
+    at_matched_fidelity,
+    mark_pareto,
+    markdown,
+    pareto_figure,
+    run_sweep,
+    theta_for_group_size,
+)
 from toy_backend import build_toy_synthesizer
 
 
@@ -26,6 +35,23 @@ def test_pareto_frontier():
               point("fast-good", 1.8, 5.0)]
     mark_pareto(points)
     assert [p.label for p in points if p.pareto] == ["fast-bad", "fast-good"]
+
+
+def test_fastest_setting_per_rule_at_matched_fidelity():
+    reference = SweepPoint("ssd beta=0.2", "ssd", "beta", 0.2, 1.5, 0.5, 2.0, 40.0, 0.4)
+    points = [
+        reference,
+        SweepPoint("ssd beta=0.5", "ssd", "beta", 0.5, 2.0, 0.6, 2.5, 44.0, 1.0),     # faster but 10% worse
+        SweepPoint("pcg small", "pcg", "group size", 4, 1.6, 0.5, 2.1, 39.0, 0.3),
+        SweepPoint("pcg large", "pcg", "group size", 16, 1.8, 0.6, 2.4, 40.39, 0.5),  # within 1%
+        SweepPoint("pcg huge", "pcg", "group size", 32, 2.2, 0.7, 2.8, 40.5, 0.9),    # 1.25% worse
+        SweepPoint("topk k=5", "topk", "k", 5, 2.5, 0.8, 3.0, 50.0, 1.2),
+    ]
+    best = at_matched_fidelity(points, reference)
+    assert {rule: p.label for rule, p in best.items()} == {"ssd": "ssd beta=0.2", "pcg": "pcg large"}
+    table = markdown(points, {"mcd": 39.0, "nll": 0.3}, "cmd", {"commit": "x", "date": "d", "machine": "m",
+                                                               "sentences": 2}, "ssd beta=0.2")
+    assert "| pcg | pcg large | 1.80x | 1.20x |" in table and "topk k=5 | 2.50x | 1" not in table.split("Fastest")[1]
 
 
 def test_sweep_runs_on_a_voice_and_draws_the_map():
