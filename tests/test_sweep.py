@@ -66,7 +66,8 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
     texts = ["hello there", "one two three"]
     references = [synth.synthesize(t, mode="ar").audio for t in texts]
     seen = []
-    points = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f))
+    points = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f),
+                       repeats=2)
     assert [p.label for p in points] == [s.label for s in settings]
     assert seen == sorted(seen) and 0 < seen[-1] <= 1
     by_label = {p.label: p for p in points}
