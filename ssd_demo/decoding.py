@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from .acceptance import Block, make_rule
 from .config import DecodingConfig
-from .results import GenerationResult, GenerationStats, RoundRecord, predicted_speedup
+from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
 
 
@@ -93,9 +93,19 @@ class _Run:
     new_tokens: list[int] = field(default_factory=list)
     steps: list[RoundRecord] = field(default_factory=list)
     finish_reason: str = "length"
-    # Running sum and count of the expected acceptances seen so far (adaptive K reads them each round).
-    expected_sum: float = 0.0
-    expected_count: int = 0
+    # Running sums and counts of the expected acceptance at each block position (adaptive K reads them).
+    # Position i is only tested when positions 1..i-1 were accepted, so position_sums[i] / position_counts[i]
+    # estimates P(accept i | accepted so far): drafts drift, and acceptance decays along the block.
+    position_sums: list[float] = field(default_factory=list)
+    position_counts: list[int] = field(default_factory=list)
+
+    def record_expected(self, expected: list[float]) -> None:
+        for position, value in enumerate(expected):
+            if position == len(self.position_sums):
+                self.position_sums.append(0.0)
+                self.position_counts.append(0)
+            self.position_sums[position] += value
+            self.position_counts[position] += 1
 
     def __post_init__(self) -> None:
         # A private generator: same seed -> same output, and the caller's global RNG is untouched.
@@ -229,8 +239,7 @@ def speculative_generate(
 
         # 3. Accept the longest prefix that passes, then a replacement or a bonus token.
         accepted, expected = _accepted_prefix(rule, block, run.generator)
-        run.expected_sum += sum(expected)
-        run.expected_count += len(expected)
+        run.record_expected(expected)
         if accepted < len(drafted):
             next_token = int(sample(rule.residual(block, accepted)[None], run.generator)[0])
             kind = "replacement"
@@ -282,16 +291,33 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None):
 
 
 def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float = 4.0) -> int:
-    """K in 1..config.draft_len that maximises the predicted speedup for the running alpha estimate.
+    """K in 1..config.draft_len that maximises the expected tokens per unit of round cost.
 
-    alpha is the mean expected acceptance seen so far in this run, shrunk towards a prior for
-    the first rounds; it depends only on the run's own tokens, so the choice (and the output
-    for a given seed) is reproducible, and it never looks at the token being decided, so
-    exactness at beta = 0 is kept.
+    Each block position i gets its own acceptance estimate alpha_i (the running mean of the
+    expected acceptance there, shrunk towards a prior while few rounds reached it; an untested
+    position borrows the estimate of the one before). Expected tokens per round are
+    1 + sum_k prod_{i<=k} alpha_i and a round costs K c + 1 target steps. A single alpha for
+    all positions (the textbook formula) overrates long blocks, because the draft drifts away
+    from the target as it goes. The estimates depend only on the run's own past rounds, so the
+    choice (and the output for a given seed) is reproducible, and it never looks at the token
+    being decided, so exactness at beta = 0 is kept.
     """
-    alpha = (run.expected_sum + prior_alpha * prior_weight) / (run.expected_count + prior_weight)
     c = run.config.cost_ratio
-    return max(range(1, run.config.draft_len + 1), key=lambda k: predicted_speedup(alpha, k, c))
+    best_k, best_value = 1, -1.0
+    survive, tokens, previous = 1.0, 1.0, prior_alpha
+    for k in range(1, run.config.draft_len + 1):
+        i = k - 1
+        if i < len(run.position_sums):
+            alpha = (run.position_sums[i] + prior_alpha * prior_weight) / (run.position_counts[i] + prior_weight)
+        else:
+            alpha = previous
+        previous = alpha
+        survive *= alpha
+        tokens += survive
+        value = tokens / (k * c + 1.0)
+        if value > best_value:
+            best_k, best_value = k, value
+    return best_k
 
 
 def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:

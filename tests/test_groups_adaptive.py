@@ -121,3 +121,20 @@ def test_acoustic_embeddings_set_by_a_backend_define_the_groups():
     acoustic[6:8] = torch.tensor([1.0, 1.0, 1.0])
     setattr(model, ACOUSTIC_EMBEDDINGS_ATTR, acoustic)
     assert groups_for(model, 0.9, None).sizes.tolist() == [2.0] * VOCAB
+
+
+def test_adaptive_choice_uses_per_position_acceptance():
+    import torch
+
+    from ssd_demo.decoding import _Run, choose_draft_len
+
+    run = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
+    for _ in range(200):  # a draft that stays right: long blocks pay
+        run.record_expected([0.95] * 8)
+    assert choose_draft_len(run) == 8
+    decaying = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
+    for _ in range(200):  # same mean acceptance over the block, but the draft drifts after two tokens
+        decaying.record_expected([0.95, 0.9, 0.2, 0.2])
+    assert choose_draft_len(decaying) == 2
+    fresh = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
+    assert 1 <= choose_draft_len(fresh) <= 8  # the prior alone gives a bounded, reproducible choice
