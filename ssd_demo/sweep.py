@@ -1,7 +1,8 @@
 """`python -m ssd_demo sweep`: speed against fidelity for every acceptance rule and setting.
 
 On held-out sentences of the embedded voice, each setting is run next to plain AR
-(interleaved sentence by sentence, after warm-up) and scored by:
+(AR timed before and after each sentence's settings, which run in an order rotated per sentence,
+after warm-up) and scored by:
   LM speedup    AR LM seconds per token / the setting's, median over sentences;
   acceptance    accepted / drafted, and mean tokens per target call;
   MCD-DTW       mel-cepstral distortion (dB) against eSpeak NG's rendering of the text;
@@ -129,22 +130,31 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
     per: dict[str, list[dict]] = {s.label: [] for s in settings}
     for index, (text, reference) in enumerate(zip(sentences, references)):
         run_seed = seed + index
-        _, ar_per_token = timed("ar", text, {}, run_seed)
+        _, ar_before = timed("ar", text, {}, run_seed)
         done += 1
-        for setting in settings:
+        # Rotate the order each sentence: on a shared machine speed drifts within a sentence's runs, and a
+        # fixed order would hand the same setting the same (slow or fast) slot every time.
+        shift = index % len(settings) if settings else 0
+        for setting in settings[shift:] + settings[:shift]:
             if progress:
                 progress(done / total, f"sentence {index + 1}/{len(sentences)}: {setting.label}")
             result, per_token = timed("speculative", text, setting.overrides, run_seed)
             stats = result.generation.stats
             tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
             per[setting.label].append({
-                "speedup": ar_per_token / per_token if per_token > 0 else float("nan"),
+                "per_token": per_token,
                 "acceptance": stats.acceptance_rate,
                 "tokens_per_call": stats.mean_tokens_per_call,
                 "mcd": mcd_dtw(result.audio, reference) if reference is not None and len(result.audio) > 400 else float("nan"),
                 "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed),
             })
             done += 1
+        # AR timed again after the settings; each setting is compared with the mean of both AR timings.
+        _, ar_after = timed("ar", text, {}, run_seed)
+        ar_per_token = (ar_before + ar_after) / 2
+        for setting in settings:
+            row = per[setting.label][-1]
+            row["speedup"] = ar_per_token / row["per_token"] if row["per_token"] > 0 else float("nan")
     points = [
         SweepPoint(
             label=s.label, rule=s.rule, parameter=s.parameter, value=s.value,
@@ -222,8 +232,8 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
         SECTION, "",
         f"Command: `{command}`  ",
         f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}; {meta['sentences']} held-out sentences, "
-        f"medians; LM speedup per generated token against AR run interleaved on the same sentence "
-        f"(fastest of {meta.get('repeats', 1)} identical runs each).", "",
+        f"medians; LM speedup per generated token against AR timed before and after the settings on the same "
+        f"sentence (settings in rotating order; fastest of {meta.get('repeats', 1)} identical runs each).", "",
         f"AR reference: MCD-DTW {ar_row['mcd']:.2f} dB, NLL {ar_row['nll']:.3f}.", "",
         "| setting | LM speedup | acceptance | tokens/target call | MCD-DTW dB | NLL | Pareto |",
         "|---|---|---|---|---|---|---|",
