@@ -28,6 +28,7 @@ from .acceptance import Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
+from .static_cache import StaticCacheLM, supports as static_cache_supports
 
 
 class CachedLM:
@@ -281,12 +282,10 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None):
     `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
     lean step off everywhere, e.g. to compare against transformers' own forward).
     """
-    from . import static_cache as lean
-
     if static_cache is None:
         static_cache = os.environ.get("SSD_DEMO_STATIC_CACHE", "1") != "0"
-    if static_cache and lean.supports(model):
-        return lean.StaticCacheLM(model, capacity)
+    if static_cache and static_cache_supports(model):
+        return StaticCacheLM(model, capacity)
     return CachedLM(model)
 
 

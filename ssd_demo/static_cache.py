@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 SUPPORTED = ("LlamaForCausalLM",)
 
@@ -141,8 +142,6 @@ class StaticCacheLM:
 
     @torch.inference_mode()
     def forward(self, ids, last_only: bool = False) -> torch.Tensor:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         device = self._keys.device
         if not torch.is_tensor(ids):
             ids = torch.tensor(ids, dtype=torch.long, device=device)
