@@ -56,12 +56,13 @@ def _sweep(sentences: int, draft: str, seed: int, progress):
         note = ("eSpeak NG is not installed here, so fidelity is the target's NLL per token "
                 "(lower = more typical for the target); install `espeak-ng` for MCD-DTW.")
     settings = sweep.default_settings(synth, quick=True)
-    points = sweep.run_sweep(synth, texts, references, settings, seed=int(seed), draft=draft,
+    result = sweep.run_sweep(synth, texts, references, settings, seed=int(seed), draft=draft,
                              progress=lambda f, m: progress(0.05 + 0.95 * f, desc=m))
+    points = result.points
     rows = [[p.label, round(p.lm_speedup, 2), round(p.acceptance, 2), round(p.tokens_per_call, 2),
              round(p.mcd, 2) if p.mcd == p.mcd else None, round(p.nll, 3), "yes" if p.pareto else ""]
             for p in points]
-    return sweep.pareto_figure(points), rows, note
+    return sweep.pareto_figure(points, result.ar_mcd if result.ar_mcd == result.ar_mcd else None), rows, note
 
 
 def build_benchmark_tab(concurrency_id: str | None = None) -> None:

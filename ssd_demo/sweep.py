@@ -57,6 +57,15 @@ class SweepPoint:
     pareto: bool = False
 
 
+@dataclass
+class SweepResult:
+    """The settings' points and plain AR's fidelity on the same sentences and seeds."""
+
+    points: list[SweepPoint]
+    ar_mcd: float
+    ar_nll: float
+
+
 def theta_for_group_size(embeddings: torch.Tensor, mean_size: float, sample: int = 2048, seed: int = 0) -> float:
     """Cosine threshold whose groups have about `mean_size` members on average.
 
@@ -100,7 +109,7 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
 
 def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
-              cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1) -> list[SweepPoint]:
+              cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1) -> SweepResult:
     from .codec.metrics import mcd_dtw
     from .evaluation import target_nll
 
@@ -123,14 +132,22 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         results = [run(mode, text, overrides, run_seed) for _ in range(max(repeats, 1))]
         return results[0], min(decode_seconds_per_token(r) for r in results)
 
+    def fidelity(result, text: str, reference: np.ndarray | None) -> dict:
+        tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
+        usable = reference is not None and len(result.audio) > 400
+        return {"mcd": mcd_dtw(result.audio, reference) if usable else float("nan"),
+                "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed)}
+
     run("ar", "Warm up.", {}, seed)  # first calls pay for allocation and lazy initialisation
     run("speculative", "Warm up.", {}, seed)
     total = len(sentences) * (len(settings) + 1)
     done = 0
     per: dict[str, list[dict]] = {s.label: [] for s in settings}
+    ar_rows: list[dict] = []
     for index, (text, reference) in enumerate(zip(sentences, references)):
         run_seed = seed + index
-        _, ar_before = timed("ar", text, {}, run_seed)
+        ar_result, ar_before = timed("ar", text, {}, run_seed)
+        ar_rows.append(fidelity(ar_result, text, reference))
         done += 1
         # Rotate the order each sentence: on a shared machine speed drifts within a sentence's runs, and a
         # fixed order would hand the same setting the same (slow or fast) slot every time.
@@ -140,13 +157,11 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
                 progress(done / total, f"sentence {index + 1}/{len(sentences)}: {setting.label}")
             result, per_token = timed("speculative", text, setting.overrides, run_seed)
             stats = result.generation.stats
-            tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
             per[setting.label].append({
                 "per_token": per_token,
                 "acceptance": stats.acceptance_rate,
                 "tokens_per_call": stats.mean_tokens_per_call,
-                "mcd": mcd_dtw(result.audio, reference) if reference is not None and len(result.audio) > 400 else float("nan"),
-                "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed),
+                **fidelity(result, text, reference),
             })
             done += 1
         # AR timed again after the settings; each setting is compared with the mean of both AR timings.
@@ -167,7 +182,7 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         for s in settings
     ]
     mark_pareto(points)
-    return points
+    return SweepResult(points, ar_mcd=median(r["mcd"] for r in ar_rows), ar_nll=median(r["nll"] for r in ar_rows))
 
 
 def mark_pareto(points: list[SweepPoint]) -> None:
@@ -274,8 +289,6 @@ def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .backends.embedded import load_synthesizer
-    from .codec.metrics import mcd_dtw
-    from .evaluation import target_nll
     from .training.render import render
 
     torch.set_num_threads(args.threads)
@@ -290,17 +303,11 @@ def main(args: argparse.Namespace) -> int:
         bar.set_postfix_str(message[:40])
         bar.refresh()
 
-    points = run_sweep(synth, sentences, references, settings, seed=args.seed, progress=progress,
+    result = run_sweep(synth, sentences, references, settings, seed=args.seed, progress=progress,
                        cost_ratio=args.cost_ratio, repeats=args.repeats)
     bar.close()
-    # AR fidelity for reference (same seeds as the sweep).
-    ar_mcd, ar_nll = [], []
-    for index, (text, reference) in enumerate(zip(sentences, references)):
-        result = synth.synthesize(text, mode="ar", config=synth.config(seed=args.seed + index))
-        tokens = [t for t in result.generation.tokens if t != synth.backend.eos_token_id]
-        ar_mcd.append(mcd_dtw(result.audio, reference))
-        ar_nll.append(target_nll(synth.target, synth.backend.prompt_ids(text), tokens, synth.backend.allowed_token_ids()))
-    ar_row = {"mcd": median(ar_mcd), "nll": median(ar_nll)}
+    points = result.points
+    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll}
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -1,8 +1,10 @@
 """The speed-fidelity sweep: threshold choice, Pareto marking, a run on the toy voice, the chart."""
 
 import numpy as np
+import pytest
 import torch
 
+from ssd_demo.codec.metrics import mcd_dtw
 from ssd_demo.groups import build_groups
 from ssd_demo.reporting import GENERATED_END, write_section
 from ssd_demo.sweep import (
@@ -66,8 +68,13 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
     texts = ["hello there", "one two three"]
     references = [synth.synthesize(t, mode="ar").audio for t in texts]
     seen = []
-    points = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f),
+    result = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f),
                        repeats=2)
+    points = result.points
+    # AR's fidelity comes from the sweep's own AR runs: the same seeds give the same audio.
+    ar_audio = [synth.synthesize(t, mode="ar", config=synth.config(seed=i)).audio for i, t in enumerate(texts)]
+    assert result.ar_mcd == pytest.approx(float(np.median([mcd_dtw(a, r) for a, r in zip(ar_audio, references)])))
+    assert np.isfinite(result.ar_nll)
     assert [p.label for p in points] == [s.label for s in settings]
     assert seen == sorted(seen) and 0 < seen[-1] <= 1
     by_label = {p.label: p for p in points}

@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-steps", type=int, default=None)
     parser.add_argument("--draft-steps", type=int, default=None)
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
+    parser.add_argument("--corpus-size", type=int, default=None,
+                        help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
 
 
@@ -82,6 +84,8 @@ def main(args: argparse.Namespace) -> int:
     if args.draft_steps is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
                          distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps))
+    if args.corpus_size is not None:
+        recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
     if args.max_minutes is not None:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes),
                          layers_stage=replace(recipe.layers_stage, max_minutes=args.max_minutes),
