@@ -16,6 +16,20 @@ def median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def paired_difference(values, baseline, resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of values[i] - baseline[i] over the items where both are finite, with a 95% bootstrap
+    interval (items resampled with replacement). Pairing by item (sentence) removes the spread
+    between sentences, which dwarfs the differences between decoding settings."""
+    import numpy as np
+
+    diffs = np.array([v - b for v, b in zip(values, baseline) if v == v and b == b], dtype=float)
+    if diffs.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = diffs[rng.integers(0, diffs.size, size=(resamples, diffs.size))].mean(axis=1)
+    return float(diffs.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

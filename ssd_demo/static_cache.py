@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import rotate_half
 
 SUPPORTED = ("LlamaForCausalLM",)
+#: Rotary scalings whose tables depend on the position alone.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 
 
 def supports(model) -> bool:
@@ -121,6 +123,9 @@ class StaticCacheLM:
         self._kv_heads = config.num_key_value_heads
         self._head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self._packed = packed_weights(model) if pack else None
+        # Rotary tables depend on the position only (unless the scaling adapts to the sequence length, as
+        # "dynamic" rope does), so they are computed once per capacity instead of once per call.
+        self._static_rope = getattr(core.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES
         self._allocate(capacity)
 
     def _allocate(self, capacity: int) -> None:
@@ -132,6 +137,10 @@ class StaticCacheLM:
             keys[..., : self._pos, :] = self._keys[..., : self._pos, :]
             values[..., : self._pos, :] = self._values[..., : self._pos, :]
         self._keys, self._values = keys, values
+        if self._static_rope:
+            positions = torch.arange(capacity, device=weight.device)[None]
+            cos, sin = self.model.model.rotary_emb(keys.new_zeros(1, 1, 1), positions)
+            self._cos, self._sin = cos[0, :, None, :], sin[0, :, None, :]  # [capacity, 1, head_dim]
 
     @property
     def length(self) -> int:
@@ -139,6 +148,13 @@ class StaticCacheLM:
 
     def truncate(self, length: int) -> None:
         self._pos = min(self._pos, max(length, 0))  # rollback = moving the pointer
+
+    @staticmethod
+    def _norm(norm, hidden: torch.Tensor) -> torch.Tensor:
+        """Llama's RMSNorm; in float32 as one fused kernel (the module runs five small operations)."""
+        if hidden.dtype == torch.float32:
+            return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
+        return norm(hidden)  # half precision: the module's own order of casts
 
     @torch.inference_mode()
     def forward(self, ids, last_only: bool = False) -> torch.Tensor:
@@ -153,23 +169,29 @@ class StaticCacheLM:
         core = self.model.model
         positions = torch.arange(start, end, device=device)
         hidden = core.embed_tokens(ids)  # [n, d]
-        cos, sin = core.rotary_emb(hidden[None], positions[None])
+        if self._static_rope:
+            cos, sin = self._cos[start:end], self._sin[start:end]
+        else:
+            cos, sin = core.rotary_emb(hidden[None], positions[None])
+            cos, sin = cos[0, :, None, :], sin[0, :, None, :]
         # Causal mask over cached + new positions; a single new token may attend to everything.
         mask = None if n == 1 else torch.arange(end, device=device)[None, :] <= positions[:, None]
         heads, kv_heads, head_dim = self._heads, self._kv_heads, self._head_dim
         q_width, kv_width = heads * head_dim, kv_heads * head_dim
         for index, layer in enumerate(self._layers):
             attn = layer.self_attn
-            x = layer.input_layernorm(hidden)
+            x = self._norm(layer.input_layernorm, hidden)
             if self._packed is not None:
                 packed = self._packed[0][index]
-                q, k, v = _matmul(x, packed.qkv, packed.qkv_bias).split([q_width, kv_width, kv_width], dim=-1)
+                qk, v = _matmul(x, packed.qkv, packed.qkv_bias).split([q_width + kv_width, kv_width], dim=-1)
             else:
-                q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-            q = q.view(n, heads, head_dim).transpose(0, 1)[None]
-            k = k.view(n, kv_heads, head_dim).transpose(0, 1)[None]
+                qk, v = torch.cat([attn.q_proj(x), attn.k_proj(x)], dim=-1), attn.v_proj(x)
+            # Queries and keys rotated together: one rotary application per layer instead of two.
+            qk = qk.view(n, heads + kv_heads, head_dim)
+            qk = qk * cos + rotate_half(qk) * sin
+            q = qk[:, :heads].transpose(0, 1)[None]
+            k = qk[:, heads:].transpose(0, 1)[None]
             v = v.view(n, kv_heads, head_dim).transpose(0, 1)[None]
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
             self._keys[index, :, :, start:end] = k
             self._values[index, :, :, start:end] = v
             out = F.scaled_dot_product_attention(
@@ -179,13 +201,13 @@ class StaticCacheLM:
             out = out[0].transpose(0, 1).reshape(n, q_width)
             if self._packed is not None:
                 hidden = hidden + _matmul(out, packed.o, packed.o_bias)
-                x = layer.post_attention_layernorm(hidden)
+                x = self._norm(layer.post_attention_layernorm, hidden)
                 gate, up = _matmul(x, packed.gate_up, packed.gate_up_bias).chunk(2, dim=-1)
                 hidden = hidden + _matmul(layer.mlp.act_fn(gate) * up, packed.down, packed.down_bias)
             else:
                 hidden = hidden + attn.o_proj(out)
-                hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        hidden = core.norm(hidden[-1:] if last_only else hidden)
+                hidden = hidden + layer.mlp(self._norm(layer.post_attention_layernorm, hidden))
+        hidden = self._norm(core.norm, hidden[-1:] if last_only else hidden)
         self._pos = end
         self.calls += 1
         if self._packed is not None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .groups import grouping_embeddings
-from .reporting import git_commit, median, write_section
+from .reporting import git_commit, median, paired_difference, write_section
 
 SECTION = "## Speed-fidelity map"
 
@@ -55,6 +55,7 @@ class SweepPoint:
     mcd: float
     nll: float
     pareto: bool = False
+    mcds: list[float] = field(default_factory=list)  # per sentence, for paired comparisons
 
 
 @dataclass
@@ -178,6 +179,7 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
             tokens_per_call=median(r["tokens_per_call"] for r in per[s.label]),
             mcd=median(r["mcd"] for r in per[s.label]),
             nll=median(r["nll"] for r in per[s.label]),
+            mcds=[r["mcd"] for r in per[s.label]],
         )
         for s in settings
     ]
@@ -260,10 +262,15 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
     if reference is not None:
         lines += ["", f"Fastest setting of each rule at the fidelity of {reference.label} (MCD-DTW at most 1% above "
                   f"its {reference.mcd:.2f} dB), speed relative to it:", "",
-                  "| rule | setting | LM speedup | relative to reference | MCD-DTW dB | NLL |", "|---|---|---|---|---|---|"]
+                  "| rule | setting | LM speedup | relative to reference | MCD-DTW dB | MCD-DTW - reference, mean "
+                  "per sentence [95% CI] | NLL |", "|---|---|---|---|---|---|---|"]
         for rule, p in at_matched_fidelity(points, reference).items():
+            mean, low, high = paired_difference(p.mcds, reference.mcds)
             lines.append(f"| {rule} | {p.label} | {p.lm_speedup:.2f}x | {p.lm_speedup / reference.lm_speedup:.2f}x | "
-                         f"{p.mcd:.2f} | {p.nll:.3f} |")
+                         f"{p.mcd:.2f} | {mean:+.2f} [{low:+.2f}, {high:+.2f}] | {p.nll:.3f} |")
+        lines += ["", "The interval is the paired difference's 95% bootstrap interval over sentences: an interval "
+                  "that spans zero by more than 1% of the reference's MCD means this many sentences cannot tell the "
+                  "settings' fidelity apart at the 1% level."]
     lines += ["", "![Speed against fidelity](sweep_pareto.png)", ""]
     return "\n".join(lines)
 

@@ -88,3 +88,25 @@ def test_packed_weights_follow_in_place_updates():
     after = StaticCacheLM(model, 16).forward(prompt)
     assert not torch.allclose(before, after)
     assert torch.allclose(after, CachedLM(model).forward(prompt), atol=1e-5)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "dynamic", "factor": 2.0},  # tables change with the length: computed per call
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8},
+])
+def test_scaled_rotary_embeddings_match_transformers(rope):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    # A short max_position_embeddings makes the scalings act within a 30-token sequence.
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=12,
+                         initializer_range=0.3, rope_parameters={**rope, "rope_theta": 10000.0})
+    model = LlamaForCausalLM(config).eval()
+    sequence = torch.randint(0, 40, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    reference, lean = CachedLM(model), StaticCacheLM(model, capacity=8)
+    for begin, end, last in [(0, 6, False), (6, 7, True), (7, 20, False), (20, 30, False)]:
+        expected = reference.forward(sequence[begin:end], last_only=last)
+        assert torch.allclose(expected, lean.forward(sequence[begin:end], last_only=last), atol=1e-5), (rope, begin)

@@ -56,6 +56,26 @@ def test_fastest_setting_per_rule_at_matched_fidelity():
     assert "| pcg | pcg large | 1.80x | 1.20x |" in table and "topk k=5 | 2.50x | 1" not in table.split("Fastest")[1]
 
 
+def test_matched_fidelity_table_gives_the_paired_difference_and_its_interval():
+    reference = SweepPoint("ssd beta=0.2", "ssd", "beta", 0.2, 1.5, 0.5, 2.0, 40.0, 0.4, mcds=[30.0, 40.0, 50.0, 60.0])
+    # Sentence by sentence 0.5 dB worse: no spread in the difference, so the interval is a point.
+    close = SweepPoint("pcg", "pcg", "group size", 8, 1.6, 0.5, 2.1, 40.3, 0.4, mcds=[30.5, 40.5, 50.5, 60.5])
+    table = markdown([reference, close], {"mcd": 39.0, "nll": 0.3}, "cmd",
+                     {"commit": "x", "date": "d", "machine": "m", "sentences": 4}, "ssd beta=0.2")
+    assert "| +0.50 [+0.50, +0.50] |" in table
+
+
+def test_paired_difference_removes_sentence_spread_and_skips_missing_values():
+    from ssd_demo.reporting import paired_difference
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(40, 10, 200)  # sentences differ by ~10 dB
+    mean, low, high = paired_difference(base + 1.0 + rng.normal(0, 0.5, 200), base)
+    assert low < 1.0 < high and high - low < 0.3  # the 10 dB spread does not widen the interval
+    assert paired_difference([1.0, float("nan"), 3.0], [0.0, 5.0, 1.0])[0] == pytest.approx(1.5)
+    assert np.isnan(paired_difference([float("nan")], [1.0])[0])
+
+
 def test_sweep_runs_on_a_voice_and_draws_the_map():
     synth = build_toy_synthesizer(max_new_tokens=24)
     settings = [
