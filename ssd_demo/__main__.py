@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,train,stimuli,sweep} ...
+"""Command line: python -m ssd_demo {synth,bench,eval,train,stimuli,sweep,clicks} ...
 
 Each subcommand lives in the module that does the work; that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "train": ("ssd_demo.training.cli", "build the corpus and train the embedded voice"),
     "stimuli": ("ssd_demo.listening.stimuli", "render a listening-test stimulus set"),
     "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
+    "clicks": ("ssd_demo.click_timing", "time one click of the app's compare button (handler code, no browser)"),
 }
 
 

@@ -56,6 +56,17 @@ def test_bench_on_local_models(tmp_path, capsys):
     assert "speculative vs hf_assisted" in capsys.readouterr().out
 
 
+@needs_voice
+def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## App: one click on the embedded voice\nold numbers\n")
+    assert main(["clicks", "--clicks", "2", "--docs", str(docs)]) == 0
+    text = docs.read_text()
+    assert "old numbers" not in text and "| first click" in text and "| LM speedup shown on the page |" in text
+    assert main(["clicks", "--clicks", "1", "--docs", ""]) == 2  # the first click alone says nothing
+    assert "at least 2" in capsys.readouterr().err
+
+
 def test_help_and_unknown_command(capsys):
     assert main([]) == 0
     assert main(["frobnicate"]) == 2
