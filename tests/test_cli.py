@@ -1,6 +1,7 @@
 """The command line: synth writes a WAV, bench runs on local models, bad input exits 2 with a message."""
 
 import json
+import shutil
 
 import pytest
 import soundfile as sf
@@ -54,6 +55,22 @@ def test_bench_on_local_models(tmp_path, capsys):
     assert 0 <= result["speculative"]["alpha"] <= 1 and result["speculative"]["predicted_speedup_strict"] > 0
     assert result["speculative_vs_hf_assisted"] > 0 and result["speculative_transformers_vs_hf_assisted"] > 0
     assert "speculative vs hf_assisted" in capsys.readouterr().out
+
+
+@needs_voice
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the eSpeak NG references need espeak-ng")
+def test_eval_scores_held_out_sentences_and_writes_its_section(tmp_path):
+    docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
+    assert main(["eval", "--sentences", "2", "--betas", "0", "--drafts", "distilled", "--repeats", "2",
+                 "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    rows = {row["system"]: row for row in report["systems"]}
+    assert set(rows) == {"codec round trip (floor)", "AR", "SSD distilled beta=0", "wrong-text control (ceiling)"}
+    # The anchors bracket the systems: the codec floor is the best any tokens can do.
+    assert rows["codec round trip (floor)"]["mcd"] < rows["AR"]["mcd"]
+    assert rows["AR"]["lm_speedup"] == 1.0 and rows["SSD distilled beta=0"]["lm_speedup"] > 0
+    assert 0 < rows["SSD distilled beta=0"]["acceptance"] <= 1 and report["repeats"] == 2
+    assert "Intelligibility proxy" in docs.read_text() and "--repeats 2" in docs.read_text()
 
 
 @needs_voice
