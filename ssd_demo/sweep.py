@@ -279,6 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentences", type=int, default=8, help="held-out sentences (default 8)")
     parser.add_argument("--quick", action="store_true", help="a small grid (the app's Benchmark tab uses it)")
     parser.add_argument("--draft", default="distilled", help="draft of the embedded voice")
+    parser.add_argument("--rules", default=None,
+                        help="comma-separated subset of the grid's rules (ssd, pcg, topk, exact-K, exact-adaptive)")
     parser.add_argument("--cost-ratio", type=float, default=None, help="c for adaptive K (default: the config's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
@@ -303,6 +305,12 @@ def main(args: argparse.Namespace) -> int:
     sentences = held_out_sentences(args.sentences)
     references = [render(s) for s in sentences]
     settings = default_settings(synth, quick=args.quick)
+    if args.rules:
+        wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
+        unknown = wanted - {s.rule for s in settings}
+        if unknown:
+            raise ValueError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
+        settings = [s for s in settings if s.rule in wanted]
     bar = tqdm(total=100, desc="sweep")
 
     def progress(fraction: float, message: str) -> None:

@@ -74,6 +74,18 @@ def test_eval_scores_held_out_sentences_and_writes_its_section(tmp_path):
 
 
 @needs_voice
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the eSpeak NG references need espeak-ng")
+def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--sentences", "1", "--rules", "exact-adaptive", "--threads", "1", "--out", str(out),
+                 "--docs", ""]) == 0
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert [p["rule"] for p in points] == ["exact-adaptive"] and points[0]["lm_speedup"] > 0
+    assert main(["sweep", "--sentences", "1", "--rules", "magic", "--docs", ""]) == 2
+    assert "unknown rule" in capsys.readouterr().err
+
+
+@needs_voice
 def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## App: one click on the embedded voice\nold numbers\n")
