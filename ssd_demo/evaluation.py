@@ -110,10 +110,6 @@ def run_evaluation(args: argparse.Namespace) -> dict:
 
     rows: dict[str, list[dict]] = {s.label: [] for s in systems}
     ar_audio: list[np.ndarray] = []
-    def lm_seconds_per_token(result) -> float:
-        stats = result.generation.stats
-        return (stats.wall_seconds - stats.prefill_seconds) / max(stats.new_tokens, 1)
-
     repeats = max(args.repeats, 1)
     for index, (text, reference) in enumerate(zip(sentences, references)):
         for system in systems:
@@ -130,7 +126,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
                 "nll": target_nll(synth.target, prompt, tokens, allowed),
                 "tokens": stats.new_tokens,
                 "finish": stats.finish_reason,
-                "lm_s_per_token": min(lm_seconds_per_token(r) for r in runs),
+                "lm_s_per_token": min(r.generation.stats.decode_seconds_per_token for r in runs),
                 "total_s_per_token": min(r.total_seconds for r in runs) / max(stats.new_tokens, 1),
                 "acceptance": stats.acceptance_rate,
                 "alpha": stats.alpha,

@@ -69,6 +69,11 @@ class GenerationStats:
     draft_len: int
     seed: int  # the seed actually used (drawn at random when the config says None)
 
+    @property
+    def decode_seconds_per_token(self) -> float:
+        """Wall seconds per generated token after the prefill (what speedups compare)."""
+        return (self.wall_seconds - self.prefill_seconds) / max(self.new_tokens, 1)
+
 
 @dataclass
 class GenerationResult:
@@ -119,8 +124,8 @@ def compare_runs(ar: GenerationResult, spec: GenerationResult) -> SpeedupReport:
     """Speedup of `spec` over `ar`, per generated token, excluding prefill (same prompt in both)."""
     ar_stats, sp_stats = ar.stats, spec.stats
     ar_step = ar_stats.mean_target_call_seconds
-    ar_per_token = (ar_stats.wall_seconds - ar_stats.prefill_seconds) / max(ar_stats.new_tokens, 1)
-    sp_per_token = (sp_stats.wall_seconds - sp_stats.prefill_seconds) / max(sp_stats.new_tokens, 1)
+    ar_per_token = ar_stats.decode_seconds_per_token
+    sp_per_token = sp_stats.decode_seconds_per_token
     measured = ar_per_token / sp_per_token if sp_per_token > 0 else 0.0
     c = sp_stats.mean_draft_step_seconds / ar_step if ar_step > 0 else 0.0
     v = sp_stats.mean_target_call_seconds / ar_step if ar_step > 0 else 1.0

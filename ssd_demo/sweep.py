@@ -123,15 +123,11 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
     def run(mode: str, text: str, overrides: dict, run_seed: int):
         return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides), draft=draft)
 
-    def decode_seconds_per_token(result) -> float:
-        stats = result.generation.stats
-        return (stats.wall_seconds - stats.prefill_seconds) / max(stats.new_tokens, 1)
-
     def timed(mode: str, text: str, overrides: dict, run_seed: int):
         """Run `repeats` times (same seed, so the same tokens) and keep the fastest: a shared machine's
         stalls only ever add time, so the minimum is the least noisy estimate (as in timeit)."""
         results = [run(mode, text, overrides, run_seed) for _ in range(max(repeats, 1))]
-        return results[0], min(decode_seconds_per_token(r) for r in results)
+        return results[0], min(r.generation.stats.decode_seconds_per_token for r in results)
 
     def fidelity(result, text: str, reference: np.ndarray | None) -> dict:
         tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
