@@ -20,6 +20,7 @@ from ssd_demo.listening.export import read_votes_csv
 from ssd_demo.listening.stimuli import create_stimulus_set, load_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
+from ssd_demo.ui import QUEUE_MAX_SIZE
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
@@ -38,7 +39,7 @@ def serve(root: Path) -> Iterator[str]:
     """A Blocks app holding only the listening tab, on 127.0.0.1; closed (with its database) on exit."""
     with gr.Blocks() as demo, gr.Tab("Listening test"):
         build_listening_tab(root)
-    demo.queue(max_size=16, default_concurrency_limit=1)  # as the full app does
+    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=1)  # as the full app does
     demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         yield demo.local_url
