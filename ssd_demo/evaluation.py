@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .reporting import git_commit, median, write_section
+from .synthesis import synthesize_fastest
 
 SECTION = "## Embedded voice evaluation"
 
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
     parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
+    parser.add_argument("--adaptive-k", action="store_true",
+                        help="choose K each round, 1..K, from the acceptance measured so far (exact at beta 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
@@ -93,6 +96,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     base = synth.config(seed=args.seed)
     if args.draft_len is not None:
         base = base.with_(draft_len=args.draft_len)
+    if args.adaptive_k:
+        base = base.with_(adaptive_draft_len=True)
     systems = [System("AR", "ar")] + [
         System(f"SSD {d} beta={b:g}", "speculative", d, b) for d in drafts for b in betas
     ]
@@ -101,9 +106,9 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     references = [render(s) for s in sentences]
     floor = [mcd_dtw(backend.codec.decode(backend.codec.encode(r)), r) for r in references]
 
-    def run(system: System, text: str, seed: int):
+    def run(system: System, text: str, seed: int, repeats: int = 1):
         config = base.with_(beta=system.beta, seed=seed)
-        return synth.synthesize(text, mode=system.mode, config=config, draft=system.draft)
+        return synthesize_fastest(synth, text, repeats, mode=system.mode, config=config, draft=system.draft)
 
     for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
         run(system, "Warm up.", args.seed)
@@ -113,10 +118,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     repeats = max(args.repeats, 1)
     for index, (text, reference) in enumerate(zip(sentences, references)):
         for system in systems:
-            # Same seed, same tokens: extra runs only re-time them, and a shared machine's stalls only
-            # ever add time, so the fastest run is the least noisy estimate (as in timeit).
-            runs = [run(system, text, args.seed + index) for _ in range(repeats)]
-            result = runs[0]
+            timed = run(system, text, args.seed + index, repeats)
+            result = timed.result
             stats = result.generation.stats
             tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
             prompt = backend.prompt_ids(text)
@@ -126,8 +129,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
                 "nll": target_nll(synth.target, prompt, tokens, allowed),
                 "tokens": stats.new_tokens,
                 "finish": stats.finish_reason,
-                "lm_s_per_token": min(r.generation.stats.decode_seconds_per_token for r in runs),
-                "total_s_per_token": min(r.total_seconds for r in runs) / max(stats.new_tokens, 1),
+                "lm_s_per_token": timed.lm_seconds_per_token,
+                "total_s_per_token": timed.total_seconds / max(stats.new_tokens, 1),
                 "acceptance": stats.acceptance_rate,
                 "alpha": stats.alpha,
                 "accepted_length": stats.mean_accepted_length,
@@ -200,7 +203,9 @@ def markdown(report: dict, command: str) -> str:
         f"{len(report['sentences'])} held-out sentences; reference = eSpeak NG's own rendering; medians over sentences; "
         f"times are the fastest of {report.get('repeats', 1)} identical runs.",
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
-        f"top-p {report['config']['top_p']}, K = {report['config']['draft_len']}.",
+        f"top-p {report['config']['top_p']}, "
+        + (f"K chosen each round in 1..{report['config']['draft_len']} (adaptive)."
+           if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}."),
         "",
         "| system | MCD-DTW dB | duration ratio | target NLL | acceptance | alpha | LM speedup | end-to-end speedup | ended with EOS |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -217,9 +222,10 @@ def markdown(report: dict, command: str) -> str:
         lines += ["", "Voice: " + "; ".join(
             f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
             f"held-out cross-entropy {ce[name]:.2f} nats/token" for name in params)
-            + f". Training {voice['total_training_seconds'] / 60:.0f} min in all on 2 shared CPU cores "
-            f"(+ {voice['dataset_build_seconds']:.0f} s to render, fit the codec and tokenise "
-            f"{voice['train_sentences']} training sentences)."]
+            + f". Training stages add up to {voice['total_training_seconds'] / 60:.0f} min on 2 shared CPU cores "
+            "(summed; the two draft stages are independent and may run side by side), "
+            f"plus {voice['dataset_build_seconds']:.0f} s to render, fit the codec and tokenise "
+            f"{voice['train_sentences']} training sentences."]
     ratio = report["intelligibility_ratio"]
     lines += ["", f"Intelligibility proxy: (AR - floor) / (control - floor) = {_fmt(ratio)} (bar: <= 0.30).", ""]
     return "\n".join(lines)
@@ -228,9 +234,11 @@ def markdown(report: dict, command: str) -> str:
 def main(args: argparse.Namespace) -> int:
     report = run_evaluation(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m ssd_demo eval " + " ".join(
-        f"--{k} {v}" for k, v in (("sentences", args.sentences), ("betas", args.betas), ("drafts", args.drafts),
-                                  ("repeats", args.repeats), ("threads", args.threads)))
+    options = [("voice", args.voice), ("sentences", args.sentences), ("betas", args.betas), ("drafts", args.drafts),
+               ("draft-len", args.draft_len), ("repeats", args.repeats), ("threads", args.threads)]
+    command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
+    if args.adaptive_k:
+        command += " --adaptive-k"
     section = markdown(report, command)
     (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "eval.md").write_text(section)

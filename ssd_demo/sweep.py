@@ -30,6 +30,7 @@ import torch
 
 from .groups import grouping_embeddings
 from .reporting import git_commit, median, paired_difference, write_section
+from .synthesis import synthesize_fastest
 
 SECTION = "## Speed-fidelity map"
 
@@ -124,10 +125,9 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides), draft=draft)
 
     def timed(mode: str, text: str, overrides: dict, run_seed: int):
-        """Run `repeats` times (same seed, so the same tokens) and keep the fastest: a shared machine's
-        stalls only ever add time, so the minimum is the least noisy estimate (as in timeit)."""
-        results = [run(mode, text, overrides, run_seed) for _ in range(max(repeats, 1))]
-        return results[0], min(r.generation.stats.decode_seconds_per_token for r in results)
+        fastest = synthesize_fastest(synth, text, repeats, mode=mode, config=base.with_(seed=run_seed, **overrides),
+                                     draft=draft)
+        return fastest.result, fastest.lm_seconds_per_token
 
     def fidelity(result, text: str, reference: np.ndarray | None) -> dict:
         tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]

@@ -62,7 +62,7 @@ def test_bench_on_local_models(tmp_path, capsys):
 def test_eval_scores_held_out_sentences_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
     assert main(["eval", "--sentences", "2", "--betas", "0", "--drafts", "distilled", "--repeats", "2",
-                 "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
+                 "--draft-len", "6", "--adaptive-k", "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
     assert set(rows) == {"codec round trip (floor)", "AR", "SSD distilled beta=0", "wrong-text control (ceiling)"}
@@ -70,7 +70,10 @@ def test_eval_scores_held_out_sentences_and_writes_its_section(tmp_path):
     assert rows["codec round trip (floor)"]["mcd"] < rows["AR"]["mcd"]
     assert rows["AR"]["lm_speedup"] == 1.0 and rows["SSD distilled beta=0"]["lm_speedup"] > 0
     assert 0 < rows["SSD distilled beta=0"]["acceptance"] <= 1 and report["repeats"] == 2
-    assert "Intelligibility proxy" in docs.read_text() and "--repeats 2" in docs.read_text()
+    assert report["config"]["adaptive_draft_len"] and report["config"]["draft_len"] == 6
+    text = docs.read_text()
+    assert "Intelligibility proxy" in text and "--repeats 2" in text
+    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 1..6" in text
 
 
 @needs_voice

@@ -95,3 +95,23 @@ def test_token_view_names_codec_codes():
     offset = backend.layout.speech_offset
     assert backend.token_label(offset) == "0" and backend.token_label(offset + 17) == "17"
     assert backend.token_label(backend.eos_token_id) == "END"
+
+
+def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
+    from ssd_demo.synthesis import synthesize_fastest
+
+    runs = []
+    real = synth.synthesize
+
+    def spy(*args, **kwargs):
+        runs.append(real(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(synth, "synthesize", spy)
+    timed = synthesize_fastest(synth, "Good night.", 3, mode="speculative", config=_config(synth, seed=4))
+    assert len(runs) == 3 and timed.repeats == 3 and timed.result is runs[0]
+    assert all(r.generation.tokens == runs[0].generation.tokens for r in runs)  # same work, re-timed
+    assert timed.lm_seconds_per_token == min(r.generation.stats.decode_seconds_per_token for r in runs)
+    assert timed.total_seconds == min(r.total_seconds for r in runs)
+    with pytest.raises(ValueError, match="fixed seed"):  # unseeded repeats would time different outputs
+        synthesize_fastest(synth, "Good night.", 2, mode="ar", config=_config(synth, seed=None))
