@@ -151,7 +151,11 @@ class StaticCacheLM:
 
     @staticmethod
     def _norm(norm, hidden: torch.Tensor) -> torch.Tensor:
-        """Llama's RMSNorm; in float32 as one fused kernel (the module runs five small operations)."""
+        """Llama's RMSNorm; in float32 as one call to ATen's rms_norm.
+
+        On the CPU that call still runs its own few kernels (square, mean, rsqrt, scale), but from C++:
+        the module dispatches each of its operations from Python, which costs more than the arithmetic.
+        """
         if hidden.dtype == torch.float32:
             return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
         return norm(hidden)  # half precision: the module's own order of casts
