@@ -121,11 +121,8 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
     if cost_ratio is not None:
         base = base.with_(cost_ratio=cost_ratio)
 
-    def run(mode: str, text: str, overrides: dict, run_seed: int):
-        return synth.synthesize(text, mode=mode, config=base.with_(seed=run_seed, **overrides), draft=draft)
-
-    def timed(mode: str, text: str, overrides: dict, run_seed: int):
-        fastest = synthesize_fastest(synth, text, repeats, mode=mode, config=base.with_(seed=run_seed, **overrides),
+    def timed(mode: str, text: str, overrides: dict, run_seed: int, times: int = repeats):
+        fastest = synthesize_fastest(synth, text, times, mode=mode, config=base.with_(seed=run_seed, **overrides),
                                      draft=draft)
         return fastest.result, fastest.lm_seconds_per_token
 
@@ -135,8 +132,8 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         return {"mcd": mcd_dtw(result.audio, reference) if usable else float("nan"),
                 "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed)}
 
-    run("ar", "Warm up.", {}, seed)  # first calls pay for allocation and lazy initialisation
-    run("speculative", "Warm up.", {}, seed)
+    timed("ar", "Warm up.", {}, seed, times=1)  # first calls pay for allocation and lazy initialisation
+    timed("speculative", "Warm up.", {}, seed, times=1)
     total = len(sentences) * (len(settings) + 1)
     done = 0
     per: dict[str, list[dict]] = {s.label: [] for s in settings}
