@@ -16,6 +16,8 @@ import soundfile as sf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+
     parser.add_argument("text", help="English text to speak (the embedded voice takes one short sentence)")
     parser.add_argument("--out", type=Path, default=Path("out.wav"), help="output WAV file (16-bit PCM)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative")
@@ -23,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=None, help="draft name within the preset (embedded: distilled or layers)")
     parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
     parser.add_argument("--draft-model", help="custom pair: draft repo id or local folder (with --target-model)")
-    parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder (default hf-audio/xcodec2)")
+    parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder "
+                        f"(default {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]})")
     parser.add_argument("--revision", default=None, help="custom pair: Hub revision of both models")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--voice", type=Path, default=None, help="embedded voice folder (default: the shipped voice)")

@@ -32,10 +32,16 @@ from .synthesis import Synthesizer
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
 
-#: The codec in transformers' native format (HKUSTAudio/xcodec2 itself needs remote code).
-DEFAULT_CODEC = "hf-audio/xcodec2"
+#: XCodec2 in transformers' native format: the checkpoint transformers' own Xcodec2 docs name, with the
+#: tensor names of its Xcodec2Model (HKUSTAudio/xcodec2 itself needs remote code, and a conversion made
+#: before transformers merged the model carries older tensor names, which would load as random weights).
+DEFAULT_CODEC = "HKUSTAudio/xcodec2-hf"
+#: The codec's pinned commit: its 811 tensors are the names and shapes of Xcodec2Model(Xcodec2Config()).
+DEFAULT_CODEC_REVISION = "64bd034d12d441299cdd535b15c33efd6ccdf252"
 #: Revisions are always passed explicitly; pin commit hashes here to freeze the presets.
 DEFAULT_REVISION = "main"
+#: Repositories whose default revision is a pinned commit rather than DEFAULT_REVISION.
+PINNED_REVISIONS = {DEFAULT_CODEC: DEFAULT_CODEC_REVISION}
 
 # Small files needed for the pre-flight checks; weights come only after they pass.
 METADATA_PATTERNS = [
@@ -119,8 +125,14 @@ def auto_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.
     return torch.float32
 
 
+def revision_for(ref: str, revision: str | None = None) -> str:
+    """The revision to load `ref` at: the one asked for, else its pin (PINNED_REVISIONS), else DEFAULT_REVISION."""
+    return revision or PINNED_REVISIONS.get(ref, DEFAULT_REVISION)
+
+
 def download_command(repo_id: str, revision: str | None = None) -> str:
-    rev = f" --revision {revision}" if revision and revision != "main" else ""
+    revision = revision_for(repo_id, revision)
+    rev = f" --revision {revision}" if revision != "main" else ""
     return f"hf download {repo_id}{rev}"
 
 
@@ -161,7 +173,7 @@ def resolve(
         RevisionNotFoundError,
     )
 
-    revision = revision or DEFAULT_REVISION
+    revision = revision_for(ref, revision)
     offline = is_offline(options.offline)
     kwargs = dict(
         revision=revision,
@@ -393,7 +405,7 @@ def parameter_count(folder: Path, config: dict, ref: str, revision: str | None, 
         try:
             from huggingface_hub import get_safetensors_metadata
 
-            metadata = get_safetensors_metadata(ref, revision=revision or DEFAULT_REVISION, token=options.token)
+            metadata = get_safetensors_metadata(ref, revision=revision_for(ref, revision), token=options.token)
             return int(sum(metadata.parameter_count.values()))
         except Exception:  # noqa: BLE001 - the estimate below is good enough to decide
             pass
@@ -637,7 +649,7 @@ def is_cached(ref: str, revision: str | None = None, cache_dir: str | Path | Non
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(
-        ref, "config.json", revision=revision or DEFAULT_REVISION,
+        ref, "config.json", revision=revision_for(ref, revision),
         cache_dir=str(cache_dir) if cache_dir else _cache_dir(LoadOptions()),
     )
     return isinstance(found, str)

@@ -32,18 +32,23 @@ class Preset:
     needs_download: bool = False  # True when weights come from the Hugging Face Hub
     # What the Hub presets are made of, for display and for availability checks.
     repos: tuple[str, ...] = ()  # Hub repo ids: target, draft(s), codec
-    revision: str | None = None  # the revision all `repos` are loaded at
+    revision: str | None = None  # the revision `repos` are loaded at, unless pinned below
+    pins: tuple[tuple[str, str], ...] = ()  # (repo, commit) pairs loaded at that commit instead
     sample_rate: int | None = None
     codec: str = ""
     gated: bool = False  # some repos may ask users to accept terms first
     recommended_device: str = "cpu"
+
+    def revision_for(self, repo: str) -> str | None:
+        """The revision `repo` is loaded at: its pin if it has one, else `revision`."""
+        return dict(self.pins).get(repo, self.revision)
 
     @property
     def download_hint(self) -> str:
         """Commands that put this preset's models in the local cache."""
         from .hub import download_command
 
-        return " && ".join(download_command(repo, self.revision) for repo in self.repos)
+        return " && ".join(download_command(repo, self.revision_for(repo)) for repo in self.repos)
 
 
 _REGISTRY: dict[str, Preset] = {}
@@ -89,7 +94,7 @@ def preset_availability(key: str) -> tuple[bool, str]:
     preset = get_preset(key)
     if not preset.needs_download:
         return True, "ships with the demo"
-    missing = [repo for repo in preset.repos if not is_cached(repo, preset.revision)]
+    missing = [repo for repo in preset.repos if not is_cached(repo, preset.revision_for(repo))]
     if not missing:
         return True, "models found in the local Hugging Face cache"
     return False, (
@@ -200,7 +205,7 @@ LLASA_8B = "HKUSTAudio/Llasa-8B"
 
 def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
     def load(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
-        from .hub import DEFAULT_CODEC, DEFAULT_REVISION, LoadOptions, load_llasa_pair
+        from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, DEFAULT_REVISION, LoadOptions, load_llasa_pair
 
         return load_llasa_pair(
             target,
@@ -208,7 +213,7 @@ def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
             target_revision=DEFAULT_REVISION,
             draft_revision=DEFAULT_REVISION,
             codec_ref=DEFAULT_CODEC,
-            codec_revision=DEFAULT_REVISION,
+            codec_revision=DEFAULT_CODEC_REVISION,
             draft_name="Llasa-1B",
             options=LoadOptions(device=device),
             progress=progress,
@@ -247,7 +252,7 @@ def _register_builtin() -> None:
 
 def _register_llasa() -> None:
     from .backends.llasa import LICENCE
-    from .hub import DEFAULT_CODEC, DEFAULT_REVISION
+    from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, DEFAULT_REVISION
 
     common = dict(
         licence=LICENCE,
@@ -255,6 +260,7 @@ def _register_llasa() -> None:
         default_draft="Llasa-1B",
         needs_download=True,
         revision=DEFAULT_REVISION,
+        pins=((DEFAULT_CODEC, DEFAULT_CODEC_REVISION),),
         sample_rate=16_000,
         codec=DEFAULT_CODEC,
         gated=True,
@@ -272,7 +278,8 @@ def _register_llasa() -> None:
                     f"Llasa-{size} speaks, Llasa-1B drafts: Llama-based TTS models that share one vocabulary of "
                     "65,536 XCodec2 speech tokens (16 kHz), so the 1B model drafts with no training. "
                     "Voice cloning from a short clip and its transcript. Sampling: temperature 0.8, top-p 1. "
-                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC}; needs {memory} of GPU memory "
+                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC} (commit {DEFAULT_CODEC_REVISION[:7]}); "
+                    f"needs {memory} of GPU memory "
                     "(bfloat16 LMs, float32 codec, with headroom)."
                 ),
                 loader=_llasa_loader(target, LLASA_1B),

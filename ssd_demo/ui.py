@@ -16,6 +16,7 @@ from . import app_logic
 from .benchmark_tab import build_benchmark_tab
 from .app_logic import TOKEN_COLOURS, ModelLoadError, Request
 from .config import ACCEPTANCE_RULES
+from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from .presets import get_preset, list_presets
 from .synthesis import TextError
 
@@ -152,7 +153,10 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                         with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
                             custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
                             custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
-                            custom_codec = gr.Textbox(label="Codec (optional)", placeholder="hf-audio/xcodec2")
+                            custom_codec = gr.Textbox(
+                                label="Codec (optional)", placeholder=DEFAULT_CODEC,
+                                info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}",
+                            )
                             add_pair = gr.Button("Add pair to the presets", size="sm")
                         with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
                             voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],

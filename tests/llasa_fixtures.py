@@ -196,10 +196,11 @@ def build_llasa_family(root: Path) -> TinyLlasa:
 def install_in_hub_cache(folder: Path, cache_dir: Path, repo_id: str, revision: str = "main") -> str:
     """Copy `folder` into a Hub cache layout (`models--org--name/snapshots/<commit>` + `refs/<revision>`).
 
-    Returns the fake commit hash. Files are plain copies rather than blob symlinks, which the
-    cache readers accept.
+    Returns the commit hash: `revision` itself when it is one (a pinned commit), else a made-up one.
+    Files are plain copies rather than blob symlinks, which the cache readers accept.
     """
-    commit = hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
+    is_commit = len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
+    commit = revision if is_commit else hashlib.sha1(f"{repo_id}@{revision}".encode()).hexdigest()
     repo_dir = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
     snapshot = repo_dir / "snapshots" / commit
     if snapshot.exists():

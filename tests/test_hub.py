@@ -54,7 +54,7 @@ def hub_cache(family, tmp_path_factory):
     cache = tmp_path_factory.mktemp("hf-cache")
     install_in_hub_cache(family.target, cache, presets.LLASA_3B)
     install_in_hub_cache(family.draft, cache, presets.LLASA_1B)
-    install_in_hub_cache(family.codec, cache, hub.DEFAULT_CODEC)
+    install_in_hub_cache(family.codec, cache, hub.DEFAULT_CODEC, revision=hub.DEFAULT_CODEC_REVISION)
     return cache
 
 
@@ -131,7 +131,8 @@ def test_all_missing_models_reported_together(tmp_path, monkeypatch):
         presets.load_preset("llasa-1b-8b", device="cpu")
     message = str(caught.value)
     assert message.startswith("3 models are not available")
-    commands = "hf download HKUSTAudio/Llasa-8B && hf download HKUSTAudio/Llasa-1B && hf download hf-audio/xcodec2"
+    commands = ("hf download HKUSTAudio/Llasa-8B && hf download HKUSTAudio/Llasa-1B && "
+                f"hf download HKUSTAudio/xcodec2-hf --revision {hub.DEFAULT_CODEC_REVISION}")
     assert f"`{commands}`" in message
 
 
@@ -249,7 +250,7 @@ def test_original_xcodec2_format_rejected(family, tmp_path):
     folder = tmp_path / "xcodec2-original"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "xcodec2", "codec_decoder_hidden_size": 1024}))
-    with pytest.raises(IncompatiblePairError, match="hf-audio/xcodec2"):
+    with pytest.raises(IncompatiblePairError, match="HKUSTAudio/xcodec2-hf"):
         hub.load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(folder), options=CPU)
 
 
@@ -342,3 +343,37 @@ def _must_not_load(*args, **kwargs):
 def test_tiny_llama_builder_is_tiny():
     model = build_llama(600, layers=1)
     assert sum(p.numel() for p in model.parameters()) < 200_000
+
+
+# -- the pinned codec ----------------------------------------------------------------------------------
+
+
+def test_default_codec_is_pinned_everywhere():
+    assert hub.DEFAULT_CODEC == "HKUSTAudio/xcodec2-hf" and len(hub.DEFAULT_CODEC_REVISION) == 40
+    assert hub.revision_for(hub.DEFAULT_CODEC) == hub.DEFAULT_CODEC_REVISION
+    assert hub.revision_for(hub.DEFAULT_CODEC, "abc") == "abc"  # an explicit revision wins
+    assert hub.revision_for(presets.LLASA_3B) == "main"
+    for key in ("llasa-1b-3b", "llasa-1b-8b"):
+        preset = presets.get_preset(key)
+        assert preset.codec == hub.DEFAULT_CODEC and preset.repos[-1] == hub.DEFAULT_CODEC
+        assert preset.revision_for(hub.DEFAULT_CODEC) == hub.DEFAULT_CODEC_REVISION
+        assert f"hf download {hub.DEFAULT_CODEC} --revision {hub.DEFAULT_CODEC_REVISION}" in preset.download_hint
+
+
+def test_readme_ui_and_cli_name_the_same_pinned_codec():
+    import argparse
+
+    from ssd_demo import cli_synth
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    assert f"hf download {hub.DEFAULT_CODEC} --revision {hub.DEFAULT_CODEC_REVISION}" in readme
+    assert f"  - {hub.DEFAULT_CODEC}\n" in readme.split("---")[1]  # the Space's model list
+    parser = argparse.ArgumentParser()
+    cli_synth.add_arguments(parser)
+    codec_help = next(a.help for a in parser._actions if a.dest == "codec")
+    assert hub.DEFAULT_CODEC in codec_help and hub.DEFAULT_CODEC_REVISION[:7] in codec_help
+    ui_source = (root / "ssd_demo" / "ui.py").read_text()
+    assert "placeholder=DEFAULT_CODEC" in ui_source
+    for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
+        assert "hf-audio/xcodec2" not in path.read_text(), path  # the conversion with older tensor names
