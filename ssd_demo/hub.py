@@ -7,8 +7,9 @@ Loading goes in three steps so that mistakes fail in seconds, before gigabytes m
   2. pre-flight checks: each model is a causal LM, target and draft share one tokenizer
      and embedding size, both carry Llasa's control and speech tokens, and the pair fits
      in memory (parameter counts from safetensors headers, or the config);
-  3. fetch the weights (safetensors only: pickled checkpoints are never loaded) and load
-     them with the automatic dtype and device.
+  3. fetch the weights (safetensors only: pickled checkpoints are never loaded), load them
+     with the automatic dtype straight onto the device (accelerate's device_map), and refuse
+     any checkpoint whose tensors do not match the model's exactly (`check_loading_info`).
 
 `trust_remote_code` is never turned on implicitly; `HF_TOKEN` (or a stored login) is
 used for gated repositories through huggingface_hub's own lookup, or pass `token=`.
@@ -338,13 +339,10 @@ def check_same_vocabulary(
         only_target = sorted(set(target_vocab) - set(draft_vocab))
         only_draft = sorted(set(draft_vocab) - set(target_vocab))
         moved = sorted(t for t in set(target_vocab) & set(draft_vocab) if target_vocab[t] != draft_vocab[t])
-        details = []
-        if only_target:
-            details.append(f"{len(only_target)} tokens only in the target (e.g. {only_target[:3]})")
-        if only_draft:
-            details.append(f"{len(only_draft)} tokens only in the draft (e.g. {only_draft[:3]})")
-        if moved:
-            details.append(f"{len(moved)} tokens with different ids (e.g. {moved[:3]})")
+        details = [_some(tokens, what) for tokens, what in (
+            (only_target, "tokens only in the target"), (only_draft, "tokens only in the draft"),
+            (moved, "tokens with different ids"),
+        ) if tokens]
         raise IncompatiblePairError(
             f"{draft_ref} cannot draft for {target_ref}: their vocabularies differ ({'; '.join(details)})"
         )
@@ -357,6 +355,16 @@ def check_same_vocabulary(
 
 def _vocab_size(config: dict) -> int | None:
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+
+
+#: How many names an error message shows of a longer list.
+SHOWN_NAMES = 3
+
+
+def _some(items: list, what: str) -> str:
+    """'5 tokens only in the draft (a, b, c, ...)': a count and the first few names."""
+    shown = ", ".join(str(item) for item in items[:SHOWN_NAMES])
+    return f"{len(items)} {what} ({shown}{', ...' if len(items) > SHOWN_NAMES else ''})"
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -501,21 +509,71 @@ def _fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCall
     return folder
 
 
+def placement(device: torch.device) -> str:
+    """The `device_map` for from_pretrained: accelerate puts each tensor on `device` as it is read.
+
+    Without it transformers builds the whole model in host RAM first and moves it afterwards (about
+    17 GB of host RAM at peak for Llasa-8B).
+    """
+    try:
+        import accelerate  # noqa: F401 - a pinned requirement; from_pretrained needs it for device_map
+    except ImportError:
+        raise ModelLoadError(
+            "loading onto a device needs the `accelerate` package: `pip install -r requirements.txt`"
+        ) from None
+    return str(device)
+
+
+def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint: str = "") -> None:
+    """Raise ModelLoadError unless every weight of the model came from the checkpoint, and only those.
+
+    transformers only logs missing, unexpected and mismatched keys and initialises the missing
+    weights at random, so a checkpoint with other tensor names (an older conversion, another
+    architecture, a truncated upload) would load without error and produce noise. A missing
+    `lm_head.weight` is fine only when the output layer is tied to the input embeddings.
+    """
+    missing = sorted(info.get("missing_keys") or ())
+    if tied_embeddings:
+        missing = [key for key in missing if key != "lm_head.weight"]
+    unexpected = sorted(info.get("unexpected_keys") or ())
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    reshaped = [f"{key} {tuple(saved)} vs {tuple(expected)}" for key, saved, expected in mismatched]
+    problems = [_some(items, what) for items, what in (
+        (missing, "weights missing from the checkpoint"), (unexpected, "checkpoint tensors the model does not have"),
+        (reshaped, "tensors of the wrong shape"), (list(info.get("error_msgs") or ()), "loading errors"),
+    ) if items]
+    if problems:
+        raise ModelLoadError(
+            f"{ref}: the checkpoint does not match the model, so some weights would be random: "
+            + "; ".join(problems)
+            + ". Check the repository and revision (a different conversion or a truncated download?)"
+            + hint
+        )
+
+
+def _from_pretrained(model_class, folder: Path, ref: str, device: torch.device, hint: str = "", **kwargs):
+    """`model_class.from_pretrained` placed on `device`, with its loading report checked (strict)."""
+    from safetensors import SafetensorError
+
+    try:
+        model, info = model_class.from_pretrained(
+            folder, use_safetensors=True, device_map=placement(device), output_loading_info=True,
+            # Shape mismatches are reported in `info` (and raised below) instead of as a bare RuntimeError.
+            ignore_mismatched_sizes=True, **kwargs,
+        )
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        raise ModelLoadError(f"{ref}: the model cannot be loaded ({error})") from None
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    check_loading_info(info, ref, tied_embeddings=tied, hint=hint)
+    return model.to(device).eval()
+
+
 def _load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
     from transformers import AutoModelForCausalLM
 
-    kwargs = dict(dtype=dtype, trust_remote_code=options.trust_remote_code, use_safetensors=True)
-    try:
-        import accelerate  # noqa: F401 - with it, weights go straight to the device
-
-        kwargs["device_map"] = str(device)
-    except ImportError:
-        pass
-    try:
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"{ref}: the model cannot be loaded ({error})") from None
-    return model.to(device).eval()
+    return _from_pretrained(
+        AutoModelForCausalLM, folder, ref, device, dtype=dtype, trust_remote_code=options.trust_remote_code
+    )
 
 
 def check_codec_config(config: dict, ref: str) -> None:
@@ -533,7 +591,8 @@ def _load_codec(folder: Path, ref: str, device: torch.device):
     from transformers import AutoFeatureExtractor, Xcodec2Model
 
     # float32: the inverse STFT head is the part most sensitive to reduced precision, and it is small.
-    codec = Xcodec2Model.from_pretrained(folder, dtype=torch.float32, use_safetensors=True).to(device).eval()
+    hint = f"; the XCodec2 checkpoint for this transformers version is {download_command(DEFAULT_CODEC)}"
+    codec = _from_pretrained(Xcodec2Model, folder, ref, device, hint=hint, dtype=torch.float32)
     try:
         extractor = AutoFeatureExtractor.from_pretrained(folder)
     except (OSError, ValueError) as error:

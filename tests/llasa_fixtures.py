@@ -215,3 +215,17 @@ def sine_clip(seconds: float = 1.0, sample_rate: int = 24_000, freq: float = 220
     t = np.arange(int(seconds * sample_rate)) / sample_rate
     return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
 
+
+
+def rename_tensors(folder: Path, old: str, new: str) -> int:
+    """Rewrite `folder`'s safetensors with `old` replaced by `new` in tensor names (a checkpoint from an
+    older conversion); returns how many names changed."""
+    from safetensors.torch import load_file, save_file
+
+    changed = 0
+    for file in Path(folder).glob("*.safetensors"):
+        tensors = load_file(file)
+        renamed = {name.replace(old, new): tensor for name, tensor in tensors.items()}
+        changed += sum(old in name for name in tensors)
+        save_file(renamed, file, metadata={"format": "pt"})
+    return changed

@@ -19,6 +19,7 @@ from llasa_fixtures import (  # noqa: E402
     build_llama,
     build_tokenizer,
     install_in_hub_cache,
+    rename_tensors,
     save_causal_lm,
 )
 
@@ -377,3 +378,102 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
     assert "placeholder=DEFAULT_CODEC" in ui_source
     for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
         assert "hf-audio/xcodec2" not in path.read_text(), path  # the conversion with older tensor names
+
+# -- strict loading ------------------------------------------------------------------------------
+
+
+def _copy_with_renamed_tensors(source: Path, destination: Path, old: str, new: str) -> Path:
+    shutil.copytree(source, destination)
+    assert rename_tensors(destination, old, new) > 0
+    return destination
+
+
+def test_codec_with_older_tensor_names_is_refused(family, tmp_path):
+    # An earlier conversion named these `decoder.*`; loaded as is, the decoder would be random weights.
+    codec = _copy_with_renamed_tensors(family.codec, tmp_path / "old-codec", "acoustic_decoder.", "decoder.")
+    with pytest.raises(ModelLoadError) as caught:
+        hub.load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(codec), options=CPU)
+    message = str(caught.value)
+    assert message.startswith(f"{codec}: the checkpoint does not match the model")
+    assert "weights missing from the checkpoint (acoustic_decoder." in message
+    assert "tensors the model does not have (decoder." in message
+    assert hub.DEFAULT_CODEC in message and hub.DEFAULT_CODEC_REVISION in message
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_language_model_with_renamed_tensors_is_refused(family, tmp_path, role):
+    source = family.target if role == "target" else family.draft
+    renamed = _copy_with_renamed_tensors(source, tmp_path / role, ".self_attn.", ".attention.")
+    target, draft = (renamed, family.draft) if role == "target" else (family.target, renamed)
+    with pytest.raises(ModelLoadError, match=rf"^{renamed}: the checkpoint does not match.*self_attn.*attention"):
+        hub.load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
+
+
+def test_wrong_shapes_and_truncated_files_are_refused(family, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    reshaped = tmp_path / "reshaped"
+    shutil.copytree(family.draft, reshaped)
+    tensors = load_file(reshaped / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"][:-1].clone()
+    save_file(tensors, reshaped / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=r"1 tensors of the wrong shape \(model.norm.weight \(63,\) vs \(64,\)\)"):
+        pair(family, reshaped)
+    truncated = tmp_path / "truncated"
+    shutil.copytree(family.draft, truncated)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match=f"^{truncated}: the model cannot be loaded"):
+        pair(family, truncated)
+
+
+def test_loading_report_check():
+    clean = {"missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set(), "error_msgs": []}
+    hub.check_loading_info(clean, "org/model")
+    no_head = {**clean, "missing_keys": {"lm_head.weight"}}
+    hub.check_loading_info(no_head, "org/model", tied_embeddings=True)  # the head is the embedding matrix
+    with pytest.raises(ModelLoadError, match=r"org/model: .*1 weights missing from the checkpoint \(lm_head.weight\)"):
+        hub.check_loading_info(no_head, "org/model", tied_embeddings=False)
+    many = {**clean, "unexpected_keys": {f"extra.{i}" for i in range(5)}}
+    with pytest.raises(ModelLoadError, match=r"5 checkpoint tensors .*\(extra.0, extra.1, extra.2, \.\.\.\)"):
+        hub.check_loading_info(many, "org/model")
+
+
+def test_tied_output_layer_loads_without_a_stored_head(family, tmp_path):
+    tok = build_tokenizer()
+    tied = tmp_path / "tied"
+    model = build_llama(len(tok), layers=1, seed=5)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    model.save_pretrained(tied)
+    tok.save_pretrained(tied)
+    from safetensors.torch import load_file
+
+    assert "lm_head.weight" not in load_file(tied / "model.safetensors")
+    synth = pair(family, tied)
+    draft = next(iter(synth.drafts.values()))
+    assert draft.lm_head.weight.data_ptr() == draft.model.embed_tokens.weight.data_ptr()
+
+
+def test_weights_are_placed_by_accelerate_and_checked(family, monkeypatch):
+    from transformers import AutoModelForCausalLM, Xcodec2Model
+
+    calls = []
+    for cls in (AutoModelForCausalLM, Xcodec2Model):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, *args, _original=original, **kwargs):
+            calls.append(kwargs)
+            return _original(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    pair(family, family.draft)
+    assert len(calls) == 3
+    assert all(c["device_map"] == "cpu" and c["output_loading_info"] is True for c in calls)
+
+
+def test_accelerate_is_a_pinned_requirement():
+    requirements = (Path(__file__).resolve().parents[1] / "requirements.txt").read_text().splitlines()
+    import accelerate
+
+    assert f"accelerate=={accelerate.__version__}" in requirements
