@@ -43,7 +43,12 @@ class Backend(Protocol):
         """Prompt token ids for `text`; raises TextError for text it cannot speak."""
 
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
-        """Generated ids (end token allowed) -> float32 mono waveform at `sample_rate`."""
+        """Generated ids (end token allowed) -> float32 mono waveform at `sample_rate`.
+
+        Backends with voice cloning also take `prompt_ids=` (the prompt, voice prompt included),
+        which `Synthesizer` passes when a voice prompt was given: their codecs decode the
+        generated speech after the prompt's.
+        """
 
 
 @dataclass
@@ -141,7 +146,8 @@ class Synthesizer:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config)
         lm_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        audio = np.asarray(self.backend.tokens_to_audio(generation.tokens), dtype=np.float32)
+        context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
+        audio = np.asarray(self.backend.tokens_to_audio(generation.tokens, **context), dtype=np.float32)
         codec_seconds = time.perf_counter() - start
         return SynthesisResult(
             text=text,

@@ -147,7 +147,7 @@ def test_codes_reach_the_codec_unchanged(backend, monkeypatch):
 def test_encode_prompt_resamples_and_limits_length(backend):
     clip = sine_clip(1.0, sample_rate=24_000)
     codes = backend.encode_prompt(VoicePrompt(audio=clip, sample_rate=24_000, transcript="hi"))
-    assert len(codes) == 50  # 1 s at 50 codes/s after resampling to 16 kHz
+    assert len(codes) == 51  # 1 s at 50 codes/s after resampling to 16 kHz, plus the padded last frame
     assert all(0 <= c < NUM_SPEECH_TOKENS for c in codes)
     stereo_int16 = (np.stack([clip, clip], axis=1) * 32767).astype(np.int16)
     assert backend.encode_prompt(VoicePrompt(stereo_int16, 24_000, "hi")) == codes
@@ -155,6 +155,61 @@ def test_encode_prompt_resamples_and_limits_length(backend):
         backend.encode_prompt(VoicePrompt(sine_clip(10.5, 8_000), 8_000, "hi"))
     with pytest.raises(ValueError, match="at least"):
         backend.encode_prompt(VoicePrompt(sine_clip(0.1, 16_000), 16_000, "hi"))
+
+
+@pytest.mark.parametrize("samples, codes", [(16_000, 51), (16_100, 51), (16_319, 51), (16_320, 52), (8_000, 26)])
+def test_voice_prompt_gets_as_many_codes_as_the_original_encoder(backend, samples, codes):
+    # The original XCodec2 encoder pads a clip by hop - len % hop samples: len // 320 + 1 codes at 16 kHz.
+    clip = sine_clip(1.1, sample_rate=16_000)[:samples]
+    assert len(clip) == samples
+    assert len(backend.encode_prompt(VoicePrompt(clip, 16_000, "hi"))) == codes == samples // 320 + 1
+
+
+def test_cloned_speech_is_decoded_after_the_prompt_codes(backend, monkeypatch):
+    seen = []
+    original = backend.codec.decode
+
+    def spy(audio_codes=None, **kwargs):
+        seen.append(audio_codes.flatten().tolist())
+        return original(audio_codes=audio_codes, **kwargs)
+
+    monkeypatch.setattr(backend.codec, "decode", spy)
+    vp = VoicePrompt(sine_clip(1.0, 16_000), 16_000, "A reference clip.")
+    prompt_codes = backend.encode_prompt(vp)
+    prompt = backend.prompt_ids(TEXT, vp)
+    assert backend.prompt_codes(prompt) == prompt_codes
+    assert backend.prompt_codes(backend.prompt_ids(TEXT)) == []  # no voice prompt, no context
+    generated = [5, 9, 200, 3]
+    tokens = [backend.vocab.first_id + c for c in generated] + [backend.eos_token_id]
+    audio = backend.tokens_to_audio(tokens, prompt_ids=prompt)
+    assert seen[-1] == prompt_codes + generated  # the codec's input starts with the prompt's codes
+    assert audio.shape == (len(generated) * backend.hop_length,)  # and the prompt's samples are cut off
+    # What is kept is the tail of the whole decode, and it differs from decoding the same codes cold:
+    # the codec's decoder is not causal, so the prompt shapes the first frames.
+    with torch.no_grad():
+        whole = original(audio_codes=torch.tensor(prompt_codes + generated).view(1, 1, -1)).audio_values[0, 0]
+    tail = np.clip(whole[len(prompt_codes) * backend.hop_length:].numpy(), -1, 1)
+    assert np.allclose(audio, tail, atol=1e-6)
+    assert not np.allclose(audio, backend.codes_to_audio(generated), atol=1e-4)
+    assert backend.tokens_to_audio([backend.eos_token_id], prompt_ids=prompt).shape == (0,)
+
+
+def test_synthesizer_decodes_cloned_speech_with_its_prompt(synth, monkeypatch):
+    calls = []
+    original = synth.backend.tokens_to_audio
+
+    def spy(tokens, prompt_ids=None):
+        calls.append(prompt_ids)
+        return original(tokens, prompt_ids=prompt_ids)
+
+    monkeypatch.setattr(synth.backend, "tokens_to_audio", spy)
+    vp = VoicePrompt(sine_clip(1.0, 16_000), 16_000, "A reference clip.")
+    config = synth.config(max_new_tokens=6, seed=3)
+    result = synth.synthesize(TEXT, mode="ar", config=config, voice_prompt=vp)
+    assert calls[-1] == synth.backend.prompt_ids(TEXT, vp)
+    assert len(result.audio) == len(synth.backend.tokens_to_codes(result.generation.tokens)) * synth.backend.hop_length
+    synth.synthesize(TEXT, mode="ar", config=config)
+    assert calls[-1] is None  # no voice prompt: nothing to decode before the speech
 
 
 def test_to_mono_float_and_join():

@@ -10,7 +10,9 @@ Prompt (as on the model cards): the tokenizer's chat template applied to
     assistant: "<|SPEECH_GENERATION_START|>"   (continue_final_message=True)
 The model then writes speech tokens and ends with `<|SPEECH_GENERATION_END|>`.
 Voice cloning puts the reference transcript before the text and the reference clip's
-codes right after `<|SPEECH_GENERATION_START|>`, so the model continues that voice.
+codes right after `<|SPEECH_GENERATION_START|>`, so the model continues that voice; as on
+the model cards, the clip's codes are decoded together with the generated ones and the
+clip's part of the waveform is then cut off.
 
 Nothing here assumes the real ids: they are read from the tokenizer and the codec
 config when the backend is built, so tiny test models with the same token names work.
@@ -213,17 +215,34 @@ class LlasaBackend:
             codes.append(token - self.vocab.first_id)
         return codes
 
+    def prompt_codes(self, prompt_ids: list[int]) -> list[int]:
+        """The voice prompt's codes in a prompt: the speech tokens after <|SPEECH_GENERATION_START|>."""
+        codes: list[int] = []
+        for token in reversed(prompt_ids):
+            if not self.vocab.is_speech(token):
+                break
+            codes.append(token - self.vocab.first_id)
+        return codes[::-1]
+
     @torch.inference_mode()
-    def codes_to_audio(self, codes: list[int]) -> np.ndarray:
+    def codes_to_audio(self, codes: list[int], context: list[int] = ()) -> np.ndarray:
+        """Waveform of `codes`; `context` codes are decoded before them and their samples cut off.
+
+        Why the context: the codec's decoder is not causal, so the first frames of speech that
+        continues a voice prompt sound right only when decoded after that prompt (the model cards
+        decode prompt + generated codes and cut the prompt's part).
+        """
         if not codes:
             return np.zeros(0, dtype=np.float32)
         device = next(self.codec.parameters()).device
-        tensor = torch.tensor(codes, dtype=torch.long, device=device).view(1, 1, -1)
-        audio = self.codec.decode(audio_codes=tensor).audio_values
-        return np.clip(audio[0, 0].float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
+        tensor = torch.tensor([*context, *codes], dtype=torch.long, device=device).view(1, 1, -1)
+        audio = self.codec.decode(audio_codes=tensor).audio_values[0, 0, len(context) * self.hop_length :]
+        return np.clip(audio.float().cpu().numpy(), -1.0, 1.0).astype(np.float32)
 
-    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
-        return self.codes_to_audio(self.tokens_to_codes(tokens))
+    def tokens_to_audio(self, tokens: list[int], prompt_ids: list[int] | None = None) -> np.ndarray:
+        """Generated ids -> waveform; with `prompt_ids`, decoded after the voice prompt's codes they hold."""
+        context = self.prompt_codes(prompt_ids) if prompt_ids is not None else []
+        return self.codes_to_audio(self.tokens_to_codes(tokens), context)
 
     # -- voice cloning ----------------------------------------------------------------
 
@@ -250,20 +269,26 @@ class LlasaBackend:
             ).numpy()
         return audio.astype(np.float32)
 
+    def prompt_code_count(self, samples: int) -> int:
+        """Codes the original XCodec2 encoder gives a clip: it pads by hop - samples % hop, so len // hop + 1."""
+        return samples // self.hop_length + 1
+
     @torch.inference_mode()
     def encode_prompt(self, voice_prompt: VoicePrompt) -> list[int]:
-        """The reference clip as XCodec2 codes (50 per second)."""
+        """The reference clip as XCodec2 codes (50 per second), as many as the original encoder gives."""
         audio = self.prepare_prompt_audio(voice_prompt)
         inputs = self.feature_extractor(audio, sampling_rate=self.sample_rate, return_tensors="pt")
         device = next(self.codec.parameters()).device
         dtype = next(self.codec.parameters()).dtype
         inputs = {k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) for k, v in inputs.items()}
-        encoded = self.codec.encode(**inputs)
-        codes = encoded.audio_codes[0, 0]
-        if encoded.audio_codes_mask is not None:
-            # The extractor pads to a whole number of frames; keep only frames of real audio.
-            codes = codes[: int(encoded.audio_codes_mask[0].sum().item())]
-        return [int(c) for c in codes.tolist()]
+        codes = self.codec.encode(**inputs).audio_codes[0, 0]
+        # transformers' extractor pads one sample, then to whole frames: the same frame count as the
+        # original encoder for one clip. Its codes mask would drop the last, partly padded frame,
+        # which the original (and so Llasa's training data) keeps.
+        count = self.prompt_code_count(len(audio))
+        if codes.shape[0] < count:
+            raise ValueError(f"the codec gave {codes.shape[0]} codes for {len(audio)} samples; expected {count}")
+        return [int(c) for c in codes[:count].tolist()]
 
     # -- helpers ----------------------------------------------------------------------
 
