@@ -395,10 +395,28 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     ]
 
 
+def length_limit_note(comparison: Comparison) -> str | None:
+    """A warning when a run stopped at the length limit rather than at its end token (audio may be cut)."""
+    cut = [(name, result) for name, result in (("autoregressive", comparison.ar), ("speculative", comparison.spec))
+           if result.generation.stats.finish_reason == "length"]
+    if not cut:
+        return None
+    runs = " and ".join(f"the {name} run (limit {_tokens(result.config.max_new_tokens)})" for name, result in cut)
+    return (f"**Stopped at the length limit:** {runs} ended before the model finished speaking, so the audio may "
+            "be cut off. Shorten the text, or raise the max length if the model's context allows.")
+
+
+def _tokens(count: int) -> str:
+    return f"{count} token" if count == 1 else f"{count} tokens"
+
+
 def stats_markdown(comparison: Comparison) -> str:
     lines = ["| | Autoregressive | Speculative |", "|---|---:|---:|"]
     lines += [f"| {name} | {ar} | {spec} |" for name, ar, spec in stats_rows(comparison)]
     config = comparison.config
+    note = length_limit_note(comparison)
+    if note:
+        lines += ["", note]
     lines.append("")
     lines.append(
         f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "

@@ -99,4 +99,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio, {stats.new_tokens} tokens, "
           f"LM {result.lm_seconds:.2f} s, codec {result.codec_seconds:.2f} s"
           + (f", acceptance {stats.acceptance_rate:.2f}, seed {stats.seed}" if args.mode == "speculative" else ""))
+    if stats.finish_reason == "length":
+        print(f"note: stopped at the length limit ({result.config.max_new_tokens} tokens) before the end token; "
+              "the audio may be cut off", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llasa_fixtures import NUM_SPEECH_TOKENS, build_llasa_family, sine_clip  # noqa: E402
+from tiny_models import with_logit_bias  # noqa: E402
 
 from ssd_demo.backends.llasa import LlasaBackend, _join_transcript, to_mono_float  # noqa: E402
 from ssd_demo.synthesis import Backend, TextError, VoicePrompt  # noqa: E402
@@ -275,3 +276,19 @@ def test_generation_is_cut_to_the_models_context(synth):
         assert result.config.max_new_tokens == 60 and len(result.generation.tokens) <= 60
     finally:
         synth.backend.max_context = saved
+
+
+def test_default_length_is_the_context_minus_the_prompt(synth, monkeypatch):
+    # As the model cards' max_length=2048: speech may fill what the prompt leaves of the context.
+    assert synth.config().max_new_tokens == synth.backend.max_context == 2048
+    vp = VoicePrompt(sine_clip(2.0, 16_000), 16_000, "A reference clip.")
+    prompt = synth.backend.prompt_ids(TEXT, vp)
+    monkeypatch.setattr(synth.backend, "max_context", len(prompt) + 60)  # a short context
+    for model in (synth.target, *synth.drafts.values()):  # models that never end: runs reach the limit
+        monkeypatch.setattr(model, "lm_head", model.lm_head)  # put back after the test
+        with_logit_bias(model, {synth.backend.eos_token_id: -1e4})
+    for mode in ("ar", "speculative"):
+        result = synth.synthesize(TEXT, mode=mode, config=synth.config(seed=4), voice_prompt=vp)
+        assert result.config.max_new_tokens == 60 == len(result.generation.tokens)
+        assert result.generation.stats.finish_reason == "length"
+

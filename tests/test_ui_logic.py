@@ -279,3 +279,15 @@ def test_example_texts_are_short_enough_for_every_voice():
     examples = app_logic.example_texts()
     assert 1 <= len(examples) <= app_logic.MAX_EXAMPLES
     assert all(0 < len(text) <= 120 for text in examples)  # the toy voice's limit, the smallest here
+
+
+def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
+    cut = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=7, max_new_tokens=1))
+    reasons = [run.generation.stats.finish_reason for run in (cut.ar, cut.spec)]
+    assert "length" in reasons  # one token is never a whole utterance
+    note = app_logic.length_limit_note(cut)
+    assert note.startswith("**Stopped at the length limit:**") and "(limit 1 token)" in note
+    assert note in app_logic.stats_markdown(cut)
+    assert app_logic.details(cut)["autoregressive"]["stats"]["finish_reason"] == reasons[0]
+    finished = {run.generation.stats.finish_reason for run in (comparison.ar, comparison.spec)} == {"eos"}
+    assert (app_logic.length_limit_note(comparison) is None) == finished

@@ -127,7 +127,7 @@ class LlasaBackend:
     feature_extractor: object  # transformers.Xcodec2FeatureExtractor
     name: str = "llasa"
     max_text_chars: int = 600
-    # 10 s (500 codes) keeps prompt + 24 s of speech inside Llasa's 2048-token training length.
+    # 10 s (501 codes) still leaves about 1,400 tokens (28 s) of speech in Llasa's 2048-token context.
     max_prompt_seconds: float = 10.0
     min_prompt_seconds: float = 0.5
     max_context: int = MAX_CONTEXT
@@ -135,7 +135,9 @@ class LlasaBackend:
     date_string: str | None = PINNED_DATE
     temperature: float = 0.8
     top_p: float = 1.0
-    max_new_tokens: int = 1200  # 24 s of speech at 50 tokens/s
+    # As the model cards' max_length=2048: up to the context, which the Synthesizer cuts to what the
+    # prompt leaves (result.generation.stats.finish_reason == "length" when a run reaches it).
+    max_new_tokens: int = MAX_CONTEXT
     licence: str = LICENCE
     supports_voice_prompt: bool = True
     vocab: SpeechVocab = field(init=False)
