@@ -285,8 +285,11 @@ def _run_both(
     picklable data (ZeroGPU runs it in a worker process) and looks the resident
     models up by preset key.
     """
+    from .hub import check_gpu_memory
+
     progress = progress or _no_progress
     synthesizer = load_preset(preset_key, device=preferred_device())
+    check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
     if synthesizer.device.type == "cpu":
         import torch
 

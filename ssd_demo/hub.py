@@ -22,6 +22,7 @@ import gc
 import json
 import os
 import struct
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,11 @@ def is_offline(offline: bool | None = None) -> bool:
     return constants.HF_HUB_OFFLINE or any(f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags)
 
 
+def on_zerogpu() -> bool:
+    """True on a Hugging Face ZeroGPU Space, where CUDA may only be touched inside `spaces.GPU` calls."""
+    return bool(os.environ.get("SPACES_ZERO_GPU", "").strip())
+
+
 def auto_device(device: str | torch.device | None = None) -> torch.device:
     if device is not None:
         return torch.device(device)
@@ -122,6 +128,8 @@ def auto_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.
     if dtype is not None:
         return dtype
     if device.type == "cuda":
+        if on_zerogpu():
+            return torch.bfloat16  # its GPUs all have bfloat16, and asking would initialise CUDA here
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
 
@@ -457,13 +465,39 @@ class MemoryEstimate:
         )
 
 
-def check_memory(estimate: MemoryEstimate, device: torch.device) -> None:
-    free = available_memory(device)
+def check_memory(estimate: MemoryEstimate, device: torch.device, free: int | None = None) -> None:
+    """Raise InsufficientMemoryError when `estimate` exceeds `free` bytes (default: what `device` has free now)."""
+    free = available_memory(device) if free is None else free
     if free is not None and estimate.required_bytes > free:
         raise InsufficientMemoryError(
             f"not enough memory on {device}: {estimate.describe()}, but only {free / 2**30:.1f} GiB is free. "
             "Choose a smaller pair (e.g. Llasa-1B -> Llasa-3B), free memory, or use a larger GPU."
         )
+
+
+def memory_checked_before_loading(options: LoadOptions, device: torch.device) -> bool:
+    """Whether the pre-flight memory check runs: not on ZeroGPU's GPU, which only `check_gpu_memory` may measure."""
+    return options.check_memory and not (on_zerogpu() and device.type == "cuda")
+
+
+#: The memory estimate of each loaded pair, for the check inside a GPU call.
+_ESTIMATES: "weakref.WeakKeyDictionary[Synthesizer, tuple[MemoryEstimate, bool]]" = weakref.WeakKeyDictionary()
+
+
+def check_gpu_memory(synthesizer: Synthesizer) -> None:
+    """Inside a GPU call: raise InsufficientMemoryError if the loaded pair does not fit the GPU it got.
+
+    On ZeroGPU this replaces the check before loading: CUDA may not be queried outside the
+    GPU-decorated call, and only inside it is there a GPU to measure. The pair's weights are
+    already there by then, so they count as usable memory. Elsewhere the check ran before the
+    weights were fetched, and this does nothing.
+    """
+    estimate, checked = _ESTIMATES.get(synthesizer, (None, True))
+    device = synthesizer.device
+    if checked or estimate is None or device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    check_memory(estimate, device, free=free + torch.cuda.memory_allocated(device))
 
 
 # -- loading -----------------------------------------------------------------------------
@@ -513,7 +547,9 @@ def placement(device: torch.device) -> str:
     """The `device_map` for from_pretrained: accelerate puts each tensor on `device` as it is read.
 
     Without it transformers builds the whole model in host RAM first and moves it afterwards (about
-    17 GB of host RAM at peak for Llasa-8B).
+    17 GB of host RAM at peak for Llasa-8B). ZeroGPU is the exception: there CUDA must not be
+    touched outside the GPU-decorated call, so weights load to host RAM and `.to("cuda")` hands them
+    to ZeroGPU, which moves them when a call gets a GPU.
     """
     try:
         import accelerate  # noqa: F401 - a pinned requirement; from_pretrained needs it for device_map
@@ -521,7 +557,7 @@ def placement(device: torch.device) -> str:
         raise ModelLoadError(
             "loading onto a device needs the `accelerate` package: `pip install -r requirements.txt`"
         ) from None
-    return str(device)
+    return "cpu" if on_zerogpu() and device.type == "cuda" else str(device)
 
 
 def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint: str = "") -> None:
@@ -640,7 +676,8 @@ def load_llasa_pair(
         lm_dtype=dtype,
         margin=options.memory_margin,
     )
-    if options.check_memory:
+    checked_now = memory_checked_before_loading(options, device)
+    if checked_now:
         check_memory(estimate, device)
     report(0.1, f"pre-flight checks passed; {estimate.describe()}")
 
@@ -662,8 +699,10 @@ def load_llasa_pair(
     except ValueError as error:
         raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
     name = draft_name or _short_name(draft.ref)
+    synthesizer = Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
+    _ESTIMATES[synthesizer] = (estimate, checked_now or not options.check_memory)
     report(1.0, "ready")
-    return Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
+    return synthesizer
 
 
 def load_custom_pair(

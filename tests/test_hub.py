@@ -477,3 +477,41 @@ def test_accelerate_is_a_pinned_requirement():
     import accelerate
 
     assert f"accelerate=={accelerate.__version__}" in requirements
+
+
+# -- ZeroGPU -----------------------------------------------------------------------------------------
+
+
+def test_zerogpu_never_touches_cuda_before_the_gpu_call(monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert hub.on_zerogpu()
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("CUDA was queried outside the GPU call")
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", no_cuda)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda)
+    cuda = torch.device("cuda")
+    assert hub.auto_dtype(cuda) == torch.bfloat16
+    assert hub.placement(cuda) == "cpu"  # weights wait in host RAM; ZeroGPU moves them for each call
+    assert not hub.memory_checked_before_loading(LoadOptions(), cuda)
+    assert hub.memory_checked_before_loading(LoadOptions(), torch.device("cpu"))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "")
+    assert not hub.on_zerogpu() and hub.placement(cuda) == "cuda"
+    assert hub.memory_checked_before_loading(LoadOptions(), cuda)
+    assert not hub.memory_checked_before_loading(LoadOptions(check_memory=False), cuda)
+
+
+def test_gpu_memory_is_checked_inside_the_gpu_call(family, monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")
+    monkeypatch.setattr(hub, "memory_checked_before_loading", lambda options, device: False)  # as on a Space
+    monkeypatch.setattr(hub, "available_memory", _must_not_load)
+    synth = pair(family, family.draft)
+    hub.check_gpu_memory(synth)  # on the CPU: nothing to measure
+    monkeypatch.setattr(type(synth), "device", property(lambda self: torch.device("cuda")))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1024, 2**40))
+    with pytest.raises(InsufficientMemoryError, match="not enough memory on cuda"):
+        hub.check_gpu_memory(synth)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**40, 2**40))
+    hub.check_gpu_memory(synth)

@@ -291,3 +291,12 @@ def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
     assert app_logic.details(cut)["autoregressive"]["stats"]["finish_reason"] == reasons[0]
     finished = {run.generation.stats.finish_reason for run in (comparison.ar, comparison.spec)} == {"eos"}
     assert (app_logic.length_limit_note(comparison) is None) == finished
+
+
+def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
+    from ssd_demo import hub
+
+    checked = []
+    monkeypatch.setattr(hub, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
+    app_logic._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
+    assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs
