@@ -263,12 +263,12 @@ def _register_llasa() -> None:
         pins=((DEFAULT_CODEC, DEFAULT_CODEC_REVISION),),
         sample_rate=16_000,
         codec=DEFAULT_CODEC,
-        gated=True,
+        gated=True,  # not verified for every size; gated repos ask for HF_TOKEN (hub.resolve says so)
         recommended_device="cuda",
     )
     for key, target, size, memory in (
-        ("llasa-1b-3b", LLASA_3B, "3B", "about 17 GB"),
-        ("llasa-1b-8b", LLASA_8B, "8B", "about 29 GB"),
+        ("llasa-1b-3b", LLASA_3B, "3B", "about 15 GB"),
+        ("llasa-1b-8b", LLASA_8B, "8B", "about 28 GB"),
     ):
         register(
             Preset(

@@ -8,6 +8,12 @@ entries as there are speech tokens). `install_in_hub_cache` copies such a folder
 a Hugging Face cache layout so that offline `snapshot_download` finds it.
 
 Everything is a few hundred kilobytes and builds in well under a second.
+
+Config-true stand-ins (`llasa_config`, `build_real_layout_tokenizer`, `build_config_true_family`)
+keep what the real checkpoints have and the tiny ones do not: 193,800 tokens with the speech
+tokens added the way Llasa's training added them, the real head counts, head sizes, rotary
+scaling and tied or untied output layers, and a codec with 65,536 codes; only the widths and
+depths are small.
 """
 
 from __future__ import annotations
@@ -85,6 +91,20 @@ class TinyLlasa:
     codec: Path
 
 
+def _small_bpe():
+    """A byte-level BPE tokenizer (Llama 3's kind) with a few hundred tokens learnt from `_CORPUS`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    return tokenizer
+
+
 def build_tokenizer(
     extra_speech_tokens: int = NUM_SPEECH_TOKENS,
     drop_special: str | None = None,
@@ -95,16 +115,9 @@ def build_tokenizer(
     `drop_special` leaves one Llasa control token out; `extra_text_tokens` are added before the
     special tokens, shifting every special id (a tokenizer that looks alike but is not).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    tokenizer = _small_bpe()
     if extra_text_tokens:
         tokenizer.add_tokens(list(extra_text_tokens))
     specials = LLAMA_SPECIALS + [t for t in LLASA_SPECIALS if t != drop_special]
@@ -229,3 +242,131 @@ def rename_tensors(folder: Path, old: str, new: str) -> int:
         changed += sum(old in name for name in tensors)
         save_file(renamed, file, metadata={"format": "pt"})
     return changed
+
+
+# -- config-true stand-ins ------------------------------------------------------------------------
+
+#: Llama 3's 128,256 tokens + Llasa's 8 control tokens + 65,536 speech tokens.
+LLASA_VOCAB_SIZE = 193_800
+LLAMA3_VOCAB_SIZE = 128_256
+REAL_SPEECH_TOKENS = 4**8  # XCodec2's FSQ: 8 dimensions of 4 levels
+_LLAMA3_ROPE = {"high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+                "rope_type": "llama3"}
+#: The values of the Llasa repositories' config.json that shape the model (Llama 3.2 1B and 3B, Llama 3.1 8B,
+#: each with the 193,800-token vocabulary). Shared by all three:
+LLASA_COMMON_CONFIG = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": LLASA_VOCAB_SIZE,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "attention_bias": False, "mlp_bias": False,
+}
+LLASA_CONFIGS = {
+    "1B": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True,
+           "rope_scaling": {"factor": 32.0, **_LLAMA3_ROPE}},
+    "3B": {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28, "num_attention_heads": 24,
+           "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+           "rope_scaling": {"factor": 32.0, **_LLAMA3_ROPE}},
+    "8B": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+           "rope_scaling": {"factor": 8.0, **_LLAMA3_ROPE}},
+}
+#: Parameter counts of the three sizes to three digits (8.57B x 2 bytes = the 17.14 GB of Llasa-8B's bf16 shards).
+LLASA_PARAMETERS = {"1B": 1_370_000_000, "3B": 3_410_000_000, "8B": 8_570_000_000}
+
+
+def llasa_config(size: str, tiny: bool = False, **overrides):
+    """The LlamaConfig of Llasa-`size`; `tiny` keeps everything but the width (hidden = one unit per head),
+    the MLP and the depth, which shrink to a few kilobytes of weights per layer."""
+    from transformers import LlamaConfig
+
+    values = {**LLASA_COMMON_CONFIG, **LLASA_CONFIGS[size]}
+    if tiny:
+        heads = values["num_attention_heads"]
+        # transformers wants the width to be a multiple of the head count; head_dim stays the real one.
+        values.update(hidden_size=heads, intermediate_size=2 * heads, num_hidden_layers=2, initializer_range=0.3)
+    values.update(overrides)
+    return LlamaConfig(**values)
+
+
+def real_width_parameters(size: str) -> int:
+    """Parameters of Llasa-`size` at its real widths, counted on the meta device (nothing allocated)."""
+    from transformers import LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(llasa_config(size))
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_config_true_llama(size: str, seed: int = 0):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(llasa_config(size, tiny=True)).eval()
+
+
+#: Llama 3's special tokens at their real ids (128000 + index); the rest are reserved names.
+_LLAMA3_NAMED_SPECIALS = {0: "<|begin_of_text|>", 1: "<|end_of_text|>", 4: "<|finetune_right_pad_id|>",
+                          6: "<|start_header_id|>", 7: "<|end_header_id|>", 8: "<|eom_id|>", 9: "<|eot_id|>",
+                          10: "<|python_tag|>"}
+
+
+def build_real_layout_tokenizer():
+    """A tokenizer with Llasa's id layout: 128,000 byte-level BPE tokens, Llama 3's 256 special tokens,
+    then the 8 control tokens and 65,536 speech tokens appended with `add_tokens`, as Llasa's training
+    script adds them (ordinary added tokens, not special ones). Only the BPE merges are small."""
+    import json
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    state = json.loads(_small_bpe().to_str())
+    vocab = state["model"]["vocab"]
+    # Fillers no merge can produce, so the specials land on Llama 3's ids.
+    vocab.update({f"<|unused_text_{i}|>": i for i in range(len(vocab), 128_000)})
+    tokenizer = Tokenizer.from_str(json.dumps(state))
+    specials = [_LLAMA3_NAMED_SPECIALS.get(i, f"<|reserved_special_token_{i}|>") for i in range(256)]
+    tokenizer.add_special_tokens(specials)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|eot_id|>"
+    )
+    wrapped.add_tokens(LLASA_SPECIALS + [f"<|s_{i}|>" for i in range(REAL_SPEECH_TOKENS)])
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+@dataclass(frozen=True)
+class ConfigTrueLlasa:
+    """Paths of config-true stand-ins: Llasa-1B, -3B and -8B shapes and a 65,536-code codec."""
+
+    sizes: dict[str, Path]
+    codec: Path
+
+
+def build_config_true_family(root: Path, sizes: tuple[str, ...] = ("1B", "3B", "8B")) -> ConfigTrueLlasa:
+    root = Path(root)
+    tokenizer = build_real_layout_tokenizer()
+    folders = {}
+    for index, size in enumerate(sizes):
+        folders[size] = root / f"llasa-{size.lower()}-config-true"
+        build_config_true_llama(size, seed=10 + index).save_pretrained(folders[size])
+        tokenizer.save_pretrained(folders[size])
+    codec_model, extractor = build_codec(levels=(4,) * 8)
+    codec = root / "xcodec2-65536"
+    codec_model.save_pretrained(codec)
+    extractor.save_pretrained(codec)
+    return ConfigTrueLlasa(sizes=folders, codec=codec)
+
+
+#: Published metadata of the pinned codec checkpoint (HKUSTAudio/xcodec2-hf, model.safetensors at the
+#: commit in ssd_demo.hub.DEFAULT_CODEC_REVISION): 811 tensors in 2,517,231,448 bytes, among them these.
+REAL_CODEC_TENSORS = 811
+REAL_CODEC_SHAPES = {
+    "acoustic_decoder.head.linear.weight": (1282, 1024),
+    "acoustic_decoder.layers.11.self_attn.q_proj.weight": (1024, 1024),
+    "acoustic_encoder.block.4.conv1.weight": (1536, 768, 10),
+    "fc_encoder.weight": (2048, 2048),
+    "quantizer.project_in.weight": (8, 2048),
+    "semantic_encoder.encoder.layers.15.self_attn.distance_embedding.weight": (73, 64),
+    "semantic_encoder.feature_projection.projection.weight": (1024, 160),
+}

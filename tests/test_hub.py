@@ -515,3 +515,20 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(family, monkeypatch):
         hub.check_gpu_memory(synth)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**40, 2**40))
     hub.check_gpu_memory(synth)
+
+
+# -- parameter counts ------------------------------------------------------------------------------
+
+def test_a_stored_copy_of_a_tied_output_layer_is_counted_once(family, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "tied-with-head"
+    shutil.copytree(family.draft, folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors.pop("lm_head.weight")
+    exact = sum(t.numel() for t in tensors.values())
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()  # tied, but stored anyway
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = {**json.loads((folder / "config.json").read_text()), "tie_word_embeddings": True}
+    assert hub.safetensors_parameter_count(folder) > exact
+    assert hub.parameter_count(folder, config, str(folder), None, CPU) == exact

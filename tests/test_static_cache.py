@@ -6,7 +6,7 @@ import torch
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.decoding import CachedLM, cached_lm
 from ssd_demo.static_cache import StaticCacheLM, supports
-from tiny_models import tiny_llama
+from tiny_models import check_same_logits, tiny_llama
 
 
 def test_same_logits_as_transformers_through_prefill_steps_rollback_and_growth():
@@ -16,16 +16,7 @@ def test_same_logits_as_transformers_through_prefill_steps_rollback_and_growth()
     # Multi-token calls with last_only=False are verify calls: every position's logits must match.
     steps = [(0, 5, False), (5, 6, True), (6, 8, True), ("cut", 4), (4, 9, False), (9, 10, True), ("cut", 7),
              (7, 12, False), ("cut", 9), (9, 30, True)]
-    for step in steps:
-        if step[0] == "cut":
-            reference.truncate(step[1])
-            lean.truncate(step[1])
-            continue
-        begin, end, last = step
-        expected = reference.forward(sequence[begin:end], last_only=last)
-        got = lean.forward(sequence[begin:end], last_only=last)
-        assert torch.allclose(expected, got, atol=1e-5), step
-        assert reference.length == lean.length == end
+    check_same_logits(reference, lean, sequence, steps, atol=1e-5)
 
 
 def test_used_for_llamas_unless_switched_off(monkeypatch):

@@ -35,3 +35,24 @@ def with_logit_bias(model: LlamaForCausalLM, bias: dict[int, float]) -> LlamaFor
             head.bias[token] = value
     model.lm_head = head
     return model
+
+
+def check_same_logits(reference, lean, sequence: list[int], steps, atol: float, rtol: float = 1e-5) -> float:
+    """Run two cached forwards through the same calls and check that every call gives the same logits.
+
+    `steps` are (begin, end, last_only) calls on `sequence` and ("cut", n) rollbacks to length n.
+    Returns the largest logit seen, so callers can check that the comparison was not between near-zeros.
+    """
+    peak = 0.0
+    for step in steps:
+        if step[0] == "cut":
+            reference.truncate(step[1])
+            lean.truncate(step[1])
+            continue
+        begin, end, last = step
+        expected = reference.forward(sequence[begin:end], last_only=last).float()
+        got = lean.forward(sequence[begin:end], last_only=last).float()
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, msg=lambda message: f"{step}: {message}")
+        assert reference.length == lean.length == end
+        peak = max(peak, expected.abs().max().item())
+    return peak
