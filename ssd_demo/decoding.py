@@ -12,6 +12,14 @@ A speculative round:
   3. keep the longest accepted prefix (the acceptance rule decides), then append a
      replacement drawn from the rule's residual, or a bonus token from q_{K+1};
   4. cut both caches back to the committed length.
+
+Forced tokens: a caller may hand in a `ForcedTokens` schedule, a deterministic function of the
+tokens sampled so far that says which tokens the decoder must insert itself after each sampled
+one (the embedded voice marks phoneme boundaries this way, so that it can never skip a word).
+Forced tokens are fed to both models but never sampled, drafted or verified: the draft inserts
+them while drafting, the target sees them inside the verify call, and acceptance runs over the
+sampled tokens only. Both decoders apply the same schedule, so at beta = 0 the speculative output
+still has the target's distribution (a forced token has probability one under both processes).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import inspect
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Hashable, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -29,6 +38,24 @@ from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
 from .static_cache import StaticCacheLM, supports as static_cache_supports
+
+
+#: Most tokens a schedule may insert after one sampled token (sizes the static KV caches).
+MAX_FORCED_PER_TOKEN = 3
+
+
+class ForcedTokens(Protocol):
+    """Tokens the decoder inserts itself, as a pure function of the sampled tokens before them.
+
+    The state is an immutable value (a tuple, an int), so a speculative round can advance it along
+    drafted tokens and simply drop it when they are rejected.
+    """
+
+    def initial_state(self) -> Hashable:
+        """The state before the first generated token."""
+
+    def advance(self, state: Hashable, token: int) -> tuple[Hashable, tuple[int, ...]]:
+        """After sampled `token`: the next state and the tokens to insert right after it."""
 
 
 class CachedLM:
@@ -99,6 +126,9 @@ class _Run:
     # estimates P(accept i | accepted so far): drafts drift, and acceptance decays along the block.
     position_sums: list[float] = field(default_factory=list)
     position_counts: list[int] = field(default_factory=list)
+    forced: ForcedTokens | None = None
+    forced_state: Hashable = None  # the schedule's state after the committed tokens
+    forced_count: int = 0
 
     def record_expected(self, expected: list[float]) -> None:
         for position, value in enumerate(expected):
@@ -113,6 +143,18 @@ class _Run:
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.mask = allowed_mask(self.config, self.vocab_size, self.device)
         self.committed = list(self.prompt)
+        if self.forced is not None:
+            self.forced_state = self.forced.initial_state()
+
+    def advance(self, state: Hashable, token: int) -> tuple[Hashable, tuple[int, ...]]:
+        """The forced-token schedule's step (no schedule: nothing is ever inserted)."""
+        if self.forced is None:
+            return state, ()
+        state, inserted = self.forced.advance(state, token)
+        if len(inserted) > MAX_FORCED_PER_TOKEN:
+            raise ValueError(f"a forced-token schedule inserted {len(inserted)} tokens after one token; "
+                             f"at most {MAX_FORCED_PER_TOKEN} are allowed")
+        return state, inserted
 
     def distributions(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = processed_scores(logits, self.config, self.mask)
@@ -122,16 +164,27 @@ class _Run:
     def remaining(self) -> int:
         return self.config.max_new_tokens - len(self.new_tokens)
 
-    def commit(self, tokens: list[int]) -> bool:
-        """Append tokens, stopping right after an end token. Returns True when generation is over."""
+    def commit(self, sampled: list[int]) -> tuple[bool, list[int]]:
+        """Append sampled tokens, each followed by its forced tokens; stop right after an end token.
+
+        Returns (generation is over, the forced tokens inserted).
+        """
         eos = self.config.eos_ids
-        for token in tokens:
-            self.new_tokens.append(token)
-            self.committed.append(token)
-            if token in eos:
-                self.finish_reason = "eos"
-                return True
-        return self.remaining <= 0
+        inserted: list[int] = []
+        for token in sampled:
+            self.forced_state, forced = self.advance(self.forced_state, token)
+            for position, item in enumerate((token, *forced)):
+                self.new_tokens.append(item)
+                self.committed.append(item)
+                if position:
+                    inserted.append(item)
+                    self.forced_count += 1
+                if item in eos:
+                    self.finish_reason = "eos"
+                    return True, inserted
+            if self.remaining <= 0:  # stop at the same token in both decoders, forced ones included
+                return True, inserted
+        return False, inserted
 
 
 def _check_inputs(input_ids: torch.Tensor, *models) -> tuple[torch.device, int]:
@@ -167,11 +220,17 @@ def _prefill(lms: list, prompt: list[int]) -> None:
 
 @torch.inference_mode()
 def autoregressive_generate(
-    target, input_ids: torch.Tensor, config: DecodingConfig, *, static_cache: bool | None = None
+    target,
+    input_ids: torch.Tensor,
+    config: DecodingConfig,
+    *,
+    static_cache: bool | None = None,
+    forced: ForcedTokens | None = None,
 ) -> GenerationResult:
-    """Plain decoding: one target call per token, with the same sampling and forward as the speculative path."""
+    """Plain decoding: one target call per sampled token, with the same sampling and forward as the
+    speculative path (forced tokens ride along with the next call's input)."""
     device, vocab = _check_inputs(input_ids, target)
-    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
     clock = _Clock(device)
     _prefill([lm], run.prompt)
@@ -182,7 +241,8 @@ def autoregressive_generate(
         logits = lm.forward(run.committed[lm.length :], last_only=True)
         _, probs = run.distributions(logits)
         token = int(sample(probs, run.generator)[0])
-        done = run.commit([token])
+        before = len(run.committed)
+        done, inserted = run.commit([token])
         finished = clock.now()
         run.steps.append(
             RoundRecord(
@@ -194,6 +254,8 @@ def autoregressive_generate(
                 verify_seconds=finished - started,
                 end_seconds=finished,
                 target_cache_len=lm.length,
+                forced=inserted,
+                committed=run.committed[before:],
             )
         )
     return _result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
@@ -201,17 +263,24 @@ def autoregressive_generate(
 
 @torch.inference_mode()
 def speculative_generate(
-    target, draft, input_ids: torch.Tensor, config: DecodingConfig, *, static_cache: bool | None = None
+    target,
+    draft,
+    input_ids: torch.Tensor,
+    config: DecodingConfig,
+    *,
+    static_cache: bool | None = None,
+    forced: ForcedTokens | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
     `static_cache` picks the forward implementation for both models (see `cached_lm`); it changes
-    speed, never the algorithm.
+    speed, never the algorithm. `forced` is an optional schedule of tokens the decoder inserts itself.
     """
     device, vocab = _check_inputs(input_ids, target, draft)
-    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config))
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     rule = make_rule(config, target)
-    capacity = len(run.prompt) + config.max_new_tokens + config.draft_len + 2
+    # Forced tokens may follow each sampled token; a generous bound keeps the static caches in range.
+    capacity = len(run.prompt) + config.max_new_tokens + (MAX_FORCED_PER_TOKEN + 1) * (config.draft_len + 2)
     target_lm, draft_lm = cached_lm(target, capacity, static_cache), cached_lm(draft, capacity, static_cache)
     clock = _Clock(device)
     _prefill([target_lm, draft_lm], run.prompt)
@@ -221,15 +290,20 @@ def speculative_generate(
         committed_len = len(run.committed)
         # Leave room for the replacement/bonus token: never exceed max_new_tokens.
         draft_len = choose_draft_len(run) if config.adaptive_draft_len else config.draft_len
-        draft_len = min(draft_len, run.remaining - 1)
+        draft_len = max(min(draft_len, run.remaining - 1), 0)
 
-        # 1. Draft.
+        # 1. Draft (forced tokens inserted after the drafted ones they follow).
         started = clock.now()
-        drafted, draft_rows = _draft_block(draft_lm, run, draft_len)
+        drafted, draft_rows, block_tokens, drafted_at_index = _draft_block(draft_lm, run, draft_len)
         drafted_at = clock.now()
 
-        # 2. Verify: the pending token plus the block, in one target call.
-        logits = target_lm.forward(run.committed[target_lm.length :] + drafted)
+        # 2. Verify: the pending tokens plus the block, in one target call. The logits that predict
+        # drafted token i sit just before it; the last row predicts the token after the block.
+        pending = run.committed[target_lm.length :]
+        logits = target_lm.forward(pending + block_tokens)
+        rows = [len(pending) + index - 1 for index in drafted_at_index] + [logits.shape[0] - 1]
+        if len(rows) != logits.shape[0]:
+            logits = logits[rows]
         target_scores, target_probs = run.distributions(logits)
         block = Block(
             drafted=torch.tensor(drafted, dtype=torch.long, device=device),
@@ -248,13 +322,15 @@ def speculative_generate(
             next_token = int(sample(target_probs[-1:], run.generator)[0])
             kind = "bonus"
         kept = drafted[:accepted]
-        if any(token in config.eos_ids for token in kept):
+        kept_block = block_tokens[: drafted_at_index[accepted]] if accepted < len(drafted) else block_tokens
+        if any(token in config.eos_ids for token in kept_block):
             next_token, kind = None, "none"  # the end token was accepted: nothing follows it
-        done = run.commit(kept + ([next_token] if next_token is not None else []))
+        done, inserted = run.commit(kept + ([next_token] if next_token is not None else []))
 
-        # 4. Roll both caches back to the committed prefix (all but the pending token).
-        target_lm.truncate(committed_len + accepted)
-        draft_lm.truncate(min(draft_lm.length, committed_len + accepted))
+        # 4. Roll both caches back to the committed prefix (the new token and its forced ones stay pending).
+        valid = committed_len + len(kept_block)
+        target_lm.truncate(valid)
+        draft_lm.truncate(min(draft_lm.length, valid))
         finished = clock.now()
         run.steps.append(
             RoundRecord(
@@ -269,6 +345,8 @@ def speculative_generate(
                 draft_calls=len(draft_rows),
                 target_cache_len=target_lm.length,
                 draft_cache_len=draft_lm.length,
+                forced=inserted,
+                committed=run.committed[committed_len:],
             )
         )
     return _result(
@@ -319,12 +397,20 @@ def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float 
     return best_k
 
 
-def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence."""
+def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
+    """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence.
+
+    Returns the drafted tokens, their processed distributions, the block to verify (drafted tokens
+    with their forced tokens inserted) and the index of each drafted token in that block.
+    """
     drafted: list[int] = []
     rows: list[torch.Tensor] = []
+    block: list[int] = []
+    drafted_at: list[int] = []
+    state = run.forced_state
     feed = run.committed[draft_lm.length :]  # catch up on what the draft has not seen
     threshold = run.config.adaptive_threshold
+    eos = run.config.eos_ids
     for _ in range(draft_len):
         logits = draft_lm.forward(feed, last_only=True)
         _, probs = run.distributions(logits)
@@ -333,10 +419,13 @@ def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[t
         token = int(sample(probs, run.generator)[0])
         drafted.append(token)
         rows.append(probs[0])
-        feed = [token]
-        if token in run.config.eos_ids:
+        drafted_at.append(len(block))
+        state, forced = run.advance(state, token)
+        feed = [token, *forced]
+        block.extend(feed)
+        if any(item in eos for item in feed):
             break  # nothing after an end token can be emitted
-    return drafted, rows
+    return drafted, rows, block, drafted_at
 
 
 def _accepted_prefix(rule, block: Block, generator: torch.Generator) -> tuple[int, list[float]]:
@@ -363,6 +452,7 @@ def _result(
     verify_seconds = sum(s.verify_seconds for s in steps)
     loop_draft_calls = sum(s.draft_calls for s in steps)
     n = len(run.new_tokens)
+    sampled = n - run.forced_count
     stats = GenerationStats(
         mode=mode,
         new_tokens=n,
@@ -373,17 +463,18 @@ def _result(
         accepted_tokens=accepted,
         acceptance_rate=accepted / drafted if drafted else 0.0,
         alpha=sum(expected) / len(expected) if expected else 0.0,
-        mean_tokens_per_call=n / len(steps) if steps else 0.0,
+        mean_tokens_per_call=sampled / len(steps) if steps else 0.0,
         mean_accepted_length=accepted / len(steps) if steps and mode == "speculative" else 0.0,
         prefill_seconds=prefill_seconds,
         draft_seconds=draft_seconds,
         verify_seconds=verify_seconds,
         wall_seconds=wall_seconds,
-        tokens_per_second=n / wall_seconds if wall_seconds > 0 else 0.0,
+        tokens_per_second=sampled / wall_seconds if wall_seconds > 0 else 0.0,
         mean_draft_step_seconds=draft_seconds / loop_draft_calls if loop_draft_calls else 0.0,
         mean_target_call_seconds=verify_seconds / len(steps) if steps else 0.0,
         finish_reason=run.finish_reason,
         draft_len=run.config.draft_len if mode == "speculative" else 0,
         seed=run.seed,
+        forced_tokens=run.forced_count,
     )
     return GenerationResult(tokens=list(run.new_tokens), steps=steps, stats=stats)

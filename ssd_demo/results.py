@@ -6,7 +6,7 @@ them without knowing how decoding works.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass
@@ -36,6 +36,10 @@ class RoundRecord:
     draft_calls: int = 0
     target_cache_len: int = 0
     draft_cache_len: int = 0
+    # Tokens the decoder inserted itself this round (a `ForcedTokens` schedule, e.g. the embedded
+    # voice's phoneme markers), and everything appended this round in order, forced ones included.
+    forced: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
 
     @property
     def emitted(self) -> list[int]:
@@ -56,7 +60,7 @@ class GenerationStats:
     accepted_tokens: int
     acceptance_rate: float  # accepted / drafted (0 for AR)
     alpha: float  # mean expected per-token acceptance (see RoundRecord.expected_acceptance)
-    mean_tokens_per_call: float  # new tokens per target call in the decoding loop
+    mean_tokens_per_call: float  # sampled tokens per target call in the decoding loop
     mean_accepted_length: float  # accepted drafted tokens per round
     prefill_seconds: float
     draft_seconds: float
@@ -68,11 +72,20 @@ class GenerationStats:
     finish_reason: str  # "eos" | "length"
     draft_len: int
     seed: int  # the seed actually used (drawn at random when the config says None)
+    forced_tokens: int = 0  # of new_tokens, those inserted by a forced-token schedule (never sampled)
+
+    @property
+    def sampled_tokens(self) -> int:
+        return self.new_tokens - self.forced_tokens
 
     @property
     def decode_seconds_per_token(self) -> float:
-        """Wall seconds per generated token after the prefill (what speedups compare)."""
-        return (self.wall_seconds - self.prefill_seconds) / max(self.new_tokens, 1)
+        """Wall seconds per sampled token after the prefill (what speedups compare).
+
+        Forced tokens are left out: they cost no decoding step of their own, and counting them would
+        reward a run for the schedule's insertions rather than for its speed.
+        """
+        return (self.wall_seconds - self.prefill_seconds) / max(self.sampled_tokens, 1)
 
 
 @dataclass
@@ -86,6 +99,46 @@ class GenerationResult:
         for step, record in zip(data["steps"], self.steps):
             step["emitted"] = record.emitted
         return data
+
+
+def combine(results: list[GenerationResult]) -> GenerationResult:
+    """One record for several runs made one after another (the chunks of a long text).
+
+    Tokens and rounds are concatenated (round times shifted onto one clock); counts and seconds add
+    up; rates and means are recomputed from the sums, so the totals mean what they mean for one run.
+    """
+    if not results:
+        raise ValueError("nothing to combine")
+    if len(results) == 1:
+        return results[0]
+    stats = [r.stats for r in results]
+    steps: list[RoundRecord] = []
+    offset = 0.0
+    for result in results:
+        steps += [replace(step, end_seconds=step.end_seconds + offset) for step in result.steps]
+        offset += result.stats.wall_seconds
+    total = {name: sum(getattr(s, name) for s in stats) for name in (
+        "new_tokens", "rounds", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
+        "prefill_seconds", "draft_seconds", "verify_seconds", "wall_seconds", "forced_tokens")}
+    expected = [e for step in steps for e in step.expected_acceptance]
+    loop_draft_calls = sum(step.draft_calls for step in steps)
+    sampled = total["new_tokens"] - total["forced_tokens"]
+    speculative = stats[0].mode == "speculative"
+    combined = GenerationStats(
+        mode=stats[0].mode,
+        **total,
+        acceptance_rate=total["accepted_tokens"] / total["drafted_tokens"] if total["drafted_tokens"] else 0.0,
+        alpha=sum(expected) / len(expected) if expected else 0.0,
+        mean_tokens_per_call=sampled / total["rounds"] if total["rounds"] else 0.0,
+        mean_accepted_length=total["accepted_tokens"] / total["rounds"] if total["rounds"] and speculative else 0.0,
+        tokens_per_second=sampled / total["wall_seconds"] if total["wall_seconds"] > 0 else 0.0,
+        mean_draft_step_seconds=total["draft_seconds"] / loop_draft_calls if loop_draft_calls else 0.0,
+        mean_target_call_seconds=total["verify_seconds"] / total["rounds"] if total["rounds"] else 0.0,
+        finish_reason="length" if any(s.finish_reason == "length" for s in stats) else stats[-1].finish_reason,
+        draft_len=stats[0].draft_len,
+        seed=stats[0].seed,
+    )
+    return GenerationResult(tokens=[t for r in results for t in r.tokens], steps=steps, stats=combined)
 
 
 def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float, verify_ratio: float = 1.0) -> float:

@@ -17,7 +17,6 @@ from ssd_demo import DecodingConfig
         ({"seed": -3}, "seed"),
         ({"acceptance": "magic"}, "acceptance"),
         ({"allowed_token_ids": []}, "allowed_token_ids"),
-        ({"allowed_token_ids": [1, 2], "eos_token_id": 3}, "end token"),
     ],
 )
 def test_invalid_settings_raise_clear_errors(changes, message):
