@@ -8,15 +8,17 @@ times the language model and the codec separately.
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from .config import DecodingConfig
-from .results import GenerationResult
+from .decoding import autoregressive_generate, speculative_generate
+from .results import GenerationResult, combine
 
 
 class TextError(ValueError):
@@ -60,16 +62,36 @@ class VoicePrompt:
     transcript: str
 
 
+@dataclass(frozen=True)
+class TextChunk:
+    """A piece of the text decoded on its own, and the silence that follows it in the audio."""
+
+    text: str
+    pause_after_ms: int = 0
+
+
+@dataclass
+class ChunkResult:
+    text: str
+    generation: GenerationResult
+    seed: int  # the decoding seed of this chunk (derived from the run's seed and the chunk's index)
+    start_sample: int  # where this chunk's audio starts in the joined audio
+    end_sample: int
+    lm_seconds: float
+    codec_seconds: float
+
+
 @dataclass
 class SynthesisResult:
     text: str
     mode: str  # "ar" | "speculative"
     audio: np.ndarray  # float32 mono in [-1, 1]
     sample_rate: int
-    generation: GenerationResult
+    generation: GenerationResult  # all chunks combined (see results.combine)
     config: DecodingConfig
     lm_seconds: float
     codec_seconds: float
+    chunks: list[ChunkResult] = field(default_factory=list)
 
     @property
     def duration_seconds(self) -> float:
@@ -118,15 +140,51 @@ class Synthesizer:
         draft: str | None = None,
         voice_prompt: VoicePrompt | None = None,
     ) -> SynthesisResult:
-        from .decoding import autoregressive_generate, speculative_generate
-
+        """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
+        decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses."""
         if mode not in ("ar", "speculative"):
             raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
+        draft_name = draft or self.draft_name
+        if mode == "speculative" and draft_name not in self.drafts:
+            raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
         config = config or self.config()
         # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
         # the backend's end token, or the codec would receive ids it cannot decode.
         config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
-        prompt = self.backend.prompt_ids(text, voice_prompt)
+        base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
+        split = getattr(self.backend, "split_text", None)
+        chunks = split(text) if split is not None else [TextChunk(text)]
+        # Every chunk's prompt first: a chunk that cannot be spoken fails before any decoding.
+        prompts = [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks]
+        pieces: list[np.ndarray] = []
+        results: list[ChunkResult] = []
+        position = 0
+        for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
+            seed = (base_seed + index) % 2**63
+            result, audio = self._decode_chunk(chunk.text, prompt, mode, config.with_(seed=seed), draft_name,
+                                               voice_prompt)
+            result.start_sample, result.end_sample = position, position + len(audio)
+            results.append(result)
+            silence = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000) if index < len(chunks) - 1
+                               else 0, dtype=np.float32)
+            pieces += [audio, silence]
+            position += len(audio) + len(silence)
+        generation = combine([r.generation for r in results])
+        generation.stats.seed = base_seed
+        return SynthesisResult(
+            text=text,
+            mode=mode,
+            audio=np.concatenate(pieces) if pieces else np.zeros(0, np.float32),
+            sample_rate=self.backend.sample_rate,
+            generation=generation,
+            config=config.with_(seed=base_seed),
+            lm_seconds=sum(r.lm_seconds for r in results),
+            codec_seconds=sum(r.codec_seconds for r in results),
+            chunks=results,
+        )
+
+    def _decode_chunk(self, text: str, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
+                      voice_prompt: VoicePrompt | None) -> tuple[ChunkResult, np.ndarray]:
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
         max_context = getattr(self.backend, "max_context", None)
@@ -135,30 +193,21 @@ class Synthesizer:
             if room < 1:
                 raise TextError(f"the prompt takes {len(prompt)} of the model's {max_context} tokens: shorten the text")
             config = config.with_(max_new_tokens=room)
+        make_forced = getattr(self.backend, "forced_tokens", None)
+        forced = make_forced(prompt) if make_forced is not None else None
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         start = time.perf_counter()
         if mode == "ar":
-            generation = autoregressive_generate(self.target, input_ids, config)
+            generation = autoregressive_generate(self.target, input_ids, config, forced=forced)
         else:
-            draft_name = draft or self.draft_name
-            if draft_name not in self.drafts:
-                raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
-            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config)
+            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced)
         lm_seconds = time.perf_counter() - start
         start = time.perf_counter()
         context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
         audio = np.asarray(self.backend.tokens_to_audio(generation.tokens, **context), dtype=np.float32)
         codec_seconds = time.perf_counter() - start
-        return SynthesisResult(
-            text=text,
-            mode=mode,
-            audio=audio,
-            sample_rate=self.backend.sample_rate,
-            generation=generation,
-            config=config,
-            lm_seconds=lm_seconds,
-            codec_seconds=codec_seconds,
-        )
+        chunk = ChunkResult(text, generation, config.seed, 0, 0, lm_seconds, codec_seconds)
+        return chunk, audio
 
 
 @dataclass

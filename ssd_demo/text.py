@@ -1,45 +1,60 @@
-"""English text -> phoneme symbols -> ids, for the embedded voice.
+"""English text -> clean text -> chunks -> timed phoneme tokens, for the embedded voice.
 
-eSpeak NG (through `phonemizer`, with the library and data bundled by the
-`espeakng-loader` wheel, so no system package is needed) expands numbers,
-abbreviations and unknown words and writes IPA with stress marks. Each IPA
-character becomes one token; punctuation and word boundaries are kept because
-they shape the prosody (pauses, question intonation).
-
-Limits: text must be 1 to `MAX_TEXT_CHARS` (100) characters, i.e. one short
-sentence; the voice was trained on sentences of up to about 80 characters and longer text is
-refused with a message rather than rendered badly.
+1. `clean_text`: Unicode NFC, control characters (NUL included) become spaces, whitespace collapses;
+   text with no Latin letter or digit is refused (the voice speaks English only).
+2. `normalize_text`: money, decimals, clock times and abbreviations with inner dots are spelled
+   out, so that a dot inside "12.50" or "Dr." is never read as the end of a sentence.
+3. `split_text`: sentences, then phrases at , ; : and dashes, then balanced word groups, until
+   every chunk fits a phoneme budget. Joining the chunk texts with single spaces gives back the
+   normalised text exactly: nothing is dropped.
+4. `phonemes`: eSpeak NG's phoneme events (`ssd_demo.espeak`) mapped onto the fixed inventory
+   `SYMBOLS` below: one token per sound (stress marks part of the vowel), and one pause token per
+   pause, labelled with the punctuation that caused it. Training uses the same events with their
+   start times (`phoneme_track`), so training and inference read phonemes the same way.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
+import unicodedata
+from dataclasses import dataclass
 
+from . import espeak
 from .synthesis import TextError
 
-#: Longest accepted text, in characters (about 6 seconds of speech; the training sentences are shorter).
-MAX_TEXT_CHARS = 100
 
-#: Punctuation kept as tokens (eSpeak preserves it; it drives pauses and intonation).
-PUNCTUATION = " ,.!?;:-\"'()"
+#: Longest accepted text, in characters (a few paragraphs; it is spoken chunk by chunk).
+MAX_TEXT_CHARS = 3000
 
-#: IPA symbols eSpeak NG writes for English, plus plain letters it uses for a few sounds.
-IPA_SYMBOLS = (
-    "abcdefhijklmnopqrstuvwxyz"
-    "æçðøŋœɐɑɒɔɕɖəɘɚɛɜɝɞɟɡɢɣɤɥɦɨɪɫɬɭɮɯɰɱɲɳɴɵɶɸɹɺɻɽɾʀʁʂʃʈʉʊʋʌʍʎʏʐʑʒʔʕʝʰʲʷˀˈˌːˑ̩̃ᵻθχβ"
+#: Default chunk budget in phoneme tokens (pauses included); see docs/benchmarks.md for how it was chosen.
+CHUNK_PHONEMES = 90
+
+PAUSE = "_"
+PAUSE_MARKS = ",.?!;:"
+PAUSES = (PAUSE,) + tuple(PAUSE + mark for mark in PAUSE_MARKS)
+
+CONSONANTS = (
+    "b", "d", "f", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "x", "z",
+    "ç", "ð", "ŋ", "ɡ", "ɬ", "ɹ", "ɾ", "ʃ", "ʒ", "ʔ", "θ", "dʒ", "tʃ",
 )
+#: Vowels and syllabic consonants: each also appears with primary (ˈ) and secondary (ˌ) stress.
+VOWELS = (
+    "a", "e", "i", "o", "æ", "ɐ", "ɑ", "ɔ", "ə", "ɚ", "ɛ", "ɜ", "ɪ", "ʊ", "ʌ", "ᵻ",
+    "iː", "uː", "ɑː", "ɔː", "ɜː", "aɪ", "aʊ", "eɪ", "oʊ", "ɔɪ", "iə", "ɛɹ", "ɪɹ", "ʊɹ", "ɑːɹ", "ɔːɹ",
+    "aɪɚ", "aɪə", "əl", "n̩", "ɑ̃",
+)
+STRESS = ("", "ˈ", "ˌ")
 
 #: The phoneme inventory, in id order. Fixed in code so that ids never depend on a corpus.
-SYMBOLS: tuple[str, ...] = tuple(dict.fromkeys(PUNCTUATION + IPA_SYMBOLS))
+SYMBOLS: tuple[str, ...] = PAUSES + CONSONANTS + tuple(mark + vowel for vowel in VOWELS for mark in STRESS)
 SYMBOL_TO_INDEX = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 
-_lock = threading.Lock()  # the eSpeak library is not re-entrant
+#: Stress-free phoneme classes (what the phoneme recognizer hears and PER counts); pauses excluded.
+BASE_PHONEMES: tuple[str, ...] = CONSONANTS + VOWELS
+BASE_TO_INDEX = {symbol: index for index, symbol in enumerate(BASE_PHONEMES)}
 
-# phonemizer splits text at punctuation before eSpeak reads it, so "1.5" would become "one. five"
-# while eSpeak itself says "one point five". Spelling such tokens out first keeps the phonemes
-# and the rendered training audio in agreement.
+# A dot inside these is not a sentence end; spelling them out first keeps the chunker honest and
+# gives eSpeak plain words to read.
 _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"\$(\d+)\.(\d\d)\b"), r"\1 dollars \2"),
     (re.compile(r"\$(\d+)"), r"\1 dollars"),
@@ -54,8 +69,32 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"\b([aApP])\.[mM]\.?"), r"\1 m"),
     (re.compile(r"\bMrs\."), "Missus"),
     (re.compile(r"\bMr\."), "Mister"),
+    (re.compile(r"\bMs\."), "Miz"),
     (re.compile(r"\bDr\."), "Doctor"),
+    (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
+    (re.compile(r"\b[Ee]\.g\.", ), "for example"),
+    (re.compile(r"\b[Ii]\.e\.", ), "that is"),
+    (re.compile(r"\betc\."), "et cetera"),
+    (re.compile(r"\bvs\."), "versus"),
+    (re.compile(r"\bNo\.(?= ?\d)"), "number"),
 )
+
+
+def clean_text(text: str) -> str:
+    """NFC, control characters to spaces, whitespace collapsed; TextError for unusable text."""
+    if not isinstance(text, str):
+        raise TextError(f"text must be a string, got {type(text).__name__}")
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
+    text = " ".join(text.split())
+    if not text:
+        raise TextError("text is empty: type a sentence to synthesise")
+    if len(text) > MAX_TEXT_CHARS:
+        raise TextError(f"text is {len(text)} characters long; the embedded voice reads at most {MAX_TEXT_CHARS} "
+                        "characters at a time")
+    if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
+        raise TextError("the embedded voice speaks English: the text has no Latin letters or digits to read")
+    return text
 
 
 def normalize_text(text: str) -> str:
@@ -66,71 +105,165 @@ def normalize_text(text: str) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=1)
-def _backend():
-    import espeakng_loader
-    from phonemizer.backend import EspeakBackend
-    from phonemizer.backend.espeak.wrapper import EspeakWrapper
-
-    # Use the library and voice data bundled in the wheel, never a system install.
-    EspeakWrapper.set_library(espeakng_loader.get_library_path())
-    EspeakWrapper.set_data_path(espeakng_loader.get_data_path())
-    return EspeakBackend("en-us", preserve_punctuation=True, with_stress=True)
-
-
 def check_text(text: str) -> str:
-    """Validate and normalise (see `normalize_text`); raises TextError for text that cannot be spoken."""
-    if not isinstance(text, str):
-        raise TextError(f"text must be a string, got {type(text).__name__}")
-    cleaned = " ".join(text.split())
-    if not cleaned:
-        raise TextError("text is empty: type a sentence to synthesise")
-    if len(cleaned) > MAX_TEXT_CHARS:
-        raise TextError(
-            f"text is {len(cleaned)} characters long; the embedded voice speaks at most "
-            f"{MAX_TEXT_CHARS} characters (one short sentence) at a time"
-        )
-    return normalize_text(cleaned)
+    """`clean_text` then `normalize_text`: what the voice will actually read."""
+    return normalize_text(clean_text(text))
 
 
-def phonemize_many(texts: list[str]) -> list[str]:
-    """IPA strings for many texts (no validation; used to build the training corpus).
-
-    One call per text: phonemizer's punctuation handling can shift the lines of a batched
-    call against its inputs (seen with "1.5" and ":"), which would pair text with the wrong audio.
-    """
-    with _lock:
-        backend = _backend()
-        # Join every line returned: eSpeak may still split one text into several clauses.
-        return [" ".join(backend.phonemize([normalize_text(t)], strip=True, njobs=1)) for t in texts]
+# ---------------------------------------------------------------- phonemes
 
 
-def phonemize(text: str) -> str:
-    """IPA for one validated text."""
-    return phonemize_many([check_text(text)])[0]
+@dataclass(frozen=True)
+class TimedPhoneme:
+    symbol: int  # index into SYMBOLS
+    start_ms: int
+    end_ms: int
 
 
-def symbols_to_ids(phonemes: str) -> list[int]:
-    """Phoneme string -> symbol indices (0-based; the backend offsets them into the LM vocabulary).
+def _symbol_for(ipa: str) -> int | None:
+    """An eSpeak IPA event -> inventory index; unknown stressed vowels fall back to their base."""
+    if ipa in SYMBOL_TO_INDEX:
+        return SYMBOL_TO_INDEX[ipa]
+    bare = ipa.lstrip("ˈˌ")
+    if bare in SYMBOL_TO_INDEX:
+        return SYMBOL_TO_INDEX[bare]
+    bare = "".join(ch for ch in unicodedata.normalize("NFD", bare) if not unicodedata.combining(ch))
+    return SYMBOL_TO_INDEX.get(bare)  # None: a sound outside English (rare in foreign names): skipped
 
-    Symbols outside the inventory are dropped (rare diacritics). Raises TextError when
-    nothing pronounceable is left (only punctuation, emoji, ...).
-    """
-    ids = [SYMBOL_TO_INDEX[ch] for ch in phonemes if ch in SYMBOL_TO_INDEX]
-    if not any(SYMBOLS[i] not in PUNCTUATION for i in ids):
+
+def _pause_symbol(text: str, text_position: int) -> int:
+    """Label a pause with the punctuation just before it (eSpeak reports 1-based positions)."""
+    index = text_position - 2
+    for offset in range(3):
+        i = index - offset
+        if 0 <= i < len(text) and text[i] in PAUSE_MARKS:
+            return SYMBOL_TO_INDEX[PAUSE + text[i]]
+        if 0 <= i < len(text) and text[i].isalnum():
+            break
+    return SYMBOL_TO_INDEX[PAUSE]
+
+
+def events_to_track(text: str, events: list[espeak.PhonemeEvent], duration_ms: int) -> list[TimedPhoneme]:
+    """eSpeak events -> inventory symbols with [start, end) times; consecutive pauses merge into one."""
+    track: list[list[int]] = []  # [symbol, start]
+    for event in events:
+        if event.ipa == "":
+            symbol = _pause_symbol(text, event.text_position)
+            if track and SYMBOLS[track[-1][0]].startswith(PAUSE):
+                if track[-1][0] == SYMBOL_TO_INDEX[PAUSE]:
+                    track[-1][0] = symbol  # keep the more specific label
+                continue
+        else:
+            symbol = _symbol_for(event.ipa)
+            if symbol is None:
+                continue
+        track.append([symbol, event.start_ms])
+    ends = [start for _, start in track[1:]] + [max(duration_ms, track[-1][1] if track else 0)]
+    return [TimedPhoneme(symbol, start, max(start, end)) for (symbol, start), end in zip(track, ends)]
+
+
+def phoneme_track(text: str) -> list[TimedPhoneme]:
+    """Timed phonemes of already normalised text, as eSpeak NG (en-us, 175 wpm) plans them."""
+    rendering_events = espeak.phoneme_events(text)
+    last = rendering_events[-1].start_ms if rendering_events else 0
+    return events_to_track(text, rendering_events, last)
+
+
+def phonemes(text: str) -> list[int]:
+    """Inventory indices for `text` (cleaned and normalised here); TextError if nothing is pronounceable."""
+    text = check_text(text)
+    symbols = [p.symbol for p in phoneme_track(text)]
+    if not any(not SYMBOLS[s].startswith(PAUSE) for s in symbols):
         raise TextError("nothing pronounceable in the text: it needs at least one word")
-    # Collapse runs of spaces left by dropped symbols; strip edge spaces.
-    out: list[int] = []
-    space = SYMBOL_TO_INDEX[" "]
-    for index in ids:
-        if index == space and (not out or out[-1] == space):
-            continue
-        out.append(index)
-    while out and out[-1] == space:
-        out.pop()
+    return symbols
+
+
+def base_phonemes(symbols: list[int]) -> list[int]:
+    """Inventory indices -> stress-free phoneme classes, pauses dropped (the units PER counts)."""
+    out = []
+    for s in symbols:
+        symbol = SYMBOLS[s]
+        if not symbol.startswith(PAUSE):
+            out.append(BASE_TO_INDEX[symbol.lstrip("ˈˌ")])
     return out
 
 
-def text_to_ids(text: str) -> list[int]:
-    """English text -> phoneme symbol indices; raises TextError for unusable text."""
-    return symbols_to_ids(phonemize(text))
+# ---------------------------------------------------------------- chunking
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    pause_after_ms: int  # silence to insert after this chunk when joining audio
+
+
+#: Silence after a chunk, by how it ends: sentence end, phrase break, or a split inside a phrase.
+SENTENCE_PAUSE_MS = 350
+PHRASE_PAUSE_MS = 150
+WORD_PAUSE_MS = 30
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+_PHRASE_END = re.compile(r"(?<=[,;:])\s+|\s+(?=[-–—]+\s)")
+
+
+def _pause_for(piece: str, is_last: bool) -> int:
+    stripped = piece.rstrip("\"')] ")
+    if is_last or stripped.endswith((".", "!", "?")):
+        return SENTENCE_PAUSE_MS
+    if stripped.endswith((",", ";", ":", "-", "–", "—")):
+        return PHRASE_PAUSE_MS
+    return WORD_PAUSE_MS
+
+
+def split_text(text: str, budget: int = CHUNK_PHONEMES, count=None) -> list[Chunk]:
+    """Chunks of normalised `text` of at most `budget` phoneme tokens each (single words may exceed it).
+
+    `count(piece) -> int` measures a piece (default: its eSpeak phoneme tokens). Joining the chunk
+    texts with single spaces gives `text` back unchanged.
+    """
+    count = count or (lambda piece: len(phoneme_track(piece)))
+    words_pieces: list[str] = []
+    for sentence in _split(text, _SENTENCE_END):
+        if count(sentence) <= budget:
+            words_pieces.append(sentence)
+            continue
+        for phrase in _pack(_split(sentence, _PHRASE_END), budget, count):
+            if count(phrase) <= budget:
+                words_pieces.append(phrase)
+            else:
+                words_pieces.extend(_split_words(phrase, budget, count))
+    return [Chunk(piece, _pause_for(piece, i == len(words_pieces) - 1)) for i, piece in enumerate(words_pieces)]
+
+
+def _split(text: str, pattern: re.Pattern) -> list[str]:
+    return [piece for piece in pattern.split(text) if piece]
+
+
+def _pack(pieces: list[str], budget: int, count) -> list[str]:
+    """Greedily join neighbouring pieces while they fit the budget (fewer, longer chunks sound better)."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and count(out[-1] + " " + piece) <= budget:
+            out[-1] = out[-1] + " " + piece
+        else:
+            out.append(piece)
+    return out
+
+
+def _split_words(phrase: str, budget: int, count) -> list[str]:
+    """Split a phrase into the fewest word groups that fit, their sizes differing by one word at most."""
+    words = phrase.split(" ")
+    for parts in range(2, len(words) + 1):
+        size, extra = divmod(len(words), parts)
+        bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+        groups = [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:])]
+        if all(count(g) <= budget for g in groups):
+            return groups
+    return words
+
+
+__all__ = [
+    "BASE_PHONEMES", "CHUNK_PHONEMES", "Chunk", "MAX_TEXT_CHARS", "SYMBOLS", "TextError", "TimedPhoneme",
+    "base_phonemes", "check_text", "clean_text", "events_to_track", "normalize_text", "phoneme_track",
+    "phonemes", "split_text",
+]

@@ -1,61 +1,60 @@
-"""The text front end: phonemes for ordinary English, clear errors for text that cannot be spoken."""
+"""The text front end: hygiene, refusals, phonemes from eSpeak NG's events, and the chunker."""
 
 import pytest
 
 from ssd_demo import TextError
+from ssd_demo import espeak
 from ssd_demo import text
 
 
-def test_sentence_becomes_phoneme_ids():
-    ids = text.text_to_ids("Hello, world!")
-    symbols = "".join(text.SYMBOLS[i] for i in ids)
-    assert "h" in symbols and "w" in symbols
-    assert "," in symbols and symbols.endswith("!")
-    assert all(0 <= i < len(text.SYMBOLS) for i in ids)
+def symbols(ids: list[int]) -> list[str]:
+    return [text.SYMBOLS[i] for i in ids]
+
+
+def test_sentence_becomes_phoneme_symbols_with_stress_and_pauses():
+    spoken = symbols(text.phonemes("Hello, world!"))
+    assert spoken[:4] == ["h", "ə", "l", "ˈoʊ"]
+    assert "_," in spoken and spoken[-1] == "_!"
+    assert {"w", "ˈɜː", "l", "d"} <= set(spoken)
 
 
 def test_numbers_are_spoken_as_words():
-    digits = text.phonemize("I have 42 apples.")
-    words = text.phonemize("I have forty-two apples.")
-    assert "4" not in digits
-    assert digits.replace(" ", "").replace("-", "") == words.replace(" ", "").replace("-", "")
+    assert text.phonemes("I have 42 apples.") == text.phonemes("I have forty-two apples.")
 
 
-def test_question_keeps_its_mark_and_differs_from_statement():
-    assert text.text_to_ids("Is it raining?")[-1] == text.SYMBOL_TO_INDEX["?"]
-    assert text.text_to_ids("It is raining.")[-1] == text.SYMBOL_TO_INDEX["."]
+def test_question_and_statement_end_with_their_pause():
+    assert symbols(text.phonemes("Is it raining?"))[-1] == "_?"
+    assert symbols(text.phonemes("It is raining."))[-1] == "_."
 
 
 def test_unknown_words_are_pronounced():
-    ids = text.text_to_ids("The zorblaxian wibbleflonk.")
-    assert len(ids) > 10
+    assert len(text.phonemes("The zorblaxian wibbleflonk.")) > 15
 
 
-def test_whitespace_is_normalised():
-    assert text.text_to_ids("  Good   morning \n") == text.text_to_ids("Good morning")
+def test_whitespace_and_control_characters_are_cleaned():
+    assert text.clean_text("  Good \t morning \n") == "Good morning"
+    assert text.clean_text("Hello\x00 world") == "Hello world"  # NUL no longer cuts the text
+    assert text.clean_text("a\u200bb") == "a b"  # format characters too
+    assert text.phonemes("Hello\x00 world") == text.phonemes("Hello world")
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "\n\t", "!!! ???", "...", "x" * (text.MAX_TEXT_CHARS + 1)])
-def test_bad_text_raises_text_error(bad):
-    with pytest.raises(TextError):
-        text.text_to_ids(bad)
+@pytest.mark.parametrize("bad, reason", [
+    ("", "empty"), ("   ", "empty"), ("\n\t\x00", "empty"),
+    ("你好，世界", "Latin"), ("😀🎉", "Latin"), ("!!! ???", "Latin"),
+    ("x" * (text.MAX_TEXT_CHARS + 1), "at most"),
+])
+def test_bad_text_raises_a_specific_text_error(bad, reason):
+    with pytest.raises(TextError, match=reason):
+        text.phonemes(bad)
 
 
-def test_text_error_is_a_value_error_with_a_message():
-    with pytest.raises(ValueError, match="at most"):
-        text.check_text("word " * 100)
+def test_text_with_some_latin_letters_is_read():
+    assert len(text.phonemes("Tokyo 東京 is big.")) > 5
 
 
 def test_non_string_is_refused():
     with pytest.raises(TextError):
-        text.check_text(None)  # type: ignore[arg-type]
-
-
-def test_batched_phonemes_stay_aligned_with_their_texts():
-    # A batched phonemizer call once shifted lines against inputs around "1.5" and ":";
-    # the corpus would then pair each text with another sentence's audio.
-    texts = ["It takes 1.5 hours to reach the garden.", "Chapter 2: the wooden mouse.", "Why?", "Hello, world!"]
-    assert text.phonemize_many(texts) == [text.phonemize(t) for t in texts]
+        text.clean_text(None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -68,8 +67,61 @@ def test_batched_phonemes_stay_aligned_with_their_texts():
         ("Dr. Patel left at 6 p.m. today.", "Doctor Patel left at 6 p m today."),
     ],
 )
-def test_numbers_with_inner_punctuation_are_spelled_out(raw, spoken):
-    # Otherwise the phonemizer's punctuation split reads "1.25" as "one. twenty-five",
-    # unlike the audio eSpeak renders for the same text.
+def test_inner_dots_are_spelled_out(raw, spoken):
+    # A dot inside a number or an abbreviation must not end a chunk.
     assert text.normalize_text(raw) == spoken
-    assert "." not in text.phonemize(raw)[:-1]
+
+
+def test_events_map_onto_the_inventory_and_pauses_merge():
+    spoken = "Yes, no."
+    rendering = espeak.synthesize(spoken)
+    track = text.events_to_track(spoken, rendering.events, rendering.duration_ms)
+    assert [text.SYMBOLS[p.symbol] for p in track] == ["j", "ˈɛ", "s", "_,", "n", "ˈoʊ", "_."]
+    assert all(p.end_ms >= p.start_ms for p in track)
+    assert track[-1].end_ms == rendering.duration_ms
+    assert all(a.end_ms == b.start_ms for a, b in zip(track, track[1:]))
+
+
+def test_base_phonemes_drop_stress_and_pauses():
+    base = [text.BASE_PHONEMES[i] for i in text.base_phonemes(text.phonemes("Yes, no."))]
+    assert base == ["j", "ɛ", "s", "n", "oʊ"]
+
+
+PARAGRAPH = (
+    "When the orchestra finished the final movement, the audience stood up and applauded for several "
+    "minutes. Please call Stella and ask her to bring these things from the store: six spoons of fresh "
+    "snow peas, five thick slabs of blue cheese, and maybe a snack for her brother Bob! Did she remember "
+    "the 12.50 dollars - or was it Dr. Brown who paid? Thanks."
+)
+
+
+def test_chunks_fit_the_budget_and_lose_no_text():
+    normalised = text.check_text(PARAGRAPH)
+    chunks = text.split_text(normalised, budget=40)
+    assert " ".join(c.text for c in chunks) == normalised
+    assert len(chunks) >= 6
+    assert all(len(text.phoneme_track(c.text)) <= 40 for c in chunks)
+
+
+def test_chunks_split_at_sentences_before_phrases_and_pause_by_punctuation():
+    normalised = text.check_text(PARAGRAPH)
+    chunks = text.split_text(normalised, budget=200)
+    assert [c.text[-1] for c in chunks] == [".", "!", "?", "."]  # whole sentences when they fit
+    assert all(c.pause_after_ms == text.SENTENCE_PAUSE_MS for c in chunks)
+    phrases = text.split_text("One two three, four five six; seven eight nine.", budget=12)
+    assert [c.text for c in phrases] == ["One two three,", "four five six;", "seven eight nine."]
+    assert [c.pause_after_ms for c in phrases] == [text.PHRASE_PAUSE_MS, text.PHRASE_PAUSE_MS, text.SENTENCE_PAUSE_MS]
+
+
+def test_long_phrase_without_punctuation_splits_into_balanced_word_groups():
+    sentence = " ".join(["banana"] * 30) + "."
+    chunks = text.split_text(sentence, budget=50)
+    assert " ".join(c.text for c in chunks) == sentence
+    sizes = [len(c.text.split()) for c in chunks]
+    assert max(sizes) - min(sizes) <= 1
+    assert all(c.pause_after_ms == text.WORD_PAUSE_MS for c in chunks[:-1])
+
+
+def test_decimals_and_abbreviations_do_not_end_a_chunk():
+    chunks = text.split_text(text.check_text("Dr. Brown paid $3.50 at 9:30 a.m. yesterday. Then he left."), budget=200)
+    assert len(chunks) == 2
