@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,train,stimuli,sweep,clicks} ...
+"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks} ...
 
 Each subcommand lives in the module that does the work; that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "bench": ("ssd_demo.benchmark", "time AR vs speculative vs transformers' assisted generation"),
     "eval": ("ssd_demo.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
     "train": ("ssd_demo.training.cli", "build the corpus and train the embedded voice"),
+    "train-recognizer": ("ssd_demo.training.recognizer", "train the phoneme recognizer that measures intelligibility"),
     "stimuli": ("ssd_demo.listening.stimuli", "render a listening-test stimulus set"),
     "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
     "clicks": ("ssd_demo.click_timing", "time one click of the app's compare button (handler code, no browser)"),

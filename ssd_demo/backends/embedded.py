@@ -1,10 +1,14 @@
 """The embedded offline voice: a small codec-token TTS shipped in assets/embedded.
 
-Prompt: [BOS] + phoneme ids + [SPEECH_START]; the LM then writes speech tokens (k-means
-codes of 50 Hz log-mel frames) and END_OF_SPEECH, which the codec turns back into audio
-with Griffin-Lim. Target: a 12-layer Llama; drafts: "distilled" (a 2-layer model trained
-with KL to the target) and "layers" (the target's bottom layer + top two layers, the SSD
-paper's construction). Everything loads offline on a CPU.
+Text is cleaned, normalised and split into chunks of at most `text.CHUNK_PHONEMES` phonemes
+(sentences, then phrases). Each chunk's prompt is [BOS] + phonemes + [SPEECH_START] + first
+phoneme; the LM writes speech tokens (k-means codes of 50 Hz log-mel frames) and NEXT markers,
+and the decoder inserts the next phoneme after each NEXT and END after the last
+(`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. The codec turns the speech
+tokens back into audio with Griffin-Lim; chunks are joined with pauses set by their punctuation.
+Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target)
+and "layers" (the target's bottom layer + top two layers, the SSD paper's construction).
+Everything loads offline on a CPU.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import torch
 from ..codec import Codec
 from ..config import DecodingConfig
 from ..groups import ACOUSTIC_EMBEDDINGS_ATTR
-from ..synthesis import Synthesizer, TextError, VoicePrompt
+from ..synthesis import Synthesizer, TextChunk, TextError, VoicePrompt
 from .. import text as text_frontend
-from .vocab import VocabLayout
+from .vocab import PhonemeSchedule, VocabLayout
 
 #: Where the shipped voice lives (repository root / assets / embedded).
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "assets" / "embedded"
@@ -31,7 +35,10 @@ META_NAME = "voice.json"
 # AR MCD-DTW was lowest at low temperature (greedy 41.9, 0.3 -> 44.3, 0.5 -> 46.1, 0.8 -> 54.3 dB on 8
 # sentences), and beta = 0.2 is the largest tested tolerance that kept both drafts within 5% of AR's MCD.
 # cost_ratio: c measured for the distilled draft on one CPU thread (0.13-0.15), for adaptive K.
-DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=4, beta=0.2, max_new_tokens=500,
+# max_new_tokens is per chunk: a 90-phoneme chunk takes about 700 tokens (frames, NEXT markers and
+# the inserted phonemes), and the schedule ends any phoneme after 120 frames, so 1,500 is never the
+# reason a chunk stops unless the model misbehaves.
+DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=4, beta=0.2, max_new_tokens=1500,
                                 cost_ratio=0.14)
 
 
@@ -41,6 +48,7 @@ class EmbeddedBackend:
     name = "embedded"
     licence = "Apache-2.0 (weights trained by this project on eSpeak NG output)"
     max_text_chars = text_frontend.MAX_TEXT_CHARS
+    chunk_phonemes = text_frontend.CHUNK_PHONEMES
 
     def __init__(self, layout: VocabLayout, codec: Codec, default: DecodingConfig = DEFAULT_CONFIG):
         if layout.n_speech != codec.config.codebook_size:
@@ -70,10 +78,20 @@ class EmbeddedBackend:
     def default_config(self) -> DecodingConfig:
         return self._default
 
+    def split_text(self, text: str) -> list[TextChunk]:
+        """Cleaned, normalised text in chunks the voice speaks reliably (TextError if unusable)."""
+        chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.chunk_phonemes)
+        return [TextChunk(c.text, c.pause_after_ms) for c in chunks]
+
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         if voice_prompt is not None:
             raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
-        return self.layout.prompt(text_frontend.text_to_ids(text))
+        return self.layout.prompt(text_frontend.phonemes(text))
+
+    def forced_tokens(self, prompt: list[int]) -> PhonemeSchedule:
+        """The chunk's phoneme schedule, read back from its prompt."""
+        end = prompt.index(self.layout.speech_start_id)
+        return self.layout.schedule([token - self.layout.phoneme_offset for token in prompt[1:end]])
 
     def acoustic_embeddings(self, vocab_size: int) -> torch.Tensor:
         """[vocab_size, n_mels]: each speech token's codec centroid (centred); zeros elsewhere."""
@@ -85,9 +103,14 @@ class EmbeddedBackend:
 
     def token_label(self, token: int) -> str:
         """How the app's token view names an id: the codec code number, or END for end of speech."""
-        if int(token) == self.eos_token_id:
+        token = int(token)
+        if token == self.eos_token_id:
             return "END"
-        return str(int(token) - self.layout.speech_offset)
+        if token == self.layout.next_phoneme_id:
+            return "|"
+        if self.layout.phoneme_offset <= token < self.layout.speech_offset:
+            return "/" + text_frontend.SYMBOLS[token - self.layout.phoneme_offset] + "/"
+        return str(token - self.layout.speech_offset)
 
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
         codes = self.layout.codes(tokens)

@@ -1,13 +1,26 @@
-"""The embedded voice's token layout, shared by training and inference.
+"""The embedded voice's token layout and phoneme schedule, shared by training and inference.
 
-One vocabulary for the target and both drafts: four specials, then the phoneme symbols
-of `ssd_demo.text`, then the codec's speech tokens. A prompt is
-[BOS] + phonemes + [SPEECH_START]; the model then writes speech tokens and END_OF_SPEECH.
+One vocabulary for the target and both drafts: five specials, the phoneme symbols of
+`ssd_demo.text`, then the codec's speech tokens. A sequence reads
+
+    [BOS] p_1 ... p_N [SPEECH_START] p_1 s s s [NEXT] p_2 s s [NEXT] ... p_N s s [NEXT] [END]
+
+The prompt states the whole text (p_1..p_N); the speech part repeats each phoneme right before the
+frames that say it. The model writes only speech tokens and NEXT ("this phoneme is done"); the
+phoneme after each NEXT, and END after the last one, are inserted by the decoder (a forced-token
+schedule, `PhonemeSchedule`). So the model always knows which sound it is saying, and no word can
+be skipped or made up: alignment comes from the format, not from attention learned on a small
+corpus. The model decides every duration, so timing and rhythm are still its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+#: A phoneme that has lasted this many frames (2.4 s at 50 frames/s) is ended by the decoder, so a
+#: model stuck on one sound cannot run to the length limit. Longer than any phoneme or pause eSpeak
+#: produces at the rates the voice was trained on.
+MAX_PHONEME_FRAMES = 120
 
 
 @dataclass(frozen=True)
@@ -18,7 +31,8 @@ class VocabLayout:
     bos_id: int = 1
     speech_start_id: int = 2
     end_of_speech_id: int = 3
-    phoneme_offset: int = 4
+    next_phoneme_id: int = 4
+    phoneme_offset: int = 5
 
     @property
     def speech_offset(self) -> int:
@@ -28,14 +42,39 @@ class VocabLayout:
     def vocab_size(self) -> int:
         return self.speech_offset + self.n_speech
 
-    def prompt(self, phoneme_indices: list[int]) -> list[int]:
-        return [self.bos_id] + [self.phoneme_offset + i for i in phoneme_indices] + [self.speech_start_id]
+    def phoneme_ids(self, symbols: list[int]) -> list[int]:
+        return [self.phoneme_offset + int(s) for s in symbols]
+
+    def prompt(self, symbols: list[int]) -> list[int]:
+        """[BOS] phonemes [SPEECH_START] first phoneme: everything before the first generated token."""
+        if not symbols:
+            raise ValueError("a prompt needs at least one phoneme")
+        ids = self.phoneme_ids(symbols)
+        return [self.bos_id, *ids, self.speech_start_id, ids[0]]
+
+    def stream(self, symbols: list[int], frames: list[list[int]]) -> list[int]:
+        """The generated part for training: each phoneme's speech codes, NEXT, the next phoneme...
+
+        `frames[i]` holds the codec codes of phoneme i. The first phoneme is not repeated (it ends the
+        prompt); the stream ends with NEXT, END.
+        """
+        ids = self.phoneme_ids(symbols)
+        out: list[int] = []
+        for i, codes in enumerate(frames):
+            out += self.speech_ids(codes)
+            out.append(self.next_phoneme_id)
+            out.append(ids[i + 1] if i + 1 < len(ids) else self.end_of_speech_id)
+        return out
+
+    def is_forced(self, previous: int) -> bool:
+        """Whether the token after `previous` in a stream was inserted by the schedule (not predicted)."""
+        return previous == self.next_phoneme_id
 
     def speech_ids(self, codes) -> list[int]:
         return [self.speech_offset + int(c) for c in codes]
 
     def codes(self, token_ids) -> list[int]:
-        """Speech token ids -> codec indices; the end token and anything after it is dropped."""
+        """Generated ids -> codec indices: speech tokens kept, markers skipped, END stops."""
         out: list[int] = []
         for token in token_ids:
             token = int(token)
@@ -46,7 +85,12 @@ class VocabLayout:
         return out
 
     def allowed_ids(self) -> list[int]:
-        return list(range(self.speech_offset, self.vocab_size)) + [self.end_of_speech_id]
+        """What the model may sample: speech tokens and NEXT (phonemes and END are inserted)."""
+        return list(range(self.speech_offset, self.vocab_size)) + [self.next_phoneme_id]
+
+    def schedule(self, symbols: list[int], max_frames: int = MAX_PHONEME_FRAMES) -> "PhonemeSchedule":
+        return PhonemeSchedule(tuple(self.phoneme_ids(symbols)), self.next_phoneme_id, self.end_of_speech_id,
+                               self.speech_offset, max_frames)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -55,5 +99,43 @@ class VocabLayout:
 
     @classmethod
     def from_dict(cls, data: dict) -> "VocabLayout":
-        fields = ("n_phonemes", "n_speech", "pad_id", "bos_id", "speech_start_id", "end_of_speech_id", "phoneme_offset")
+        fields = ("n_phonemes", "n_speech", "pad_id", "bos_id", "speech_start_id", "end_of_speech_id",
+                  "next_phoneme_id", "phoneme_offset")
+        missing = [k for k in fields if k not in data]
+        if missing:
+            raise ValueError(f"voice layout lacks {missing}: it was made by an older version; retrain or update it")
         return cls(**{k: int(data[k]) for k in fields})
+
+
+@dataclass(frozen=True)
+class PhonemeSchedule:
+    """The forced-token schedule of one chunk (see `ssd_demo.decoding.ForcedTokens`).
+
+    State: (index of the phoneme being spoken, frames spoken for it). After NEXT the next phoneme is
+    inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too.
+    """
+
+    phonemes: tuple[int, ...]
+    next_id: int
+    end_id: int
+    speech_offset: int
+    max_frames: int
+
+    def initial_state(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def _next(self, index: int) -> tuple[tuple[int, int], tuple[int, ...]]:
+        if index + 1 < len(self.phonemes):
+            return (index + 1, 0), (self.phonemes[index + 1],)
+        return (len(self.phonemes), 0), (self.end_id,)
+
+    def advance(self, state: tuple[int, int], token: int) -> tuple[tuple[int, int], tuple[int, ...]]:
+        index, frames = state
+        if token == self.next_id:
+            return self._next(index)
+        if token >= self.speech_offset:
+            if frames + 1 >= self.max_frames:
+                new_state, forced = self._next(index)
+                return new_state, (self.next_id, *forced)
+            return (index, frames + 1), ()
+        return state, ()

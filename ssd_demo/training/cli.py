@@ -24,15 +24,25 @@ from pathlib import Path
 import torch
 
 from ..backends.vocab import VocabLayout
-from .dataset import DataConfig, build_dataset, load_codec
-from .train import ModelSpec, StageConfig, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft, make_llama, train_stage
+from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
+from .train import (ModelSpec, StageConfig, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft, make_llama,
+                    train_stage, warm_start)
 
 STAGES = ("data", "target", "layers", "distilled", "export")
+
+#: Example sentences the app offers (not from the training corpus).
+EXAMPLES = (
+    "Speculative decoding drafts several tokens and verifies them at once.",
+    "My sister bought a red bicycle last week.",
+    "When the orchestra finished the final movement, the audience stood up and applauded.",
+    "Could you call me back after 6 p.m. tomorrow?",
+    "The weather is nice today.",
+)
 
 
 @dataclass(frozen=True)
 class Recipe:
-    data: DataConfig = DataConfig()
+    data: DataConfig = DataConfig(corpus_size=20000, codec=str(SHIPPED_CODEC))
     # Sized for a shared 2-core CPU: 12 layers keep the target's decode step >= 10x the one-layer
     # draft's, 256 wide keeps training to about an hour.
     target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2)
@@ -43,6 +53,9 @@ class Recipe:
     layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     eval_examples: int = 100
+    # Longest training sequence in tokens: a chunk of text.CHUNK_PHONEMES phonemes takes about 700,
+    # and the rare longer corpus sentences would only slow training down.
+    max_sequence: int = 900
 
 
 def smoke_recipe() -> Recipe:
@@ -73,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus-size", type=int, default=None,
                         help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--init-from", type=Path, default=None,
+                        help="a trained voice folder to start the target and the distilled draft from (same widths)")
 
 
 def _model_dir(out: Path, name: str) -> Path:
@@ -106,7 +121,9 @@ def main(args: argparse.Namespace) -> int:
 
     data = build_dataset(out, recipe.data, log=log)
     layout = VocabLayout.from_dict(data["layout"])
-    train_examples, test_examples = data["train"], data["test"][: recipe.eval_examples]
+    train_examples = [e for e in data["train"] if len(e["prompt"]) + len(e["speech"]) <= recipe.max_sequence]
+    test_examples = data["test"][: recipe.eval_examples]
+    log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
 
     def load_or_none(name: str):
         from transformers import AutoModelForCausalLM
@@ -125,6 +142,8 @@ def main(args: argparse.Namespace) -> int:
     if "target" in stages and target is None:
         torch.manual_seed(recipe.data.seed)
         target = make_llama(layout, recipe.target)
+        if args.init_from is not None:
+            _warm_start(target, args.init_from, "target", layout, log)
         summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
                               recipe.target_stage, out, log)
         finish("target", target, summary)
@@ -145,6 +164,8 @@ def main(args: argparse.Namespace) -> int:
     if "distilled" in stages and load_or_none("distilled") is None:
         torch.manual_seed(recipe.data.seed + 1)
         draft_b = make_llama(layout, recipe.distilled)
+        if args.init_from is not None:
+            _warm_start(draft_b, args.init_from, "draft_distilled", layout, log)
         summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
                               train_examples, layout, recipe.distilled_stage, out, log)
         finish("distilled", draft_b, summary)
@@ -152,6 +173,15 @@ def main(args: argparse.Namespace) -> int:
     if "export" in stages:
         export_voice(out, args.export or out / "export", data, recipe, log)
     return 0
+
+
+def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> None:
+    from transformers import AutoModelForCausalLM
+
+    source = AutoModelForCausalLM.from_pretrained(voice / folder, dtype=torch.float32)
+    source_layout = json.loads((voice / "voice.json").read_text())["vocab"]
+    copied = warm_start(model, source, source_layout, layout)
+    log(f"{folder}: warm start from {voice / folder}: {len(copied)} tensors copied")
 
 
 def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -> None:
@@ -168,10 +198,11 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -
         summaries[name] = summary
     load_codec(data).save(dest / "codec")
     test_texts = [e["text"] for e in data["test"]]
-    (dest / "examples.txt").write_text("\n".join(test_texts[:12]) + "\n")
+    (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
     meta = {
         "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
-        "data": data["config"],
+        "data": {**data["config"], "codec": Path(data["config"]["codec"]).name if data["config"]["codec"] else ""},
+        "audio_hours": round(data.get("audio_hours", 0.0), 2),
         "dataset_build_seconds": round(data["build_seconds"], 1),
         "train_sentences": len(data["train"]),
         "test_sentences": test_texts,

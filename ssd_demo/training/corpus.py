@@ -1,15 +1,18 @@
-"""A training corpus of English sentences, generated from templates and word lists in this file.
+"""A training corpus of English sentences: templates, and free word sequences from a large word list.
 
-Nothing is downloaded: every sentence is either hand-written below or built by filling
-templates with words chosen by a seeded random generator, so the corpus is the same on
-every machine and free to ship. It mixes statements, questions, exclamations, numbers
-(counts, years, prices, times, decimals), lists with commas and clauses with semicolons,
-so the voice meets the punctuation and number readings it will see in the demo.
+Nothing is downloaded: every sentence is hand-written below, built by filling templates with
+words chosen by a seeded random generator, or drawn word by word from `wordfreq`'s English list
+(installed with the package; 20,000 words). The templates bring sentence shapes, numbers, prices,
+times and punctuation; the free sequences bring a vocabulary of thousands of words in an order no
+language model can guess, so that the voice learns to read the phonemes rather than to
+continue familiar sentences. The corpus is the same on every machine.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from dataclasses import dataclass
 
 NAMES = (
@@ -163,6 +166,54 @@ MONTHS = (
 class CorpusConfig:
     size: int = 5000  # number of sentences (hand-written ones included)
     seed: int = 1234
+    free_share: float = 0.6  # share of free word sequences; the rest are templates
+
+
+# Words a public demo should not say, and tokens that are not words (wordfreq lists web text).
+_BLOCKED = frozenset("""
+    fuck fucking fucked fucker shit shitty bitch bitches cunt dick dicks cock cocks pussy porn porno
+    nigga nigger niggas fag faggot slut whore twat wank wanker bastard asshole ass tits boobs cum rape
+    raped rapist nazi nazis penis vagina sex sexy horny dildo
+""".split())
+_BLOCKED_STEMS = ("fuck", "shit", "nigg", "cunt", "porn", "rapi", "rape", "whor", "slut", "twat", "wank", "bitch",
+                  "fag", "dick", "cock", "pussy", "sex", "nazi", "penis", "vagin", "orgas", "nude", "naked", "kill")
+
+
+@functools.lru_cache(maxsize=4)
+def word_list(size: int = 20_000) -> tuple[str, ...]:
+    """The `size` most frequent English words that are plain words (letters, an inner apostrophe)."""
+    from wordfreq import top_n_list  # training only: the app never needs it
+
+    words = []
+    for word in top_n_list("en", size * 2):
+        if len(words) == size:
+            break
+        plain = re.fullmatch(r"[a-z]+(?:'[a-z]+)?", word) and (len(word) > 1 or word in "ai")
+        if plain and word not in _BLOCKED and not word.startswith(_BLOCKED_STEMS):
+            words.append(word)
+    return tuple(words)
+
+
+def free_sentence(rng: random.Random, words: tuple[str, ...], min_words: int = 3, max_words: int = 18) -> str:
+    """Random words with punctuation, a number or a name now and then; capitalised like a sentence."""
+    n = rng.randint(min_words, max_words)
+    out: list[str] = []
+    for i in range(n):
+        roll = rng.random()
+        if roll < 0.04:
+            word = str(rng.choice((rng.randint(0, 20), rng.randint(21, 999), rng.randint(1000, 99999),
+                                   rng.randint(1850, 2030))))
+        elif roll < 0.08:
+            word = rng.choice(NAMES + PLACES)
+        else:
+            # Half the draws uniform over the list (rare words and their sounds), half from the top 2,000.
+            word = rng.choice(words) if rng.random() < 0.5 else rng.choice(words[:2000])
+        out.append(word)
+        if i < n - 1 and rng.random() < 0.08:
+            out[-1] += rng.choice((",", ",", ",", ";", ":", " -"))
+    sentence = " ".join(out)
+    sentence = sentence[0].upper() + sentence[1:] + rng.choice((".", ".", ".", "?", "!"))
+    return sentence
 
 
 def _fill(template: str, rng: random.Random) -> str:
@@ -196,6 +247,7 @@ def _fill(template: str, rng: random.Random) -> str:
 def build_corpus(config: CorpusConfig = CorpusConfig()) -> list[str]:
     """`config.size` distinct sentences: the hand-written ones, then generated ones (deterministic)."""
     rng = random.Random(config.seed)
+    words = word_list() if config.free_share > 0 else ()
     sentences = list(dict.fromkeys(HAND_WRITTEN))[: config.size]
     seen = set(sentences)
     attempts = 0
@@ -203,7 +255,10 @@ def build_corpus(config: CorpusConfig = CorpusConfig()) -> list[str]:
         attempts += 1
         if attempts > config.size * 50:
             raise ValueError(f"could not generate {config.size} distinct sentences from the templates")
-        sentence = _fill(rng.choice(TEMPLATES), rng)
+        if rng.random() < config.free_share:
+            sentence = free_sentence(rng, words)
+        else:
+            sentence = _fill(rng.choice(TEMPLATES), rng)
         if sentence not in seen:
             seen.add(sentence)
             sentences.append(sentence)

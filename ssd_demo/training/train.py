@@ -1,7 +1,8 @@
 """Train the embedded voice: the target LM, draft A ("layers") and draft B ("distilled").
 
-- Target: a LlamaForCausalLM over [BOS] phonemes [SPEECH_START] speech... [END_OF_SPEECH],
-  cross-entropy on the speech tokens and the end token only (the text is given, not predicted).
+- Target: a LlamaForCausalLM over the sequences of `backends.vocab` (prompt, then speech tokens
+  with NEXT markers and the phonemes the decoder inserts), cross-entropy on what the model samples
+  at inference: speech tokens and NEXT (the text and the inserted tokens are given, not predicted).
 - Draft A, the SSD paper's construction: the target's bottom layer(s) and top layers stacked into a
   shallow model of the same width, initialised from the target; only the bottom layer(s), the final
   norm and the head are trained (cross-entropy), the rest stays frozen.
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..backends.vocab import VocabLayout
+from .precision import autocast
 
 IGNORE = -100
 
@@ -106,7 +108,7 @@ def make_batches(examples: list[dict], batch_tokens: int, rng: random.Random) ->
     order = sorted(examples, key=lambda e: len(e["prompt"]) + len(e["speech"]) + rng.random())
     batches, current, longest = [], [], 0
     for example in order:
-        length = len(example["prompt"]) + len(example["speech"]) + 1
+        length = len(example["prompt"]) + len(example["speech"])
         if current and max(longest, length) * (len(current) + 1) > batch_tokens:
             batches.append(current)
             current, longest = [], 0
@@ -119,8 +121,9 @@ def make_batches(examples: list[dict], batch_tokens: int, rng: random.Random) ->
 
 
 def collate(batch: list[dict], layout: VocabLayout) -> dict[str, torch.Tensor]:
-    """input_ids / attention_mask / labels; labels ignore the prompt and the padding."""
-    sequences = [e["prompt"] + e["speech"] + [layout.end_of_speech_id] for e in batch]
+    """input_ids / attention_mask / labels. Labels cover what the model samples at inference (speech
+    tokens and NEXT): the prompt, the padding and the tokens the decoder inserts are ignored."""
+    sequences = [e["prompt"] + e["speech"] for e in batch]
     width = max(len(s) for s in sequences)
     input_ids = torch.full((len(batch), width), layout.pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
@@ -129,7 +132,9 @@ def collate(batch: list[dict], layout: VocabLayout) -> dict[str, torch.Tensor]:
         input_ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
         start = len(example["prompt"])
-        labels[row, start : len(seq)] = torch.tensor(seq[start:])
+        stream = torch.tensor(seq[start:])
+        previous = torch.tensor(seq[start - 1 : -1])
+        labels[row, start : len(seq)] = stream.masked_fill(previous == layout.next_phoneme_id, IGNORE)
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
@@ -157,7 +162,7 @@ def evaluate_ce(model, examples: list[dict], layout: VocabLayout, batch_tokens: 
     for batch in make_batches(examples, batch_tokens, random.Random(0)):
         tensors = collate(batch, layout)
         n = int((tensors["labels"][:, 1:] != IGNORE).sum())
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast():
             total += float(cross_entropy(model, tensors)) * n
         count += n
     model.train()
@@ -228,7 +233,7 @@ def train_stage(
         tensors = collate(batches[step], layout)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast():
             loss = loss_fn(tensors)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -254,3 +259,33 @@ def train_stage(
                "losses": losses, "config": asdict(config)}
     (stage_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+@torch.no_grad()
+def warm_start(model: LlamaForCausalLM, source: LlamaForCausalLM, source_layout: dict, layout: VocabLayout) -> list[str]:
+    """Copy a trained voice's weights into `model` where they mean the same thing; returns what was copied.
+
+    Transformer layers and the final norm are copied when their shapes match; the embedding and output
+    rows of the speech tokens (same codec) and of the shared specials are copied by id. Phoneme rows
+    stay freshly initialised: a new inventory has no row-by-row match in an old one.
+    """
+    copied = []
+    target_state = model.state_dict()
+    for name, tensor in source.state_dict().items():
+        if name in ("model.embed_tokens.weight", "lm_head.weight") or name not in target_state:
+            continue
+        if target_state[name].shape == tensor.shape:
+            target_state[name].copy_(tensor)
+            copied.append(name)
+    n_speech = min(layout.n_speech, int(source_layout["n_speech"]))
+    old_speech = int(source_layout["speech_offset"])
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        new, old = target_state[name], source.state_dict()[name]
+        if new.shape[1] != old.shape[1]:
+            continue
+        new[layout.speech_offset : layout.speech_offset + n_speech] = old[old_speech : old_speech + n_speech]
+        for special in ("pad_id", "bos_id", "speech_start_id", "end_of_speech_id"):
+            new[getattr(layout, special)] = old[int(source_layout[special])]
+        copied.append(f"{name} (speech and special rows)")
+    model.load_state_dict(target_state)
+    return copied
