@@ -170,7 +170,11 @@ def check_text(synthesizer: Synthesizer, text: str | None) -> str:
     limit = synthesizer.backend.max_text_chars
     if len(text) > limit:
         raise TextError(f"The text is {len(text)} characters long; this voice accepts at most {limit}.")
-    synthesizer.backend.prompt_ids(text)  # the backend's own checks (characters it cannot read, ...)
+    # The backend's own checks (characters it cannot read, ...) before any model runs; a backend that
+    # speaks long text in chunks checks the text as it will split it.
+    split = getattr(synthesizer.backend, "split_text", None)
+    for chunk in split(text) if split is not None else [text]:
+        synthesizer.backend.prompt_ids(getattr(chunk, "text", chunk))
     return text
 
 
@@ -379,7 +383,8 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
         ("Wall time (LM + codec)", _fmt(ar.total_seconds, 3, " s"), _fmt(spec.total_seconds, 3, " s")),
         ("  of which LM", _fmt(ar.lm_seconds, 3, " s"), _fmt(spec.lm_seconds, 3, " s")),
         ("  of which codec", _fmt(ar.codec_seconds, 3, " s"), _fmt(spec.codec_seconds, 3, " s")),
-        ("Tokens generated", str(a.new_tokens), str(s.new_tokens)),
+        ("Text chunks (decoded one after another)", str(max(len(ar.chunks), 1)), str(max(len(spec.chunks), 1))),
+        ("Tokens sampled", _sampled(a), _sampled(s)),
         ("Tokens / s (LM)", _fmt(a.tokens_per_second, 1), _fmt(s.tokens_per_second, 1)),
         ("Real-time factor (lower is faster)", _fmt(ar.real_time_factor, 3), _fmt(spec.real_time_factor, 3)),
         ("Target calls", str(a.target_calls), str(s.target_calls)),
@@ -396,6 +401,12 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
         ("Verify call / target step", "–", _fmt(report.verify_ratio, 2)),
         ("Stopped by", a.finish_reason, s.finish_reason),
     ]
+
+
+def _sampled(stats) -> str:
+    if stats.forced_tokens:
+        return f"{stats.sampled_tokens} (+{stats.forced_tokens} inserted)"
+    return str(stats.sampled_tokens)
 
 
 def length_limit_note(comparison: Comparison) -> str | None:
@@ -474,6 +485,7 @@ TOKEN_COLOURS = {
     "replacement": "#e8873a",
     "bonus": "#3b8fd9",
     "discarded": "#9a9a9a",
+    "inserted": "#7b6fb0",  # put in by the decoder (the embedded voice's phonemes), never sampled
 }
 
 
@@ -484,7 +496,8 @@ def token_view(
 
     accepted: drafted and kept; rejected: the first drafted token the target refused;
     replacement: the token sampled in its place; bonus: the extra token after a fully
-    accepted block; discarded: drafted after a rejection (never checked).
+    accepted block; discarded: drafted after a rejection (never checked); inserted: put in by
+    the decoder's forced-token schedule (the embedded voice's phonemes), never sampled.
     """
 
     def name(token: int) -> str:
@@ -494,19 +507,34 @@ def token_view(
     for index, step in enumerate(generation.steps):
         if index:
             spans.append((" | ", None))
-        for token in step.drafted[: step.accepted]:
+        inserted = _inserted_after(step, step.accepted + 1)
+        for position, token in enumerate(step.drafted[: step.accepted]):
             spans.append((name(token), "accepted"))
+            spans += [(name(t), "inserted") for t in inserted[position]]
+        tail = inserted[step.accepted]
         if step.next_kind == "replacement":
             spans.append((name(step.drafted[step.accepted]), "rejected"))
             spans.append(("→" + name(step.next_token), "replacement"))
+            spans += [(name(t), "inserted") for t in tail]
             spans += [(name(token), "discarded") for token in step.drafted[step.accepted + 1 :]]
         elif step.next_kind == "bonus":
             spans.append(("+" + name(step.next_token), "bonus"))
+            spans += [(name(t), "inserted") for t in tail]
         else:
             spans += [(name(token), "discarded") for token in step.drafted[step.accepted :]]
             if step.next_token is not None:  # e.g. an autoregressive step
                 spans.append((name(step.next_token), None))
+                spans += [(name(t), "inserted") for t in tail]
     return spans
+
+
+def _inserted_after(step, length: int) -> list[list[int]]:
+    """For each emitted token of a round, the tokens the decoder inserted right after it (padded to `length`)."""
+    groups, index = [], 0
+    for count in step.forced_counts:
+        groups.append(step.committed[index + 1 : index + 1 + count])
+        index += 1 + count
+    return groups + [[] for _ in range(length - len(groups))]
 
 
 def comparison_token_view(comparison: Comparison) -> list[tuple[str, str | None]]:

@@ -1,6 +1,7 @@
 """`python -m ssd_demo synth "Some text" --out out.wav`: speak text with a preset or a custom pair.
 
     python -m ssd_demo synth "Hello there." --out hello.wav --mode speculative --draft-len 4 --beta 0.3
+    python -m ssd_demo synth --text-file story.txt --out story.wav
     python -m ssd_demo synth "Hello there." --preset llasa-1b-3b --voice-prompt me.wav --voice-transcript "..."
     python -m ssd_demo synth "Hello there." --target-model ./llasa-3b --draft-model ./llasa-1b
 """
@@ -18,7 +19,9 @@ import soundfile as sf
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 
-    parser.add_argument("text", help="English text to speak (the embedded voice takes one short sentence)")
+    parser.add_argument("text", nargs="?", default=None,
+                        help="English text to speak (the embedded voice reads up to 3,000 characters, in chunks)")
+    parser.add_argument("--text-file", type=Path, default=None, help="read the text from this UTF-8 file instead")
     parser.add_argument("--out", type=Path, default=Path("out.wav"), help="output WAV file (16-bit PCM)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative")
     parser.add_argument("--preset", default="embedded", help="model preset: embedded (default), llasa-1b-3b, llasa-1b-8b")
@@ -71,6 +74,12 @@ def _load(args: argparse.Namespace):
 def main(args: argparse.Namespace) -> int:
     from .synthesis import VoicePrompt
 
+    if (args.text is None) == (args.text_file is None):
+        raise ValueError("give the text either as an argument or with --text-file (one of them)")
+    if args.text_file is not None:
+        if not args.text_file.is_file():
+            raise FileNotFoundError(f"--text-file {args.text_file} does not exist")
+        args.text = args.text_file.read_text(encoding="utf-8")
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
@@ -96,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, subtype="PCM_16")
     stats = result.generation.stats
-    print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio, {stats.new_tokens} tokens, "
+    chunks = f" in {len(result.chunks)} chunks" if len(result.chunks) > 1 else ""
+    print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio{chunks}, {stats.sampled_tokens} tokens, "
           f"LM {result.lm_seconds:.2f} s, codec {result.codec_seconds:.2f} s"
           + (f", acceptance {stats.acceptance_rate:.2f}, seed {stats.seed}" if args.mode == "speculative" else ""))
     if stats.finish_reason == "length":

@@ -167,24 +167,25 @@ class _Run:
     def commit(self, sampled: list[int]) -> tuple[bool, list[int]]:
         """Append sampled tokens, each followed by its forced tokens; stop right after an end token.
 
-        Returns (generation is over, the forced tokens inserted).
+        Returns (generation is over, how many forced tokens follow each sampled token appended).
         """
         eos = self.config.eos_ids
-        inserted: list[int] = []
+        counts: list[int] = []
         for token in sampled:
             self.forced_state, forced = self.advance(self.forced_state, token)
+            counts.append(0)
             for position, item in enumerate((token, *forced)):
                 self.new_tokens.append(item)
                 self.committed.append(item)
                 if position:
-                    inserted.append(item)
+                    counts[-1] += 1
                     self.forced_count += 1
                 if item in eos:
                     self.finish_reason = "eos"
-                    return True, inserted
+                    return True, counts
             if self.remaining <= 0:  # stop at the same token in both decoders, forced ones included
-                return True, inserted
-        return False, inserted
+                return True, counts
+        return False, counts
 
 
 def _check_inputs(input_ids: torch.Tensor, *models) -> tuple[torch.device, int]:
@@ -242,7 +243,7 @@ def autoregressive_generate(
         _, probs = run.distributions(logits)
         token = int(sample(probs, run.generator)[0])
         before = len(run.committed)
-        done, inserted = run.commit([token])
+        done, forced_counts = run.commit([token])
         finished = clock.now()
         run.steps.append(
             RoundRecord(
@@ -254,7 +255,7 @@ def autoregressive_generate(
                 verify_seconds=finished - started,
                 end_seconds=finished,
                 target_cache_len=lm.length,
-                forced=inserted,
+                forced_counts=forced_counts,
                 committed=run.committed[before:],
             )
         )
@@ -325,7 +326,7 @@ def speculative_generate(
         kept_block = block_tokens[: drafted_at_index[accepted]] if accepted < len(drafted) else block_tokens
         if any(token in config.eos_ids for token in kept_block):
             next_token, kind = None, "none"  # the end token was accepted: nothing follows it
-        done, inserted = run.commit(kept + ([next_token] if next_token is not None else []))
+        done, forced_counts = run.commit(kept + ([next_token] if next_token is not None else []))
 
         # 4. Roll both caches back to the committed prefix (the new token and its forced ones stay pending).
         valid = committed_len + len(kept_block)
@@ -345,7 +346,7 @@ def speculative_generate(
                 draft_calls=len(draft_rows),
                 target_cache_len=target_lm.length,
                 draft_cache_len=draft_lm.length,
-                forced=inserted,
+                forced_counts=forced_counts,
                 committed=run.committed[committed_len:],
             )
         )

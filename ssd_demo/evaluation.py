@@ -1,12 +1,16 @@
-"""`python -m ssd_demo eval`: objective evaluation of the embedded voice on held-out sentences.
+"""`python -m ssd_demo eval`: objective evaluation of the embedded voice on text a visitor would type.
 
-For each held-out sentence, eSpeak NG's own rendering is the reference. Reported per system:
+The texts are `ssd_demo.visitor_texts` (hand-written, never trained on), in four length buckets
+(3-8, 9-15, 16-30 words, paragraphs). eSpeak NG's own rendering of each text is the reference.
+Reported per system:
 
-- MCD-DTW (dB, `ssd_demo.codec.metrics`) of the output against the reference. Two anchors:
-  the codec round trip of the reference (the floor: the best any token sequence can do) and a
-  wrong-text control (the AR output for sentence i scored against the reference of sentence
-  i + 1: the ceiling for "says something else").
-- Duration ratio (output seconds / reference seconds).
+- PER, the phoneme error rate heard by the phoneme recognizer (`ssd_demo.recognizer`, trained on
+  eSpeak NG speech only) against the phonemes of the text: the headline intelligibility figure (the
+  paper's WER analogue), per length bucket. The recognizer's own PER on the codec round trip of
+  the reference is the floor (what a perfect token sequence would score).
+- Duration ratio (output seconds / reference seconds), per bucket: a dropped stretch shows here.
+- MCD-DTW (dB, `ssd_demo.codec.metrics`) of the output against the reference, with the codec round
+  trip of the reference as the floor.
 - Mean target NLL: -log q(token) per generated token under the target's temperature-1
   distribution renormalised over the speech vocabulary (how typical the output is for the target).
 - Acceptance (accepted / drafted) and the expected per-token acceptance alpha.
@@ -23,16 +27,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
+from tqdm import tqdm
 
-from .reporting import git_commit, median, write_section
+from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
+from .visitor_texts import BUCKETS, visitor_texts
 
 SECTION = "## Embedded voice evaluation"
 
@@ -47,12 +51,16 @@ class System:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", type=Path, default=None, help="voice folder (default: the shipped voice)")
-    parser.add_argument("--sentences", type=int, default=20, help="held-out sentences to use")
+    parser.add_argument("--per-bucket", type=int, default=None,
+                        help="texts per length bucket (default: all of ssd_demo.visitor_texts)")
+    parser.add_argument("--buckets", default=None,
+                        help=f"comma-separated subset of the length buckets ({', '.join(BUCKETS)})")
     parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
     parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
     parser.add_argument("--adaptive-k", action="store_true",
                         help="choose K each round, 1..K, from the acceptance measured so far (exact at beta 0)")
+    parser.add_argument("--recognizer", type=Path, default=None, help="recognizer folder (default: the shipped one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
@@ -62,10 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="markdown file whose 'Embedded voice evaluation' section is rewritten ('' to skip)")
 
 
-def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int]) -> float:
-    """Mean -log q(token) of the generated tokens under the target (temperature 1, speech vocabulary)."""
+def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int]) -> tuple[float, int]:
+    """Sum of -log q(token) over the sampled tokens (temperature 1, allowed vocabulary) and their count.
+
+    Tokens outside `allowed` were inserted by the decoder, not sampled, and are left out.
+    """
     if not tokens:
-        return float("nan")
+        return 0.0, 0
     ids = torch.tensor([prompt + tokens], device=target.device)
     with torch.no_grad():
         logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
@@ -73,24 +84,35 @@ def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int])
     mask = torch.full_like(logits, float("-inf"))
     mask[:, allowed_t] = 0
     logp = torch.log_softmax(logits + mask, dim=-1)
-    picked = logp.gather(1, torch.tensor(tokens, device=logits.device)[:, None])
-    return float(-picked.mean())
+    token_t = torch.tensor(tokens, device=logits.device)
+    sampled = torch.isin(token_t, allowed_t)
+    picked = logp.gather(1, token_t[:, None])[:, 0][sampled]
+    return float(-picked.sum()), int(sampled.sum())
 
 
 def run_evaluation(args: argparse.Namespace) -> dict:
     from .backends.embedded import load_synthesizer
     from .codec.metrics import mcd_dtw
+    from .recognizer import Recognizer
+    from .text import check_text
     from .training.render import render
 
     torch.set_num_threads(args.threads)
     synth = load_synthesizer(path=args.voice)
+    recognizer = Recognizer.load(args.recognizer)
     backend = synth.backend
     voice_dir = Path(args.voice) if args.voice else None
     meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
     meta = json.loads(meta_path.read_text())
-    sentences = meta["test_sentences"][: args.sentences]
-    if len(sentences) < 2:
-        raise ValueError("the evaluation needs at least two held-out sentences")
+    items = visitor_texts(args.per_bucket)
+    if args.buckets:
+        wanted = [b.strip() for b in args.buckets.split(",") if b.strip()]
+        unknown = [b for b in wanted if b not in BUCKETS]
+        if unknown:
+            raise ValueError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
+        items = [(bucket, text) for bucket, text in items if bucket in wanted]
+    if len(items) < 2:
+        raise ValueError("the evaluation needs at least two texts")
     betas = [float(b) for b in args.betas.split(",") if b.strip()]
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
     base = synth.config(seed=args.seed)
@@ -103,75 +125,95 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     ]
     allowed = backend.allowed_token_ids()
 
-    references = [render(s) for s in sentences]
-    floor = [mcd_dtw(backend.codec.decode(backend.codec.encode(r)), r) for r in references]
+    texts = [text for _, text in items]
+    buckets = [bucket for bucket, _ in items]
+    references = [render(check_text(t)) for t in texts]  # eSpeak reads the same normalised text
+    round_trips = [backend.codec.decode(backend.codec.encode(r)) for r in references]
+    floor_mcd = [mcd_dtw(rt, r) for rt, r in zip(round_trips, references)]
+    floor_per = [recognizer.per(rt, t) for rt, t in zip(round_trips, texts)]
 
     def run(system: System, text: str, seed: int, repeats: int = 1):
         config = base.with_(beta=system.beta, seed=seed)
         return synthesize_fastest(synth, text, repeats, mode=system.mode, config=config, draft=system.draft)
 
     for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
-        run(system, "Warm up.", args.seed)
+        run(system, "Warm up, please.", args.seed)
 
     rows: dict[str, list[dict]] = {s.label: [] for s in systems}
-    ar_audio: list[np.ndarray] = []
     repeats = max(args.repeats, 1)
-    for index, (text, reference) in enumerate(zip(sentences, references)):
+    for index, (text, reference) in enumerate(tqdm(list(zip(texts, references)), desc="eval", mininterval=5)):
         for system in systems:
             timed = run(system, text, args.seed + index, repeats)
             result = timed.result
             stats = result.generation.stats
-            tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
-            prompt = backend.prompt_ids(text)
+            nll_sum, nll_count = 0.0, 0
+            for chunk in result.chunks:
+                total, count = target_nll(synth.target, backend.prompt_ids(chunk.text), chunk.generation.tokens, allowed)
+                nll_sum, nll_count = nll_sum + total, nll_count + count
             rows[system.label].append({
+                "bucket": buckets[index],
+                "per": recognizer.per(result.audio, text),
                 "mcd": mcd_dtw(result.audio, reference) if len(result.audio) > 400 else float("nan"),
                 "duration_ratio": result.duration_seconds / (len(reference) / backend.sample_rate),
-                "nll": target_nll(synth.target, prompt, tokens, allowed),
-                "tokens": stats.new_tokens,
+                "nll": nll_sum / nll_count if nll_count else float("nan"),
+                "tokens": stats.sampled_tokens,
+                "chunks": len(result.chunks),
                 "finish": stats.finish_reason,
                 "lm_s_per_token": timed.lm_seconds_per_token,
-                "total_s_per_token": timed.total_seconds / max(stats.new_tokens, 1),
+                "total_s_per_token": timed.total_seconds / max(stats.sampled_tokens, 1),
                 "acceptance": stats.acceptance_rate,
                 "alpha": stats.alpha,
                 "accepted_length": stats.mean_accepted_length,
             })
-            if system.mode == "ar":
-                ar_audio.append(result.audio)
-    # Wrong-text control: AR output of sentence i against the reference of sentence i + 1.
-    control = [mcd_dtw(ar_audio[i], references[(i + 1) % len(references)]) for i in range(len(references))]
 
-    ar_lm = median([r["lm_s_per_token"] for r in rows["AR"]])
-    ar_total = median([r["total_s_per_token"] for r in rows["AR"]])
-    table = [{"system": "codec round trip (floor)", "mcd": median(floor)}]
+    ar_rows = rows["AR"]
+    ar_lm = median([r["lm_s_per_token"] for r in ar_rows])
+    ar_total = median([r["total_s_per_token"] for r in ar_rows])
+    table = [{"system": "codec round trip of eSpeak (floor)", "per": _mean(floor_per), "mcd": median(floor_mcd),
+              "per_by_bucket": _by_bucket(floor_per, buckets)}]
     for system in systems:
         r = rows[system.label]
-        table.append({
+        per = [x["per"] for x in r]
+        row = {
             "system": system.label,
+            "per": _mean(per),
+            "per_by_bucket": _by_bucket(per, buckets),
+            "duration_by_bucket": _by_bucket([x["duration_ratio"] for x in r], buckets, median),
             "mcd": median([x["mcd"] for x in r]),
-            "duration_ratio": median([x["duration_ratio"] for x in r]),
             "nll": median([x["nll"] for x in r]),
             "acceptance": median([x["acceptance"] for x in r]) if system.mode == "speculative" else None,
             "alpha": median([x["alpha"] for x in r]) if system.mode == "speculative" else None,
             "lm_speedup": ar_lm / median([x["lm_s_per_token"] for x in r]),
             "e2e_speedup": ar_total / median([x["total_s_per_token"] for x in r]),
             "eos_rate": sum(x["finish"] == "eos" for x in r) / len(r),
-        })
-    table.append({"system": "wrong-text control (ceiling)", "mcd": median(control)})
-    ar_mcd, floor_mcd, ceiling = table[1]["mcd"], table[0]["mcd"], table[-1]["mcd"]
+        }
+        if system.mode == "speculative":
+            row["per_vs_ar"] = paired_difference(per, [x["per"] for x in ar_rows])
+        table.append(row)
     return {
-        "sentences": sentences,
+        "texts": texts,
+        "buckets": buckets,
         "voice": voice_summary(meta),
+        "recognizer": recognizer.meta.get("accuracy"),
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
         "systems": table,
-        "per_sentence": rows,
-        "floor": floor,
-        "control": control,
-        "intelligibility_ratio": (ar_mcd - floor_mcd) / (ceiling - floor_mcd) if ceiling > floor_mcd else None,
-        "machine": f"{platform.machine()}, {args.threads} torch threads, torch {torch.__version__}",
+        "per_text": rows,
+        "floor_per": floor_per,
+        "floor_mcd": floor_mcd,
+        "machine": f"{cpu_name()}, {args.threads} torch threads, torch {torch.__version__}",
         "repeats": repeats,
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def _mean(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _by_bucket(values: list[float], buckets: list[str], reduce=_mean) -> dict[str, float]:
+    return {b: reduce([v for v, vb in zip(values, buckets) if vb == b]) for b in BUCKETS if b in buckets}
 
 
 def voice_summary(meta: dict) -> dict:
@@ -196,26 +238,44 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def markdown(report: dict, command: str) -> str:
+    buckets = list(report["systems"][0]["per_by_bucket"])
     lines = [
         SECTION,
         "",
         f"Command: `{command}` (commit {report['commit']}, {report['date']}, {report['machine']}).",
-        f"{len(report['sentences'])} held-out sentences; reference = eSpeak NG's own rendering; medians over sentences; "
-        f"times are the fastest of {report.get('repeats', 1)} identical runs.",
+        f"{len(report['texts'])} texts a visitor would type (`ssd_demo/visitor_texts.py`, never trained on); "
+        "reference = eSpeak NG's own rendering; PER = phoneme error rate heard by the phoneme recognizer "
+        "(mean over texts); other columns are medians; times are the fastest of "
+        f"{report.get('repeats', 1)} identical runs; speedups per sampled token.",
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
         f"top-p {report['config']['top_p']}, "
         + (f"K chosen each round in 1..{report['config']['draft_len']} (adaptive)."
            if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}."),
         "",
-        "| system | MCD-DTW dB | duration ratio | target NLL | acceptance | alpha | LM speedup | end-to-end speedup | ended with EOS |",
+        "| system | PER | PER - AR (95% CI) | MCD-DTW dB | target NLL | acceptance | alpha | LM speedup | "
+        "end-to-end speedup |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["systems"]:
+        diff = row.get("per_vs_ar")
+        diff_text = f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]" if diff else ""
         lines.append(
-            f"| {row['system']} | {_fmt(row.get('mcd'))} | {_fmt(row.get('duration_ratio'))} | {_fmt(row.get('nll'))} | "
-            f"{_fmt(row.get('acceptance'))} | {_fmt(row.get('alpha'))} | {_fmt(row.get('lm_speedup'))} | "
-            f"{_fmt(row.get('e2e_speedup'))} | {_fmt(row.get('eos_rate'))} |"
+            f"| {row['system']} | {_fmt(row.get('per'), 3)} | {diff_text} | {_fmt(row.get('mcd'))} | "
+            f"{_fmt(row.get('nll'))} | {_fmt(row.get('acceptance'))} | {_fmt(row.get('alpha'))} | "
+            f"{_fmt(row.get('lm_speedup'))} | {_fmt(row.get('e2e_speedup'))} |"
         )
+    lines += ["", "By length (PER / duration ratio output : eSpeak):", "",
+              "| system | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+    for row in report["systems"]:
+        durations = row.get("duration_by_bucket", {})
+        cells = [f"{_fmt(row['per_by_bucket'].get(b), 3)}" + (f" / {_fmt(durations[b])}" if b in durations else "")
+                 for b in buckets]
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
+    recognizer = report.get("recognizer") or {}
+    if recognizer:
+        lines += ["", f"Recognizer (its own held-out sentences): PER {_fmt(recognizer.get('per_clean'), 3)} on clean "
+                  f"eSpeak speech, {_fmt(recognizer.get('per_round_trip'), 3)} through the codec; the floor row above is "
+                  "its PER on the codec round trip of these very texts."]
     voice = report.get("voice")
     if voice and voice.get("parameters"):
         params, ce, secs, steps = voice["parameters"], voice["test_ce"], voice["training_seconds"], voice["steps"]
@@ -224,17 +284,17 @@ def markdown(report: dict, command: str) -> str:
             f"held-out cross-entropy {ce[name]:.2f} nats/token" for name in params)
             + f". Training stages add up to {voice['total_training_seconds'] / 60:.0f} min on 2 shared CPU cores "
             "(summed; the two draft stages are independent and may run side by side), "
-            f"plus {voice['dataset_build_seconds']:.0f} s to render, fit the codec and tokenise "
+            f"plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
             f"{voice['train_sentences']} training sentences."]
-    ratio = report["intelligibility_ratio"]
-    lines += ["", f"Intelligibility proxy: (AR - floor) / (control - floor) = {_fmt(ratio)} (bar: <= 0.30).", ""]
+    lines.append("")
     return "\n".join(lines)
 
 
 def main(args: argparse.Namespace) -> int:
     report = run_evaluation(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    options = [("voice", args.voice), ("sentences", args.sentences), ("betas", args.betas), ("drafts", args.drafts),
+    options = [("voice", args.voice), ("per-bucket", args.per_bucket),
+               ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas), ("drafts", args.drafts),
                ("draft-len", args.draft_len), ("repeats", args.repeats), ("threads", args.threads)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     if args.adaptive_k:

@@ -30,6 +30,33 @@ def paired_difference(values, baseline, resamples: int = 2000, seed: int = 0) ->
     return float(diffs.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
+def cpu_name() -> str:
+    """The CPU model and its widest matrix instructions, e.g. "AMD EPYC (AVX2)": speed ratios depend on it."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+            if flags and name:
+                break
+    except OSError:
+        pass
+    if "amx_tile" in flags:
+        isa = "AMX"
+    elif "avx512f" in flags:
+        isa = "AVX-512"
+    elif "avx2" in flags:
+        isa = "AVX2"
+    else:
+        isa = ""
+    return f"{name} ({isa})" if isa else name
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -36,10 +36,19 @@ class RoundRecord:
     draft_calls: int = 0
     target_cache_len: int = 0
     draft_cache_len: int = 0
-    # Tokens the decoder inserted itself this round (a `ForcedTokens` schedule, e.g. the embedded
-    # voice's phoneme markers), and everything appended this round in order, forced ones included.
-    forced: list[int] = field(default_factory=list)
+    # Everything appended this round in order, including the tokens a `ForcedTokens` schedule
+    # inserted (e.g. the embedded voice's phonemes); forced_counts[i] of them follow emitted[i].
     committed: list[int] = field(default_factory=list)
+    forced_counts: list[int] = field(default_factory=list)
+
+    @property
+    def forced(self) -> list[int]:
+        """The tokens the decoder inserted itself this round."""
+        out, index = [], 0
+        for count in self.forced_counts:
+            out += self.committed[index + 1 : index + 1 + count]
+            index += 1 + count
+        return out
 
     @property
     def emitted(self) -> list[int]:

@@ -5,6 +5,7 @@ On held-out sentences of the embedded voice, each setting is run next to plain A
 after warm-up) and scored by:
   LM speedup    AR LM seconds per token / the setting's, median over sentences;
   acceptance    accepted / drafted, and mean tokens per target call;
+  PER           phoneme error rate heard by the phoneme recognizer (intelligibility; lower is better);
   MCD-DTW       mel-cepstral distortion (dB) against eSpeak NG's rendering of the text;
   NLL           mean target negative log-likelihood per generated token (how typical
                 the output is for the target; exact decoding sits at the AR value).
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from .groups import grouping_embeddings
-from .reporting import git_commit, median, paired_difference, write_section
+from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
 
 SECTION = "## Speed-fidelity map"
@@ -57,6 +58,8 @@ class SweepPoint:
     nll: float
     pareto: bool = False
     mcds: list[float] = field(default_factory=list)  # per sentence, for paired comparisons
+    per: float = float("nan")  # mean phoneme error rate (when a recognizer scored the outputs)
+    pers: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -66,6 +69,7 @@ class SweepResult:
     points: list[SweepPoint]
     ar_mcd: float
     ar_nll: float
+    ar_per: float = float("nan")
 
 
 def theta_for_group_size(embeddings: torch.Tensor, mean_size: float, sample: int = 2048, seed: int = 0) -> float:
@@ -111,7 +115,8 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
 
 def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
-              cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1) -> SweepResult:
+              cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1,
+              recognizer=None) -> SweepResult:
     from .codec.metrics import mcd_dtw
     from .evaluation import target_nll
 
@@ -127,10 +132,12 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         return fastest.result, fastest.lm_seconds_per_token
 
     def fidelity(result, text: str, reference: np.ndarray | None) -> dict:
-        tokens = [t for t in result.generation.tokens if t != backend.eos_token_id]
         usable = reference is not None and len(result.audio) > 400
+        nll = [target_nll(synth.target, backend.prompt_ids(c.text), c.generation.tokens, allowed) for c in result.chunks]
+        count = sum(n for _, n in nll)
         return {"mcd": mcd_dtw(result.audio, reference) if usable else float("nan"),
-                "nll": target_nll(synth.target, backend.prompt_ids(text), tokens, allowed)}
+                "nll": sum(t for t, _ in nll) / count if count else float("nan"),
+                "per": recognizer.per(result.audio, text) if recognizer is not None else float("nan")}
 
     timed("ar", "Warm up.", {}, seed, times=1)  # first calls pay for allocation and lazy initialisation
     timed("speculative", "Warm up.", {}, seed, times=1)
@@ -173,11 +180,19 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
             mcd=median(r["mcd"] for r in per[s.label]),
             nll=median(r["nll"] for r in per[s.label]),
             mcds=[r["mcd"] for r in per[s.label]],
+            per=_mean(r["per"] for r in per[s.label]),
+            pers=[r["per"] for r in per[s.label]],
         )
         for s in settings
     ]
     mark_pareto(points)
-    return SweepResult(points, ar_mcd=median(r["mcd"] for r in ar_rows), ar_nll=median(r["nll"] for r in ar_rows))
+    return SweepResult(points, ar_mcd=median(r["mcd"] for r in ar_rows), ar_nll=median(r["nll"] for r in ar_rows),
+                       ar_per=_mean(r["per"] for r in ar_rows))
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v == v]
+    return sum(values) / len(values) if values else float("nan")
 
 
 def mark_pareto(points: list[SweepPoint]) -> None:
@@ -244,13 +259,14 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
         f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}; {meta['sentences']} held-out sentences, "
         f"medians; LM speedup per generated token against AR timed before and after the settings on the same "
         f"sentence (settings in rotating order; fastest of {meta.get('repeats', 1)} identical runs each).", "",
-        f"AR reference: MCD-DTW {ar_row['mcd']:.2f} dB, NLL {ar_row['nll']:.3f}.", "",
-        "| setting | LM speedup | acceptance | tokens/target call | MCD-DTW dB | NLL | Pareto |",
-        "|---|---|---|---|---|---|---|",
+        f"AR reference: PER {ar_row.get('per', float('nan')):.3f}, MCD-DTW {ar_row['mcd']:.2f} dB, "
+        f"NLL {ar_row['nll']:.3f}.", "",
+        "| setting | LM speedup | acceptance | tokens/target call | PER | MCD-DTW dB | NLL | Pareto |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         lines.append(f"| {p.label} | {p.lm_speedup:.2f}x | {p.acceptance:.2f} | {p.tokens_per_call:.2f} | "
-                     f"{p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
+                     f"{p.per:.3f} | {p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
     reference = next((p for p in points if p.label == reference_label), None)
     if reference is not None:
         lines += ["", f"Fastest setting of each rule at the fidelity of {reference.label} (MCD-DTW at most 1% above "
@@ -269,7 +285,8 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sentences", type=int, default=8, help="held-out sentences (default 8)")
+    parser.add_argument("--sentences", type=int, default=8,
+                        help="held-out sentences from ssd_demo/visitor_texts.py (default 8)")
     parser.add_argument("--quick", action="store_true", help="a small grid (the app's Benchmark tab uses it)")
     parser.add_argument("--draft", default="distilled", help="draft of the embedded voice")
     parser.add_argument("--rules", default=None,
@@ -285,7 +302,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import platform
     import sys
 
     from tqdm import tqdm
@@ -294,9 +310,13 @@ def main(args: argparse.Namespace) -> int:
     from .training.render import render
 
     torch.set_num_threads(args.threads)
+    from .recognizer import Recognizer
+    from .text import check_text
+
     synth = load_synthesizer(draft=args.draft)
+    recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
-    references = [render(s) for s in sentences]
+    references = [render(check_text(s)) for s in sentences]
     settings = default_settings(synth, quick=args.quick)
     if args.rules:
         wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
@@ -312,21 +332,22 @@ def main(args: argparse.Namespace) -> int:
         bar.refresh()
 
     result = run_sweep(synth, sentences, references, settings, seed=args.seed, progress=progress,
-                       cost_ratio=args.cost_ratio, repeats=args.repeats)
+                       cost_ratio=args.cost_ratio, repeats=args.repeats, recognizer=recognizer)
     bar.close()
     points = result.points
-    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll}
+    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "per": result.ar_per}
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()} CPU, {args.threads} torch threads", "sentences": len(sentences),
+        "machine": f"{cpu_name()}, {args.threads} torch threads", "sentences": len(sentences),
         "repeats": args.repeats,
     }
     (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
     figure = pareto_figure(points, ar_row["mcd"])
     figure.savefig(args.out / "sweep_pareto.png", dpi=120)
     for p in points:
-        print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  MCD {p.mcd:6.2f}  NLL {p.nll:.3f}"
+        print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  PER {p.per:.3f}  MCD {p.mcd:6.2f}  "
+              f"NLL {p.nll:.3f}"
               f"{'  *' if p.pareto else ''}")
     if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
@@ -338,11 +359,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def held_out_sentences(count: int) -> list[str]:
-    """The embedded voice's held-out test sentences (never seen in training)."""
-    from .backends.embedded import DEFAULT_PATH, META_NAME
+    """`count` sentences a visitor would type (never trained on), the length buckets taken in turn."""
+    from .visitor_texts import LONG, MEDIUM, SHORT
 
-    meta = json.loads((DEFAULT_PATH / META_NAME).read_text())
-    sentences = meta["test_sentences"][:count]
-    if not sentences:
-        raise ValueError("the embedded voice lists no held-out sentences")
-    return sentences
+    interleaved = [text for group in zip(SHORT, MEDIUM, LONG) for text in group]
+    if count < 1:
+        raise ValueError("the sweep needs at least one sentence")
+    return interleaved[:count]

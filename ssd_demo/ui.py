@@ -216,7 +216,9 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                 gr.Markdown(
                     "**Every speculative round** (rounds separated by `|`): drafted tokens the target "
                     "*accepted*, the first *rejected* one with the target's *replacement* (→), drafted "
-                    "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block."
+                    "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block. "
+                    "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
+                    "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
                 )
                 tokens = gr.HighlightedText(
                     label="Speculative rounds",

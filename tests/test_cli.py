@@ -24,8 +24,23 @@ def test_synth_writes_int16_wav(tmp_path, capsys):
     assert "acceptance" in capsys.readouterr().out
 
 
+@needs_voice
+def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
+    text = tmp_path / "story.txt"
+    text.write_text("The first sentence is short. The second one, which is a little longer, follows it!\n",
+                    encoding="utf-8")
+    out = tmp_path / "story.wav"
+    assert main(["synth", "--text-file", str(text), "--out", str(out), "--mode", "ar", "--threads", "1"]) == 0
+    assert "in 2 chunks" in capsys.readouterr().out
+    assert sf.info(str(out)).duration > 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["synth", "Hello.", "--voice-prompt", "x.wav"], "go together"),
+    (["synth"], "one of them"),
+    (["synth", "Hello.", "--text-file", "story.txt"], "one of them"),
+    (["synth", "--text-file", "/no/such/file.txt"], "does not exist"),
+    (["synth", "\u4f60\u597d"], "latin letters"),
     (["synth", "Hello.", "--target-model", "some/model"], "both --target-model and --draft-model"),
     (["synth", "   "], "empty"),
     (["synth", "Hello.", "--beta", "-1"], "beta"),
@@ -58,26 +73,29 @@ def test_bench_on_local_models(tmp_path, capsys):
 
 
 @needs_voice
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the eSpeak NG references need espeak-ng")
-def test_eval_scores_held_out_sentences_and_writes_its_section(tmp_path):
+def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
-    assert main(["eval", "--sentences", "2", "--betas", "0", "--drafts", "distilled", "--repeats", "2",
-                 "--draft-len", "6", "--adaptive-k", "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
+    assert main(["eval", "--per-bucket", "1", "--buckets", "3-8 words,9-15 words", "--betas", "0",
+                 "--drafts", "distilled", "--repeats", "2", "--draft-len", "6", "--adaptive-k", "--threads", "1",
+                 "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
-    assert set(rows) == {"codec round trip (floor)", "AR", "SSD distilled beta=0", "wrong-text control (ceiling)"}
-    # The anchors bracket the systems: the codec floor is the best any tokens can do.
-    assert rows["codec round trip (floor)"]["mcd"] < rows["AR"]["mcd"]
+    assert set(rows) == {"codec round trip of eSpeak (floor)", "AR", "SSD distilled beta=0"}
+    assert report["buckets"] == ["3-8 words", "9-15 words"]
+    assert set(rows["AR"]["per_by_bucket"]) == {"3-8 words", "9-15 words"}
+    assert rows["codec round trip of eSpeak (floor)"]["per"] < 0.2  # the instrument hears eSpeak through the codec
+    assert 0 <= rows["AR"]["per"] < 1.5
     assert rows["AR"]["lm_speedup"] == 1.0 and rows["SSD distilled beta=0"]["lm_speedup"] > 0
+    assert len(rows["SSD distilled beta=0"]["per_vs_ar"]) == 3
     assert 0 < rows["SSD distilled beta=0"]["acceptance"] <= 1 and report["repeats"] == 2
     assert report["config"]["adaptive_draft_len"] and report["config"]["draft_len"] == 6
     text = docs.read_text()
-    assert "Intelligibility proxy" in text and "--repeats 2" in text
+    assert "By length" in text and "| PER |" in text and "--repeats 2" in text
     assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 1..6" in text
+    assert main(["eval", "--buckets", "huge", "--docs", ""]) == 2
 
 
 @needs_voice
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the eSpeak NG references need espeak-ng")
 def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert main(["sweep", "--sentences", "1", "--rules", "exact-adaptive", "--threads", "1", "--out", str(out),

@@ -105,7 +105,7 @@ def test_speculative_with_forced_tokens_matches_target_distribution(case):
     for seed in range(1500):
         result = speculative_generate(target, draft, PROMPT, config.with_(seed=seed), forced=Markers())
         sampled = sampled_only(result.tokens)
-        assert result.stats.forced_tokens == len(result.tokens) - len(sampled)
+        assert result.stats.forced_tokens == len(result.tokens) - len(sampled) == sum(len(r.forced) for r in result.steps)
         assert sum(len(r.committed) for r in result.steps) == len(result.tokens)
         samples.append(tuple(sampled[:SAMPLED]))
     assert all(len(s) == SAMPLED for s in samples)

@@ -9,8 +9,6 @@ import torch
 
 from ssd_demo.training import cli
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs the espeak-ng program")
-
 
 def _args(out, **overrides):
     parser = argparse.ArgumentParser()
@@ -67,3 +65,20 @@ def test_layer_subset_draft_copies_the_right_layers():
     assert "lm_head.weight" in trainable and "model.embed_tokens.weight" not in trainable
     with pytest.raises(ValueError):
         layer_subset_draft(target, bottom=3, top=2)
+
+
+def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
+    from ssd_demo.recognizer import Recognizer
+    from ssd_demo.training import recognizer as recipe
+
+    parser = argparse.ArgumentParser()
+    recipe.add_arguments(parser)
+    out = tmp_path / "recognizer"
+    assert recipe.main(parser.parse_args(["--smoke", "--out", str(out), "--threads", "1"])) == 0
+    loaded = Recognizer.load(out / "export")
+    assert set(loaded.meta["accuracy"]) == {"per_clean", "per_round_trip"}
+    assert loaded.meta["training"]["steps"] == recipe.smoke_recipe().steps
+    import numpy as np
+
+    hypothesis = loaded.transcribe(np.zeros(16000, dtype=np.float32))
+    assert isinstance(hypothesis, list)

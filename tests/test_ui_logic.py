@@ -200,7 +200,7 @@ def test_audio_directories_are_per_request(tmp_path):
 def test_stats_and_details_agree_with_the_results(comparison):
     rows = {name: (ar, spec) for name, ar, spec in app_logic.stats_rows(comparison)}
     ar_stats, spec_stats = comparison.ar.generation.stats, comparison.spec.generation.stats
-    assert rows["Tokens generated"] == (str(ar_stats.new_tokens), str(spec_stats.new_tokens))
+    assert rows["Tokens sampled"] == (str(ar_stats.sampled_tokens), str(spec_stats.sampled_tokens))
     assert rows["Target calls"] == (str(ar_stats.target_calls), str(spec_stats.target_calls))
     assert rows["Acceptance rate (accepted / drafted)"][1] == f"{spec_stats.acceptance_rate * 100:.1f} %"
     markdown = app_logic.stats_markdown(comparison)

@@ -49,11 +49,11 @@ class RecognizerRecipe:
     test_utterances: int = 150
     round_trip_share: float = 0.5
     model: RecognizerConfig = RecognizerConfig()
-    steps: int = 1600
+    steps: int = 900
     batch_frames: int = 8000
     lr: float = 1e-3
-    warmup: int = 300
-    max_minutes: float = 40.0
+    warmup: int = 150
+    max_minutes: float = 75.0
     seed: int = 7
 
 
