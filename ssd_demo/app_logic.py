@@ -456,6 +456,10 @@ def details(comparison: Comparison) -> dict:
             "total_seconds": result.total_seconds,
             "real_time_factor": result.real_time_factor,
             "sample_rate": result.sample_rate,
+            "chunks": [{"text": c.text, "seed": c.seed, "tokens": len(c.generation.tokens),
+                        "finish_reason": c.generation.stats.finish_reason,
+                        "start_seconds": c.start_sample / result.sample_rate,
+                        "end_seconds": c.end_sample / result.sample_rate} for c in result.chunks],
         }
 
     report = comparison.report

@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
     parser.add_argument("--adaptive-k", action="store_true",
                         help="choose K each round, 1..K, from the acceptance measured so far (exact at beta 0)")
+    parser.add_argument("--chunk-phonemes", type=int, default=None,
+                        help="phoneme budget per chunk (default: the voice's; to measure how long a chunk can be)")
     parser.add_argument("--recognizer", type=Path, default=None, help="recognizer folder (default: the shipped one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
@@ -101,6 +103,10 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     synth = load_synthesizer(path=args.voice)
     recognizer = Recognizer.load(args.recognizer)
     backend = synth.backend
+    if args.chunk_phonemes is not None:
+        if args.chunk_phonemes < 10:
+            raise ValueError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
+        backend.chunk_phonemes = args.chunk_phonemes
     voice_dir = Path(args.voice) if args.voice else None
     meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
     meta = json.loads(meta_path.read_text())
@@ -196,6 +202,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "voice": voice_summary(meta),
         "recognizer": recognizer.meta.get("accuracy"),
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
+        "chunk_phonemes": backend.chunk_phonemes,
         "systems": table,
         "per_text": rows,
         "floor_per": floor_per,
@@ -246,7 +253,8 @@ def markdown(report: dict, command: str) -> str:
         f"{len(report['texts'])} texts a visitor would type (`ssd_demo/visitor_texts.py`, never trained on); "
         "reference = eSpeak NG's own rendering; PER = phoneme error rate heard by the phoneme recognizer "
         "(mean over texts); other columns are medians; times are the fastest of "
-        f"{report.get('repeats', 1)} identical runs; speedups per sampled token.",
+        f"{report.get('repeats', 1)} identical runs; speedups per sampled token; text spoken in chunks of at most "
+        f"{report.get('chunk_phonemes')} phonemes.",
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
         f"top-p {report['config']['top_p']}, "
         + (f"K chosen each round in 1..{report['config']['draft_len']} (adaptive)."
@@ -295,7 +303,8 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     options = [("voice", args.voice), ("per-bucket", args.per_bucket),
                ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas), ("drafts", args.drafts),
-               ("draft-len", args.draft_len), ("repeats", args.repeats), ("threads", args.threads)]
+               ("draft-len", args.draft_len), ("chunk-phonemes", args.chunk_phonemes), ("repeats", args.repeats),
+               ("threads", args.threads)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     if args.adaptive_k:
         command += " --adaptive-k"

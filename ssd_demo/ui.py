@@ -197,7 +197,8 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                                                   label="Top-p", info="1 = off")
                             max_new_tokens = gr.Slider(8, max(2048, config.max_new_tokens),
                                                        value=config.max_new_tokens, step=8,
-                                                       label="Max length (speech tokens)")
+                                                       label="Max length (tokens per chunk)",
+                                                       info="long text is spoken in chunks; each may use this many")
                             with gr.Row():
                                 seed = gr.Number(value=config.seed if config.seed is not None else 0,
                                                  precision=0, minimum=0, label="Seed")

@@ -219,3 +219,37 @@ def test_default_app_speaks_with_the_embedded_voice():
     for key in ("ar_audio", "spec_audio"):
         info = soundfile.info(out[key])
         assert info.subtype == "PCM_16" and 0.3 < info.duration < 15
+
+
+PARAGRAPH_600 = (
+    "Welcome to the harbour museum. On the ground floor, the exhibition tells the story of the port, from the "
+    "first wooden fishing boats to the enormous container ships of today. Upstairs you will find paintings by "
+    "local artists, including several portraits that have never been shown in public before. Guided tours start "
+    "every hour, on the hour, and last about forty-five minutes. The cafe next to the entrance is open until five "
+    "o'clock, and the gift shop sells postcards, maps and books. Please ask at the desk if you need a wheelchair "
+    "or an audio guide."
+)
+
+
+def test_a_600_character_paragraph_through_synthesize():
+    pytest.importorskip("ssd_demo.backends.embedded")
+    if not (EMBEDDED_ASSETS / "voice.json").exists():
+        pytest.skip("the embedded voice's trained assets (assets/embedded/) are not present")
+    assert len(PARAGRAPH_600) >= 600
+    demo, url = _launch("embedded")
+    try:
+        out = _named(Client(url, verbose=False).predict(PARAGRAPH_600, seed=2, api_name="/synthesize"))
+    finally:
+        demo.close()
+    details = out["details"]
+    for key, run in (("ar_audio", "autoregressive"), ("spec_audio", "speculative")):
+        chunks = details[run]["chunks"]
+        assert len(chunks) >= 6 and all(c["finish_reason"] == "eos" for c in chunks)
+        assert " ".join(c["text"] for c in chunks).startswith("Welcome to the harbour museum.")
+        assert chunks[-1]["text"].endswith("audio guide.")
+        assert soundfile.info(out[key]).duration > 30  # eSpeak says it in about 40 s
+        assert details[run]["stats"]["new_tokens"] == len(details[run]["tokens"])
+    # Stats and charts describe the whole text, not just its first chunk.
+    assert f"| Text chunks (decoded one after another) | {len(details['autoregressive']['chunks'])} |" in out["stats"]
+    assert all(out[name]["plot"].startswith("data:image/png") for name in
+               ("tokens_vs_time", "breakdown", "accepted_length", "by_position"))

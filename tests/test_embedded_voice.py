@@ -5,6 +5,7 @@ import pytest
 
 from ssd_demo import Backend, TextError
 from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
+from ssd_demo.text import check_text
 from ssd_demo.training.corpus import build_corpus
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
@@ -19,7 +20,7 @@ def synth():
 
 
 def _config(synth, **kw):
-    return synth.config(max_new_tokens=300, **kw)
+    return synth.config(**kw)
 
 
 def _assert_speech(result, low=0.8, high=6.0):
@@ -66,10 +67,36 @@ def test_same_seed_same_audio(synth):
     assert a.generation.tokens != c.generation.tokens
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "?!", "word " * 60])
+@pytest.mark.parametrize("bad", ["", "   ", "?!", "\u4f60\u597d", "word " * 700])
 def test_bad_inputs_raise_text_error(synth, bad):
     with pytest.raises(TextError):
         synth.synthesize(bad, mode="ar", config=_config(synth))
+
+
+PARAGRAPH = (
+    "Last summer we rented a small cottage near the mountains, far from the noise of the city. Every morning my "
+    "brother went out early to photograph the birds, while I stayed behind with a cup of coffee and a good book. "
+    "In the afternoons we walked along the river; on the last evening a storm knocked out the electricity, so we "
+    "played cards by candlelight until midnight. Would we go back? Absolutely, and next time we will bring "
+    "a proper torch, 2 spare batteries and a much better map!"
+)
+
+
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+def test_a_paragraph_is_spoken_whole_in_chunks(synth, mode):
+    assert len(PARAGRAPH) > 450
+    result = synth.synthesize(PARAGRAPH, mode=mode, config=synth.config(seed=3))
+    assert len(result.chunks) >= 4
+    assert " ".join(c.text for c in result.chunks) == check_text(PARAGRAPH)  # nothing dropped
+    for chunk in result.chunks:
+        stats = chunk.generation.stats
+        assert stats.finish_reason == "eos"  # every chunk ran to its last phoneme
+        n_phonemes = len(synth.backend.prompt_ids(chunk.text)) - 3
+        # One inserted phoneme per phoneme after the first, and END: nothing skipped.
+        assert stats.forced_tokens >= n_phonemes
+    seconds = result.duration_seconds
+    assert 20 < seconds < 50, seconds  # eSpeak says it in about 30 s
+    assert result.generation.stats.new_tokens == sum(c.generation.stats.new_tokens for c in result.chunks)
 
 
 def test_tokens_to_audio_ignores_the_end_token(synth):
@@ -95,6 +122,8 @@ def test_token_view_names_codec_codes():
     offset = backend.layout.speech_offset
     assert backend.token_label(offset) == "0" and backend.token_label(offset + 17) == "17"
     assert backend.token_label(backend.eos_token_id) == "END"
+    assert backend.token_label(backend.layout.next_phoneme_id) == "|"
+    assert backend.token_label(backend.layout.phoneme_offset + 1) == "/_,/"
 
 
 def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
