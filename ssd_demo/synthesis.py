@@ -74,11 +74,16 @@ class TextChunk:
 class ChunkResult:
     text: str
     generation: GenerationResult
-    seed: int  # the decoding seed of this chunk (derived from the run's seed and the chunk's index)
+    config: DecodingConfig  # as decoded: the chunk's seed, the length limit cut to the model's context
     start_sample: int  # where this chunk's audio starts in the joined audio
     end_sample: int
     lm_seconds: float
     codec_seconds: float
+
+    @property
+    def seed(self) -> int:
+        """This chunk's decoding seed: the run's seed + the chunk's index."""
+        return self.config.seed
 
 
 @dataclass
@@ -95,7 +100,7 @@ class SynthesisResult:
 
     @property
     def duration_seconds(self) -> float:
-        return len(self.audio) / self.sample_rate
+        return len(self.audio) / self.sample_rate if self.sample_rate else 0.0
 
     @property
     def total_seconds(self) -> float:
@@ -177,7 +182,8 @@ class Synthesizer:
             audio=np.concatenate(pieces) if pieces else np.zeros(0, np.float32),
             sample_rate=self.backend.sample_rate,
             generation=generation,
-            config=config.with_(seed=base_seed),
+            # The settings as decoded; a length limit cut to the model's context shows as the tightest cut.
+            config=config.with_(seed=base_seed, max_new_tokens=min(r.config.max_new_tokens for r in results)),
             lm_seconds=sum(r.lm_seconds for r in results),
             codec_seconds=sum(r.codec_seconds for r in results),
             chunks=results,
@@ -206,7 +212,7 @@ class Synthesizer:
         context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
         audio = np.asarray(self.backend.tokens_to_audio(generation.tokens, **context), dtype=np.float32)
         codec_seconds = time.perf_counter() - start
-        chunk = ChunkResult(text, generation, config.seed, 0, 0, lm_seconds, codec_seconds)
+        chunk = ChunkResult(text, generation, config, 0, 0, lm_seconds, codec_seconds)
         return chunk, audio
 
 

@@ -112,7 +112,7 @@ def test_voice_prompt_goes_after_speech_start_and_transcript_before_text(backend
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "x" * 601, "say <|s_12|> now", "end <|eot_id|>"],
+    ["", "   ", "x" * 3001, "say <|s_12|> now", "end <|eot_id|>"],
     ids=["empty", "blank", "too-long", "speech-markup", "control-markup"],
 )
 def test_bad_text_raises_text_error(backend, text):
@@ -292,3 +292,11 @@ def test_default_length_is_the_context_minus_the_prompt(synth, monkeypatch):
         assert result.config.max_new_tokens == 60 == len(result.generation.tokens)
         assert result.generation.stats.finish_reason == "length"
 
+
+
+def test_long_text_is_spoken_in_sentence_chunks_and_short_text_in_one(backend):
+    assert [c.text for c in backend.split_text(TEXT)] == [TEXT]
+    long_text = " ".join(f"Sentence number {i} is here, and it goes on for a little while." for i in range(12))
+    chunks = backend.split_text(long_text)
+    assert len(chunks) >= 3 and all(len(c.text) <= backend.chunk_chars for c in chunks)
+    assert " ".join(c.text for c in chunks) == long_text  # nothing dropped (decoding by chunk: test_chunked_synthesis)

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from ..config import DecodingConfig
-from ..synthesis import TextError, VoicePrompt
+from .. import text as text_frontend
+from ..synthesis import TextChunk, TextError, VoicePrompt
 
 USER_PREFIX = "Convert the text to speech:"
 TEXT_START = "<|TEXT_UNDERSTANDING_START|>"
@@ -126,7 +127,11 @@ class LlasaBackend:
     codec: object  # transformers.Xcodec2Model
     feature_extractor: object  # transformers.Xcodec2FeatureExtractor
     name: str = "llasa"
-    max_text_chars: int = 600
+    max_text_chars: int = 3000
+    #: Longer text is spoken in chunks of whole sentences (phrases, words when a sentence is longer) of at
+    #: most this many characters: about 20 s of speech, inside the 2,048-token context even after a 10 s
+    #: voice prompt. Shorter text is one chunk, decoded exactly as the model card does.
+    chunk_chars: int = 300
     # 10 s (501 codes) still leaves about 1,400 tokens (28 s) of speech in Llasa's 2048-token context.
     max_prompt_seconds: float = 10.0
     min_prompt_seconds: float = 0.5
@@ -291,6 +296,14 @@ class LlasaBackend:
         if codes.shape[0] < count:
             raise ValueError(f"the codec gave {codes.shape[0]} codes for {len(audio)} samples; expected {count}")
         return [int(c) for c in codes[:count].tolist()]
+
+    def split_text(self, text: str) -> list[TextChunk]:
+        """Whole text when it fits one chunk, else sentence-sized chunks (joined, they give the text back)."""
+        text = self._check_text(text)
+        if len(text) <= self.chunk_chars:
+            return [TextChunk(text)]
+        chunks = text_frontend.split_text(text, budget=self.chunk_chars, count=len)
+        return [TextChunk(c.text, c.pause_after_ms) for c in chunks]
 
     # -- helpers ----------------------------------------------------------------------
 
