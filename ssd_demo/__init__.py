@@ -3,14 +3,16 @@
 Public API:
     DecodingConfig, speculative_generate, autoregressive_generate,
     GenerationResult, RoundRecord, GenerationStats, predicted_speedup, compare_runs,
-    Synthesizer, SynthesisResult, load_synthesizer, list_presets, load_preset, load_custom_pair.
+    Synthesizer, SynthesisResult, load_synthesizer, list_presets, load_preset, load_custom_pair,
+    UserError and its kinds (InvalidSettingError, UnknownPresetError, TextError, ModelLoadError).
 """
 
 from .config import DecodingConfig
 from .presets import list_presets, load_custom_pair, load_preset
 from .decoding import autoregressive_generate, speculative_generate
 from .results import GenerationResult, GenerationStats, RoundRecord, SpeedupReport, compare_runs, predicted_speedup
-from .synthesis import Backend, SynthesisResult, Synthesizer, TextError, VoicePrompt
+from .errors import InvalidSettingError, ModelLoadError, TextError, UnknownPresetError, UserError
+from .synthesis import Backend, SynthesisResult, Synthesizer, VoicePrompt
 
 __version__ = "0.1.0"
 
@@ -19,11 +21,15 @@ __all__ = [
     "DecodingConfig",
     "GenerationResult",
     "GenerationStats",
+    "InvalidSettingError",
+    "ModelLoadError",
     "RoundRecord",
     "SpeedupReport",
     "SynthesisResult",
     "Synthesizer",
     "TextError",
+    "UnknownPresetError",
+    "UserError",
     "VoicePrompt",
     "autoregressive_generate",
     "compare_runs",

@@ -27,9 +27,10 @@ import soundfile
 
 from . import charts
 from .config import DecodingConfig
+from .errors import InvalidSettingError, ModelLoadError, TextError, UserError
 from .presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from .results import GenerationResult, SpeedupReport, compare_runs
-from .synthesis import SynthesisResult, Synthesizer, TextError, VoicePrompt
+from .synthesis import SynthesisResult, Synthesizer, VoicePrompt
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]
@@ -61,10 +62,6 @@ def example_texts() -> list[str]:
 
 WARM_UP_TEXT = "Warm up."
 MAX_SEED = 2**31 - 1
-
-
-class ModelLoadError(RuntimeError):
-    """A preset's models could not be loaded (missing files, no network, out of memory...)."""
 
 
 # ---------------------------------------------------------------------------
@@ -100,11 +97,11 @@ def voice_prompt_from_upload(audio, transcript: str | None) -> VoicePrompt | Non
     """gr.Audio's (sample_rate, samples) upload + its transcript -> a VoicePrompt (None when no clip)."""
     if audio is None:
         if transcript and transcript.strip():
-            raise ValueError("A voice-prompt transcript was given without a clip: upload the clip it belongs to.")
+            raise UserError("A voice-prompt transcript was given without a clip: upload the clip it belongs to.")
         return None
     rate, samples = audio
     if not transcript or not transcript.strip():
-        raise ValueError("A voice prompt needs its transcript: type exactly what is said in the clip.")
+        raise UserError("A voice prompt needs its transcript: type exactly what is said in the clip.")
     samples = np.asarray(samples)
     if np.issubdtype(samples.dtype, np.integer):  # scale before averaging channels turns ints into floats
         samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
@@ -118,7 +115,7 @@ def resolve_seed(seed: float | int | None, randomize: bool) -> int:
     if randomize or seed is None or (isinstance(seed, float) and math.isnan(seed)):
         return secrets.randbelow(MAX_SEED + 1)
     if float(seed) != int(seed) or int(seed) < 0:
-        raise ValueError(f"Invalid decoding setting: seed must be a non-negative integer, got {seed!r}")
+        raise InvalidSettingError(f"seed must be a non-negative integer, got {seed!r}")
     return int(seed)
 
 
@@ -127,9 +124,9 @@ def _as_int(name: str, value) -> int:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"Invalid decoding setting: {name} must be a whole number, got {value!r}") from None
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
     if not number.is_integer():
-        raise ValueError(f"Invalid decoding setting: {name} must be a whole number, got {value!r}")
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
     return int(number)
 
 
@@ -149,7 +146,7 @@ def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> Decod
             try:
                 changes[name] = float(getattr(request, name))
             except (TypeError, ValueError):
-                raise ValueError(f"Invalid decoding setting: {name} must be a number, got {getattr(request, name)!r}") from None
+                raise InvalidSettingError(f"{name} must be a number, got {getattr(request, name)!r}") from None
     if request.acceptance is not None:
         changes["acceptance"] = str(request.acceptance)
     return synthesizer.config(**changes)
@@ -329,8 +326,8 @@ else:
 def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
     """Load the preset, validate everything, and run both decoders.
 
-    Raises TextError (bad text), ValueError (bad settings), KeyError (unknown preset)
-    or ModelLoadError; the UI shows each as a message.
+    Raises a `UserError` for what the user can change: TextError (bad text), InvalidSettingError
+    (bad settings), UnknownPresetError or ModelLoadError; the UI shows each as a message.
     """
     progress = progress or _no_progress
     progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from .errors import InvalidSettingError
+
 #: Acceptance rules that `speculative_generate` knows; see `ssd_demo.acceptance`.
 ACCEPTANCE_RULES = ("exact", "ssd", "topk", "pcg")
 
@@ -55,7 +57,7 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
-            raise ValueError(f"Invalid decoding setting: {message}")
+            raise InvalidSettingError(message)
 
         if not isinstance(self.draft_len, int) or self.draft_len < 1:
             fail(f"draft_len must be an integer >= 1, got {self.draft_len!r}")

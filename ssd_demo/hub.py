@@ -13,7 +13,7 @@ Loading goes in three steps so that mistakes fail in seconds, before gigabytes m
 
 `trust_remote_code` is never turned on implicitly; `HF_TOKEN` (or a stored login) is
 used for gated repositories through huggingface_hub's own lookup, or pass `token=`.
-Errors are `ModelLoadError`s (a `ValueError`) with a message that says what to do.
+Errors are `ModelLoadError`s (`ssd_demo.errors`, a `ValueError`) with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import ModelLoadError
 from .synthesis import Synthesizer
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
@@ -60,10 +61,6 @@ METADATA_PATTERNS = [
 WEIGHT_PATTERNS = ["*.safetensors"]
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-class ModelLoadError(ValueError):
-    """A model or pair cannot be loaded; the message says why and what to do."""
 
 
 class ModelNotFoundError(ModelLoadError):

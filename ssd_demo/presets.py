@@ -15,6 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .errors import ModelLoadError, UnknownPresetError
 from .synthesis import Synthesizer
 
 
@@ -79,7 +80,7 @@ def get_preset(key: str) -> Preset:
     try:
         return _REGISTRY[key]
     except KeyError:
-        raise KeyError(f"unknown preset {key!r}; available: {', '.join(_REGISTRY)}") from None
+        raise UnknownPresetError(f"unknown preset {key!r}; available: {', '.join(_REGISTRY)}") from None
 
 
 def preset_choices() -> list[tuple[str, str]]:
@@ -145,7 +146,7 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
     Nothing is loaded or downloaded here; the pair is checked and loaded on first use, with the
     same pre-flight checks as `load_custom_pair`.
     """
-    from .hub import DEFAULT_CODEC, ModelLoadError, _short_name
+    from .hub import DEFAULT_CODEC, _short_name
     from .hub import load_custom_pair as load
 
     target, draft = (target or "").strip(), (draft or "").strip()

@@ -18,11 +18,8 @@ import torch
 
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
+from .errors import TextError
 from .results import GenerationResult, combine
-
-
-class TextError(ValueError):
-    """The text cannot be synthesised (empty, too long, nothing pronounceable)."""
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from . import espeak
-from .synthesis import TextError
+from .errors import TextError
 
 
 #: Longest accepted text, in characters (a few paragraphs; it is spoken chunk by chunk).

@@ -14,11 +14,11 @@ import gradio as gr
 
 from . import app_logic
 from .benchmark_tab import build_benchmark_tab
-from .app_logic import TOKEN_COLOURS, ModelLoadError, Request
+from .app_logic import TOKEN_COLOURS, Request
 from .config import ACCEPTANCE_RULES
 from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from .presets import get_preset, list_presets
-from .synthesis import TextError
+from .errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,9 @@ def _analytics_enabled() -> bool:
 
 def _user_error(error: Exception) -> gr.Error:
     """Exceptions -> one readable message; the traceback stays in the server log."""
-    if isinstance(error, (TextError, ModelLoadError)):
-        return gr.Error(str(error), title="Cannot synthesise")
+    if isinstance(error, UserError):
+        return gr.Error(str(error), title=error.title)
     message = str(error.args[0]) if error.args else ""
-    if isinstance(error, KeyError) and message.startswith("unknown preset"):
-        return gr.Error(message, title="Unknown preset")
-    if isinstance(error, ValueError) and message.startswith("Invalid decoding setting"):
-        return gr.Error(message, title="Invalid settings")
     if isinstance(error, (ValueError, NotImplementedError)):
         # Most are the user's to fix (an unknown draft, an unsupported option), but an internal
         # ValueError can hide here too: show the message and keep the traceback in the log.

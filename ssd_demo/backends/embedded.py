@@ -22,7 +22,8 @@ import torch
 from ..codec import Codec
 from ..config import DecodingConfig
 from ..groups import ACOUSTIC_EMBEDDINGS_ATTR
-from ..synthesis import Synthesizer, TextChunk, TextError, VoicePrompt
+from ..errors import TextError
+from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from .vocab import PhonemeSchedule, VocabLayout
 

@@ -28,7 +28,8 @@ import torch
 
 from ..config import DecodingConfig
 from .. import text as text_frontend
-from ..synthesis import TextChunk, TextError, VoicePrompt
+from ..errors import TextError
+from ..synthesis import TextChunk, VoicePrompt
 
 USER_PREFIX = "Convert the text to speech:"
 TEXT_START = "<|TEXT_UNDERSTANDING_START|>"

@@ -1,0 +1,46 @@
+"""Errors a user can fix, as types: the app and the CLI choose a message by class, never by text.
+
+Every `UserError` is a `ValueError` (so code that catches ValueError keeps working) whose `str()` is
+the sentence to show; `title` is the heading the app gives it. Anything else that escapes a request
+is a bug: the app logs its traceback and says that synthesis failed.
+"""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """Input the user can change (text, settings, model choice); str(error) says what to change."""
+
+    title = "Cannot synthesise"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidSettingError(UserError):
+    """A decoding setting is out of range or of the wrong kind."""
+
+    title = "Invalid settings"
+    PREFIX = "Invalid decoding setting: "
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message if message.startswith(self.PREFIX) else self.PREFIX + message)
+
+
+class UnknownPresetError(UserError, KeyError):
+    """No model preset has this key (a KeyError too: presets are looked up by key)."""
+
+    title = "Unknown preset"
+
+
+class TextError(UserError):
+    """The text cannot be synthesised (empty, too long, nothing pronounceable)."""
+
+
+class ModelLoadError(UserError):
+    """A model or pair cannot be loaded; the message says why and what to do."""
+
+    title = "Cannot load the models"
+
+
+__all__ = ["InvalidSettingError", "ModelLoadError", "TextError", "UnknownPresetError", "UserError"]
