@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from .errors import InvalidSettingError
+from .rules.registry import RULE_NAMES
 
-#: Acceptance rules that `speculative_generate` knows; see `ssd_demo.acceptance`.
-ACCEPTANCE_RULES = ("exact", "ssd", "topk", "pcg")
+#: Acceptance rules that `speculative_generate` knows (`ssd_demo.rules.registry` is the one list).
+ACCEPTANCE_RULES = RULE_NAMES
 
 
 @dataclass(frozen=True)

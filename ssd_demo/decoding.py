@@ -33,7 +33,7 @@ from typing import Hashable, Protocol
 import torch
 from transformers import DynamicCache
 
-from .acceptance import Block, make_rule
+from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
@@ -271,15 +271,20 @@ def speculative_generate(
     *,
     static_cache: bool | None = None,
     forced: ForcedTokens | None = None,
+    rule: AcceptanceRule | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
     `static_cache` picks the forward implementation for both models (see `cached_lm`); it changes
     speed, never the algorithm. `forced` is an optional schedule of tokens the decoder inserts itself.
+    `rule` is the acceptance strategy; by default `make_rule(config)`, with the target's input
+    embeddings for a rule that groups tokens by an embedding table (pcg).
     """
     device, vocab = _check_inputs(input_ids, target, draft)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
-    rule = make_rule(config, target)
+    if rule is None:
+        rule = make_rule(config, embeddings=target.get_input_embeddings().weight.detach()
+                         if RULES[config.acceptance].needs_embeddings else None)
     # Forced tokens may follow each sampled token; a generous bound keeps the static caches in range.
     capacity = len(run.prompt) + config.max_new_tokens + (MAX_FORCED_PER_TOKEN + 1) * (config.draft_len + 2)
     target_lm, draft_lm = cached_lm(target, capacity, static_cache), cached_lm(draft, capacity, static_cache)

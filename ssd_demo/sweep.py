@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .groups import grouping_embeddings
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
 
@@ -95,7 +94,7 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
     """The grid: SSD betas, PCG group sizes, top-k tolerances, fixed vs adaptive K."""
     base_k = synth.config().draft_len
     speech = [t for t in synth.backend.allowed_token_ids() if t != synth.backend.eos_token_id]
-    embeddings = grouping_embeddings(synth.target)[speech]
+    embeddings = synth.grouping_embeddings()[speech]
     betas = (0.0, 0.3) if quick else (0.0, 0.1, 0.2, 0.3, 0.5)
     sizes = (4.0, 16.0) if quick else (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0)
     ks = (3,) if quick else (2, 3, 5)

@@ -20,6 +20,7 @@ from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .errors import TextError
 from .results import GenerationResult, combine
+from .rules import RULES, AcceptanceRule, make_rule
 
 
 @runtime_checkable
@@ -119,6 +120,7 @@ class Synthesizer:
         self.target = target
         self.drafts = dict(drafts)
         self.draft_name = default_draft or next(iter(self.drafts))
+        self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
             raise ValueError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
 
@@ -133,6 +135,21 @@ class Synthesizer:
             allowed_token_ids=self.backend.allowed_token_ids(),
         )
         return base.with_(**overrides) if overrides else base
+
+    def grouping_embeddings(self) -> torch.Tensor:
+        """[V, d] table the pcg rule groups tokens by: the backend's acoustic embeddings when it has
+        them (e.g. codec centroids), else the target's input embeddings (the PCG paper's choice)."""
+        vocab = self.target.get_input_embeddings().weight.shape[0]
+        acoustic = getattr(self.backend, "acoustic_embeddings", None)
+        if acoustic is not None:
+            if self._acoustic is None:
+                self._acoustic = acoustic(vocab).to(self.device)
+            return self._acoustic
+        return self.target.get_input_embeddings().weight.detach()
+
+    def rule(self, config: DecodingConfig) -> AcceptanceRule:
+        """The acceptance rule `config` names, built with this voice's grouping table when it needs one."""
+        return make_rule(config, embeddings=self.grouping_embeddings() if RULES[config.acceptance].needs_embeddings else None)
 
     def synthesize(
         self,
@@ -203,7 +220,8 @@ class Synthesizer:
         if mode == "ar":
             generation = autoregressive_generate(self.target, input_ids, config, forced=forced)
         else:
-            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced)
+            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
+                                              rule=self.rule(config))
         lm_seconds = time.perf_counter() - start
         start = time.perf_counter()
         context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt

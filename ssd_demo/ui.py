@@ -15,7 +15,7 @@ import gradio as gr
 from . import app_logic
 from .benchmark_tab import build_benchmark_tab
 from .app_logic import TOKEN_COLOURS, Request
-from .config import ACCEPTANCE_RULES
+from .rules import RULE_NAMES, RULES
 from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from .presets import get_preset, list_presets
 from .errors import UserError
@@ -50,12 +50,7 @@ Other rules: **topk** accepts a drafted token that is among the target's top-k; 
 the level of groups of acoustically similar tokens (arXiv 2511.13732).
 """
 
-RULE_HELP = {
-    "exact": "exact speculative sampling: output distribution identical to the target's (β ignored)",
-    "ssd": "SSD: accept if r < min(1, q/p) + β; β = 0 is exact",
-    "topk": "accept a drafted token when it is among the target's top-k tokens",
-    "pcg": "accept by groups of acoustically similar tokens (cosine > θ)",
-}
+RULE_HELP = {name: spec.help for name, spec in RULES.items()}
 
 CSS = """
 .ssd-tokens { max-height: 18rem; overflow-y: auto; }
@@ -171,7 +166,7 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                             beta = gr.Slider(0.0, 1.0, value=config.beta, step=0.05, label="Tolerance β",
                                              info="0 = exact; larger = faster, less faithful")
                         acceptance = gr.Dropdown(
-                            choices=list(ACCEPTANCE_RULES),
+                            choices=list(RULE_NAMES),
                             value=config.acceptance,
                             label="Acceptance rule",
                             info=RULE_HELP.get(config.acceptance, ""),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.groups import build_groups
+from ssd_demo.rules import build_groups
 from ssd_demo.sampling import probabilities, processed_scores
 from test_exactness import chi_square_p
 from tiny_models import tiny_llama
@@ -110,17 +110,28 @@ def test_adaptive_draft_length_stays_within_bounds_and_adapts():
         DecodingConfig(cost_ratio=-1.0)
 
 
-def test_acoustic_embeddings_set_by_a_backend_define_the_groups():
-    from ssd_demo.groups import ACOUSTIC_EMBEDDINGS_ATTR, groups_for
+def test_a_backends_acoustic_embeddings_define_the_groups():
+    from ssd_demo.rules import GroupRule, groups_for, make_rule
+    from ssd_demo.synthesis import Synthesizer
 
     model = tiny_llama(seed=40, vocab=VOCAB, width=16, init=0.2)  # input embeddings: no structure
-    assert groups_for(model, 0.9, None).sizes.tolist() == [1.0] * VOCAB
+    assert groups_for(model.get_input_embeddings().weight, 0.9, None).sizes.tolist() == [1.0] * VOCAB
     acoustic = torch.zeros(VOCAB, 3)
     for c, members in enumerate(CLUSTERS):
         acoustic[members, c % 3] = 1.0 + c  # pairs point the same way
     acoustic[6:8] = torch.tensor([1.0, 1.0, 1.0])
-    setattr(model, ACOUSTIC_EMBEDDINGS_ATTR, acoustic)
-    assert groups_for(model, 0.9, None).sizes.tolist() == [2.0] * VOCAB
+    assert groups_for(acoustic, 0.9, None).sizes.tolist() == [2.0] * VOCAB
+
+    class AcousticBackend:  # only what Synthesizer.rule reads
+        def acoustic_embeddings(self, vocab_size):
+            return acoustic[:vocab_size]
+
+    synth = Synthesizer(AcousticBackend(), model, {"same": model})
+    rule = synth.rule(DecodingConfig(acceptance="pcg", pcg_theta=0.9))
+    assert isinstance(rule, GroupRule) and rule.groups.sizes.tolist() == [2.0] * VOCAB
+    assert not hasattr(model, "ssd_acoustic_embeddings")  # the table is handed in, never attached
+    with pytest.raises(ValueError, match="needs a token embedding table"):
+        make_rule(DecodingConfig(acceptance="pcg"))
 
 
 def test_adaptive_choice_uses_per_position_acceptance():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.acceptance import Block, make_rule
+from ssd_demo.rules import Block, make_rule
 from ssd_demo.sampling import allowed_mask, probabilities, processed_scores, sample
 from tiny_models import tiny_llama
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ssd_demo.codec.metrics import mcd_dtw
-from ssd_demo.groups import build_groups
+from ssd_demo.rules import build_groups
 from ssd_demo.reporting import GENERATED_END, write_section
 from ssd_demo.sweep import (
     Setting,

@@ -21,7 +21,6 @@ import torch
 
 from ..codec import Codec
 from ..config import DecodingConfig
-from ..groups import ACOUSTIC_EMBEDDINGS_ATTR
 from ..errors import TextError
 from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
@@ -95,7 +94,11 @@ class EmbeddedBackend:
         return self.layout.schedule([token - self.layout.phoneme_offset for token in prompt[1:end]])
 
     def acoustic_embeddings(self, vocab_size: int) -> torch.Tensor:
-        """[vocab_size, n_mels]: each speech token's codec centroid (centred); zeros elsewhere."""
+        """[vocab_size, n_mels]: each speech token's codec centroid (centred); zeros elsewhere.
+
+        PCG groups this voice's tokens by these (`Synthesizer.grouping_embeddings`): the centroids
+        say which codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
+        """
         centroids = torch.as_tensor(np.asarray(self.codec.codebook), dtype=torch.float32)
         table = torch.zeros(vocab_size, centroids.shape[1])
         offset = self.layout.speech_offset
@@ -138,9 +141,6 @@ def load_synthesizer(draft: str = "distilled", device: str | None = None, path: 
         return model.to(device).eval()
 
     target = load("target")
-    # PCG groups speech tokens by the codec's own centroids (centred log-mel frames): they say
-    # which codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
-    setattr(target, ACOUSTIC_EMBEDDINGS_ATTR, backend.acoustic_embeddings(target.get_input_embeddings().weight.shape[0]).to(device))
     drafts = {name: load(folder) for name, folder in DRAFT_FOLDERS.items()}
     return Synthesizer(backend, target, drafts, default_draft=draft)
 

@@ -1,6 +1,6 @@
 """Coarse-grained acceptance over acoustic similarity groups (PCG, arXiv 2511.13732).
 
-Tokens whose target embeddings point the same way tend to sound alike. For each token t
+Tokens whose embeddings point the same way tend to sound alike. For each token t
 the group G(t) = {t' : cos(E(t), E(t')) > theta}; a token belongs to m(t) = |G(t)| groups
 (the relation is symmetric) and its probability mass is split equally over them, so a
 distribution p over tokens induces a distribution over groups P(g) = sum_{t in g} p(t) / m(t).
@@ -9,7 +9,11 @@ containing it, which the target keeps with probability min(1, Q(g)/P(g)); after 
 a group is drawn from norm(max(0, Q - P)) and a token from the target inside it.
 
 Groups are computed blockwise and stored as a sparse matrix (Llasa has 65,536 speech
-tokens; a dense similarity matrix would take 16 GB), and cached per model revision.
+tokens; a dense similarity matrix would take 16 GB), and cached per embedding table.
+
+The embedding table is handed in (`make_rule(config, embeddings=...)`): the target's input
+embeddings (the PCG paper's choice, `speculative_generate`'s default) or a backend's acoustic
+table (`Synthesizer.grouping_embeddings`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .acceptance import AcceptanceRule, Block
-from .config import DecodingConfig
+from .base import TINY, Block
+from .exact import ExactRule
 
-_TINY = 1e-12
+if TYPE_CHECKING:
+    from ..config import DecodingConfig
 #: Refuse group tables larger than this many (token, group) pairs: theta is too low.
 MAX_PAIRS = 50_000_000
 
@@ -86,38 +93,19 @@ def build_groups(embeddings: torch.Tensor, theta: float, token_ids: list[int] | 
 _CACHE: dict[str, AcousticGroups] = {}
 
 
-#: Attribute a backend may set on its target model: a [V, d] tensor of acoustic token
-#: embeddings (e.g. the codec's centroids) that groups are built from instead of the
-#: target's input embeddings. A small model's input embeddings need not encode which
-#: codes sound alike; the codec's own feature space does by construction.
-ACOUSTIC_EMBEDDINGS_ATTR = "ssd_acoustic_embeddings"
-
-
-def grouping_embeddings(target) -> torch.Tensor:
-    """The embedding table PCG groups come from: acoustic embeddings when the backend set them,
-    else the target's input embeddings (the PCG paper's choice)."""
-    acoustic = getattr(target, ACOUSTIC_EMBEDDINGS_ATTR, None)
-    if acoustic is not None:
-        return acoustic
-    return target.get_input_embeddings().weight.detach()
-
-
-def groups_for(target, theta: float, token_ids: list[int] | None) -> AcousticGroups:
-    """Groups of `target`'s grouping embeddings, cached per model revision, theta and token set."""
-    embeddings = grouping_embeddings(target)
-    name = getattr(target.config, "_name_or_path", "") or ""
-    revision = getattr(target.config, "_commit_hash", None)
-    if revision is None:  # local or random weights: identify them by their content
-        revision = hashlib.sha1(embeddings[:: max(1, embeddings.shape[0] // 64)].float().cpu().numpy().tobytes()).hexdigest()
+def groups_for(embeddings: torch.Tensor, theta: float, token_ids: list[int] | None) -> AcousticGroups:
+    """Groups of an embedding table [V, d], cached per table content, theta and token set."""
+    # A strided sample identifies the table cheaply (Llasa's has 193,800 rows of 2,048).
+    sample = embeddings[:: max(1, embeddings.shape[0] // 64)].detach().float().cpu().numpy()
+    table_key = hashlib.sha1(sample.tobytes() + str(tuple(embeddings.shape)).encode()).hexdigest()
     ids_key = hashlib.sha1(str(token_ids).encode()).hexdigest()[:12]
-    source = "acoustic" if getattr(target, ACOUSTIC_EMBEDDINGS_ATTR, None) is not None else "input"
-    key = f"{name}@{revision}:{source}:{theta}:{ids_key}:{embeddings.device}"
+    key = f"{table_key}:{theta}:{ids_key}:{embeddings.device}"
     if key not in _CACHE:
-        _CACHE[key] = build_groups(embeddings, theta, token_ids)
+        _CACHE[key] = build_groups(embeddings.detach(), theta, token_ids)
     return _CACHE[key]
 
 
-class GroupRule(AcceptanceRule):
+class GroupRule(ExactRule):
     """PCG: rejection sampling on acoustic similarity groups.
 
     Guarantee: exact at group level — the distribution of the (latent) group of each
@@ -130,14 +118,12 @@ class GroupRule(AcceptanceRule):
     name = "pcg"
     guarantee = "exact at group level; theta >= 1 is exact speculative sampling"
 
-    def __init__(self, config: DecodingConfig, target):
+    def __init__(self, config: DecodingConfig, embeddings: torch.Tensor):
         super().__init__(config)
-        if target is None:
-            raise ValueError("the pcg rule needs the target model (its embeddings define the groups)")
         grouped = None
         if config.allowed_token_ids is not None:
             grouped = [t for t in config.allowed_token_ids if t not in config.eos_ids]
-        self.groups = groups_for(target, config.pcg_theta, grouped)
+        self.groups = groups_for(embeddings, config.pcg_theta, grouped)
 
     def _masses(self, block: Block) -> tuple[torch.Tensor, torch.Tensor]:
         """Group masses P (draft) and Q (target) for every drafted position, computed once per block."""
@@ -151,7 +137,7 @@ class GroupRule(AcceptanceRule):
         # The drafted token picks one of its m(x) groups uniformly; integrating that choice
         # out gives P(keep x) = mean over g containing x of min(1, Q(g)/P(g)).
         p_groups, q_groups = self._masses(block)
-        ratio = torch.clamp(q_groups / p_groups.clamp_min(_TINY), max=1.0)
+        ratio = torch.clamp(q_groups / p_groups.clamp_min(TINY), max=1.0)
         ratio = torch.where(p_groups > 0, ratio, torch.zeros_like(ratio))
         per_token = self.groups.spread(ratio)  # sum over groups containing each token
         index = block.drafted[:, None]
@@ -167,10 +153,10 @@ class GroupRule(AcceptanceRule):
         p_group, q_group = p_groups[position][None], q_groups[position][None]
         leftover = torch.clamp(q_group - p_group, min=0.0)
         total = leftover.sum()
-        if float(total) <= _TINY:
+        if float(total) <= TINY:
             return q[0]
         # Draw a group from the leftover mass, then a token inside it with weight q(t)/m(t).
-        weights = torch.where(q_group > 0, leftover / total / q_group.clamp_min(_TINY), torch.zeros_like(q_group))
+        weights = torch.where(q_group > 0, leftover / total / q_group.clamp_min(TINY), torch.zeros_like(q_group))
         token = (q / self.groups.sizes) * self.groups.spread(weights)
         token_total = token.sum()
-        return (token / token_total)[0] if float(token_total) > _TINY else q[0]
+        return (token / token_total)[0] if float(token_total) > TINY else q[0]

@@ -1,0 +1,56 @@
+"""The one list of acceptance rules: names, guarantees, help text and how to build each.
+
+Config validation, the app's rule menu and its help line, the CLI and the sweep all read this list;
+adding a rule is one module plus one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .base import AcceptanceRule
+from .exact import ExactRule
+from .pcg import GroupRule
+from .ssd import ToleranceRule
+from .topk import TopKRule
+
+if TYPE_CHECKING:
+    from ..config import DecodingConfig
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    name: str
+    build: Callable[..., AcceptanceRule]
+    guarantee: str
+    help: str  # one line for the app, next to the rule menu
+    needs_embeddings: bool = False  # built from a token embedding table (make_rule's `embeddings`)
+
+
+RULES: dict[str, RuleSpec] = {spec.name: spec for spec in (
+    RuleSpec("exact", ExactRule, ExactRule.guarantee,
+             "exact speculative sampling: output distribution identical to the target's (β ignored)"),
+    RuleSpec("ssd", ToleranceRule, ToleranceRule.guarantee, "SSD: accept if r < min(1, q/p) + β; β = 0 is exact"),
+    RuleSpec("topk", TopKRule, TopKRule.guarantee, "accept a drafted token when it is among the target's top-k tokens"),
+    RuleSpec("pcg", GroupRule, GroupRule.guarantee, "accept by groups of acoustically similar tokens (cosine > θ)",
+             needs_embeddings=True),
+)}
+RULE_NAMES: tuple[str, ...] = tuple(RULES)
+
+
+def make_rule(config: DecodingConfig, embeddings: torch.Tensor | None = None) -> AcceptanceRule:
+    """The rule named by config.acceptance. "exact" ignores beta; "pcg" needs `embeddings` [V, d]."""
+    spec = RULES.get(config.acceptance)
+    if spec is None:
+        raise ValueError(f"unknown acceptance rule {config.acceptance!r}; choose from {', '.join(RULE_NAMES)}")
+    if config.acceptance == "exact" and config.beta != 0:
+        config = config.with_(beta=0.0)
+    if spec.needs_embeddings:
+        if embeddings is None:
+            raise ValueError(f"the {spec.name} rule needs a token embedding table (make_rule(..., embeddings=...))")
+        return spec.build(config, embeddings)
+    return spec.build(config)

@@ -1,0 +1,24 @@
+"""The rule registry is the one list of rule names: config validation, the app's menu and help read it."""
+
+import pytest
+
+from ssd_demo import DecodingConfig
+from ssd_demo.config import ACCEPTANCE_RULES
+from ssd_demo.rules import RULE_NAMES, RULES, AcceptanceRule, make_rule
+from ssd_demo.ui import RULE_HELP
+from tiny_models import tiny_llama
+
+
+def test_config_and_app_read_the_registry():
+    assert ACCEPTANCE_RULES == RULE_NAMES == ("exact", "ssd", "topk", "pcg")
+    assert RULE_HELP == {name: spec.help for name, spec in RULES.items()} and all(RULE_HELP.values())
+    with pytest.raises(ValueError, match="acceptance must be one of exact, ssd, topk, pcg"):
+        DecodingConfig(acceptance="nope")
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+def test_every_registered_rule_builds_and_states_its_guarantee(name):
+    embeddings = tiny_llama(seed=1, vocab=8, width=16).get_input_embeddings().weight
+    rule = make_rule(DecodingConfig(acceptance=name), embeddings=embeddings)
+    assert isinstance(rule, AcceptanceRule)
+    assert rule.name == name and rule.guarantee == RULES[name].guarantee
