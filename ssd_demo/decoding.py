@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Protocol
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedModel
 
 from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
@@ -56,6 +56,22 @@ class ForcedTokens(Protocol):
 
     def advance(self, state: Hashable, token: int) -> tuple[Hashable, tuple[int, ...]]:
         """After sampled `token`: the next state and the tokens to insert right after it."""
+
+
+class CachedForward(Protocol):
+    """A model's forward over its own KV cache: what both decoders call (`CachedLM`, `StaticCacheLM`)."""
+
+    calls: int
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache."""
+
+    def forward(self, ids: list[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed `ids` after the cached ones; logits [n, V] (or [1, V] with last_only)."""
+
+    def truncate(self, length: int) -> None:
+        """Cut the cache back to its first `length` tokens."""
 
 
 class CachedLM:
@@ -121,22 +137,9 @@ class _Run:
     new_tokens: list[int] = field(default_factory=list)
     steps: list[RoundRecord] = field(default_factory=list)
     finish_reason: str = "length"
-    # Running sums and counts of the expected acceptance at each block position (adaptive K reads them).
-    # Position i is only tested when positions 1..i-1 were accepted, so position_sums[i] / position_counts[i]
-    # estimates P(accept i | accepted so far): drafts drift, and acceptance decays along the block.
-    position_sums: list[float] = field(default_factory=list)
-    position_counts: list[int] = field(default_factory=list)
     forced: ForcedTokens | None = None
     forced_state: Hashable = None  # the schedule's state after the committed tokens
     forced_count: int = 0
-
-    def record_expected(self, expected: list[float]) -> None:
-        for position, value in enumerate(expected):
-            if position == len(self.position_sums):
-                self.position_sums.append(0.0)
-                self.position_counts.append(0)
-            self.position_sums[position] += value
-            self.position_counts[position] += 1
 
     def __post_init__(self) -> None:
         # A private generator: same seed -> same output, and the caller's global RNG is untouched.
@@ -221,8 +224,8 @@ def _prefill(lms: list, prompt: list[int]) -> None:
 
 @torch.inference_mode()
 def autoregressive_generate(
-    target,
-    input_ids: torch.Tensor,
+    target: PreTrainedModel,
+    input_ids: torch.Tensor,  # [1, T] prompt ids
     config: DecodingConfig,
     *,
     static_cache: bool | None = None,
@@ -264,9 +267,9 @@ def autoregressive_generate(
 
 @torch.inference_mode()
 def speculative_generate(
-    target,
-    draft,
-    input_ids: torch.Tensor,
+    target: PreTrainedModel,
+    draft: PreTrainedModel,  # same vocabulary and device as the target
+    input_ids: torch.Tensor,  # [1, T] prompt ids
     config: DecodingConfig,
     *,
     static_cache: bool | None = None,
@@ -291,76 +294,87 @@ def speculative_generate(
     clock = _Clock(device)
     _prefill([target_lm, draft_lm], run.prompt)
     prefill_seconds = clock.now()
+    history = AcceptanceHistory()
     done = False
     while not done:
-        committed_len = len(run.committed)
-        # Leave room for the replacement/bonus token: never exceed max_new_tokens.
-        draft_len = choose_draft_len(run) if config.adaptive_draft_len else config.draft_len
-        draft_len = max(min(draft_len, run.remaining - 1), 0)
-
-        # 1. Draft (forced tokens inserted after the drafted ones they follow).
-        started = clock.now()
-        drafted, draft_rows, block_tokens, drafted_at_index = _draft_block(draft_lm, run, draft_len)
-        drafted_at = clock.now()
-
-        # 2. Verify: the pending tokens plus the block, in one target call. The logits that predict
-        # drafted token i sit just before it; the last row predicts the token after the block.
-        pending = run.committed[target_lm.length :]
-        logits = target_lm.forward(pending + block_tokens)
-        rows = [len(pending) + index - 1 for index in drafted_at_index] + [logits.shape[0] - 1]
-        if len(rows) != logits.shape[0]:
-            logits = logits[rows]
-        target_scores, target_probs = run.distributions(logits)
-        block = Block(
-            drafted=torch.tensor(drafted, dtype=torch.long, device=device),
-            draft_probs=torch.stack(draft_rows) if draft_rows else target_probs[:0],
-            target_probs=target_probs,
-            target_scores=target_scores,
-        )
-
-        # 3. Accept the longest prefix that passes, then a replacement or a bonus token.
-        accepted, expected = _accepted_prefix(rule, block, run.generator)
-        run.record_expected(expected)
-        if accepted < len(drafted):
-            next_token = int(sample(rule.residual(block, accepted)[None], run.generator)[0])
-            kind = "replacement"
-        else:
-            next_token = int(sample(target_probs[-1:], run.generator)[0])
-            kind = "bonus"
-        kept = drafted[:accepted]
-        kept_block = block_tokens[: drafted_at_index[accepted]] if accepted < len(drafted) else block_tokens
-        if any(token in config.eos_ids for token in kept_block):
-            next_token, kind = None, "none"  # the end token was accepted: nothing follows it
-        done, forced_counts = run.commit(kept + ([next_token] if next_token is not None else []))
-
-        # 4. Roll both caches back to the committed prefix (the new token and its forced ones stay pending).
-        valid = committed_len + len(kept_block)
-        target_lm.truncate(valid)
-        draft_lm.truncate(min(draft_lm.length, valid))
-        finished = clock.now()
-        run.steps.append(
-            RoundRecord(
-                drafted=drafted,
-                accepted=accepted,
-                next_token=next_token,
-                next_kind=kind,
-                draft_seconds=drafted_at - started,
-                verify_seconds=finished - drafted_at,
-                end_seconds=finished,
-                expected_acceptance=expected,
-                draft_calls=len(draft_rows),
-                target_cache_len=target_lm.length,
-                draft_cache_len=draft_lm.length,
-                forced_counts=forced_counts,
-                committed=run.committed[committed_len:],
-            )
-        )
+        draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio) if config.adaptive_draft_len \
+            else config.draft_len
+        draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token
+        record, done = _speculative_round(run, rule, target_lm, draft_lm, draft_len, clock)
+        history.record(record.expected_acceptance)
+        run.steps.append(record)
     return _result(
         run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=draft_lm.calls
     )
 
 
-def cached_lm(model, capacity: int, static_cache: bool | None = None):
+def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForward", draft_lm: "CachedForward",
+                       draft_len: int, clock: _Clock) -> tuple[RoundRecord, bool]:
+    """One round: draft, verify in one target call, accept a prefix, add one token, roll back.
+
+    Returns the round's record and whether generation is over.
+    """
+    config, device = run.config, run.device
+    committed_len = len(run.committed)
+
+    # 1. Draft (forced tokens inserted after the drafted ones they follow).
+    started = clock.now()
+    drafted, draft_rows, block_tokens, drafted_at_index = _draft_block(draft_lm, run, draft_len)
+    drafted_at = clock.now()
+
+    # 2. Verify: the pending tokens plus the block, in one target call. The logits that predict
+    # drafted token i sit just before it; the last row predicts the token after the block.
+    pending = run.committed[target_lm.length :]
+    logits = target_lm.forward(pending + block_tokens)  # [len(pending) + len(block), V]
+    rows = [len(pending) + index - 1 for index in drafted_at_index] + [logits.shape[0] - 1]
+    if len(rows) != logits.shape[0]:
+        logits = logits[rows]  # [K + 1, V]
+    target_scores, target_probs = run.distributions(logits)
+    block = Block(
+        drafted=torch.tensor(drafted, dtype=torch.long, device=device),
+        draft_probs=torch.stack(draft_rows) if draft_rows else target_probs[:0],
+        target_probs=target_probs,
+        target_scores=target_scores,
+    )
+
+    # 3. Accept the longest prefix that passes, then a replacement or a bonus token.
+    accepted, expected = _accepted_prefix(rule, block, run.generator)
+    if accepted < len(drafted):
+        next_token = int(sample(rule.residual(block, accepted)[None], run.generator)[0])
+        kind = "replacement"
+    else:
+        next_token = int(sample(target_probs[-1:], run.generator)[0])
+        kind = "bonus"
+    kept = drafted[:accepted]
+    kept_block = block_tokens[: drafted_at_index[accepted]] if accepted < len(drafted) else block_tokens
+    if any(token in config.eos_ids for token in kept_block):
+        next_token, kind = None, "none"  # the end token was accepted: nothing follows it
+    done, forced_counts = run.commit(kept + ([next_token] if next_token is not None else []))
+
+    # 4. Roll both caches back to the committed prefix (the new token and its forced ones stay pending).
+    valid = committed_len + len(kept_block)
+    target_lm.truncate(valid)
+    draft_lm.truncate(min(draft_lm.length, valid))
+    finished = clock.now()
+    record = RoundRecord(
+        drafted=drafted,
+        accepted=accepted,
+        next_token=next_token,
+        next_kind=kind,
+        draft_seconds=drafted_at - started,
+        verify_seconds=finished - drafted_at,
+        end_seconds=finished,
+        expected_acceptance=expected,
+        draft_calls=len(draft_rows),
+        target_cache_len=target_lm.length,
+        draft_cache_len=draft_lm.length,
+        forced_counts=forced_counts,
+        committed=run.committed[committed_len:],
+    )
+    return record, done
+
+
+def cached_lm(model, capacity: int, static_cache: bool | None = None) -> "CachedForward":
     """A model's cached forward: the lean static-cache step for plain Llamas, else transformers'.
 
     `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
@@ -373,37 +387,57 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None):
     return CachedLM(model)
 
 
-def choose_draft_len(run: "_Run", prior_alpha: float = 0.6, prior_weight: float = 4.0) -> int:
-    """K in 1..config.draft_len that maximises the expected tokens per unit of round cost.
+@dataclass
+class AcceptanceHistory:
+    """Running sums and counts of the expected acceptance at each block position (adaptive K).
+
+    Position i is only tested when positions 1..i-1 were accepted, so sums[i] / counts[i] estimates
+    P(accept i | accepted so far): drafts drift, and acceptance decays along the block.
+    """
+
+    sums: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def record(self, expected: list[float]) -> None:
+        for position, value in enumerate(expected):
+            if position == len(self.sums):
+                self.sums.append(0.0)
+                self.counts.append(0)
+            self.sums[position] += value
+            self.counts[position] += 1
+
+
+def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float, prior_alpha: float = 0.6,
+                     prior_weight: float = 4.0) -> int:
+    """K in 1..max_len that maximises the expected tokens per unit of round cost.
 
     Each block position i gets its own acceptance estimate alpha_i (the running mean of the
     expected acceptance there, shrunk towards a prior while few rounds reached it; an untested
     position borrows the estimate of the one before). Expected tokens per round are
-    1 + sum_k prod_{i<=k} alpha_i and a round costs K c + 1 target steps. A single alpha for
-    all positions (the textbook formula) overrates long blocks, because the draft drifts away
-    from the target as it goes. The estimates depend only on the run's own past rounds, so the
-    choice (and the output for a given seed) is reproducible, and it never looks at the token
-    being decided, so exactness at beta = 0 is kept.
+    1 + sum_k prod_{i<=k} alpha_i and a round costs K c + 1 target steps (c = `cost_ratio`). A
+    single alpha for all positions (the textbook formula) overrates long blocks, because the draft
+    drifts away from the target as it goes. The estimates depend only on the run's own past rounds,
+    so the choice (and the output for a given seed) is reproducible, and it never looks at the
+    token being decided, so exactness at beta = 0 is kept.
     """
-    c = run.config.cost_ratio
     best_k, best_value = 1, -1.0
     survive, tokens, previous = 1.0, 1.0, prior_alpha
-    for k in range(1, run.config.draft_len + 1):
+    for k in range(1, max_len + 1):
         i = k - 1
-        if i < len(run.position_sums):
-            alpha = (run.position_sums[i] + prior_alpha * prior_weight) / (run.position_counts[i] + prior_weight)
+        if i < len(history.sums):
+            alpha = (history.sums[i] + prior_alpha * prior_weight) / (history.counts[i] + prior_weight)
         else:
             alpha = previous
         previous = alpha
         survive *= alpha
         tokens += survive
-        value = tokens / (k * c + 1.0)
+        value = tokens / (k * cost_ratio + 1.0)
         if value > best_value:
             best_k, best_value = k, value
     return best_k
 
 
-def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
+def _draft_block(draft_lm: "CachedForward", run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
     """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence.
 
     Returns the drafted tokens, their processed distributions, the block to verify (drafted tokens
@@ -434,7 +468,7 @@ def _draft_block(draft_lm, run: _Run, draft_len: int) -> tuple[list[int], list[t
     return drafted, rows, block, drafted_at
 
 
-def _accepted_prefix(rule, block: Block, generator: torch.Generator) -> tuple[int, list[float]]:
+def _accepted_prefix(rule: AcceptanceRule, block: Block, generator: torch.Generator) -> tuple[int, list[float]]:
     """Number of leading drafted tokens that pass, and the expected acceptance of each tested position."""
     k = block.drafted.shape[0]
     if k == 0:

@@ -110,7 +110,7 @@ def _matmul(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) 
 
 
 class StaticCacheLM:
-    """Same interface as decoding.CachedLM: `length`, `forward(ids, last_only)`, `truncate(n)`, `calls`."""
+    """Implements `decoding.CachedForward` (like `decoding.CachedLM`): `length`, `forward`, `truncate`, `calls`."""
 
     def __init__(self, model, capacity: int = 512, pack: bool = True):
         self.model = model

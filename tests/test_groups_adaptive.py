@@ -135,17 +135,14 @@ def test_a_backends_acoustic_embeddings_define_the_groups():
 
 
 def test_adaptive_choice_uses_per_position_acceptance():
-    import torch
+    from ssd_demo.decoding import AcceptanceHistory, choose_draft_len
 
-    from ssd_demo.decoding import _Run, choose_draft_len
-
-    run = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
+    steady = AcceptanceHistory()
     for _ in range(200):  # a draft that stays right: long blocks pay
-        run.record_expected([0.95] * 8)
-    assert choose_draft_len(run) == 8
-    decaying = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
+        steady.record([0.95] * 8)
+    assert choose_draft_len(steady, 8, 0.1) == 8
+    decaying = AcceptanceHistory()
     for _ in range(200):  # same mean acceptance over the block, but the draft drifts after two tokens
-        decaying.record_expected([0.95, 0.9, 0.2, 0.2])
-    assert choose_draft_len(decaying) == 2
-    fresh = _Run(DecodingConfig(draft_len=8, adaptive_draft_len=True, cost_ratio=0.1), torch.device("cpu"), 32, [1])
-    assert 1 <= choose_draft_len(fresh) <= 8  # the prior alone gives a bounded, reproducible choice
+        decaying.record([0.95, 0.9, 0.2, 0.2])
+    assert choose_draft_len(decaying, 8, 0.1) == 2
+    assert 1 <= choose_draft_len(AcceptanceHistory(), 8, 0.1) <= 8  # the prior alone gives a bounded, reproducible choice
