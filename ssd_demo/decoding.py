@@ -280,14 +280,18 @@ def speculative_generate(
 
     `static_cache` picks the forward implementation for both models (see `cached_lm`); it changes
     speed, never the algorithm. `forced` is an optional schedule of tokens the decoder inserts itself.
-    `rule` is the acceptance strategy; by default `make_rule(config)`, with the target's input
-    embeddings for a rule that groups tokens by an embedding table (pcg).
+    `rule` is the acceptance strategy (its name must match `config.acceptance`); by default
+    `make_rule(config)`, with the target's input embeddings for a rule that groups tokens by an
+    embedding table (pcg). A voice whose backend has its own table (the embedded voice groups by
+    codec centroids) builds it with `Synthesizer.rule(config)`.
     """
     device, vocab = _check_inputs(input_ids, target, draft)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     if rule is None:
         rule = make_rule(config, embeddings=target.get_input_embeddings().weight.detach()
                          if RULES[config.acceptance].needs_embeddings else None)
+    elif rule.name != config.acceptance:  # the result reports `config`: they must agree
+        raise ValueError(f"the rule handed in is {rule.name!r} but config.acceptance is {config.acceptance!r}")
     # Forced tokens may follow each sampled token; a generous bound keeps the static caches in range.
     capacity = len(run.prompt) + config.max_new_tokens + (MAX_FORCED_PER_TOKEN + 1) * (config.draft_len + 2)
     target_lm, draft_lm = cached_lm(target, capacity, static_cache), cached_lm(draft, capacity, static_cache)

@@ -70,6 +70,8 @@ def _analytics_enabled() -> bool:
 def _user_error(error: Exception) -> gr.Error:
     """Exceptions -> one readable message; the traceback stays in the server log."""
     if isinstance(error, UserError):
+        # A wrapped cause (a loader's own exception) keeps its traceback in the log.
+        log.warning("request refused: %s", error, exc_info=error.__cause__ is not None)
         return gr.Error(str(error), title=error.title)
     message = str(error.args[0]) if error.args else ""
     if isinstance(error, (ValueError, NotImplementedError)):

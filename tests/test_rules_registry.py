@@ -22,3 +22,16 @@ def test_every_registered_rule_builds_and_states_its_guarantee(name):
     rule = make_rule(DecodingConfig(acceptance=name), embeddings=embeddings)
     assert isinstance(rule, AcceptanceRule)
     assert rule.name == name and rule.guarantee == RULES[name].guarantee
+
+
+def test_a_rule_handed_in_must_be_the_one_the_config_names():
+    import torch
+
+    from ssd_demo import speculative_generate
+
+    target, draft = tiny_llama(seed=2, vocab=8, width=16), tiny_llama(seed=3, vocab=8, width=16)
+    config = DecodingConfig(acceptance="ssd", beta=0.3, max_new_tokens=4)
+    with pytest.raises(ValueError, match="rule handed in is 'exact'"):
+        speculative_generate(target, draft, torch.tensor([[1, 2]]), config, rule=make_rule(config.with_(acceptance="exact")))
+    handed = speculative_generate(target, draft, torch.tensor([[1, 2]]), config, rule=make_rule(config))
+    assert handed.tokens == speculative_generate(target, draft, torch.tensor([[1, 2]]), config).tokens
