@@ -2,10 +2,8 @@
 
     python -m ssd_demo train --out runs/voice                  # default recipe (~45 min on 2 CPU cores)
     python -m ssd_demo train --out runs/voice --export assets/embedded
-    # the shipped voice: 25,000 sentences (6 min to render and tokenise), the target stopped at its
-    # 65-minute cap at step 2271, then the two drafts (2,400 steps each, 25 and 34 min, trained side by
-    # side as two 1-thread processes, `--stages layers` and `--stages distilled`) on 2 CPU cores:
-    python -m ssd_demo train --out runs/voice --corpus-size 25000 --target-steps 3000 --draft-steps 2400 --max-minutes 65
+    # the shipped voice continues the previous one (--init-from); the whole chain of commands and
+    # times is in README.md, "Train the embedded voice"
     python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
 
 Stages run in order (data, target, layers, distilled, export) and each resumes from its
