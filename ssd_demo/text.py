@@ -80,11 +80,18 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
 )
 
 
+#: Terminal escape sequences (colours, cursor moves) pasted from a console: removed whole, so that
+#: "[31m" is not read aloud once the ESC itself has gone with the other control characters.
+_TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
 def clean_text(text: str) -> str:
-    """NFC, control characters to spaces, whitespace collapsed; TextError for unusable text."""
+    """NFC, terminal escapes dropped, control characters to spaces, whitespace collapsed; TextError for
+    unusable text."""
     if not isinstance(text, str):
         raise TextError(f"text must be a string, got {type(text).__name__}")
     text = unicodedata.normalize("NFC", text)
+    text = _TERMINAL_ESCAPE.sub(" ", text)
     text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
     text = " ".join(text.split())
     if not text:

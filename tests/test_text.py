@@ -36,6 +36,10 @@ def test_whitespace_and_control_characters_are_cleaned():
     assert text.clean_text("Hello\x00 world") == "Hello world"  # NUL no longer cuts the text
     assert text.clean_text("a\u200bb") == "a b"  # format characters too
     assert text.phonemes("Hello\x00 world") == text.phonemes("Hello world")
+    # Text pasted from a terminal: colour codes and a title sequence go whole, not as "[31m" read aloud.
+    assert text.clean_text("\x1b[31mRed\x1b[0m alert\x1b]0;title\x07 now") == "Red alert now"
+    with pytest.raises(text.TextError, match="empty"):
+        text.clean_text("\x00\x07\x1b[31m\x08\x0c")
 
 
 @pytest.mark.parametrize("bad, reason", [
