@@ -80,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the export stage writes the voice (default: OUT/export)")
     parser.add_argument("--target-steps", type=int, default=None)
     parser.add_argument("--draft-steps", type=int, default=None)
+    parser.add_argument("--draft-lr", type=float, default=None,
+                        help="peak learning rate of the draft stages (lower it to continue trained drafts)")
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
     parser.add_argument("--corpus-size", type=int, default=None,
                         help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
@@ -99,6 +101,9 @@ def main(args: argparse.Namespace) -> int:
     if args.draft_steps is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
                          distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps))
+    if args.draft_lr is not None:
+        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
+                         distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
     if args.max_minutes is not None:
