@@ -17,7 +17,7 @@ import soundfile as sf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+    from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 
     parser.add_argument("text", nargs="?", default=None,
                         help="English text to speak (the embedded voice reads up to 3,000 characters, in chunks)")

@@ -1,11 +1,13 @@
 """Load model pairs from the Hugging Face Hub or local folders: safe, checked, offline-capable.
 
-Loading goes in three steps so that mistakes fail in seconds, before gigabytes move:
+The generic steps live here; a model family's loader (next to its backend) puts them
+together with its own checks. Loading goes in three steps so that mistakes fail in seconds,
+before gigabytes move:
   1. resolve the small files (configs, tokenizers) of the target, the draft and the codec,
      from a local folder or with `snapshot_download` at an explicit revision
      (offline: from the local cache only);
-  2. pre-flight checks: each model is a causal LM, target and draft share one tokenizer
-     and embedding size, both carry Llasa's control and speech tokens, and the pair fits
+  2. pre-flight checks: each model is a causal LM, the family's own checks pass (target and
+     draft share one tokenizer and embedding size, say), and the pair fits
      in memory (parameter counts from safetensors headers, or the config);
   3. fetch the weights (safetensors only: pickled checkpoints are never loaded), load them
      with the automatic dtype straight onto the device (accelerate's device_map), and refuse
@@ -35,16 +37,11 @@ from .synthesis import Synthesizer
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
 
-#: XCodec2 in transformers' native format: the checkpoint transformers' own Xcodec2 docs name, with the
-#: tensor names of its Xcodec2Model (HKUSTAudio/xcodec2 itself needs remote code, and a conversion made
-#: before transformers merged the model carries older tensor names, which would load as random weights).
-DEFAULT_CODEC = "HKUSTAudio/xcodec2-hf"
-#: The codec's pinned commit: its 811 tensors are the names and shapes of Xcodec2Model(Xcodec2Config()).
-DEFAULT_CODEC_REVISION = "64bd034d12d441299cdd535b15c33efd6ccdf252"
 #: Revisions are always passed explicitly; pin commit hashes here to freeze the presets.
 DEFAULT_REVISION = "main"
-#: Repositories whose default revision is a pinned commit rather than DEFAULT_REVISION.
-PINNED_REVISIONS = {DEFAULT_CODEC: DEFAULT_CODEC_REVISION}
+#: Repositories whose default revision is a pinned commit rather than DEFAULT_REVISION; the module
+#: that knows a repository's pin adds it here when it is imported.
+PINNED_REVISIONS: dict[str, str] = {}
 
 # Small files needed for the pre-flight checks; weights come only after they pass.
 METADATA_PATTERNS = [
@@ -307,57 +304,6 @@ def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
         raise ModelLoadError(f"{ref}: its tokenizer cannot be loaded ({error})") from None
 
 
-def check_llasa_shaped(tokenizer, ref: str) -> None:
-    from .backends.llasa import missing_llasa_tokens
-
-    missing = missing_llasa_tokens(tokenizer)
-    if missing:
-        raise IncompatiblePairError(
-            f"{ref} is not a Llasa-style speech model: its tokenizer lacks {', '.join(missing[:4])}"
-            + (" ..." if len(missing) > 4 else "")
-            + ". Supported model pairs: Llama-family causal LMs with Llasa's tokenizer (control tokens such as "
-            "<|SPEECH_GENERATION_START|>/<|SPEECH_GENERATION_END|> and speech tokens <|s_0|>.. decoded by XCodec2), "
-            "e.g. HKUSTAudio/Llasa-1B with HKUSTAudio/Llasa-3B or -8B, or fine-tunes of them."
-        )
-
-
-def check_same_vocabulary(
-    target_tok, draft_tok, target_cfg: dict, draft_cfg: dict, target_ref: str, draft_ref: str
-) -> None:
-    """Speculative decoding compares the two models token by token: ids must mean the same thing.
-
-    Llasa's control tokens, the speech tokens and BOS are checked by name first (the clearest
-    message), then the whole vocabulary, then the size of the output layers. Special-token
-    *roles* such as pad or eos may differ harmlessly: generation stops at the speech end token.
-    """
-    from .backends.llasa import CONTROL_TOKENS, speech_token
-
-    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
-    names = [*CONTROL_TOKENS, speech_token(0), target_tok.bos_token, draft_tok.bos_token]
-    for name in dict.fromkeys(n for n in names if n):
-        if target_vocab.get(name) != draft_vocab.get(name):
-            raise IncompatiblePairError(
-                f"{draft_ref} cannot draft for {target_ref}: special token {name} has id "
-                f"{draft_vocab.get(name)} in the draft but {target_vocab.get(name)} in the target"
-            )
-    if target_vocab != draft_vocab:
-        only_target = sorted(set(target_vocab) - set(draft_vocab))
-        only_draft = sorted(set(draft_vocab) - set(target_vocab))
-        moved = sorted(t for t in set(target_vocab) & set(draft_vocab) if target_vocab[t] != draft_vocab[t])
-        details = [_some(tokens, what) for tokens, what in (
-            (only_target, "tokens only in the target"), (only_draft, "tokens only in the draft"),
-            (moved, "tokens with different ids"),
-        ) if tokens]
-        raise IncompatiblePairError(
-            f"{draft_ref} cannot draft for {target_ref}: their vocabularies differ ({'; '.join(details)})"
-        )
-    t_size, d_size = _vocab_size(target_cfg), _vocab_size(draft_cfg)
-    if t_size != d_size:
-        raise IncompatiblePairError(
-            f"{draft_ref} cannot draft for {target_ref}: output vocabulary sizes differ ({d_size} vs {t_size})"
-        )
-
-
 def _vocab_size(config: dict) -> int | None:
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
 
@@ -618,132 +564,6 @@ def _load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.d
 
     return _from_pretrained(
         AutoModelForCausalLM, folder, ref, device, dtype=dtype, trust_remote_code=options.trust_remote_code
-    )
-
-
-def check_codec_config(config: dict, ref: str) -> None:
-    if config.get("model_type") != "xcodec2":
-        raise IncompatiblePairError(f"{ref} is not an XCodec2 codec (model type {config.get('model_type')!r})")
-    if "quantization_levels" not in config and "codec_decoder_hidden_size" in config:
-        # HKUSTAudio/xcodec2 is the original remote-code checkpoint; transformers reads the converted one.
-        raise IncompatiblePairError(
-            f"{ref} is XCodec2 in its original remote-code format; use the transformers-format "
-            f"checkpoint {DEFAULT_CODEC} instead"
-        )
-
-
-def _load_codec(folder: Path, ref: str, device: torch.device):
-    from transformers import AutoFeatureExtractor, Xcodec2Model
-
-    # float32: the inverse STFT head is the part most sensitive to reduced precision, and it is small.
-    hint = f"; the XCodec2 checkpoint for this transformers version is {download_command(DEFAULT_CODEC)}"
-    codec = _from_pretrained(Xcodec2Model, folder, ref, device, hint=hint, dtype=torch.float32)
-    try:
-        extractor = AutoFeatureExtractor.from_pretrained(folder)
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"{ref}: no usable preprocessor_config.json for XCodec2 ({error})") from None
-    return codec, extractor
-
-
-def load_llasa_pair(
-    target_ref: str,
-    draft_ref: str,
-    *,
-    target_revision: str | None = None,
-    draft_revision: str | None = None,
-    codec_ref: str = DEFAULT_CODEC,
-    codec_revision: str | None = None,
-    draft_name: str | None = None,
-    options: LoadOptions = LoadOptions(),
-    progress: ProgressCallback | None = None,
-    backend_options: dict | None = None,
-) -> Synthesizer:
-    """A `Synthesizer` for a Llasa target drafted by a smaller Llasa (Hub repo ids or local folders)."""
-    from .backends.llasa import LlasaBackend
-
-    report = progress or (lambda fraction, message: None)
-    device = auto_device(options.device)
-    dtype = auto_dtype(device, options.dtype)
-
-    report(0.0, "checking model files")
-    target, draft, codec = _resolve_all(
-        [(target_ref, target_revision), (draft_ref, draft_revision), (codec_ref, codec_revision)], options
-    )
-    for item in (target, draft):
-        check_causal_lm(item.config, item.ref, options.trust_remote_code)
-    check_codec_config(codec.config, codec.ref)
-    target_tok = load_tokenizer(target.folder, target.ref, options.trust_remote_code)
-    draft_tok = load_tokenizer(draft.folder, draft.ref, options.trust_remote_code)
-    check_llasa_shaped(target_tok, target.ref)
-    check_llasa_shaped(draft_tok, draft.ref)
-    check_same_vocabulary(target_tok, draft_tok, target.config, draft.config, target.ref, draft.ref)
-
-    estimate = MemoryEstimate(
-        target_params=parameter_count(target.folder, target.config, target.ref, target.revision, options),
-        draft_params=parameter_count(draft.folder, draft.config, draft.ref, draft.revision, options),
-        codec_params=parameter_count(codec.folder, codec.config, codec.ref, codec.revision, options),
-        lm_dtype=dtype,
-        margin=options.memory_margin,
-    )
-    checked_now = memory_checked_before_loading(options, device)
-    if checked_now:
-        check_memory(estimate, device)
-    report(0.1, f"pre-flight checks passed; {estimate.describe()}")
-
-    stages = [(target, 0.1, 0.55), (draft, 0.55, 0.75), (codec, 0.75, 0.85)]
-    folders = []
-    for item, start, end in stages:
-        sub = (lambda s, e: (lambda f, m: report(s + (e - s) * f, f"downloading {m}")))(start, end)
-        folders.append(_fetch_weights(item, options, sub))
-    report(0.85, f"loading {target.ref} ({str(dtype).removeprefix('torch.')} on {device})")
-    target_model = _load_causal_lm(folders[0], target.ref, device, dtype, options)
-    report(0.93, f"loading {draft.ref}")
-    draft_model = _load_causal_lm(folders[1], draft.ref, device, dtype, options)
-    report(0.97, f"loading codec {codec.ref}")
-    codec_model, extractor = _load_codec(folders[2], codec.ref, device)
-    try:
-        backend = LlasaBackend(
-            tokenizer=target_tok, codec=codec_model, feature_extractor=extractor, **(backend_options or {})
-        )
-    except ValueError as error:
-        raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
-    name = draft_name or _short_name(draft.ref)
-    synthesizer = Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
-    _ESTIMATES[synthesizer] = (estimate, checked_now or not options.check_memory)
-    report(1.0, "ready")
-    return synthesizer
-
-
-def load_custom_pair(
-    target_ref: str,
-    draft_ref: str,
-    *,
-    target_revision: str | None = None,
-    draft_revision: str | None = None,
-    codec_ref: str = DEFAULT_CODEC,
-    device: str | None = None,
-    token: str | None = None,
-    offline: bool | None = None,
-    progress: ProgressCallback | None = None,
-    **options,
-) -> Synthesizer:
-    """Load a user-chosen target/draft pair: two Hub repo ids or two local folders.
-
-    Only Llasa-style pairs are supported (see `check_llasa_shaped`); other causal LMs are
-    rejected with an error that says so, because the demo has no way to turn their tokens
-    into audio.
-    """
-    if not target_ref or not draft_ref:
-        raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
-    load_options = LoadOptions(device=device, token=token, offline=offline, **options)
-    return load_llasa_pair(
-        target_ref.strip(),
-        draft_ref.strip(),
-        target_revision=target_revision,
-        draft_revision=draft_revision,
-        codec_ref=codec_ref,
-        options=load_options,
-        progress=progress,
     )
 
 

@@ -126,11 +126,11 @@ def load_custom_pair(
 ) -> Synthesizer:
     """Load a custom target/draft pair (two Hub repo ids or two local folders), one pair resident at a time.
 
-    Supported: Llasa-style pairs (see `ssd_demo.hub.load_custom_pair`); anything else raises a
-    `ssd_demo.hub.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
-    options go to `ssd_demo.hub.load_custom_pair` (revisions, codec_ref, token, offline, ...).
+    Supported: Llasa-style pairs (see `ssd_demo.backends.llasa_loading.load_custom_pair`); anything else
+    raises a `ssd_demo.hub.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
+    options go to `ssd_demo.backends.llasa_loading.load_custom_pair` (revisions, codec_ref, token, offline, ...).
     """
-    from .hub import load_custom_pair as load
+    from .backends.llasa_loading import load_custom_pair as load
 
     key = f"custom:{target.strip()}|{draft.strip()}|{sorted(options.items())}"
     with _lock:
@@ -146,8 +146,9 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
     Nothing is loaded or downloaded here; the pair is checked and loaded on first use, with the
     same pre-flight checks as `load_custom_pair`.
     """
-    from .hub import DEFAULT_CODEC, _short_name
-    from .hub import load_custom_pair as load
+    from .backends.llasa_loading import DEFAULT_CODEC
+    from .backends.llasa_loading import load_custom_pair as load
+    from .hub import _short_name
 
     target, draft = (target or "").strip(), (draft or "").strip()
     if not target or not draft:
@@ -206,7 +207,8 @@ LLASA_8B = "HKUSTAudio/Llasa-8B"
 
 def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
     def load(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
-        from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, DEFAULT_REVISION, LoadOptions, load_llasa_pair
+        from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, load_llasa_pair
+        from .hub import DEFAULT_REVISION, LoadOptions
 
         return load_llasa_pair(
             target,
@@ -253,7 +255,8 @@ def _register_builtin() -> None:
 
 def _register_llasa() -> None:
     from .backends.llasa import LICENCE
-    from .hub import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, DEFAULT_REVISION
+    from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+    from .hub import DEFAULT_REVISION
 
     common = dict(
         licence=LICENCE,

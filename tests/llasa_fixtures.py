@@ -359,7 +359,8 @@ def build_config_true_family(root: Path, sizes: tuple[str, ...] = ("1B", "3B", "
 
 
 #: Published metadata of the pinned codec checkpoint (HKUSTAudio/xcodec2-hf, model.safetensors at the
-#: commit in ssd_demo.hub.DEFAULT_CODEC_REVISION): 811 tensors in 2,517,231,448 bytes, among them these.
+#: commit in ssd_demo.backends.llasa_loading.DEFAULT_CODEC_REVISION): 811 tensors in 2,517,231,448 bytes,
+#: among them these.
 REAL_CODEC_TENSORS = 811
 REAL_CODEC_SHAPES = {
     "acoustic_decoder.head.linear.weight": (1282, 1024),

@@ -24,6 +24,13 @@ from llasa_fixtures import (  # noqa: E402
 )
 
 from ssd_demo import hub, presets  # noqa: E402
+from ssd_demo.backends import llasa_loading  # noqa: E402
+from ssd_demo.backends.llasa_loading import (  # noqa: E402
+    DEFAULT_CODEC,
+    DEFAULT_CODEC_REVISION,
+    load_custom_pair,
+    load_llasa_pair,
+)
 from ssd_demo.hub import (  # noqa: E402
     IncompatiblePairError,
     InsufficientMemoryError,
@@ -55,12 +62,12 @@ def hub_cache(family, tmp_path_factory):
     cache = tmp_path_factory.mktemp("hf-cache")
     install_in_hub_cache(family.target, cache, presets.LLASA_3B)
     install_in_hub_cache(family.draft, cache, presets.LLASA_1B)
-    install_in_hub_cache(family.codec, cache, hub.DEFAULT_CODEC, revision=hub.DEFAULT_CODEC_REVISION)
+    install_in_hub_cache(family.codec, cache, DEFAULT_CODEC, revision=DEFAULT_CODEC_REVISION)
     return cache
 
 
 def pair(family, draft, **kwargs):
-    return hub.load_llasa_pair(str(family.target), str(draft), codec_ref=str(family.codec), options=CPU, **kwargs)
+    return load_llasa_pair(str(family.target), str(draft), codec_ref=str(family.codec), options=CPU, **kwargs)
 
 
 def test_offline_flag_is_read_at_call_time(monkeypatch):
@@ -121,7 +128,7 @@ def test_unavailable_preset_fails_fast_saying_how_to_get_it(hub_cache, monkeypat
     monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
     available, message = presets.preset_availability("llasa-1b-8b")
     assert not available and "hf download HKUSTAudio/Llasa-8B" in message
-    monkeypatch.setattr(hub, "_load_causal_lm", _must_not_load)
+    monkeypatch.setattr(llasa_loading, "_load_causal_lm", _must_not_load)
     with pytest.raises(ModelUnavailableError, match=r"hf download HKUSTAudio/Llasa-8B.*HF_HUB_CACHE"):
         presets.load_preset("llasa-1b-8b", device="cpu")
 
@@ -133,7 +140,7 @@ def test_all_missing_models_reported_together(tmp_path, monkeypatch):
     message = str(caught.value)
     assert message.startswith("3 models are not available")
     commands = ("hf download HKUSTAudio/Llasa-8B && hf download HKUSTAudio/Llasa-1B && "
-                f"hf download HKUSTAudio/xcodec2-hf --revision {hub.DEFAULT_CODEC_REVISION}")
+                f"hf download HKUSTAudio/xcodec2-hf --revision {DEFAULT_CODEC_REVISION}")
     assert f"`{commands}`" in message
 
 
@@ -150,14 +157,14 @@ def test_bad_references(ref):
 
 def test_custom_pair_from_cached_repo_ids(hub_cache, family):
     synth = presets.load_custom_pair(
-        presets.LLASA_3B, presets.LLASA_1B, device="cpu", codec_ref=hub.DEFAULT_CODEC, cache_dir=hub_cache
+        presets.LLASA_3B, presets.LLASA_1B, device="cpu", codec_ref=DEFAULT_CODEC, cache_dir=hub_cache
     )
     assert synth.draft_name == "Llasa-1B"
     assert list(presets._resident) and len(presets._resident) == 1
 
 
 def test_custom_pair_from_local_folders(family):
-    synth = hub.load_custom_pair(str(family.target), str(family.draft), codec_ref=str(family.codec), device="cpu")
+    synth = load_custom_pair(str(family.target), str(family.draft), codec_ref=str(family.codec), device="cpu")
     assert synth.backend.name == "llasa"
     assert next(synth.target.parameters()).dtype == torch.float32
 
@@ -194,7 +201,7 @@ def test_missing_special_token_rejected(family, tmp_path):
     target = save_causal_lm(tmp_path / "t", tok, layers=1, seed=3)
     draft = save_causal_lm(tmp_path / "d", tok, layers=1, seed=4)
     with pytest.raises(IncompatiblePairError, match=r"lacks <\|SPEECH_GENERATION_END\|>.*Supported"):
-        hub.load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
+        load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
 
 
 def test_plain_causal_lm_pair_is_not_supported(family, tmp_path):
@@ -207,7 +214,7 @@ def test_plain_causal_lm_pair_is_not_supported(family, tmp_path):
     target = save_causal_lm(tmp_path / "t", tok, layers=1, seed=3)
     draft = save_causal_lm(tmp_path / "d", tok, layers=1, seed=4)
     with pytest.raises(IncompatiblePairError, match="not a Llasa-style speech model"):
-        hub.load_custom_pair(str(target), str(draft), codec_ref=str(family.codec), device="cpu")
+        load_custom_pair(str(target), str(draft), codec_ref=str(family.codec), device="cpu")
 
 
 def test_not_a_causal_lm_rejected(family, tmp_path):
@@ -252,7 +259,7 @@ def test_original_xcodec2_format_rejected(family, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "xcodec2", "codec_decoder_hidden_size": 1024}))
     with pytest.raises(IncompatiblePairError, match="HKUSTAudio/xcodec2-hf"):
-        hub.load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(folder), options=CPU)
+        load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(folder), options=CPU)
 
 
 def test_missing_weights_reported_with_download_command(family, tmp_path):
@@ -262,7 +269,7 @@ def test_missing_weights_reported_with_download_command(family, tmp_path):
     install_in_hub_cache(no_weights, cache, "someone/draft-without-weights")
     expected = "no .safetensors weights.*hf download someone/draft-without-weights"
     with pytest.raises(ModelUnavailableError, match=expected):
-        hub.load_llasa_pair(
+        load_llasa_pair(
             str(family.target), "someone/draft-without-weights", codec_ref=str(family.codec),
             options=LoadOptions(device="cpu", cache_dir=cache, check_memory=False),
         )
@@ -280,7 +287,7 @@ def test_parameter_counts_from_headers_and_config(family):
 
 def test_memory_check_fails_before_loading_weights(family, monkeypatch):
     monkeypatch.setattr(hub, "available_memory", lambda device: 1024)
-    monkeypatch.setattr(hub, "_load_causal_lm", _must_not_load)
+    monkeypatch.setattr(llasa_loading, "_load_causal_lm", _must_not_load)
     with pytest.raises(InsufficientMemoryError, match="not enough memory on cpu"):
         pair(family, family.draft)
 
@@ -350,15 +357,15 @@ def test_tiny_llama_builder_is_tiny():
 
 
 def test_default_codec_is_pinned_everywhere():
-    assert hub.DEFAULT_CODEC == "HKUSTAudio/xcodec2-hf" and len(hub.DEFAULT_CODEC_REVISION) == 40
-    assert hub.revision_for(hub.DEFAULT_CODEC) == hub.DEFAULT_CODEC_REVISION
-    assert hub.revision_for(hub.DEFAULT_CODEC, "abc") == "abc"  # an explicit revision wins
+    assert DEFAULT_CODEC == "HKUSTAudio/xcodec2-hf" and len(DEFAULT_CODEC_REVISION) == 40
+    assert hub.revision_for(DEFAULT_CODEC) == DEFAULT_CODEC_REVISION
+    assert hub.revision_for(DEFAULT_CODEC, "abc") == "abc"  # an explicit revision wins
     assert hub.revision_for(presets.LLASA_3B) == "main"
     for key in ("llasa-1b-3b", "llasa-1b-8b"):
         preset = presets.get_preset(key)
-        assert preset.codec == hub.DEFAULT_CODEC and preset.repos[-1] == hub.DEFAULT_CODEC
-        assert preset.revision_for(hub.DEFAULT_CODEC) == hub.DEFAULT_CODEC_REVISION
-        assert f"hf download {hub.DEFAULT_CODEC} --revision {hub.DEFAULT_CODEC_REVISION}" in preset.download_hint
+        assert preset.codec == DEFAULT_CODEC and preset.repos[-1] == DEFAULT_CODEC
+        assert preset.revision_for(DEFAULT_CODEC) == DEFAULT_CODEC_REVISION
+        assert f"hf download {DEFAULT_CODEC} --revision {DEFAULT_CODEC_REVISION}" in preset.download_hint
 
 
 def test_readme_ui_and_cli_name_the_same_pinned_codec():
@@ -368,12 +375,12 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
-    assert f"hf download {hub.DEFAULT_CODEC} --revision {hub.DEFAULT_CODEC_REVISION}" in readme
-    assert f"  - {hub.DEFAULT_CODEC}\n" in readme.split("---")[1]  # the Space's model list
+    assert f"hf download {DEFAULT_CODEC} --revision {DEFAULT_CODEC_REVISION}" in readme
+    assert f"  - {DEFAULT_CODEC}\n" in readme.split("---")[1]  # the Space's model list
     parser = argparse.ArgumentParser()
     cli_synth.add_arguments(parser)
     codec_help = next(a.help for a in parser._actions if a.dest == "codec")
-    assert hub.DEFAULT_CODEC in codec_help and hub.DEFAULT_CODEC_REVISION[:7] in codec_help
+    assert DEFAULT_CODEC in codec_help and DEFAULT_CODEC_REVISION[:7] in codec_help
     ui_source = (root / "ssd_demo" / "ui.py").read_text()
     assert "placeholder=DEFAULT_CODEC" in ui_source
     for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
@@ -392,12 +399,12 @@ def test_codec_with_older_tensor_names_is_refused(family, tmp_path):
     # An earlier conversion named these `decoder.*`; loaded as is, the decoder would be random weights.
     codec = _copy_with_renamed_tensors(family.codec, tmp_path / "old-codec", "acoustic_decoder.", "decoder.")
     with pytest.raises(ModelLoadError) as caught:
-        hub.load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(codec), options=CPU)
+        load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(codec), options=CPU)
     message = str(caught.value)
     assert message.startswith(f"{codec}: the checkpoint does not match the model")
     assert "weights missing from the checkpoint (acoustic_decoder." in message
     assert "tensors the model does not have (decoder." in message
-    assert hub.DEFAULT_CODEC in message and hub.DEFAULT_CODEC_REVISION in message
+    assert DEFAULT_CODEC in message and DEFAULT_CODEC_REVISION in message
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])
@@ -406,7 +413,7 @@ def test_language_model_with_renamed_tensors_is_refused(family, tmp_path, role):
     renamed = _copy_with_renamed_tensors(source, tmp_path / role, ".self_attn.", ".attention.")
     target, draft = (renamed, family.draft) if role == "target" else (family.target, renamed)
     with pytest.raises(ModelLoadError, match=rf"^{renamed}: the checkpoint does not match.*self_attn.*attention"):
-        hub.load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
+        load_llasa_pair(str(target), str(draft), codec_ref=str(family.codec), options=CPU)
 
 
 def test_wrong_shapes_and_truncated_files_are_refused(family, tmp_path):
@@ -504,7 +511,7 @@ def test_zerogpu_never_touches_cuda_before_the_gpu_call(monkeypatch):
 
 def test_gpu_memory_is_checked_inside_the_gpu_call(family, monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "1")
-    monkeypatch.setattr(hub, "memory_checked_before_loading", lambda options, device: False)  # as on a Space
+    monkeypatch.setattr(llasa_loading, "memory_checked_before_loading", lambda options, device: False)  # as on a Space
     monkeypatch.setattr(hub, "available_memory", _must_not_load)
     synth = pair(family, family.draft)
     hub.check_gpu_memory(synth)  # on the CPU: nothing to measure

@@ -39,7 +39,8 @@ def family(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def synth(family):
-    from ssd_demo.hub import LoadOptions, load_llasa_pair
+    from ssd_demo.backends.llasa_loading import load_llasa_pair
+    from ssd_demo.hub import LoadOptions
 
     return load_llasa_pair(
         str(family.target), str(family.draft), codec_ref=str(family.codec), options=LoadOptions(device="cpu")
@@ -253,7 +254,8 @@ def test_backend_rejects_codec_tokenizer_mismatch(backend):
 
 def test_bfloat16_language_models_with_float32_codec(family):
     # The CUDA configuration (bf16 LMs, fp32 codec), exercised on the CPU.
-    from ssd_demo.hub import LoadOptions, load_llasa_pair
+    from ssd_demo.backends.llasa_loading import load_llasa_pair
+    from ssd_demo.hub import LoadOptions
 
     synth = load_llasa_pair(
         str(family.target), str(family.draft), codec_ref=str(family.codec),

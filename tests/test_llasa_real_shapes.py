@@ -34,6 +34,7 @@ from llasa_fixtures import (  # noqa: E402
 )
 
 from ssd_demo import hub, presets  # noqa: E402
+from ssd_demo.backends.llasa_loading import load_llasa_pair  # noqa: E402
 from ssd_demo.decoding import CachedLM  # noqa: E402
 from ssd_demo.static_cache import StaticCacheLM  # noqa: E402
 from ssd_demo.synthesis import VoicePrompt  # noqa: E402
@@ -137,7 +138,7 @@ def test_tokenizer_layout_is_llasas(tokenizer):
 
 @pytest.mark.parametrize("target", ["3B", "8B"])
 def test_llasa_1b_drafts_for_the_larger_sizes(family, target):
-    synth = hub.load_llasa_pair(
+    synth = load_llasa_pair(
         str(family.sizes[target]), str(family.sizes["1B"]), codec_ref=str(family.codec), options=CPU
     )
     backend = synth.backend
