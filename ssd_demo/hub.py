@@ -39,9 +39,14 @@ ProgressCallback = Callable[[float, str], None]
 
 #: Revisions are always passed explicitly; pin commit hashes here to freeze the presets.
 DEFAULT_REVISION = "main"
-#: Repositories whose default revision is a pinned commit rather than DEFAULT_REVISION; the module
-#: that knows a repository's pin adds it here when it is imported.
+#: Repositories whose default revision is a pinned commit rather than DEFAULT_REVISION, registered
+#: with `pin_revision` by the module that knows the pin (the Llasa loader pins its codec).
 PINNED_REVISIONS: dict[str, str] = {}
+
+
+def pin_revision(repo_id: str, revision: str) -> None:
+    """Load `repo_id` at `revision` whenever no revision is asked for."""
+    PINNED_REVISIONS[repo_id] = revision
 
 # Small files needed for the pre-flight checks; weights come only after they pass.
 METADATA_PATTERNS = [
@@ -304,7 +309,7 @@ def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
         raise ModelLoadError(f"{ref}: its tokenizer cannot be loaded ({error})") from None
 
 
-def _vocab_size(config: dict) -> int | None:
+def vocab_size_of(config: dict) -> int | None:
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
 
 
@@ -312,7 +317,7 @@ def _vocab_size(config: dict) -> int | None:
 SHOWN_NAMES = 3
 
 
-def _some(items: list, what: str) -> str:
+def some_names(items: list, what: str) -> str:
     """'5 tokens only in the draft (a, b, c, ...)': a count and the first few names."""
     shown = ", ".join(str(item) for item in items[:SHOWN_NAMES])
     return f"{len(items)} {what} ({shown}{', ...' if len(items) > SHOWN_NAMES else ''})"
@@ -354,7 +359,7 @@ def config_parameter_count(config: dict) -> int:
     """A decoder-only transformer's parameter count from its config (an estimate when no headers exist)."""
     hidden = config.get("hidden_size", 0)
     layers = config.get("num_hidden_layers", 0)
-    vocab = _vocab_size(config) or 0
+    vocab = vocab_size_of(config) or 0
     inter = config.get("intermediate_size", 4 * hidden)
     heads = config.get("num_attention_heads", 1) or 1
     kv_heads = config.get("num_key_value_heads", heads) or heads
@@ -436,7 +441,7 @@ def memory_checked_before_loading(options: LoadOptions, device: torch.device) ->
 
 
 #: The memory estimate of each loaded pair, for the check inside a GPU call.
-_ESTIMATES: "weakref.WeakKeyDictionary[Synthesizer, tuple[MemoryEstimate, bool]]" = weakref.WeakKeyDictionary()
+MEMORY_ESTIMATES: "weakref.WeakKeyDictionary[Synthesizer, tuple[MemoryEstimate, bool]]" = weakref.WeakKeyDictionary()
 
 
 def check_gpu_memory(synthesizer: Synthesizer) -> None:
@@ -447,7 +452,7 @@ def check_gpu_memory(synthesizer: Synthesizer) -> None:
     already there by then, so they count as usable memory. Elsewhere the check ran before the
     weights were fetched, and this does nothing.
     """
-    estimate, checked = _ESTIMATES.get(synthesizer, (None, True))
+    estimate, checked = MEMORY_ESTIMATES.get(synthesizer, (None, True))
     device = synthesizer.device
     if checked or estimate is None or device.type != "cuda":
         return
@@ -471,7 +476,7 @@ def _resolve_metadata(ref: str, revision: str | None, options: LoadOptions) -> _
     return _Resolved(ref, revision, folder, read_config(folder, ref))
 
 
-def _resolve_all(refs: list[tuple[str, str | None]], options: LoadOptions) -> list[_Resolved]:
+def resolve_all(refs: list[tuple[str, str | None]], options: LoadOptions) -> list[_Resolved]:
     """Resolve every model's small files; report all unavailable ones together, with one command each."""
     resolved, unavailable = [], []
     for ref, revision in refs:
@@ -488,7 +493,7 @@ def _resolve_all(refs: list[tuple[str, str | None]], options: LoadOptions) -> li
     return resolved
 
 
-def _fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCallback | None) -> Path:
+def fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCallback | None) -> Path:
     folder = resolve(item.ref, item.revision, options, METADATA_PATTERNS + WEIGHT_PATTERNS, progress)
     if not any(folder.glob("*.safetensors")):
         hint = "" if Path(item.ref).is_dir() else f" (`{download_command(item.ref, item.revision)}` fetches them)"
@@ -529,7 +534,7 @@ def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint
     unexpected = sorted(info.get("unexpected_keys") or ())
     mismatched = sorted(info.get("mismatched_keys") or ())
     reshaped = [f"{key} {tuple(saved)} vs {tuple(expected)}" for key, saved, expected in mismatched]
-    problems = [_some(items, what) for items, what in (
+    problems = [some_names(items, what) for items, what in (
         (missing, "weights missing from the checkpoint"), (unexpected, "checkpoint tensors the model does not have"),
         (reshaped, "tensors of the wrong shape"), (list(info.get("error_msgs") or ()), "loading errors"),
     ) if items]
@@ -542,7 +547,7 @@ def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint
         )
 
 
-def _from_pretrained(model_class, folder: Path, ref: str, device: torch.device, hint: str = "", **kwargs):
+def strict_from_pretrained(model_class, folder: Path, ref: str, device: torch.device, hint: str = "", **kwargs):
     """`model_class.from_pretrained` placed on `device`, with its loading report checked (strict)."""
     from safetensors import SafetensorError
 
@@ -559,10 +564,10 @@ def _from_pretrained(model_class, folder: Path, ref: str, device: torch.device, 
     return model.to(device).eval()
 
 
-def _load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
+def load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
     from transformers import AutoModelForCausalLM
 
-    return _from_pretrained(
+    return strict_from_pretrained(
         AutoModelForCausalLM, folder, ref, device, dtype=dtype, trust_remote_code=options.trust_remote_code
     )
 
@@ -597,5 +602,5 @@ def _human(count: float, unit: str = "") -> str:
     return f"{int(count)} {unit}".rstrip()
 
 
-def _short_name(ref: str) -> str:
+def short_name(ref: str) -> str:
     return Path(ref.rstrip("/")).name or ref

@@ -148,13 +148,13 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
     """
     from .backends.llasa_loading import DEFAULT_CODEC
     from .backends.llasa_loading import load_custom_pair as load
-    from .hub import _short_name
+    from .hub import short_name
 
     target, draft = (target or "").strip(), (draft or "").strip()
     if not target or not draft:
         raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
     codec = (codec or "").strip() or DEFAULT_CODEC
-    draft_name = _short_name(draft)
+    draft_name = short_name(draft)
 
     def loader(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
         synthesizer = load(target, draft, device=device, progress=progress, codec_ref=codec)
@@ -164,7 +164,7 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
 
     preset = Preset(
         key=f"custom:{target}|{draft}|{codec}",
-        label=f"Custom: {_short_name(draft)} -> {_short_name(target)}",
+        label=f"Custom: {short_name(draft)} -> {short_name(target)}",
         description=(f"Target `{target}`, draft `{draft}`, codec `{codec}` (Llasa-shaped pairs: same speech "
                      "vocabulary and special tokens; checked before loading)."),
         licence="see the models' own cards",

@@ -128,7 +128,7 @@ def test_unavailable_preset_fails_fast_saying_how_to_get_it(hub_cache, monkeypat
     monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
     available, message = presets.preset_availability("llasa-1b-8b")
     assert not available and "hf download HKUSTAudio/Llasa-8B" in message
-    monkeypatch.setattr(llasa_loading, "_load_causal_lm", _must_not_load)
+    monkeypatch.setattr(llasa_loading, "load_causal_lm", _must_not_load)
     with pytest.raises(ModelUnavailableError, match=r"hf download HKUSTAudio/Llasa-8B.*HF_HUB_CACHE"):
         presets.load_preset("llasa-1b-8b", device="cpu")
 
@@ -287,7 +287,7 @@ def test_parameter_counts_from_headers_and_config(family):
 
 def test_memory_check_fails_before_loading_weights(family, monkeypatch):
     monkeypatch.setattr(hub, "available_memory", lambda device: 1024)
-    monkeypatch.setattr(llasa_loading, "_load_causal_lm", _must_not_load)
+    monkeypatch.setattr(llasa_loading, "load_causal_lm", _must_not_load)
     with pytest.raises(InsufficientMemoryError, match="not enough memory on cpu"):
         pair(family, family.draft)
 
@@ -381,7 +381,7 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
     cli_synth.add_arguments(parser)
     codec_help = next(a.help for a in parser._actions if a.dest == "codec")
     assert DEFAULT_CODEC in codec_help and DEFAULT_CODEC_REVISION[:7] in codec_help
-    ui_source = (root / "ssd_demo" / "ui.py").read_text()
+    ui_source = (root / "ssd_demo" / "compare_tab.py").read_text()
     assert "placeholder=DEFAULT_CODEC" in ui_source
     for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
         assert "hf-audio/xcodec2" not in path.read_text(), path  # the conversion with older tensor names

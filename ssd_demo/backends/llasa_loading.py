@@ -14,19 +14,18 @@ import torch
 
 from ..errors import ModelLoadError
 from ..hub import (
-    _ESTIMATES,
-    PINNED_REVISIONS,
+    MEMORY_ESTIMATES,
     IncompatiblePairError,
     LoadOptions,
     MemoryEstimate,
     ProgressCallback,
-    _fetch_weights,
-    _from_pretrained,
-    _load_causal_lm,
-    _resolve_all,
-    _short_name,
-    _some,
-    _vocab_size,
+    fetch_weights,
+    strict_from_pretrained,
+    load_causal_lm,
+    resolve_all,
+    short_name,
+    some_names,
+    vocab_size_of,
     auto_device,
     auto_dtype,
     check_causal_lm,
@@ -35,6 +34,7 @@ from ..hub import (
     load_tokenizer,
     memory_checked_before_loading,
     parameter_count,
+    pin_revision,
 )
 from ..synthesis import Synthesizer
 
@@ -44,8 +44,7 @@ from ..synthesis import Synthesizer
 DEFAULT_CODEC = "HKUSTAudio/xcodec2-hf"
 #: The codec's pinned commit: its 811 tensors are the names and shapes of Xcodec2Model(Xcodec2Config()).
 DEFAULT_CODEC_REVISION = "64bd034d12d441299cdd535b15c33efd6ccdf252"
-#: Loaded at that commit whenever no revision is asked for (`hub.revision_for`).
-PINNED_REVISIONS[DEFAULT_CODEC] = DEFAULT_CODEC_REVISION
+pin_revision(DEFAULT_CODEC, DEFAULT_CODEC_REVISION)  # loaded at that commit unless a revision is asked for
 
 
 def check_llasa_shaped(tokenizer, ref: str) -> None:
@@ -85,14 +84,14 @@ def check_same_vocabulary(
         only_target = sorted(set(target_vocab) - set(draft_vocab))
         only_draft = sorted(set(draft_vocab) - set(target_vocab))
         moved = sorted(t for t in set(target_vocab) & set(draft_vocab) if target_vocab[t] != draft_vocab[t])
-        details = [_some(tokens, what) for tokens, what in (
+        details = [some_names(tokens, what) for tokens, what in (
             (only_target, "tokens only in the target"), (only_draft, "tokens only in the draft"),
             (moved, "tokens with different ids"),
         ) if tokens]
         raise IncompatiblePairError(
             f"{draft_ref} cannot draft for {target_ref}: their vocabularies differ ({'; '.join(details)})"
         )
-    t_size, d_size = _vocab_size(target_cfg), _vocab_size(draft_cfg)
+    t_size, d_size = vocab_size_of(target_cfg), vocab_size_of(draft_cfg)
     if t_size != d_size:
         raise IncompatiblePairError(
             f"{draft_ref} cannot draft for {target_ref}: output vocabulary sizes differ ({d_size} vs {t_size})"
@@ -115,7 +114,7 @@ def _load_codec(folder: Path, ref: str, device: torch.device):
 
     # float32: the inverse STFT head is the part most sensitive to reduced precision, and it is small.
     hint = f"; the XCodec2 checkpoint for this transformers version is {download_command(DEFAULT_CODEC)}"
-    codec = _from_pretrained(Xcodec2Model, folder, ref, device, hint=hint, dtype=torch.float32)
+    codec = strict_from_pretrained(Xcodec2Model, folder, ref, device, hint=hint, dtype=torch.float32)
     try:
         extractor = AutoFeatureExtractor.from_pretrained(folder)
     except (OSError, ValueError) as error:
@@ -144,7 +143,7 @@ def load_llasa_pair(
     dtype = auto_dtype(device, options.dtype)
 
     report(0.0, "checking model files")
-    target, draft, codec = _resolve_all(
+    target, draft, codec = resolve_all(
         [(target_ref, target_revision), (draft_ref, draft_revision), (codec_ref, codec_revision)], options
     )
     for item in (target, draft):
@@ -172,11 +171,11 @@ def load_llasa_pair(
     folders = []
     for item, start, end in stages:
         sub = (lambda s, e: (lambda f, m: report(s + (e - s) * f, f"downloading {m}")))(start, end)
-        folders.append(_fetch_weights(item, options, sub))
+        folders.append(fetch_weights(item, options, sub))
     report(0.85, f"loading {target.ref} ({str(dtype).removeprefix('torch.')} on {device})")
-    target_model = _load_causal_lm(folders[0], target.ref, device, dtype, options)
+    target_model = load_causal_lm(folders[0], target.ref, device, dtype, options)
     report(0.93, f"loading {draft.ref}")
-    draft_model = _load_causal_lm(folders[1], draft.ref, device, dtype, options)
+    draft_model = load_causal_lm(folders[1], draft.ref, device, dtype, options)
     report(0.97, f"loading codec {codec.ref}")
     codec_model, extractor = _load_codec(folders[2], codec.ref, device)
     try:
@@ -185,9 +184,9 @@ def load_llasa_pair(
         )
     except ValueError as error:
         raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
-    name = draft_name or _short_name(draft.ref)
+    name = draft_name or short_name(draft.ref)
     synthesizer = Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
-    _ESTIMATES[synthesizer] = (estimate, checked_now or not options.check_memory)
+    MEMORY_ESTIMATES[synthesizer] = (estimate, checked_now or not options.check_memory)
     report(1.0, "ready")
     return synthesizer
 
