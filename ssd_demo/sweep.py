@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import presets  # as a module: `presets.load_preset` is looked up per call (tests hand in a small voice)
+from .app_logic import cpu_threads_for
+from .errors import InvalidSettingError, ModelLoadError
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
 
@@ -365,3 +369,52 @@ def held_out_sentences(count: int) -> list[str]:
     if count < 1:
         raise ValueError("the sweep needs at least one sentence")
     return interleaved[:count]
+
+
+QUICK_TABLE_HEADERS = ["setting", "LM speedup", "acceptance", "tokens/target call", "MCD-DTW dB", "NLL", "Pareto"]
+QUICK_MAX_SENTENCES = 8
+
+
+@dataclass
+class QuickSweep:
+    """What the app's Benchmark tab shows: the Pareto chart, one table row per setting, a note."""
+
+    figure: object
+    rows: list[list]
+    note: str
+
+
+def quick_sweep(sentences: int, draft: str, seed: int, progress: Callable[..., object]) -> QuickSweep:
+    """`sweep --quick` on `sentences` held-out sentences of the embedded voice (the Benchmark tab's run).
+
+    Raises InvalidSettingError for a bad count or draft and ModelLoadError when the voice cannot load.
+    """
+    if not 1 <= int(sentences) <= QUICK_MAX_SENTENCES:
+        raise InvalidSettingError(f"sentences must be between 1 and {QUICK_MAX_SENTENCES}, got {sentences}")
+    try:
+        progress(0.0, desc="Loading the embedded voice")
+        synth = presets.load_preset("embedded")
+        texts = held_out_sentences(int(sentences))
+    except (FileNotFoundError, ValueError, OSError) as error:
+        raise ModelLoadError(f"The embedded voice could not be loaded: {error}") from error
+    if draft not in synth.drafts:
+        raise InvalidSettingError(f"Unknown draft {draft!r}; available: {', '.join(synth.drafts)}")
+    if synth.device.type == "cpu":
+        torch.set_num_threads(cpu_threads_for(synth))  # as for the Compare tab: small models, one thread
+    if shutil.which("espeak-ng"):
+        from .training.render import render  # the training extras render eSpeak references
+
+        progress(0.02, desc="Rendering eSpeak NG references")
+        references = [render(t) for t in texts]
+        note = "Fidelity: MCD-DTW against eSpeak NG's rendering of each sentence (lower is better)."
+    else:
+        references = [None] * len(texts)
+        note = ("eSpeak NG is not installed here, so fidelity is the target's NLL per token "
+                "(lower = more typical for the target); install `espeak-ng` for MCD-DTW.")
+    result = run_sweep(synth, texts, references, default_settings(synth, quick=True), seed=int(seed), draft=draft,
+                       progress=lambda f, m: progress(0.05 + 0.95 * f, desc=m))
+    rows = [[p.label, round(p.lm_speedup, 2), round(p.acceptance, 2), round(p.tokens_per_call, 2),
+             round(p.mcd, 2) if p.mcd == p.mcd else None, round(p.nll, 3), "yes" if p.pareto else ""]
+            for p in result.points]
+    ar_mcd = result.ar_mcd if result.ar_mcd == result.ar_mcd else None
+    return QuickSweep(pareto_figure(result.points, ar_mcd), rows, note)

@@ -253,3 +253,32 @@ def test_a_600_character_paragraph_through_synthesize():
     assert f"| Text chunks (decoded one after another) | {len(details['autoregressive']['chunks'])} |" in out["stats"]
     assert all(out[name]["plot"].startswith("data:image/png") for name in
                ("tokens_vs_time", "breakdown", "accepted_length", "by_position"))
+
+
+# The /synthesize parameters as they were before the settings table, in order: a caller's
+# positional or named call keeps working; settings added since come after max_new_tokens.
+PUBLISHED_PARAMETERS = ["text", "preset", "draft", "draft_len", "beta", "acceptance", "topk_tolerance", "pcg_theta",
+                        "temperature", "top_k", "top_p", "seed", "randomize_seed", "max_new_tokens"]
+
+
+def test_synthesize_parameters_come_from_the_settings_table(client):
+    from ssd_demo.app_logic import COMPARE_SETTINGS
+
+    names = [p["parameter_name"] for p in client.view_api(print_info=False, return_format="dict")
+             ["named_endpoints"]["/synthesize"]["parameters"]]
+    assert names[: len(PUBLISHED_PARAMETERS)] == PUBLISHED_PARAMETERS
+    assert names == ["text", "preset", "draft", *[s.name for s in COMPARE_SETTINGS], "voice_audio", "voice_transcript"]
+    assert "adaptive_draft_len" in names  # added by one entry in COMPARE_SETTINGS
+
+
+def test_adaptive_draft_length_reaches_the_decoder(client):
+    out = _named(client.predict("Adaptive rounds.", adaptive_draft_len=True, draft_len=6, seed=3,
+                                api_name="/synthesize"))
+    details = out["details"]
+    assert details["config"]["adaptive_draft_len"] is True
+    rounds = details["speculative"]["rounds"]
+    assert rounds and all(1 <= r["drafted"] <= 6 and 0 <= r["accepted"] <= r["drafted"] for r in rounds)
+    assert sum(r["drafted"] for r in rounds) == details["speculative"]["stats"]["drafted_tokens"]
+    assert details["autoregressive"]["rounds"] == []
+    default = _named(client.predict("Adaptive rounds.", seed=3, api_name="/synthesize"))["details"]
+    assert default["config"]["adaptive_draft_len"] is False

@@ -8,7 +8,7 @@ from ssd_demo.app_logic import build_config, resolve_seed
 from ssd_demo.hub import ModelNotFoundError
 from ssd_demo.presets import get_preset
 from ssd_demo.text import check_text
-from ssd_demo.ui import _user_error
+from ssd_demo.ui_errors import to_gradio_error as _user_error
 
 
 def test_every_user_error_is_a_value_error_with_its_own_title():

@@ -19,7 +19,8 @@ from gradio_client.exceptions import AppError
 from ssd_demo.listening.export import read_votes_csv
 from ssd_demo.listening.stimuli import create_stimulus_set, load_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningStore
-from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
+from ssd_demo.listening.app import close_listening_apps
+from ssd_demo.listening.ui import build_listening_tab
 from ssd_demo.ui import QUEUE_MAX_SIZE
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")

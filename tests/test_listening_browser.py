@@ -9,7 +9,8 @@ import pytest
 
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningStore
-from ssd_demo.listening.ui import build_listening_tab, close_listening_apps
+from ssd_demo.listening.app import close_listening_apps
+from ssd_demo.listening.ui import build_listening_tab
 
 sync_api = pytest.importorskip("playwright.sync_api")
 from browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402

@@ -5,13 +5,15 @@ import pytest
 from ssd_demo import DecodingConfig
 from ssd_demo.config import ACCEPTANCE_RULES
 from ssd_demo.rules import RULE_NAMES, RULES, AcceptanceRule, make_rule
-from ssd_demo.ui import RULE_HELP
+from ssd_demo.app_logic import SETTINGS_BY_NAME
 from tiny_models import tiny_llama
 
 
 def test_config_and_app_read_the_registry():
     assert ACCEPTANCE_RULES == RULE_NAMES == ("exact", "ssd", "topk", "pcg")
-    assert RULE_HELP == {name: spec.help for name, spec in RULES.items()} and all(RULE_HELP.values())
+    acceptance = SETTINGS_BY_NAME["acceptance"]  # the app's menu and its help text
+    assert acceptance.choices == RULE_NAMES
+    assert all(acceptance.info_for(name) == RULES[name].help != "" for name in RULE_NAMES)
     with pytest.raises(ValueError, match="acceptance must be one of exact, ssd, topk, pcg"):
         DecodingConfig(acceptance="nope")
 

@@ -11,7 +11,8 @@ import soundfile
 import torch
 
 from ssd_demo import app_logic
-from ssd_demo.app_logic import ModelLoadError, Request
+from ssd_demo.app_logic import Request, runner
+from ssd_demo.errors import ModelLoadError
 from ssd_demo.decoding import autoregressive_generate, speculative_generate
 from ssd_demo.presets import Preset, get_preset, load_preset, register
 from ssd_demo.results import GenerationResult, GenerationStats, RoundRecord
@@ -270,9 +271,9 @@ def test_cpu_threads_follow_model_size(toy, monkeypatch):
     assert app_logic.cpu_threads_for(toy) == 1  # a tiny model: overhead-bound
     monkeypatch.setenv("SSD_TORCH_THREADS", "3")
     assert app_logic.cpu_threads_for(toy) == 3
-    monkeypatch.setattr(app_logic, "SMALL_MODEL_PARAMETERS", 10)
+    monkeypatch.setattr(runner, "SMALL_MODEL_PARAMETERS", 10)
     monkeypatch.delenv("SSD_TORCH_THREADS")
-    assert app_logic.cpu_threads_for(toy) == app_logic._DEFAULT_THREADS
+    assert app_logic.cpu_threads_for(toy) == runner._DEFAULT_THREADS
 
 
 def test_example_texts_are_short_enough_for_every_voice():
@@ -298,5 +299,5 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
 
     checked = []
     monkeypatch.setattr(hub, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
-    app_logic._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
+    runner._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
     assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs

@@ -16,7 +16,6 @@ codec, and written to recognizer.json (and docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import random

@@ -1,0 +1,27 @@
+"""One way for every tab to show an exception: a readable `gr.Error`, the traceback in the server log."""
+
+from __future__ import annotations
+
+import logging
+
+import gradio as gr
+
+from .errors import UserError
+
+log = logging.getLogger("ssd_demo.ui")
+
+
+def to_gradio_error(error: Exception) -> gr.Error:
+    """Exceptions -> one readable message; `UserError`s show under their own title."""
+    if isinstance(error, UserError):
+        # A wrapped cause (a loader's own exception) keeps its traceback in the log.
+        log.warning("request refused: %s", error, exc_info=error.__cause__ is not None)
+        return gr.Error(str(error), title=error.title)
+    message = str(error.args[0]) if error.args else ""
+    if isinstance(error, (ValueError, NotImplementedError)):
+        # Most are the user's to fix (an unknown draft, an unsupported option), but an internal
+        # ValueError can hide here too: show the message and keep the traceback in the log.
+        log.warning("request refused: %s", error, exc_info=True)
+        return gr.Error(message or type(error).__name__, title="Cannot run these settings")
+    log.exception("synthesis failed")
+    return gr.Error(f"Synthesis failed ({type(error).__name__}: {error}). Try other settings.", title="Error")
