@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 from tqdm import tqdm
 
 from .config import DecodingConfig
@@ -42,8 +43,6 @@ _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", 
 
 def random_pair(vocab: int = 1024, seed: int = 0):
     """The default pair until trained weights are given: random Llamas, 12 x 512 and 2 x 256."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     def build(layers: int, width: int, heads: int, offset: int):
         torch.manual_seed(seed + offset)
         config = LlamaConfig(
@@ -66,8 +65,6 @@ def load_pair(target: str | None, draft: str | None, device: str):
         return random_pair()
     if not (target and draft):
         raise ValueError("give both --target and --draft (model directories), or neither for the random pair")
-    from transformers import AutoModelForCausalLM
-
     models = []
     for path in (target, draft):
         if not Path(path).is_dir():
@@ -87,8 +84,6 @@ class MethodSummary:
 
 def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool,
                  pin_draft_len: bool = True) -> tuple[int, float]:
-    from transformers import GenerationConfig
-
     sampling = not config.greedy
     generation = GenerationConfig(
         do_sample=sampling,

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import torch
+
+from . import presets
+from .backends.embedded import load_synthesizer
+from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from .synthesis import VoicePrompt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
-
     parser.add_argument("text", nargs="?", default=None,
                         help="English text to speak (the embedded voice reads up to 3,000 characters, in chunks)")
     parser.add_argument("--text-file", type=Path, default=None, help="read the text from this UTF-8 file instead")
@@ -48,8 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from . import presets
-
     device = None if args.device == "auto" else args.device
 
     def report(fraction: float, message: str) -> None:
@@ -65,15 +67,11 @@ def _load(args: argparse.Namespace):
     if args.voice is not None:
         if args.preset != "embedded":
             raise ValueError("--voice selects an embedded-voice folder; it cannot be combined with another preset")
-        from .backends.embedded import load_synthesizer
-
         return load_synthesizer(path=args.voice, device=device)
     return presets.load_preset(args.preset, device=device, progress=report)
 
 
 def main(args: argparse.Namespace) -> int:
-    from .synthesis import VoicePrompt
-
     if (args.text is None) == (args.text_file is None):
         raise ValueError("give the text either as an argument or with --text-file (one of them)")
     if args.text_file is not None:
@@ -83,8 +81,6 @@ def main(args: argparse.Namespace) -> int:
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
-        import torch
-
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)

@@ -21,6 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from . import app_logic
 from .reporting import git_commit, median, write_section
 
 SECTION = "## App: one click on the embedded voice"
@@ -40,10 +43,6 @@ class Click:
 
 def time_clicks(preset: str, clicks: int, texts: list[str], directory: Path) -> list[Click]:
     """Run `clicks` clicks through the handler code; the first one includes loading and warm-up."""
-    import matplotlib.pyplot as plt
-
-    from . import app_logic
-
     if clicks < 2:
         raise ValueError("--clicks must be at least 2 (the first click also loads and warms up)")
     results = []
@@ -53,12 +52,10 @@ def time_clicks(preset: str, clicks: int, texts: list[str], directory: Path) -> 
         comparison = app_logic.compare(app_logic.Request(text=text, preset=preset))
         app_logic.write_audio_files(comparison, directory)
         app_logic.comparison_token_view(comparison)
-        figures = app_logic.figures(comparison)
+        app_logic.figures(comparison)  # charts are plain Figures (no pyplot), freed with the comparison
         app_logic.stats_markdown(comparison)
         app_logic.details(comparison)
         seconds = time.perf_counter() - started
-        for figure in figures.values():
-            plt.close(figure)
         ar, spec = comparison.ar, comparison.spec
         results.append(Click(text, seconds, ar.total_seconds, ar.real_time_factor, spec.total_seconds,
                              spec.real_time_factor, ar.duration_seconds, comparison.report.measured))
@@ -103,13 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from . import app_logic
-
     texts = app_logic.example_texts()
     with tempfile.TemporaryDirectory() as directory:
         clicks = time_clicks(args.preset, args.clicks, texts, Path(directory))
-    import torch
-
     meta = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} torch threads"}
     command = ("python -m ssd_demo clicks " + " ".join(sys.argv[2:])).strip()

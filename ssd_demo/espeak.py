@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.signal import resample_poly  # exact rational ratio, far cheaper than a sinc resampler
 
 SAMPLE_RATE = 16_000
 DEFAULT_VOICE = "en-us"
@@ -125,8 +126,6 @@ class _Library:
 def _resample(audio: np.ndarray, rate: int) -> np.ndarray:
     if rate == SAMPLE_RATE or audio.size == 0:
         return audio
-    from scipy.signal import resample_poly  # exact rational ratio, far cheaper than a sinc resampler
-
     gcd = math.gcd(rate, SAMPLE_RATE)
     return resample_poly(audio, SAMPLE_RATE // gcd, rate // gcd).astype(np.float32)
 

@@ -34,8 +34,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .backends.embedded import load_synthesizer
+from .codec.metrics import mcd_dtw
+from .recognizer import Recognizer
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
+from .text import check_text
+from .training.render import render
 from .visitor_texts import BUCKETS, visitor_texts
 
 SECTION = "## Embedded voice evaluation"
@@ -93,12 +98,6 @@ def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int])
 
 
 def run_evaluation(args: argparse.Namespace) -> dict:
-    from .backends.embedded import load_synthesizer
-    from .codec.metrics import mcd_dtw
-    from .recognizer import Recognizer
-    from .text import check_text
-    from .training.render import render
-
     torch.set_num_threads(args.threads)
     synth = load_synthesizer(path=args.voice)
     recognizer = Recognizer.load(args.recognizer)

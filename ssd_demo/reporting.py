@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import platform
 import statistics
 import subprocess
 from pathlib import Path
+
+import numpy as np
 
 #: Generated text of a section ends here; hand-written notes below it survive a regeneration.
 GENERATED_END = "<!-- end of generated table -->"
@@ -20,8 +23,6 @@ def paired_difference(values, baseline, resamples: int = 2000, seed: int = 0) ->
     """Mean of values[i] - baseline[i] over the items where both are finite, with a 95% bootstrap
     interval (items resampled with replacement). Pairing by item (sentence) removes the spread
     between sentences, which dwarfs the differences between decoding settings."""
-    import numpy as np
-
     diffs = np.array([v - b for v, b in zip(values, baseline) if v == v and b == b], dtype=float)
     if diffs.size == 0:
         return float("nan"), float("nan"), float("nan")
@@ -32,8 +33,6 @@ def paired_difference(values, baseline, resamples: int = 2000, seed: int = 0) ->
 
 def cpu_name() -> str:
     """The CPU model and its widest matrix instructions, e.g. "AMD EPYC (AVX2)": speed ratios depend on it."""
-    import platform
-
     name, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

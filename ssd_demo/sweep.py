@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,12 +30,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
+from tqdm import tqdm
 
 from . import presets  # as a module: `presets.load_preset` is looked up per call (tests hand in a small voice)
 from .app_logic import cpu_threads_for
+from .backends.embedded import load_synthesizer
+from .codec.metrics import mcd_dtw
 from .errors import InvalidSettingError, ModelLoadError
+from .evaluation import target_nll
+from .recognizer import Recognizer
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
+from .text import check_text
+from .training.render import render
+from .visitor_texts import LONG, MEDIUM, SHORT
 
 SECTION = "## Speed-fidelity map"
 
@@ -120,9 +130,6 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
               cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1,
               recognizer=None) -> SweepResult:
-    from .codec.metrics import mcd_dtw
-    from .evaluation import target_nll
-
     backend = synth.backend
     allowed = backend.allowed_token_ids()
     base = synth.config(seed=seed)
@@ -227,14 +234,11 @@ def at_matched_fidelity(points: list[SweepPoint], reference: SweepPoint, toleran
 
 def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
     """Speed (x) against MCD-DTW (y, lower is better), one colour per rule; frontier joined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     use_mcd = any(p.mcd == p.mcd for p in points)
     y_of = (lambda p: p.mcd) if use_mcd else (lambda p: p.nll)
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), layout="constrained")
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")  # no pyplot: no global state, no display needed
+    ax = fig.subplots()
     colours = {"ssd": "#1f77b4", "pcg": "#d62728", "topk": "#2ca02c", "exact-K": "#7f7f7f", "exact-adaptive": "#9467bd"}
     for rule in dict.fromkeys(p.rule for p in points):
         group = [p for p in points if p.rule == rule]
@@ -305,16 +309,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import sys
-
-    from tqdm import tqdm
-
-    from .backends.embedded import load_synthesizer
-    from .training.render import render
-
     torch.set_num_threads(args.threads)
-    from .recognizer import Recognizer
-    from .text import check_text
 
     synth = load_synthesizer(draft=args.draft)
     recognizer = Recognizer.load()
@@ -363,8 +358,6 @@ def main(args: argparse.Namespace) -> int:
 
 def held_out_sentences(count: int) -> list[str]:
     """`count` sentences a visitor would type (never trained on), the length buckets taken in turn."""
-    from .visitor_texts import LONG, MEDIUM, SHORT
-
     interleaved = [text for group in zip(SHORT, MEDIUM, LONG) for text in group]
     if count < 1:
         raise ValueError("the sweep needs at least one sentence")
@@ -402,8 +395,6 @@ def quick_sweep(sentences: int, draft: str, seed: int, progress: Callable[..., o
     if synth.device.type == "cpu":
         torch.set_num_threads(cpu_threads_for(synth))  # as for the Compare tab: small models, one thread
     if shutil.which("espeak-ng"):
-        from .training.render import render  # the training extras render eSpeak references
-
         progress(0.02, desc="Rendering eSpeak NG references")
         references = [render(t) for t in texts]
         note = "Fidelity: MCD-DTW against eSpeak NG's rendering of each sentence (lower is better)."

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM
 
 from ..codec import Codec
 from ..config import DecodingConfig
@@ -128,8 +129,6 @@ def load_synthesizer(draft: str = "distilled", device: str | None = None, path: 
 
     device: "cpu" (default when None), "cuda", ...; path: a voice folder (default assets/embedded).
     """
-    from transformers import AutoModelForCausalLM
-
     if draft not in DRAFT_FOLDERS:
         raise ValueError(f"unknown draft {draft!r}; available: {', '.join(DRAFT_FOLDERS)}")
     root = Path(path) if path is not None else DEFAULT_PATH

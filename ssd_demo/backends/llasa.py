@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torchaudio
 
 from ..config import DecodingConfig
 from .. import text as text_frontend
@@ -256,8 +257,6 @@ class LlasaBackend:
 
     def prepare_prompt_audio(self, voice_prompt: VoicePrompt) -> np.ndarray:
         """Mono float32 at the codec's rate, after checking the length limits."""
-        import torchaudio
-
         audio = to_mono_float(voice_prompt.audio)
         if voice_prompt.sample_rate <= 0:
             raise ValueError(f"voice prompt sample rate must be positive, got {voice_prompt.sample_rate}")

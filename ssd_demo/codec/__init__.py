@@ -134,7 +134,7 @@ class Codec:
 def fit_codec(audios: list[np.ndarray], config: CodecConfig = CodecConfig(), max_frames: int = 200_000,
               seed: int = 0) -> Codec:
     """Fit the k-means codebook on log-mel frames of `audios` (scikit-learn MiniBatchKMeans)."""
-    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.cluster import MiniBatchKMeans  # deferred: only training fits a codebook; the app never does
 
     features = MelFeatures(config)
     frames = np.concatenate([features.log_mel(a) for a in audios], axis=0)

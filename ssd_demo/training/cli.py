@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from ..backends.vocab import VocabLayout
 from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
@@ -129,8 +130,6 @@ def main(args: argparse.Namespace) -> int:
     log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
 
     def load_or_none(name: str):
-        from transformers import AutoModelForCausalLM
-
         path = _model_dir(out, name)
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if path.exists() else None
 
@@ -179,8 +178,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> None:
-    from transformers import AutoModelForCausalLM
-
     source = AutoModelForCausalLM.from_pretrained(voice / folder, dtype=torch.float32)
     source_layout = json.loads((voice / "voice.json").read_text())["vocab"]
     copied = warm_start(model, source, source_layout, layout)
@@ -189,8 +186,6 @@ def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> No
 
 def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -> None:
     """Write the shippable voice: float16 safetensors models, codec, voice.json, examples.txt."""
-    from transformers import AutoModelForCausalLM
-
     dest.mkdir(parents=True, exist_ok=True)
     summaries = {}
     for name, folder in (("target", "target"), ("layers", "draft_layers"), ("distilled", "draft_distilled")):
