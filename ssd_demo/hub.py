@@ -7,8 +7,8 @@ before gigabytes move:
      from a local folder or with `snapshot_download` at an explicit revision
      (offline: from the local cache only);
   2. pre-flight checks: each model is a causal LM, the family's own checks pass (target and
-     draft share one tokenizer and embedding size, say), and the pair fits
-     in memory (parameter counts from safetensors headers, or the config);
+     draft share one tokenizer and embedding size, say), and the pair fits in memory
+     (`ssd_demo.model_memory`: parameter counts from safetensors headers, or the config);
   3. fetch the weights (safetensors only: pickled checkpoints are never loaded), load them
      with the automatic dtype straight onto the device (accelerate's device_map), and refuse
      any checkpoint whose tensors do not match the model's exactly (`check_loading_info`).
@@ -21,18 +21,30 @@ Errors are `ModelLoadError`s (`ssd_demo.errors`, a `ValueError`) with a message 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
-import struct
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import validate_repo_id
+from safetensors import SafetensorError
+from tqdm.auto import tqdm
+from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from .errors import ModelLoadError
-from .synthesis import Synthesizer
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
@@ -62,8 +74,6 @@ METADATA_PATTERNS = [
 ]
 WEIGHT_PATTERNS = ["*.safetensors"]
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
-
 
 class ModelNotFoundError(ModelLoadError):
     """No such local folder or Hub repository (or revision)."""
@@ -81,10 +91,6 @@ class NotACausalLMError(ModelLoadError):
     """The repository does not hold a causal language model."""
 
 
-class InsufficientMemoryError(ModelLoadError):
-    """The pair would not fit in the memory of the chosen device."""
-
-
 @dataclass(frozen=True)
 class LoadOptions:
     """How to fetch and place models. None means automatic."""
@@ -95,7 +101,7 @@ class LoadOptions:
     offline: bool | None = None  # None: follow HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE
     cache_dir: str | Path | None = None  # None: HF_HUB_CACHE / the default cache
     trust_remote_code: bool = False  # never enabled unless the caller asks
-    check_memory: bool = True
+    check_memory: bool = True  # the pre-flight check of `ssd_demo.model_memory`
     memory_margin: float = 1.25  # activations, KV cache, allocator slack
 
 
@@ -106,8 +112,6 @@ def is_offline(offline: bool | None = None) -> bool:
     """Offline when asked, or when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is set (read now, not at import)."""
     if offline is not None:
         return offline
-    from huggingface_hub import constants
-
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
     return constants.HF_HUB_OFFLINE or any(f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags)
 
@@ -170,17 +174,8 @@ def resolve(
         return Path(ref).expanduser()
     if _looks_like_path(ref):
         raise ModelNotFoundError(f"{ref!r}: no such directory (and it is not a Hub repo id like 'org/name')")
-    if not _valid_repo_id(ref):
+    if not valid_repo_id(ref):
         raise ModelNotFoundError(f"{ref!r} is neither an existing directory nor a valid Hub repo id ('org/name')")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
     revision = revision_for(ref, revision)
     offline = is_offline(options.offline)
     kwargs = dict(
@@ -222,10 +217,8 @@ def resolve(
     return folder
 
 
-def _valid_repo_id(ref: str) -> bool:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
+def valid_repo_id(ref: str) -> bool:
+    """Whether `ref` is well-formed as a Hub repo id ('name' or 'org/name'); nothing is looked up."""
     try:
         validate_repo_id(ref)
     except HFValidationError:
@@ -241,8 +234,6 @@ def _progress_bar(progress: ProgressCallback, label: str):
     last two are forwarded; totals grow as downloads start, so the fraction is kept monotonic.
     The bars still print as usual.
     """
-    from tqdm.auto import tqdm
-
     best = [0.0]
 
     class ForwardingBar(tqdm):
@@ -253,7 +244,7 @@ def _progress_bar(progress: ProgressCallback, label: str):
             if self.unit == "B":
                 if str(self.desc or "").startswith("Downloading bytes"):
                     return result
-                message = f"{label}: {_human(self.n, 'B')} of {_human(self.total, 'B')}"
+                message = f"{label}: {human_count(self.n, 'B')} of {human_count(self.total, 'B')}"
             else:
                 message = f"{label}: {int(self.n)} of {int(self.total)} files"
             best[0] = max(best[0], min(self.n / self.total, 1.0))
@@ -278,9 +269,6 @@ def read_config(folder: Path, ref: str) -> dict:
 
 def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> None:
     """Raise NotACausalLMError unless transformers can build a causal LM from `config` natively."""
-    from transformers import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     model_type = config.get("model_type")
     architectures = config.get("architectures") or []
     if model_type not in CONFIG_MAPPING:
@@ -301,8 +289,6 @@ def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> 
 
 
 def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
-    from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
@@ -321,143 +307,6 @@ def some_names(items: list, what: str) -> str:
     """'5 tokens only in the draft (a, b, c, ...)': a count and the first few names."""
     shown = ", ".join(str(item) for item in items[:SHOWN_NAMES])
     return f"{len(items)} {what} ({shown}{', ...' if len(items) > SHOWN_NAMES else ''})"
-
-
-# -- memory ------------------------------------------------------------------------------
-
-
-def tied_duplicates(config: dict) -> frozenset[str]:
-    """Checkpoint tensors that load as views of another: a tied output layer stored anyway.
-
-    Llasa-3B's shards (8.0 GB in bfloat16 for 3.41B parameters) appear to hold one; counting it would
-    overstate the memory the loaded model takes by 0.6B parameters.
-    """
-    return frozenset({"lm_head.weight"}) if config.get("tie_word_embeddings") else frozenset()
-
-
-def safetensors_parameter_count(folder: Path, skip: frozenset[str] = frozenset()) -> int | None:
-    """Parameters in the folder's safetensors files but `skip`, read from their headers (no weights loaded)."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for file in files:
-        with open(file, "rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        for name, info in header.items():
-            if name == "__metadata__" or name in skip:
-                continue
-            count = 1
-            for dim in info["shape"]:
-                count *= dim
-            total += count
-    return total
-
-
-def config_parameter_count(config: dict) -> int:
-    """A decoder-only transformer's parameter count from its config (an estimate when no headers exist)."""
-    hidden = config.get("hidden_size", 0)
-    layers = config.get("num_hidden_layers", 0)
-    vocab = vocab_size_of(config) or 0
-    inter = config.get("intermediate_size", 4 * hidden)
-    heads = config.get("num_attention_heads", 1) or 1
-    kv_heads = config.get("num_key_value_heads", heads) or heads
-    head_dim = config.get("head_dim") or hidden // heads
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    mlp = 3 * hidden * inter
-    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
-
-
-def parameter_count(folder: Path, config: dict, ref: str, revision: str | None, options: LoadOptions) -> int:
-    skip = tied_duplicates(config)
-    local = safetensors_parameter_count(folder, skip)
-    if local is not None:
-        return local
-    if not is_offline(options.offline) and _valid_repo_id(ref) and not Path(ref).is_dir():
-        try:
-            from huggingface_hub import get_safetensors_metadata
-
-            metadata = get_safetensors_metadata(ref, revision=revision_for(ref, revision), token=options.token)
-            tied = sum(info.parameter_count for file in metadata.files_metadata.values()
-                       for name, info in file.tensors.items() if name in skip)
-            return int(sum(metadata.parameter_count.values()) - tied)
-        except Exception:  # noqa: BLE001 - the estimate below is good enough to decide
-            pass
-    return config_parameter_count(config)
-
-
-def available_memory(device: torch.device) -> int | None:
-    """Free bytes on `device` (CUDA: free device memory; CPU: MemAvailable), None if unknown."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    if device.type == "cpu":
-        try:
-            for line in Path("/proc/meminfo").read_text().splitlines():
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    target_params: int
-    draft_params: int
-    codec_params: int
-    lm_dtype: torch.dtype
-    margin: float
-
-    @property
-    def required_bytes(self) -> int:
-        lm_bytes = (self.target_params + self.draft_params) * torch.empty((), dtype=self.lm_dtype).element_size()
-        codec_bytes = self.codec_params * 4  # the codec stays in float32
-        return int((lm_bytes + codec_bytes) * self.margin)
-
-    def describe(self) -> str:
-        return (
-            f"target {_human(self.target_params)} + draft {_human(self.draft_params)} parameters in "
-            f"{str(self.lm_dtype).removeprefix('torch.')}, codec {_human(self.codec_params)} in float32: "
-            f"about {self.required_bytes / 2**30:.1f} GiB with margin"
-        )
-
-
-def check_memory(estimate: MemoryEstimate, device: torch.device, free: int | None = None) -> None:
-    """Raise InsufficientMemoryError when `estimate` exceeds `free` bytes (default: what `device` has free now)."""
-    free = available_memory(device) if free is None else free
-    if free is not None and estimate.required_bytes > free:
-        raise InsufficientMemoryError(
-            f"not enough memory on {device}: {estimate.describe()}, but only {free / 2**30:.1f} GiB is free. "
-            "Choose a smaller pair (e.g. Llasa-1B -> Llasa-3B), free memory, or use a larger GPU."
-        )
-
-
-def memory_checked_before_loading(options: LoadOptions, device: torch.device) -> bool:
-    """Whether the pre-flight memory check runs: not on ZeroGPU's GPU, which only `check_gpu_memory` may measure."""
-    return options.check_memory and not (on_zerogpu() and device.type == "cuda")
-
-
-#: The memory estimate of each loaded pair, for the check inside a GPU call.
-MEMORY_ESTIMATES: "weakref.WeakKeyDictionary[Synthesizer, tuple[MemoryEstimate, bool]]" = weakref.WeakKeyDictionary()
-
-
-def check_gpu_memory(synthesizer: Synthesizer) -> None:
-    """Inside a GPU call: raise InsufficientMemoryError if the loaded pair does not fit the GPU it got.
-
-    On ZeroGPU this replaces the check before loading: CUDA may not be queried outside the
-    GPU-decorated call, and only inside it is there a GPU to measure. The pair's weights are
-    already there by then, so they count as usable memory. Elsewhere the check ran before the
-    weights were fetched, and this does nothing.
-    """
-    estimate, checked = MEMORY_ESTIMATES.get(synthesizer, (None, True))
-    device = synthesizer.device
-    if checked or estimate is None or device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
-    check_memory(estimate, device, free=free + torch.cuda.memory_allocated(device))
 
 
 # -- loading -----------------------------------------------------------------------------
@@ -512,7 +361,8 @@ def placement(device: torch.device) -> str:
     to ZeroGPU, which moves them when a call gets a GPU.
     """
     try:
-        import accelerate  # noqa: F401 - a pinned requirement; from_pretrained needs it for device_map
+        # deferred: checked only when weights are placed, to say how to install it if it is missing
+        importlib.import_module("accelerate")  # a pinned requirement; from_pretrained needs it for device_map
     except ImportError:
         raise ModelLoadError(
             "loading onto a device needs the `accelerate` package: `pip install -r requirements.txt`"
@@ -549,8 +399,6 @@ def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint
 
 def strict_from_pretrained(model_class, folder: Path, ref: str, device: torch.device, hint: str = "", **kwargs):
     """`model_class.from_pretrained` placed on `device`, with its loading report checked (strict)."""
-    from safetensors import SafetensorError
-
     try:
         model, info = model_class.from_pretrained(
             folder, use_safetensors=True, device_map=placement(device), output_loading_info=True,
@@ -565,8 +413,6 @@ def strict_from_pretrained(model_class, folder: Path, ref: str, device: torch.de
 
 
 def load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
-    from transformers import AutoModelForCausalLM
-
     return strict_from_pretrained(
         AutoModelForCausalLM, folder, ref, device, dtype=dtype, trust_remote_code=options.trust_remote_code
     )
@@ -576,10 +422,8 @@ def is_cached(ref: str, revision: str | None = None, cache_dir: str | Path | Non
     """True when `ref` is a local folder or its config is in the Hub cache (no network)."""
     if Path(ref).expanduser().is_dir():
         return True
-    if not _valid_repo_id(ref):
+    if not valid_repo_id(ref):
         return False
-    from huggingface_hub import try_to_load_from_cache
-
     found = try_to_load_from_cache(
         ref, "config.json", revision=revision_for(ref, revision),
         cache_dir=str(cache_dir) if cache_dir else _cache_dir(LoadOptions()),
@@ -594,7 +438,7 @@ def free_models() -> None:
         torch.cuda.empty_cache()
 
 
-def _human(count: float, unit: str = "") -> str:
+def human_count(count: float, unit: str = "") -> str:
     """1234567 -> '1.23 M'; with unit 'B': '1.23 MB'."""
     for scale, prefix in ((1e12, "T"), (1e9, "G" if unit else "B"), (1e6, "M"), (1e3, "k")):
         if count >= scale:

@@ -16,7 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ModelLoadError, UnknownPresetError
+from .hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
 from .synthesis import Synthesizer
+
+# The backends are imported inside the functions that use them ("deferred" below): they load the
+# text front end (eSpeak, scipy.signal: about 0.4 s), which `import ssd_demo` alone does not need.
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,6 @@ class Preset:
     @property
     def download_hint(self) -> str:
         """Commands that put this preset's models in the local cache."""
-        from .hub import download_command
-
         return " && ".join(download_command(repo, self.revision_for(repo)) for repo in self.repos)
 
 
@@ -90,8 +92,6 @@ def preset_choices() -> list[tuple[str, str]]:
 
 def preset_availability(key: str) -> tuple[bool, str]:
     """(available without downloading, message for the user). Never touches the network."""
-    from .hub import is_cached
-
     preset = get_preset(key)
     if not preset.needs_download:
         return True, "ships with the demo"
@@ -127,10 +127,10 @@ def load_custom_pair(
     """Load a custom target/draft pair (two Hub repo ids or two local folders), one pair resident at a time.
 
     Supported: Llasa-style pairs (see `ssd_demo.backends.llasa_loading.load_custom_pair`); anything else
-    raises a `ssd_demo.hub.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
+    raises a `ssd_demo.errors.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
     options go to `ssd_demo.backends.llasa_loading.load_custom_pair` (revisions, codec_ref, token, offline, ...).
     """
-    from .backends.llasa_loading import load_custom_pair as load
+    from .backends.llasa_loading import load_custom_pair as load  # deferred: a backend (see the top)
 
     key = f"custom:{target.strip()}|{draft.strip()}|{sorted(options.items())}"
     with _lock:
@@ -146,9 +146,8 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
     Nothing is loaded or downloaded here; the pair is checked and loaded on first use, with the
     same pre-flight checks as `load_custom_pair`.
     """
-    from .backends.llasa_loading import DEFAULT_CODEC
+    from .backends.llasa_loading import DEFAULT_CODEC  # deferred: a backend (see the top)
     from .backends.llasa_loading import load_custom_pair as load
-    from .hub import short_name
 
     target, draft = (target or "").strip(), (draft or "").strip()
     if not target or not draft:
@@ -186,8 +185,6 @@ def unload() -> None:
 def _drop_resident() -> None:
     if _resident:
         _resident.clear()
-        from .hub import free_models
-
         free_models()
 
 
@@ -207,8 +204,8 @@ LLASA_8B = "HKUSTAudio/Llasa-8B"
 
 def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
     def load(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+        # deferred: a backend (see the top)
         from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, load_llasa_pair
-        from .hub import DEFAULT_REVISION, LoadOptions
 
         return load_llasa_pair(
             target,
@@ -232,7 +229,7 @@ def _register_builtin() -> None:
     _builtins_registered = True
 
     def load_embedded(device: str | None) -> Synthesizer:
-        from .backends.embedded import load_synthesizer
+        from .backends.embedded import load_synthesizer  # deferred: a backend (see the top)
 
         return load_synthesizer(device=device)
 
@@ -254,9 +251,9 @@ def _register_builtin() -> None:
 
 
 def _register_llasa() -> None:
+    # deferred: the backends (see the top); this runs when the presets are first listed
     from .backends.llasa import LICENCE
     from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
-    from .hub import DEFAULT_REVISION
 
     common = dict(
         licence=LICENCE,

@@ -23,7 +23,7 @@ from llasa_fixtures import (  # noqa: E402
     save_causal_lm,
 )
 
-from ssd_demo import hub, presets  # noqa: E402
+from ssd_demo import hub, model_memory, presets  # noqa: E402
 from ssd_demo.backends import llasa_loading  # noqa: E402
 from ssd_demo.backends.llasa_loading import (  # noqa: E402
     DEFAULT_CODEC,
@@ -33,13 +33,13 @@ from ssd_demo.backends.llasa_loading import (  # noqa: E402
 )
 from ssd_demo.hub import (  # noqa: E402
     IncompatiblePairError,
-    InsufficientMemoryError,
     LoadOptions,
     ModelLoadError,
     ModelNotFoundError,
     ModelUnavailableError,
     NotACausalLMError,
 )
+from ssd_demo.model_memory import InsufficientMemoryError  # noqa: E402
 
 CPU = LoadOptions(device="cpu")
 
@@ -280,20 +280,20 @@ def test_parameter_counts_from_headers_and_config(family):
 
     model = AutoModelForCausalLM.from_pretrained(family.target)
     exact = sum(p.numel() for p in model.parameters())
-    assert hub.safetensors_parameter_count(family.target) == exact
+    assert model_memory.safetensors_parameter_count(family.target) == exact
     config = json.loads((family.target / "config.json").read_text())
-    assert hub.config_parameter_count(config) == exact
+    assert model_memory.config_parameter_count(config) == exact
 
 
 def test_memory_check_fails_before_loading_weights(family, monkeypatch):
-    monkeypatch.setattr(hub, "available_memory", lambda device: 1024)
+    monkeypatch.setattr(model_memory, "available_memory", lambda device: 1024)
     monkeypatch.setattr(llasa_loading, "load_causal_lm", _must_not_load)
     with pytest.raises(InsufficientMemoryError, match="not enough memory on cpu"):
         pair(family, family.draft)
 
 
 def test_memory_estimate_arithmetic():
-    estimate = hub.MemoryEstimate(
+    estimate = model_memory.MemoryEstimate(
         target_params=3_000_000_000, draft_params=1_000_000_000, codec_params=800_000_000,
         lm_dtype=torch.bfloat16, margin=1.0,
     )
@@ -302,12 +302,12 @@ def test_memory_estimate_arithmetic():
 
 
 def test_check_memory_boundary(monkeypatch):
-    estimate = hub.MemoryEstimate(1000, 100, 10, torch.float32, 1.0)
-    monkeypatch.setattr(hub, "available_memory", lambda device: estimate.required_bytes)
-    hub.check_memory(estimate, torch.device("cpu"))  # exactly enough: fine
-    monkeypatch.setattr(hub, "available_memory", lambda device: estimate.required_bytes - 1)
+    estimate = model_memory.MemoryEstimate(1000, 100, 10, torch.float32, 1.0)
+    monkeypatch.setattr(model_memory, "available_memory", lambda device: estimate.required_bytes)
+    model_memory.check_memory(estimate, torch.device("cpu"))  # exactly enough: fine
+    monkeypatch.setattr(model_memory, "available_memory", lambda device: estimate.required_bytes - 1)
     with pytest.raises(InsufficientMemoryError):
-        hub.check_memory(estimate, torch.device("cpu"))
+        model_memory.check_memory(estimate, torch.device("cpu"))
 
 
 def test_token_is_passed_to_the_hub(monkeypatch, tmp_path):
@@ -317,9 +317,7 @@ def test_token_is_passed_to_the_hub(monkeypatch, tmp_path):
         seen.update(kwargs)
         raise __import__("huggingface_hub").errors.LocalEntryNotFoundError("nope")
 
-    import huggingface_hub
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(hub, "snapshot_download", fake_snapshot_download)
     with pytest.raises(ModelUnavailableError):
         hub.resolve("org/gated", revision="abc123", options=LoadOptions(token="hf_secret", cache_dir=tmp_path))
     assert seen["token"] == "hf_secret" and seen["revision"] == "abc123" and seen["local_files_only"] is True
@@ -501,27 +499,27 @@ def test_zerogpu_never_touches_cuda_before_the_gpu_call(monkeypatch):
     cuda = torch.device("cuda")
     assert hub.auto_dtype(cuda) == torch.bfloat16
     assert hub.placement(cuda) == "cpu"  # weights wait in host RAM; ZeroGPU moves them for each call
-    assert not hub.memory_checked_before_loading(LoadOptions(), cuda)
-    assert hub.memory_checked_before_loading(LoadOptions(), torch.device("cpu"))
+    assert not model_memory.memory_checked_before_loading(LoadOptions(), cuda)
+    assert model_memory.memory_checked_before_loading(LoadOptions(), torch.device("cpu"))
     monkeypatch.setenv("SPACES_ZERO_GPU", "")
     assert not hub.on_zerogpu() and hub.placement(cuda) == "cuda"
-    assert hub.memory_checked_before_loading(LoadOptions(), cuda)
-    assert not hub.memory_checked_before_loading(LoadOptions(check_memory=False), cuda)
+    assert model_memory.memory_checked_before_loading(LoadOptions(), cuda)
+    assert not model_memory.memory_checked_before_loading(LoadOptions(check_memory=False), cuda)
 
 
 def test_gpu_memory_is_checked_inside_the_gpu_call(family, monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "1")
     monkeypatch.setattr(llasa_loading, "memory_checked_before_loading", lambda options, device: False)  # as on a Space
-    monkeypatch.setattr(hub, "available_memory", _must_not_load)
+    monkeypatch.setattr(model_memory, "available_memory", _must_not_load)
     synth = pair(family, family.draft)
-    hub.check_gpu_memory(synth)  # on the CPU: nothing to measure
+    model_memory.check_gpu_memory(synth)  # on the CPU: nothing to measure
     monkeypatch.setattr(type(synth), "device", property(lambda self: torch.device("cuda")))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1024, 2**40))
     with pytest.raises(InsufficientMemoryError, match="not enough memory on cuda"):
-        hub.check_gpu_memory(synth)
+        model_memory.check_gpu_memory(synth)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**40, 2**40))
-    hub.check_gpu_memory(synth)
+    model_memory.check_gpu_memory(synth)
 
 
 # -- parameter counts ------------------------------------------------------------------------------
@@ -537,5 +535,5 @@ def test_a_stored_copy_of_a_tied_output_layer_is_counted_once(family, tmp_path):
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()  # tied, but stored anyway
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = {**json.loads((folder / "config.json").read_text()), "tie_word_embeddings": True}
-    assert hub.safetensors_parameter_count(folder) > exact
-    assert hub.parameter_count(folder, config, str(folder), None, CPU) == exact
+    assert model_memory.safetensors_parameter_count(folder) > exact
+    assert model_memory.parameter_count(folder, config, str(folder), None, CPU) == exact

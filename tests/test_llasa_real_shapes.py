@@ -33,7 +33,7 @@ from llasa_fixtures import (  # noqa: E402
     sine_clip,
 )
 
-from ssd_demo import hub, presets  # noqa: E402
+from ssd_demo import hub, model_memory, presets  # noqa: E402
 from ssd_demo.backends.llasa_loading import load_llasa_pair  # noqa: E402
 from ssd_demo.decoding import CachedLM  # noqa: E402
 from ssd_demo.static_cache import StaticCacheLM  # noqa: E402
@@ -62,7 +62,7 @@ def test_parameter_counts_at_real_widths(size):
     exact = real_width_parameters(size)
     assert round(exact, -7) == LLASA_PARAMETERS[size]
     # The pre-flight estimate from config.json alone (no safetensors headers yet) is exact for these.
-    assert hub.config_parameter_count({**LLASA_COMMON_CONFIG, **LLASA_CONFIGS[size]}) == exact
+    assert model_memory.config_parameter_count({**LLASA_COMMON_CONFIG, **LLASA_CONFIGS[size]}) == exact
 
 
 def test_preset_memory_figures_follow_from_the_real_sizes():
@@ -72,7 +72,7 @@ def test_preset_memory_figures_follow_from_the_real_sizes():
         codec = sum(p.numel() for p in Xcodec2Model(Xcodec2Config()).parameters())
     draft = real_width_parameters("1B")
     for key, size in (("llasa-1b-3b", "3B"), ("llasa-1b-8b", "8B")):
-        estimate = hub.MemoryEstimate(real_width_parameters(size), draft, codec, torch.bfloat16, 1.25)
+        estimate = model_memory.MemoryEstimate(real_width_parameters(size), draft, codec, torch.bfloat16, 1.25)
         stated = int(re.search(r"needs about (\d+) GB", presets.get_preset(key).description).group(1))
         assert stated == round(estimate.required_bytes / 1e9), key
 

@@ -295,9 +295,9 @@ def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
 
 
 def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
-    from ssd_demo import hub
+    from ssd_demo import model_memory
 
     checked = []
-    monkeypatch.setattr(hub, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
+    monkeypatch.setattr(model_memory, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
     runner._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
     assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs

@@ -17,7 +17,7 @@ import torch
 
 from ..config import DecodingConfig
 from ..errors import ModelLoadError
-from .. import hub
+from .. import model_memory
 from ..presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from ..results import SpeedupReport, compare_runs
 from ..synthesis import SynthesisResult, Synthesizer, VoicePrompt
@@ -133,7 +133,7 @@ def _run_both(
     """
     progress = progress or _no_progress
     synthesizer = load_preset(preset_key, device=preferred_device())
-    hub.check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
+    model_memory.check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
     if synthesizer.device.type == "cpu":
         # Process-wide, but safe: model jobs run one at a time (see the UI's queue).
         torch.set_num_threads(cpu_threads_for(synthesizer))

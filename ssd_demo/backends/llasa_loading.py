@@ -3,7 +3,7 @@
 Holds what is specific to Llasa and XCodec2: the pinned default codec, the checks that a tokenizer
 is Llasa-shaped and that target and draft share its vocabulary, the codec's config check and
 loading, and `load_llasa_pair` / `load_custom_pair`, which put `ssd_demo.hub`'s generic steps
-(resolve, pre-flight checks, memory, strict loading) together for a pair.
+(resolve, pre-flight checks, strict loading) and `ssd_demo.model_memory`'s check together for a pair.
 """
 
 from __future__ import annotations
@@ -11,32 +11,36 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from transformers import AutoFeatureExtractor, Xcodec2Model
 
 from ..errors import ModelLoadError
 from ..hub import (
-    MEMORY_ESTIMATES,
     IncompatiblePairError,
     LoadOptions,
-    MemoryEstimate,
     ProgressCallback,
-    fetch_weights,
-    strict_from_pretrained,
-    load_causal_lm,
-    resolve_all,
-    short_name,
-    some_names,
-    vocab_size_of,
     auto_device,
     auto_dtype,
     check_causal_lm,
-    check_memory,
     download_command,
+    fetch_weights,
+    load_causal_lm,
     load_tokenizer,
+    pin_revision,
+    resolve_all,
+    short_name,
+    some_names,
+    strict_from_pretrained,
+    vocab_size_of,
+)
+from ..model_memory import (
+    MEMORY_ESTIMATES,
+    MemoryEstimate,
+    check_memory,
     memory_checked_before_loading,
     parameter_count,
-    pin_revision,
 )
 from ..synthesis import Synthesizer
+from .llasa import CONTROL_TOKENS, LlasaBackend, missing_llasa_tokens, speech_token
 
 #: XCodec2 in transformers' native format: the checkpoint transformers' own Xcodec2 docs name, with the
 #: tensor names of its Xcodec2Model (HKUSTAudio/xcodec2 itself needs remote code, and a conversion made
@@ -48,8 +52,6 @@ pin_revision(DEFAULT_CODEC, DEFAULT_CODEC_REVISION)  # loaded at that commit unl
 
 
 def check_llasa_shaped(tokenizer, ref: str) -> None:
-    from .llasa import missing_llasa_tokens
-
     missing = missing_llasa_tokens(tokenizer)
     if missing:
         raise IncompatiblePairError(
@@ -70,8 +72,6 @@ def check_same_vocabulary(
     message), then the whole vocabulary, then the size of the output layers. Special-token
     *roles* such as pad or eos may differ harmlessly: generation stops at the speech end token.
     """
-    from .llasa import CONTROL_TOKENS, speech_token
-
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     names = [*CONTROL_TOKENS, speech_token(0), target_tok.bos_token, draft_tok.bos_token]
     for name in dict.fromkeys(n for n in names if n):
@@ -110,8 +110,6 @@ def check_codec_config(config: dict, ref: str) -> None:
 
 
 def _load_codec(folder: Path, ref: str, device: torch.device):
-    from transformers import AutoFeatureExtractor, Xcodec2Model
-
     # float32: the inverse STFT head is the part most sensitive to reduced precision, and it is small.
     hint = f"; the XCodec2 checkpoint for this transformers version is {download_command(DEFAULT_CODEC)}"
     codec = strict_from_pretrained(Xcodec2Model, folder, ref, device, hint=hint, dtype=torch.float32)
@@ -136,8 +134,6 @@ def load_llasa_pair(
     backend_options: dict | None = None,
 ) -> Synthesizer:
     """A `Synthesizer` for a Llasa target drafted by a smaller Llasa (Hub repo ids or local folders)."""
-    from .llasa import LlasaBackend
-
     report = progress or (lambda fraction, message: None)
     device = auto_device(options.device)
     dtype = auto_dtype(device, options.dtype)
