@@ -22,6 +22,9 @@ sampled tokens only. Both decoders apply the same schedule, so at beta = 0 the s
 still has the target's distribution (a forced token has probability one under both processes).
 """
 
+# One module, longer than most: the engine reads top to bottom (the shared run state, the two
+# decoders, the speculative round and its helpers), and splitting it would scatter one algorithm.
+
 from __future__ import annotations
 
 import inspect

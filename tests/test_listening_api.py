@@ -17,7 +17,8 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from ssd_demo.listening.export import read_votes_csv
-from ssd_demo.listening.stimuli import create_stimulus_set, load_stimulus_set, tone_renderer
+from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.listening.stimulus_sets import load_stimulus_set
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.app import close_listening_apps
 from ssd_demo.listening.ui import build_listening_tab

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ssd_demo.listening import stimuli as stimuli_module
+from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening.export import read_votes_csv
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningError, ListeningStore
@@ -225,7 +225,7 @@ def test_building_on_a_space_needs_a_results_token(tmp_path, monkeypatch):
 def test_the_tab_and_results_warn_when_votes_would_be_lost(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the fallback ./data lands here
     monkeypatch.setenv("SPACE_ID", "user/demo")
-    monkeypatch.setattr(stimuli_module, "PERSISTENT_ROOT", tmp_path / "no-persistent-storage")
+    monkeypatch.setattr(stimulus_sets, "PERSISTENT_ROOT", tmp_path / "no-persistent-storage")
     demo = build()
     warnings = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "listening-storage-warning"]
     assert len(warnings) == 1 and "lost when it restarts" in warnings[0].value

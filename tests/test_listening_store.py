@@ -9,19 +9,17 @@ import threading
 import pytest
 import soundfile as sf
 
-from ssd_demo.listening import stimuli as stimuli_module
+from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening import store as store_module
 from ssd_demo.listening.export import COLUMNS, prune_exports, read_votes_csv, write_votes_csv
 from ssd_demo.listening.sessions import ClipUnavailableError, ListeningTest, plan_trials
-from ssd_demo.listening.stimuli import (
-    create_stimulus_set,
+from ssd_demo.listening.stimuli import create_stimulus_set, parse_system, tone_renderer
+from ssd_demo.listening.stimulus_sets import (
     current_stimulus_set,
     data_dir,
     load_stimulus_set,
-    parse_system,
     stimulus_set_by_checksum,
     storage_warning,
-    tone_renderer,
 )
 from ssd_demo.listening.store import (
     SCHEMA_VERSION,
@@ -448,7 +446,7 @@ def test_storage_warning_only_on_a_space_without_persistent_storage(tmp_path):
 def test_data_dir_uses_persistent_storage_on_a_space(monkeypatch, tmp_path):
     monkeypatch.delenv("SSD_DEMO_DATA_DIR", raising=False)
     monkeypatch.setenv("SPACE_ID", "user/demo")
-    monkeypatch.setattr(stimuli_module, "PERSISTENT_ROOT", tmp_path)
+    monkeypatch.setattr(stimulus_sets, "PERSISTENT_ROOT", tmp_path)
     assert data_dir() == tmp_path / "ssd_demo"
 
 

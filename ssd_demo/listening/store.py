@@ -10,6 +10,9 @@ Every vote row is self-contained (session, rater, trial, systems in their A/B
 positions, choice, scores, timestamps, app version), so the raw table is the study.
 """
 
+# One module, longer than most: the schema's constraints, the records read from it and the
+# transactions that rely on both are one job (the vote database), best read together.
+
 from __future__ import annotations
 
 import secrets
@@ -20,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
+
+from .. import __version__
 
 CHOICES = ("A", "B", "none")
 SCORE_RANGE = (1, 5)
@@ -240,9 +245,7 @@ class ListeningStore:
     def __init__(self, path: Path | str, app_version: str | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if app_version is None:
-            from .. import __version__ as app_version
-        self.app_version = str(app_version)
+        self.app_version = str(__version__ if app_version is None else app_version)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
