@@ -16,6 +16,8 @@ from .app_logic import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, Preset
 from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from .config import DecodingConfig
 from .presets import get_preset, list_presets, register_custom_pair
+from . import ui_jobs
+from .cancellation import Cancelled
 from .ui_errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -53,6 +55,11 @@ TOKENS_LEGEND = (
 #: /synthesize parameters that are not decoding settings: before the settings, and after them.
 LEADING_PARAMETERS = ("text", "preset", "draft")
 TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
+
+
+def stop_run() -> None:
+    """Stop this page's synthesis (Gradio cancels the event; the decoders stop within one round)."""
+    return None
 
 
 def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
@@ -110,6 +117,7 @@ def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
                    for s in COMPARE_SETTINGS]
     parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
                    P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
+                   P("request", P.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request),
                    P("progress", P.POSITIONAL_OR_KEYWORD, default=gr.Progress())]
     return inspect.Signature(parameters)
 
@@ -141,8 +149,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                                           info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}")
                 add_pair = gr.Button("Add pair to the presets", size="sm")
             with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
+                # A path, not samples: the clip is read only after its header passes the length check.
                 voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
-                                       type="numpy")
+                                       type="filepath", format=None)
                 voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
             draft = gr.Dropdown(choices=list(defaults.drafts), value=defaults.default_draft, label="Draft model",
                                 info="the small model that proposes tokens",
@@ -187,17 +196,21 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         values.apply_defaults()
         chosen = values.arguments
         try:
+            ui_jobs.admit(chosen["request"], concurrency_id)
             request = Request(
                 text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"],
-                voice_prompt=app_logic.voice_prompt_from_upload(chosen["voice_audio"], chosen["voice_transcript"]),
+                voice_prompt=app_logic.voice_upload(chosen["voice_audio"], chosen["voice_transcript"]),
                 **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
             )
             progress = chosen["progress"]
-            comparison = app_logic.compare(request, progress)
+            with ui_jobs.timed_job():
+                comparison = app_logic.compare(request, progress, should_stop=ui_jobs.stop_check())
             progress(0.9, desc="Writing audio and drawing charts")
             ar_path, spec_path = app_logic.write_audio_files(comparison)
             view = app_logic.comparison_token_view(comparison)
             figures = app_logic.figures(comparison)
+        except Cancelled:
+            return tuple(gr.skip() for _ in outputs)  # stopped: nobody is waiting for an answer
         except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
             raise to_gradio_error(error) from None
         if comparison.draft != (chosen["draft"] or comparison.draft):
@@ -207,10 +220,12 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 figures["acceptance_by_position"], app_logic.details(comparison), comparison.seed)
 
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
+    synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
-    def select_preset(preset_key: str, progress=gr.Progress()):
+    def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
         try:
+            ui_jobs.admit(request, concurrency_id)
             progress(0.0, desc="Loading the model")
             chosen = app_logic.preset_defaults(preset_key, progress=progress)
         except Exception as error:  # noqa: BLE001
@@ -241,7 +256,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     run_event = run.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize", concurrency_limit=1,
                           concurrency_id=concurrency_id)
-    stop.click(None, cancels=[run_event], api_name="stop", queue=False)
+    # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
+    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
                  outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)

@@ -36,6 +36,8 @@ from typing import Hashable, Protocol
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from .cancellation import StopCheck
+from .cancellation import check as check_stop
 from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
@@ -233,9 +235,11 @@ def autoregressive_generate(
     *,
     static_cache: bool | None = None,
     forced: ForcedTokens | None = None,
+    should_stop: StopCheck | None = None,
 ) -> GenerationResult:
     """Plain decoding: one target call per sampled token, with the same sampling and forward as the
-    speculative path (forced tokens ride along with the next call's input)."""
+    speculative path (forced tokens ride along with the next call's input). `should_stop` is asked
+    before every step; when it says so, `Cancelled` is raised."""
     device, vocab = _check_inputs(input_ids, target)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
@@ -244,6 +248,7 @@ def autoregressive_generate(
     prefill_seconds = clock.now()
     done = False
     while not done:
+        check_stop(should_stop)
         started = clock.now()
         logits = lm.forward(run.committed[lm.length :], last_only=True)
         _, probs = run.distributions(logits)
@@ -278,6 +283,7 @@ def speculative_generate(
     static_cache: bool | None = None,
     forced: ForcedTokens | None = None,
     rule: AcceptanceRule | None = None,
+    should_stop: StopCheck | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
@@ -286,7 +292,8 @@ def speculative_generate(
     `rule` is the acceptance strategy (its name must match `config.acceptance`); by default
     `make_rule(config)`, with the target's input embeddings for a rule that groups tokens by an
     embedding table (pcg). A voice whose backend has its own table (the embedded voice groups by
-    codec centroids) builds it with `Synthesizer.rule(config)`.
+    codec centroids) builds it with `Synthesizer.rule(config)`. `should_stop` is asked before every
+    round; when it says so, `Cancelled` is raised (the caller stopped the run).
     """
     device, vocab = _check_inputs(input_ids, target, draft)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
@@ -304,6 +311,7 @@ def speculative_generate(
     history = AcceptanceHistory()
     done = False
     while not done:
+        check_stop(should_stop)
         draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio) if config.adaptive_draft_len \
             else config.draft_len
         draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token

@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from .cancellation import StopCheck
+from .cancellation import check as check_stop
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .errors import TextError
@@ -158,9 +160,11 @@ class Synthesizer:
         config: DecodingConfig | None = None,
         draft: str | None = None,
         voice_prompt: VoicePrompt | None = None,
+        should_stop: StopCheck | None = None,
     ) -> SynthesisResult:
         """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
-        decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses."""
+        decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses.
+        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so)."""
         if mode not in ("ar", "speculative"):
             raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         draft_name = draft or self.draft_name
@@ -179,9 +183,10 @@ class Synthesizer:
         results: list[ChunkResult] = []
         position = 0
         for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
+            check_stop(should_stop)
             seed = (base_seed + index) % 2**63
             result, audio = self._decode_chunk(chunk.text, prompt, mode, config.with_(seed=seed), draft_name,
-                                               voice_prompt)
+                                               voice_prompt, should_stop)
             result.start_sample, result.end_sample = position, position + len(audio)
             results.append(result)
             silence = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000) if index < len(chunks) - 1
@@ -204,7 +209,8 @@ class Synthesizer:
         )
 
     def _decode_chunk(self, text: str, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
-                      voice_prompt: VoicePrompt | None) -> tuple[ChunkResult, np.ndarray]:
+                      voice_prompt: VoicePrompt | None,
+                      should_stop: StopCheck | None = None) -> tuple[ChunkResult, np.ndarray]:
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
         max_context = getattr(self.backend, "max_context", None)
@@ -218,10 +224,11 @@ class Synthesizer:
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         start = time.perf_counter()
         if mode == "ar":
-            generation = autoregressive_generate(self.target, input_ids, config, forced=forced)
+            generation = autoregressive_generate(self.target, input_ids, config, forced=forced,
+                                                 should_stop=should_stop)
         else:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
-                                              rule=self.rule(config))
+                                              rule=self.rule(config), should_stop=should_stop)
         lm_seconds = time.perf_counter() - start
         start = time.perf_counter()
         context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt

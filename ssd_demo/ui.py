@@ -21,9 +21,10 @@ from .presets import list_presets
 
 log = logging.getLogger(__name__)
 
-# Gradio counts waiting events of every kind against one limit: listening-test votes must not be
-# turned away because synthesis jobs are queued, and votes drain in milliseconds.
-QUEUE_MAX_SIZE = 64
+# Gradio counts waiting events of every kind against one limit, so it is large: listening-test votes
+# must never be turned away because synthesis jobs are queued. Model jobs are limited per client
+# instead (`ui_jobs.admit`), which drains a flood in milliseconds per job.
+QUEUE_MAX_SIZE = 1024
 MODEL_CONCURRENCY_ID = "model"  # one job at a time touches the resident model pair
 
 CSS = """
@@ -32,9 +33,15 @@ footer { display: none !important; }
 """
 
 
+#: Largest upload Gradio accepts (a voice prompt: 10 s of 48 kHz stereo WAV is under 2 MB); the clip's
+#: length is then checked from its header before it is decoded.
+MAX_UPLOAD = "16mb"
+
+
 def launch_options() -> dict:
-    """Keyword arguments for `demo.launch()` that Gradio 6 no longer takes in `gr.Blocks()`."""
-    return {"theme": gr.themes.Soft(), "css": CSS}
+    """Keyword arguments for `demo.launch()`: what Gradio 6 no longer takes in `gr.Blocks()`, and the
+    upload limit."""
+    return {"theme": gr.themes.Soft(), "css": CSS, "max_file_size": MAX_UPLOAD}
 
 
 def _analytics_enabled() -> bool:

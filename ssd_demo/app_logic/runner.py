@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..cancellation import StopCheck
 from ..config import DecodingConfig
 from ..errors import ModelLoadError
 from .. import model_memory
 from ..presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from ..results import SpeedupReport, compare_runs
 from ..synthesis import SynthesisResult, Synthesizer, VoicePrompt
-from .settings import Request, build_config, check_text, request_seed, resolve_draft
+from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]
@@ -122,7 +123,7 @@ def cpu_threads_for(synthesizer: Synthesizer) -> int:
 
 def _run_both(
     preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None,
-    voice_prompt: VoicePrompt | None = None,
+    voice_prompt: VoicePrompt | None = None, should_stop: StopCheck | None = None,
 ) -> tuple[SynthesisResult, SynthesisResult]:
     """Warm up, then AR and speculative on the same text and settings, back to back.
 
@@ -140,9 +141,10 @@ def _run_both(
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")
-    ar = synthesizer.synthesize(text, mode="ar", config=config, voice_prompt=voice_prompt)
+    ar = synthesizer.synthesize(text, mode="ar", config=config, voice_prompt=voice_prompt, should_stop=should_stop)
     progress(0.6, desc=f"Speculative decoding (draft '{draft}', K = {config.draft_len})")
-    spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft, voice_prompt=voice_prompt)
+    spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft, voice_prompt=voice_prompt,
+                                  should_stop=should_stop)
     return ar, spec
 
 
@@ -155,8 +157,9 @@ def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, 
 if _ZEROGPU is not None:
     _run_both_on_gpu = _ZEROGPU(duration=gpu_seconds)(_run_both)
 
-    def run_both(preset_key, text, config, draft, progress=None, voice_prompt=None):
-        # Progress callbacks cannot cross into the GPU worker; report the stage before it.
+    def run_both(preset_key, text, config, draft, progress=None, voice_prompt=None, should_stop=None):
+        # Progress callbacks and stop checks cannot cross into the GPU worker process; report the
+        # stage before it (a stopped ZeroGPU run ends when its GPU allocation does).
         (progress or _no_progress)(0.2, desc="Decoding on the GPU (AR, then speculative)")
         return _run_both_on_gpu(preset_key, text, config, draft, voice_prompt=voice_prompt)
 
@@ -164,11 +167,12 @@ else:
     run_both = _run_both
 
 
-def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
+def compare(request: Request, progress: ProgressFn | None = None, should_stop: StopCheck | None = None) -> Comparison:
     """Load the preset, validate everything, and run both decoders.
 
     Raises a `UserError` for what the user can change: TextError (bad text), InvalidSettingError
-    (bad settings), UnknownPresetError or ModelLoadError; the UI shows each as a message.
+    (bad settings), UnknownPresetError or ModelLoadError; the UI shows each as a message. `should_stop`
+    is asked between chunks and rounds of both runs: `Cancelled` ends the work within one round.
     """
     progress = progress or _no_progress
     progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")
@@ -179,7 +183,9 @@ def compare(request: Request, progress: ProgressFn | None = None) -> Comparison:
         seed = request_seed(synthesizer, request)
         config = build_config(synthesizer, request, seed)
         draft = resolve_draft(preset, synthesizer, request.draft)
-        ar, spec = run_both(preset.key, text, config, draft, progress, voice_prompt=request.voice_prompt)
+        voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
+        ar, spec = run_both(preset.key, text, config, draft, progress, voice_prompt=voice_prompt,
+                            should_stop=should_stop)
     return Comparison(
         preset=preset.key,
         draft=draft,

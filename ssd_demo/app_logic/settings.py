@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import soundfile
 
 from ..config import DecodingConfig
 from ..errors import InvalidSettingError, TextError, UserError
@@ -150,11 +151,11 @@ class Request:
     text: str
     preset: str
     draft: str | None  # None or unknown: the preset's default draft
-    voice_prompt: VoicePrompt | None  # a clip to imitate (backends that clone voices)
+    voice_prompt: VoicePrompt | VoiceUpload | None  # a clip to imitate (backends that clone voices)
     settings: Mapping[str, object]
 
     def __init__(self, text: str, preset: str = "embedded", draft: str | None = None,
-                 voice_prompt: VoicePrompt | None = None, **settings: object) -> None:
+                 voice_prompt: VoicePrompt | VoiceUpload | None = None, **settings: object) -> None:
         unknown = sorted(set(settings) - set(SETTINGS_BY_NAME))
         if unknown:
             raise TypeError(f"unknown setting(s) {unknown}; the Compare settings are {', '.join(SETTINGS_BY_NAME)}")
@@ -168,8 +169,48 @@ class Request:
         return self.settings.get(name)
 
 
+#: A voice-prompt upload longer than this is refused from its header, before any decoding (backends
+#: have their own, shorter limits; Llasa takes 0.5-10 s).
+MAX_UPLOAD_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class VoiceUpload:
+    """A voice-prompt file as uploaded (a path Gradio saved) and its transcript; read only once the
+    preset is known to take voice prompts, and only after its header passes the length check."""
+
+    path: str
+    transcript: str
+
+
+def voice_upload(path: str | None, transcript: str | None) -> VoiceUpload | None:
+    """The page's upload + transcript -> a VoiceUpload (None when no clip); checks they come together."""
+    if not path:
+        if transcript and transcript.strip():
+            raise UserError("A voice-prompt transcript was given without a clip: upload the clip it belongs to.")
+        return None
+    if not transcript or not transcript.strip():
+        raise UserError("A voice prompt needs its transcript: type exactly what is said in the clip.")
+    return VoiceUpload(path=str(path), transcript=transcript.strip())
+
+
+def read_voice_upload(upload: VoiceUpload, max_seconds: float = MAX_UPLOAD_SECONDS) -> VoicePrompt:
+    """Read the clip, refusing one that is not audio or is too long from its header alone."""
+    try:
+        info = soundfile.info(upload.path)
+    except (RuntimeError, OSError, ValueError):  # soundfile's LibsndfileError is a RuntimeError
+        raise UserError("The voice prompt is not an audio file this app can read: upload a WAV, FLAC, OGG or MP3 "
+                        "clip.") from None
+    seconds = info.frames / info.samplerate if info.samplerate > 0 else float("inf")
+    if not seconds <= max_seconds:
+        raise UserError(f"The voice prompt is {seconds:.1f} s long; upload a clip of at most {max_seconds:g} s "
+                        "(a few seconds of clear speech is best).")
+    samples, rate = soundfile.read(upload.path, dtype="float32", always_2d=False)
+    return voice_prompt_from_upload((rate, samples), upload.transcript)
+
+
 def voice_prompt_from_upload(audio, transcript: str | None) -> VoicePrompt | None:
-    """gr.Audio's (sample_rate, samples) upload + its transcript -> a VoicePrompt (None when no clip)."""
+    """(sample_rate, samples) + its transcript -> a VoicePrompt (None when no clip)."""
     if audio is None:
         if transcript and transcript.strip():
             raise UserError("A voice-prompt transcript was given without a clip: upload the clip it belongs to.")
@@ -183,6 +224,19 @@ def voice_prompt_from_upload(audio, transcript: str | None) -> VoicePrompt | Non
     if samples.ndim == 2:
         samples = samples.mean(axis=1)
     return VoicePrompt(audio=samples.astype(np.float32), sample_rate=int(rate), transcript=transcript.strip())
+
+
+def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceUpload | None) -> VoicePrompt | None:
+    """The voice prompt to decode with: refused before reading when the preset speaks in its own voice."""
+    if voice is None:
+        return None
+    if not getattr(synthesizer.backend, "supports_voice_prompt", False):
+        raise UserError("This preset speaks in its own voice and takes no voice prompt: remove the clip, or choose "
+                        "a preset that clones voices (Llasa).")
+    if isinstance(voice, VoiceUpload):
+        limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
+        return read_voice_upload(voice, max_seconds=min(limit, MAX_UPLOAD_SECONDS))
+    return voice
 
 
 def resolve_seed(seed: float | int | None, randomize: bool) -> int:
