@@ -9,7 +9,6 @@ import time
 
 import httpx
 import pytest
-import torch
 from gradio_client import Client
 
 from ssd_demo import ui_jobs
@@ -137,7 +136,6 @@ def test_stop_exists_and_a_cancelled_run_frees_the_model_within_a_round(app, tar
     assert time.time() < deadline
     long_run.cancel()
     time.sleep(0.2)
-    at_cancel = target_calls[0] - before
     started = time.perf_counter()
     api.predict("Time me after a cancel.", **short)
     after = time.perf_counter() - started
