@@ -68,13 +68,14 @@ def browser_secret(db_path: Path) -> str:
                 os.link(temporary, path)
             except FileExistsError:
                 pass  # another process won the race; use its key
-            except OSError:  # a filesystem without hard links: exclusive create instead
+            except OSError:  # a filesystem without hard links: exclusive create instead, 0600 from the start
                 try:
-                    with open(path, "x", encoding="ascii") as out:
-                        out.write(Path(temporary).read_text(encoding="ascii"))
-                    path.chmod(0o600)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 except FileExistsError:
                     pass
+                else:
+                    with os.fdopen(fd, "w", encoding="ascii") as out:
+                        out.write(Path(temporary).read_text(encoding="ascii"))
         finally:
             os.unlink(temporary)
     secret = path.read_text(encoding="ascii").strip()
@@ -225,7 +226,7 @@ class ListeningApp:
         """Every vote of every set as a CSV file (the stimulus_set columns tell the sets apart)."""
         check_results_token(token)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = write_votes_csv(self.store.votes(), _export_dir() / f"listening_votes_{stamp}.csv")
+        path = write_votes_csv(self.store.votes(), _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
         prune_exports(_export_dir(), keep=EXPORTS_KEPT)
         return path
 
@@ -262,6 +263,16 @@ def _export_dir() -> Path:
     if not _EXPORTS:
         _EXPORTS.append(Path(tempfile.mkdtemp(prefix="listening-export-")))
     return _EXPORTS[0]
+
+
+def _private_file(path: Path) -> Path:
+    """`path` created empty with mode 0600 (or set to it), so what is written into it next is private."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
 
 
 def register_app(app: ListeningApp) -> None:

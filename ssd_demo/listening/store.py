@@ -15,6 +15,7 @@ positions, choice, scores, timestamps, app version), so the raw table is the stu
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import threading
@@ -245,6 +246,7 @@ class ListeningStore:
     def __init__(self, path: Path | str, app_version: str | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = _create_private(self.path)
         self.app_version = str(__version__ if app_version is None else app_version)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -265,6 +267,8 @@ class ListeningStore:
                         db.execute(statement)
                     db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, utc_now()))
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if created:
+            _make_side_files_private(self.path)
 
     # -- connections and transactions
 
@@ -488,6 +492,36 @@ class ListeningStore:
 
     def count_sessions(self) -> int:
         return int(self._connection().execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+
+
+# SQLite's side files of a database: its WAL, the WAL index, a rollback journal.
+_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def _create_private(path: Path) -> bool:
+    """Create the database file empty with mode 0600 (votes and rater ids are the server's alone)
+    before SQLite opens it; SQLite gives its side files the database file's mode. A file that
+    exists keeps its mode. True if this call created it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    except OSError:
+        if path.exists():  # e.g. an existing database on a read-only mount
+            return False
+        raise
+    os.close(fd)
+    return True
+
+
+def _make_side_files_private(path: Path) -> None:
+    """0600 for the side files of a database this store created (SQLite already makes them so;
+    this holds even where a build of SQLite would not)."""
+    for suffix in _SIDE_SUFFIXES:
+        try:
+            os.chmod(f"{path}{suffix}", 0o600)
+        except FileNotFoundError:
+            pass
 
 
 def _values(record) -> tuple:
