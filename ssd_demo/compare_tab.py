@@ -57,6 +57,11 @@ LEADING_PARAMETERS = ("text", "preset", "draft")
 TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
 
 
+def _owner(request: gr.Request | None) -> str | None:
+    """Custom pairs belong to the browser session (an API client's session) that added them."""
+    return getattr(request, "session_hash", None) or None
+
+
 def stop_run() -> None:
     """Stop this page's synthesis (Gradio cancels the event; the decoders stop within one round)."""
     return None
@@ -139,8 +144,10 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 stop = gr.Button("Stop", variant="stop")
             gr.Markdown(app_logic.device_note() + (f"  \n{startup_problem}" if startup_problem else ""))
         with gr.Column(scale=2):
+            # Custom pairs are added per session, so the choices differ between visitors; the key is
+            # checked server-side (an unknown or another session's key gets a clear "unknown preset").
             preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
-                                 label="Model preset")
+                                 label="Model preset", allow_custom_value=True)
             preset_info = gr.Markdown(app_logic.preset_markdown(get_preset(defaults.key)), label="Preset")
             with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
                 custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
@@ -198,7 +205,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         try:
             ui_jobs.admit(chosen["request"], concurrency_id)
             request = Request(
-                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"],
+                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
                 voice_prompt=app_logic.voice_upload(chosen["voice_audio"], chosen["voice_transcript"]),
                 **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
             )
@@ -227,11 +234,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         try:
             ui_jobs.admit(request, concurrency_id)
             progress(0.0, desc="Loading the model")
-            chosen = app_logic.preset_defaults(preset_key, progress=progress)
+            chosen = app_logic.preset_defaults(preset_key, progress=progress, owner=_owner(request))
         except Exception as error:  # noqa: BLE001
             raise to_gradio_error(error) from None
         return (
-            app_logic.preset_markdown(get_preset(chosen.key)),
+            app_logic.preset_markdown(get_preset(chosen.key, _owner(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
             gr.update(label=f"Text (up to {chosen.max_text_chars} characters)", max_length=chosen.max_text_chars),
             *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
@@ -245,13 +252,15 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return (*[gr.update(visible=s.visible_for(acceptance)) for s in rule_dependent],
                 gr.update(info=acceptance_setting.info_for(acceptance)))
 
-    def add_custom_pair(target: str, draft_ref: str, codec: str):
-        """Register a custom target/draft pair as a preset and select it (loaded on first use)."""
+    def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
+        """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
+        first use; other visitors never see it)."""
+        owner = _owner(request)
         try:
-            added = register_custom_pair(target, draft_ref, codec)
+            added = register_custom_pair(target, draft_ref, codec, owner=owner)
         except Exception as error:  # noqa: BLE001
             raise to_gradio_error(error) from None
-        return (gr.update(choices=[(p.label, p.key) for p in list_presets()], value=added.key),
+        return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
                 app_logic.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
 
     run_event = run.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize", concurrency_limit=1,

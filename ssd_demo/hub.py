@@ -45,6 +45,7 @@ from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from .errors import ModelLoadError
+from .model_policy import check_hub_only
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
@@ -103,6 +104,7 @@ class LoadOptions:
     trust_remote_code: bool = False  # never enabled unless the caller asks
     check_memory: bool = True  # the pre-flight check of `ssd_demo.model_memory`
     memory_margin: float = 1.25  # activations, KV cache, allocator slack
+    allow_local: bool = True  # False: refs are Hub repo ids only, and the file system is never consulted
 
 
 # -- environment ------------------------------------------------------------------------
@@ -170,9 +172,11 @@ def resolve(
     progress: ProgressCallback | None = None,
 ) -> Path:
     """A local folder holding `ref`'s files (those matching `patterns`), downloading if allowed."""
-    if Path(ref).expanduser().is_dir():
+    if not options.allow_local:
+        check_hub_only(ref)
+    elif Path(ref).expanduser().is_dir():
         return Path(ref).expanduser()
-    if _looks_like_path(ref):
+    elif _looks_like_path(ref):
         raise ModelNotFoundError(f"{ref!r}: no such directory (and it is not a Hub repo id like 'org/name')")
     if not valid_repo_id(ref):
         raise ModelNotFoundError(f"{ref!r} is neither an existing directory nor a valid Hub repo id ('org/name')")
@@ -429,6 +433,17 @@ def is_cached(ref: str, revision: str | None = None, cache_dir: str | Path | Non
         cache_dir=str(cache_dir) if cache_dir else _cache_dir(LoadOptions()),
     )
     return isinstance(found, str)
+
+
+def has_cached_weights(ref: str, revision: str | None = None) -> bool:
+    """True when `ref` is a local folder or its safetensors weights (single file or index) are cached."""
+    if Path(ref).expanduser().is_dir():
+        return True
+    if not valid_repo_id(ref):
+        return False
+    cache = _cache_dir(LoadOptions())
+    return any(isinstance(try_to_load_from_cache(ref, name, revision=revision_for(ref, revision), cache_dir=cache), str)
+               for name in ("model.safetensors", "model.safetensors.index.json"))
 
 
 def free_models() -> None:

@@ -10,12 +10,14 @@ another preset or a custom pair first drops the current one.
 from __future__ import annotations
 
 import inspect
+import secrets
 import threading
 from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ModelLoadError, UnknownPresetError
+from .model_policy import check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes
 from .hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
 from .synthesis import Synthesizer
 
@@ -43,6 +45,12 @@ class Preset:
     codec: str = ""
     gated: bool = False  # some repos may ask users to accept terms first
     recommended_device: str = "cpu"
+    # A custom pair belongs to the browser session that added it (None: everyone's, e.g. built-ins and
+    # pairs registered from Python); nobody else sees it or can load it by key.
+    owner: str | None = None
+    # Checks that need no weights (configs, tokenizers, vocabulary, download size), run before the
+    # resident pair is dropped: a pair that cannot load must not cost everyone a reload.
+    preflight: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def revision_for(self, repo: str) -> str | None:
         """The revision `repo` is loaded at: its pin if it has one, else `revision`."""
@@ -72,27 +80,30 @@ def register(preset: Preset) -> None:
     _REGISTRY[preset.key] = preset
 
 
-def list_presets() -> list[Preset]:
+def list_presets(owner: str | None = None) -> list[Preset]:
+    """Every preset `owner` may use: the shared ones and its own custom pairs."""
     _register_builtin()
-    return list(_REGISTRY.values())
+    return [p for p in _REGISTRY.values() if p.owner is None or p.owner == owner]
 
 
-def get_preset(key: str) -> Preset:
+def get_preset(key: str, owner: str | None = None) -> Preset:
+    """The preset `key`; another session's custom pair is as unknown as a key never registered."""
     _register_builtin()
-    try:
-        return _REGISTRY[key]
-    except KeyError:
-        raise UnknownPresetError(f"unknown preset {key!r}; available: {', '.join(_REGISTRY)}") from None
+    preset = _REGISTRY.get(key)
+    if preset is None or (preset.owner is not None and preset.owner != owner):
+        available = ", ".join(p.key for p in list_presets(owner))
+        raise UnknownPresetError(f"unknown preset {key!r}; available: {available}") from None
+    return preset
 
 
-def preset_choices() -> list[tuple[str, str]]:
+def preset_choices(owner: str | None = None) -> list[tuple[str, str]]:
     """(label, key) pairs in display order, for a dropdown."""
-    return [(preset.label, preset.key) for preset in list_presets()]
+    return [(preset.label, preset.key) for preset in list_presets(owner)]
 
 
-def preset_availability(key: str) -> tuple[bool, str]:
+def preset_availability(key: str, owner: str | None = None) -> tuple[bool, str]:
     """(available without downloading, message for the user). Never touches the network."""
-    preset = get_preset(key)
+    preset = get_preset(key, owner)
     if not preset.needs_download:
         return True, "ships with the demo"
     missing = [repo for repo in preset.repos if not is_cached(repo, preset.revision_for(repo))]
@@ -105,12 +116,16 @@ def preset_availability(key: str) -> tuple[bool, str]:
 
 
 def load_preset(
-    key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None
+    key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None,
+    owner: str | None = None,
 ) -> Synthesizer:
-    """Load (or reuse) a preset's synthesizer; loading another one first frees the current one."""
-    preset = get_preset(key)
+    """Load (or reuse) a preset's synthesizer; loading another one first frees the current one
+    (after the new one's pre-flight checks passed)."""
+    preset = get_preset(key, owner)
     with _lock:
         if key not in _resident:
+            if preset.preflight is not None:
+                preset.preflight()
             _drop_resident()
             kwargs = {"progress": progress} if progress is not None and _accepts_progress(preset.loader) else {}
             _resident[key] = preset.loader(device, **kwargs)
@@ -140,29 +155,51 @@ def load_custom_pair(
         return _resident[key]
 
 
-def register_custom_pair(target: str, draft: str, codec: str | None = None) -> Preset:
+#: Custom pairs kept per session and in all; adding one more drops the oldest.
+MAX_CUSTOM_PER_OWNER = 3
+MAX_CUSTOM_PAIRS = 64
+MAX_REF_CHARS = 200
+
+
+def register_custom_pair(target: str, draft: str, codec: str | None = None, owner: str | None = None) -> Preset:
     """Make a user's target/draft pair (two Hub repo ids or local folders) selectable like a preset.
 
-    Nothing is loaded or downloaded here; the pair is checked and loaded on first use, with the
-    same pre-flight checks as `load_custom_pair`.
+    `owner` (the app passes the browser session) scopes it: only that owner lists or loads it, by an
+    opaque key that names no path. Nothing is loaded or downloaded here; the references are checked
+    against what the operator allows (`ssd_demo.model_policy`: local folders, Hub allow-list) without
+    touching the file system when local folders are off, and the pair's pre-flight checks run on first
+    use, before the resident pair is dropped.
     """
     from .backends.llasa_loading import DEFAULT_CODEC  # deferred: a backend (see the top)
     from .backends.llasa_loading import load_custom_pair as load
+    from .backends.llasa_loading import plan_llasa_pair
 
-    target, draft = (target or "").strip(), (draft or "").strip()
-    if not target or not draft:
+    refs = [(what, (ref or "").strip()) for what, ref in (("target", target), ("draft", draft), ("codec", codec))]
+    if not refs[0][1] or not refs[1][1]:
         raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
-    codec = (codec or "").strip() or DEFAULT_CODEC
+    refs[2] = ("codec", refs[2][1] or DEFAULT_CODEC)
+    local_ok = local_models_allowed()
+    for what, ref in refs:
+        if len(ref) > MAX_REF_CHARS:
+            raise ModelLoadError(f"the {what} reference is {len(ref)} characters long; at most {MAX_REF_CHARS}")
+        if not local_ok:
+            check_hub_only(ref)
+        check_hub_allowed(ref)
+    (_, target), (_, draft), (_, codec) = refs
     draft_name = short_name(draft)
+    options = LoadOptions(allow_local=local_ok)
+
+    def preflight() -> None:
+        plan_llasa_pair(target, draft, codec_ref=codec, options=options, download_limit=max_download_bytes())
 
     def loader(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
-        synthesizer = load(target, draft, device=device, progress=progress, codec_ref=codec)
+        synthesizer = load(target, draft, device=device, progress=progress, codec_ref=codec, allow_local=local_ok)
         synthesizer.drafts = {draft_name: next(iter(synthesizer.drafts.values()))}
         synthesizer.draft_name = draft_name
         return synthesizer
 
     preset = Preset(
-        key=f"custom:{target}|{draft}|{codec}",
+        key=f"custom-{secrets.token_hex(6)}",
         label=f"Custom: {short_name(draft)} -> {short_name(target)}",
         description=(f"Target `{target}`, draft `{draft}`, codec `{codec}` (Llasa-shaped pairs: same speech "
                      "vocabulary and special tokens; checked before loading)."),
@@ -170,10 +207,25 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None) -> P
         drafts=(draft_name,),
         default_draft=draft_name,
         loader=loader,
-        needs_download=not (Path(target).is_dir() and Path(draft).is_dir()),
+        needs_download=not (local_ok and Path(target).is_dir() and Path(draft).is_dir()),
+        owner=owner,
+        preflight=preflight,
     )
+    _forget_oldest_custom(owner)
     register(preset)
     return preset
+
+
+def _forget_oldest_custom(owner: str | None) -> None:
+    """Make room for one more custom pair: per owner and in all, the oldest goes (if resident, it stays
+    loaded until another preset replaces it)."""
+    custom = [key for key, p in _REGISTRY.items() if p.preflight is not None]
+    mine = [key for key in custom if _REGISTRY[key].owner == owner]
+    for key in mine[: max(len(mine) - MAX_CUSTOM_PER_OWNER + 1, 0)]:
+        _REGISTRY.pop(key, None)
+        custom.remove(key)
+    for key in custom[: max(len(custom) - MAX_CUSTOM_PAIRS + 1, 0)]:
+        _REGISTRY.pop(key, None)
 
 
 def unload() -> None:

@@ -212,3 +212,63 @@ def test_a_voice_prompt_for_a_voice_that_takes_none_is_refused_before_reading(ap
     with pytest.raises(AppError, match="takes no voice prompt"):
         _client(url).predict("Hello.", preset=TOY_KEY, voice_audio=handle_file(str(clip)),
                              voice_transcript="hello", api_name="/synthesize")
+
+
+def test_custom_pairs_belong_to_the_session_that_added_them(app, monkeypatch):
+    from gradio_client.exceptions import AppError
+
+    url, _ = app
+    alice, bob = _client(url), _client(url)
+    dropdown = alice.predict("HKUSTAudio/Llasa-3B", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]
+    key = dropdown["value"]
+    assert key.startswith("custom-") and "Llasa" not in key  # an opaque key: it names no repository or path
+    assert key in [choice[1] for choice in dropdown["choices"]]
+    # Bob never sees it: not in his list, and its key is as unknown to him as a made-up one.
+    bobs = bob.predict("HKUSTAudio/Llasa-1B", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]
+    assert key not in [choice[1] for choice in bobs["choices"]]
+    for preset in (key, "custom-000000000000"):
+        with pytest.raises(AppError, match="unknown preset"):
+            bob.predict("Hello.", preset=preset, api_name="/synthesize")
+    # A session keeps a handful; the oldest goes.
+    keys = [alice.predict(f"HKUSTAudio/Llasa-{n}B", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]["value"]
+            for n in (3, 8, 3, 8)]
+    from ssd_demo import presets
+
+    mine = [p.key for p in presets.list_presets(owner=alice.session_hash) if p.owner]
+    assert mine == keys[-presets.MAX_CUSTOM_PER_OWNER:] and key not in mine
+    with pytest.raises(AppError, match="characters long"):
+        alice.predict("org/" + "x" * 300, "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")
+
+
+def test_with_local_folders_off_every_path_gets_the_same_refusal(app, monkeypatch, tmp_path):
+    from gradio_client.exceptions import AppError
+
+    url, _ = app
+    monkeypatch.setenv("SSD_DEMO_LOCAL_MODELS", "0")
+    api = _client(url)
+    messages = set()
+    for path in ("/etc", "/no/such/dir", str(tmp_path), "~/models", "../up", "./here"):
+        with pytest.raises(AppError) as refused:
+            api.predict(path, "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")
+        messages.add(str(refused.value))
+    assert len(messages) == 1 and "local folders are turned off" in messages.pop()
+
+
+def test_a_pair_that_fails_its_checks_never_evicts_the_resident_one():
+    from ssd_demo import presets
+
+    register_toy_preset()
+    resident = presets.load_preset(TOY_KEY)
+
+    def failing_check() -> None:
+        raise presets.ModelLoadError("no config.json")
+
+    presets.register(Preset(key="custom-broken", label="broken", description="", licence="", drafts=("d",),
+                            default_draft="d", loader=lambda device: pytest.fail("must not load"),
+                            preflight=failing_check))
+    try:
+        with pytest.raises(presets.ModelLoadError, match="no config.json"):
+            presets.load_preset("custom-broken")
+        assert presets.load_preset(TOY_KEY) is resident  # still resident: no reload
+    finally:
+        presets._REGISTRY.pop("custom-broken", None)

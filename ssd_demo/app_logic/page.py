@@ -50,18 +50,20 @@ class PresetDefaults:
 FALLBACK_MAX_TEXT_CHARS = 300
 
 
-def preset_defaults(preset_key: str, load_models: bool = True, progress: ProgressFn | None = None) -> PresetDefaults:
+def preset_defaults(preset_key: str, load_models: bool = True, progress: ProgressFn | None = None,
+                    owner: str | None = None) -> PresetDefaults:
     """The preset's drafts and decoding defaults; loads the models to read them unless told not to."""
     if load_models:
         with MODEL_JOB_LOCK:
-            return _preset_defaults(preset_key, load_models, progress)
-    return _preset_defaults(preset_key, load_models, progress)
+            return _preset_defaults(preset_key, load_models, progress, owner)
+    return _preset_defaults(preset_key, load_models, progress, owner)
 
 
-def _preset_defaults(preset_key: str, load_models: bool, progress: ProgressFn | None) -> PresetDefaults:
-    preset = get_preset(preset_key)
+def _preset_defaults(preset_key: str, load_models: bool, progress: ProgressFn | None,
+                     owner: str | None) -> PresetDefaults:
+    preset = get_preset(preset_key, owner)
     if load_models:
-        _, synthesizer = load(preset_key, progress)
+        _, synthesizer = load(preset_key, progress, owner=owner)
         config = synthesizer.config()
         max_chars = int(synthesizer.backend.max_text_chars)
     else:
@@ -80,7 +82,7 @@ def preset_markdown(preset: Preset) -> str:
     lines = [f"**{preset.label}** — {preset.description}", f"Licence: {preset.licence}"]
     if preset.needs_download:
         try:
-            lines.append(f"Weights: {preset_availability(preset.key)[1]}")
+            lines.append(f"Weights: {preset_availability(preset.key, preset.owner)[1]}")
         except Exception:  # noqa: BLE001 - the note is informative only
             lines.append("Weights: downloaded from the Hugging Face Hub on first use.")
         if getattr(preset, "recommended_device", "cpu") != "cpu":

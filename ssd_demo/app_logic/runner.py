@@ -35,9 +35,10 @@ def preferred_device() -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
-def load(preset_key: str, progress: ProgressFn | None = None) -> tuple[Preset, Synthesizer]:
-    """Load a preset, turning any failure into a ModelLoadError with a readable message."""
-    preset = get_preset(preset_key)  # KeyError names the available presets
+def load(preset_key: str, progress: ProgressFn | None = None, owner: str | None = None) -> tuple[Preset, Synthesizer]:
+    """Load a preset (`owner`: the session whose custom pairs count), turning any failure into a
+    ModelLoadError with a readable message."""
+    preset = get_preset(preset_key, owner)  # KeyError names the available presets
 
     def report(fraction: float, message: str) -> None:
         # Loading is the first tenth of a run's progress bar.
@@ -45,7 +46,7 @@ def load(preset_key: str, progress: ProgressFn | None = None) -> tuple[Preset, S
             progress(0.1 * min(max(float(fraction), 0.0), 1.0), desc=f"Loading the model: {message}")
 
     try:
-        return preset, load_preset(preset_key, device=preferred_device(), progress=report)
+        return preset, load_preset(preset_key, device=preferred_device(), progress=report, owner=owner)
     except Exception as error:  # noqa: BLE001 - any loader failure is reported the same way
         hint = " (it needs files from the Hugging Face Hub; check the network or the local cache)" if preset.needs_download else ""
         raise ModelLoadError(f"Could not load the model preset '{preset.label}'{hint}: {error}") from error
@@ -123,7 +124,7 @@ def cpu_threads_for(synthesizer: Synthesizer) -> int:
 
 def _run_both(
     preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None,
-    voice_prompt: VoicePrompt | None = None, should_stop: StopCheck | None = None,
+    voice_prompt: VoicePrompt | None = None, should_stop: StopCheck | None = None, owner: str | None = None,
 ) -> tuple[SynthesisResult, SynthesisResult]:
     """Warm up, then AR and speculative on the same text and settings, back to back.
 
@@ -133,7 +134,7 @@ def _run_both(
     models up by preset key.
     """
     progress = progress or _no_progress
-    synthesizer = load_preset(preset_key, device=preferred_device())
+    synthesizer = load_preset(preset_key, device=preferred_device(), owner=owner)
     model_memory.check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
     if synthesizer.device.type == "cpu":
         # Process-wide, but safe: model jobs run one at a time (see the UI's queue).
@@ -148,7 +149,8 @@ def _run_both(
     return ar, spec
 
 
-def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None, voice_prompt=None) -> int:
+def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None, voice_prompt=None,
+                owner=None) -> int:
     """ZeroGPU time to ask for: warm-up + AR + speculative grow with the length limit
     (the default 60 s would cut off long Llasa-8B runs)."""
     return int(min(300, 60 + 0.1 * config.max_new_tokens))
@@ -157,11 +159,11 @@ def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, 
 if _ZEROGPU is not None:
     _run_both_on_gpu = _ZEROGPU(duration=gpu_seconds)(_run_both)
 
-    def run_both(preset_key, text, config, draft, progress=None, voice_prompt=None, should_stop=None):
+    def run_both(preset_key, text, config, draft, progress=None, voice_prompt=None, should_stop=None, owner=None):
         # Progress callbacks and stop checks cannot cross into the GPU worker process; report the
         # stage before it (a stopped ZeroGPU run ends when its GPU allocation does).
         (progress or _no_progress)(0.2, desc="Decoding on the GPU (AR, then speculative)")
-        return _run_both_on_gpu(preset_key, text, config, draft, voice_prompt=voice_prompt)
+        return _run_both_on_gpu(preset_key, text, config, draft, voice_prompt=voice_prompt, owner=owner)
 
 else:
     run_both = _run_both
@@ -178,14 +180,14 @@ def compare(request: Request, progress: ProgressFn | None = None, should_stop: S
     progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")
     with MODEL_JOB_LOCK:
         progress(0.0, desc="Loading the model")
-        preset, synthesizer = load(request.preset, progress)
+        preset, synthesizer = load(request.preset, progress, owner=request.owner)
         text = check_text(synthesizer, request.text)
         seed = request_seed(synthesizer, request)
         config = build_config(synthesizer, request, seed)
         draft = resolve_draft(preset, synthesizer, request.draft)
         voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
         ar, spec = run_both(preset.key, text, config, draft, progress, voice_prompt=voice_prompt,
-                            should_stop=should_stop)
+                            should_stop=should_stop, owner=request.owner)
     return Comparison(
         preset=preset.key,
         draft=draft,

@@ -152,10 +152,12 @@ class Request:
     preset: str
     draft: str | None  # None or unknown: the preset's default draft
     voice_prompt: VoicePrompt | VoiceUpload | None  # a clip to imitate (backends that clone voices)
+    owner: str | None  # the browser session: whose custom pairs this request may use
     settings: Mapping[str, object]
 
     def __init__(self, text: str, preset: str = "embedded", draft: str | None = None,
-                 voice_prompt: VoicePrompt | VoiceUpload | None = None, **settings: object) -> None:
+                 voice_prompt: VoicePrompt | VoiceUpload | None = None, owner: str | None = None,
+                 **settings: object) -> None:
         unknown = sorted(set(settings) - set(SETTINGS_BY_NAME))
         if unknown:
             raise TypeError(f"unknown setting(s) {unknown}; the Compare settings are {', '.join(SETTINGS_BY_NAME)}")
@@ -163,6 +165,7 @@ class Request:
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "draft", draft)
         object.__setattr__(self, "voice_prompt", voice_prompt)
+        object.__setattr__(self, "owner", owner)
         object.__setattr__(self, "settings", {k: v for k, v in settings.items() if v is not None})
 
     def get(self, name: str) -> object | None:

@@ -8,6 +8,7 @@ loading, and `load_llasa_pair` / `load_custom_pair`, which put `ssd_demo.hub`'s 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,12 +18,14 @@ from ..errors import ModelLoadError
 from ..hub import (
     IncompatiblePairError,
     LoadOptions,
+    ModelUnavailableError,
     ProgressCallback,
     auto_device,
     auto_dtype,
     check_causal_lm,
     download_command,
     fetch_weights,
+    has_cached_weights,
     load_causal_lm,
     load_tokenizer,
     pin_revision,
@@ -39,6 +42,7 @@ from ..model_memory import (
     memory_checked_before_loading,
     parameter_count,
 )
+from ..model_policy import MAX_DOWNLOAD_ENV
 from ..synthesis import Synthesizer
 from .llasa import CONTROL_TOKENS, LlasaBackend, missing_llasa_tokens, speech_token
 
@@ -120,6 +124,63 @@ def _load_codec(folder: Path, ref: str, device: torch.device):
     return codec, extractor
 
 
+@dataclass
+class LlasaPlan:
+    """A pair that passed every pre-flight check (only metadata and tokenizers read so far)."""
+
+    target: object  # hub's resolved metadata of each repo
+    draft: object
+    codec: object
+    target_tokenizer: object
+    estimate: MemoryEstimate
+    device: torch.device
+    dtype: torch.dtype
+    memory_checked: bool
+
+
+def plan_llasa_pair(
+    target_ref: str,
+    draft_ref: str,
+    *,
+    target_revision: str | None = None,
+    draft_revision: str | None = None,
+    codec_ref: str = DEFAULT_CODEC,
+    codec_revision: str | None = None,
+    options: LoadOptions = LoadOptions(),
+    download_limit: float | None = None,
+) -> LlasaPlan:
+    """Every check that needs no weights: configs, tokenizers, one vocabulary, the download size (when
+    `download_limit` bytes is given) and, where it can be measured now, the memory."""
+    device = auto_device(options.device)
+    dtype = auto_dtype(device, options.dtype)
+    target, draft, codec = resolve_all(
+        [(target_ref, target_revision), (draft_ref, draft_revision), (codec_ref, codec_revision)], options
+    )
+    for item in (target, draft):
+        check_causal_lm(item.config, item.ref, options.trust_remote_code)
+    check_codec_config(codec.config, codec.ref)
+    target_tok = load_tokenizer(target.folder, target.ref, options.trust_remote_code)
+    draft_tok = load_tokenizer(draft.folder, draft.ref, options.trust_remote_code)
+    check_llasa_shaped(target_tok, target.ref)
+    check_llasa_shaped(draft_tok, draft.ref)
+    check_same_vocabulary(target_tok, draft_tok, target.config, draft.config, target.ref, draft.ref)
+    counts = [parameter_count(i.folder, i.config, i.ref, i.revision, options) for i in (target, draft, codec)]
+    estimate = MemoryEstimate(target_params=counts[0], draft_params=counts[1], codec_params=counts[2],
+                              lm_dtype=dtype, margin=options.memory_margin)
+    if download_limit is not None:
+        # Weights are stored in 16 bits (the codec in 32); what the cache holds already is free.
+        sizes = {target.ref: 2 * counts[0], draft.ref: 2 * counts[1], codec.ref: 4 * counts[2]}
+        missing = sum(size for ref, size in sizes.items() if not has_cached_weights(ref))
+        if missing > download_limit:
+            raise ModelUnavailableError(
+                f"this pair would download about {missing / 1e9:.1f} GB; this server allows "
+                f"{download_limit / 1e9:.0f} GB per pair (the operator sets {MAX_DOWNLOAD_ENV})")
+    memory_checked = memory_checked_before_loading(options, device)
+    if memory_checked:
+        check_memory(estimate, device)
+    return LlasaPlan(target, draft, codec, target_tok, estimate, device, dtype, memory_checked)
+
+
 def load_llasa_pair(
     target_ref: str,
     draft_ref: str,
@@ -135,33 +196,11 @@ def load_llasa_pair(
 ) -> Synthesizer:
     """A `Synthesizer` for a Llasa target drafted by a smaller Llasa (Hub repo ids or local folders)."""
     report = progress or (lambda fraction, message: None)
-    device = auto_device(options.device)
-    dtype = auto_dtype(device, options.dtype)
-
     report(0.0, "checking model files")
-    target, draft, codec = resolve_all(
-        [(target_ref, target_revision), (draft_ref, draft_revision), (codec_ref, codec_revision)], options
-    )
-    for item in (target, draft):
-        check_causal_lm(item.config, item.ref, options.trust_remote_code)
-    check_codec_config(codec.config, codec.ref)
-    target_tok = load_tokenizer(target.folder, target.ref, options.trust_remote_code)
-    draft_tok = load_tokenizer(draft.folder, draft.ref, options.trust_remote_code)
-    check_llasa_shaped(target_tok, target.ref)
-    check_llasa_shaped(draft_tok, draft.ref)
-    check_same_vocabulary(target_tok, draft_tok, target.config, draft.config, target.ref, draft.ref)
-
-    estimate = MemoryEstimate(
-        target_params=parameter_count(target.folder, target.config, target.ref, target.revision, options),
-        draft_params=parameter_count(draft.folder, draft.config, draft.ref, draft.revision, options),
-        codec_params=parameter_count(codec.folder, codec.config, codec.ref, codec.revision, options),
-        lm_dtype=dtype,
-        margin=options.memory_margin,
-    )
-    checked_now = memory_checked_before_loading(options, device)
-    if checked_now:
-        check_memory(estimate, device)
-    report(0.1, f"pre-flight checks passed; {estimate.describe()}")
+    plan = plan_llasa_pair(target_ref, draft_ref, target_revision=target_revision, draft_revision=draft_revision,
+                           codec_ref=codec_ref, codec_revision=codec_revision, options=options)
+    target, draft, codec, device, dtype = plan.target, plan.draft, plan.codec, plan.device, plan.dtype
+    report(0.1, f"pre-flight checks passed; {plan.estimate.describe()}")
 
     stages = [(target, 0.1, 0.55), (draft, 0.55, 0.75), (codec, 0.75, 0.85)]
     folders = []
@@ -176,13 +215,13 @@ def load_llasa_pair(
     codec_model, extractor = _load_codec(folders[2], codec.ref, device)
     try:
         backend = LlasaBackend(
-            tokenizer=target_tok, codec=codec_model, feature_extractor=extractor, **(backend_options or {})
+            tokenizer=plan.target_tokenizer, codec=codec_model, feature_extractor=extractor, **(backend_options or {})
         )
     except ValueError as error:
         raise IncompatiblePairError(f"{target.ref} with codec {codec.ref}: {error}") from None
     name = draft_name or short_name(draft.ref)
     synthesizer = Synthesizer(backend, target_model, {name: draft_model}, default_draft=name)
-    MEMORY_ESTIMATES[synthesizer] = (estimate, checked_now or not options.check_memory)
+    MEMORY_ESTIMATES[synthesizer] = (plan.estimate, plan.memory_checked or not options.check_memory)
     report(1.0, "ready")
     return synthesizer
 
