@@ -117,7 +117,7 @@ def test_randomised_seed_is_returned(client):
         ({"text": ""}, "type some text"),
         ({"text": "x" * 400}, "at most 120"),
         ({"text": "Fine text.", "draft_len": 2.5}, "whole number"),  # our validation
-        ({"text": "Fine text.", "draft_len": 0}, "less than minimum value 1"),  # Gradio's range check
+        ({"text": "Fine text.", "draft_len": 0}, "draft_len must be at least 1"),  # named, not Gradio's range text
         ({"text": "Fine text.", "acceptance": "magic"}, "magic"),
         ({"text": "Fine text.", "preset": "no-such-preset"}, "no-such-preset"),
     ],
@@ -282,3 +282,19 @@ def test_adaptive_draft_length_reaches_the_decoder(client):
     assert details["autoregressive"]["rounds"] == []
     default = _named(client.predict("Adaptive rounds.", seed=3, api_name="/synthesize"))["details"]
     assert default["config"]["adaptive_draft_len"] is False
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
+    ({"seed": 1.5}, "seed must be a whole number"),  # (NaN cannot travel in JSON at all)
+    ({"seed": 2**40}, "seed must be at most 2147483647"),
+    ({"beta": 5}, "beta must be at most 1, got 5"),
+    ({"draft_len": 100}, "draft_len must be at most 16, got 100"),
+    ({"max_new_tokens": 10**9}, "max_new_tokens must be at most 2048"),
+    ({"temperature": "hot"}, "temperature must be a number, got 'hot'"),
+    ({"top_k": -3}, "top_k must be at least 0, got -3"),
+    ({"adaptive_draft_len": "maybe"}, "adaptive_draft_len must be true or false"),
+])
+def test_every_bad_setting_is_refused_by_name(client, changes, message):
+    with pytest.raises(AppError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        client.predict("Bad settings.", **changes, api_name="/synthesize")

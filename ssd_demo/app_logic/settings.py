@@ -34,7 +34,8 @@ class Setting:
     name:     the `DecodingConfig` field, the `Request` keyword and the `/synthesize` parameter.
     kind:     how a submitted value is coerced ("int" accepts integral floats: sliders send floats).
     widget:   how the page draws it; `section` and `row` say where (settings sharing a row sit side by side).
-    maximum:  the slider's top; `grows` lets a preset whose default is larger raise it.
+    maximum:  the slider's top; `grows` lets a preset whose default is larger raise it. Values outside
+              [floor (default: minimum), maximum] are refused, from the page and the API alike.
     rule:     shown only while this acceptance rule is chosen.
     describe: the control's help text for its current value (the acceptance rule's own help).
     """
@@ -49,6 +50,7 @@ class Setting:
     maximum: float | None = None
     step: float | None = None
     grows: bool = False
+    floor: float | None = None  # the smallest value accepted when below the slider's own minimum
     choices: tuple[str, ...] = ()
     row: str | None = None
     rule: str | None = None
@@ -74,18 +76,19 @@ class Setting:
     def visible_for(self, acceptance: str) -> bool:
         return self.rule is None or self.rule == acceptance
 
-    def coerce(self, value: object) -> object:
-        """A submitted value as the config wants it; InvalidSettingError names the parameter (as API
-        callers spell it). Ranges and choices are `DecodingConfig`'s to check."""
-        if self.kind == "int":
-            return _as_int(self.name, value)
-        if self.kind == "float":
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                raise InvalidSettingError(f"{self.name} must be a number, got {value!r}") from None
-            if not math.isfinite(number):
-                raise InvalidSettingError(f"{self.name} must be a finite number, got {value!r}")
+    def coerce(self, value: object, config: DecodingConfig | None = None) -> object:
+        """A submitted value as the config wants it, inside the control's range (`config`: the preset's
+        defaults, which may raise a growing maximum); InvalidSettingError names the parameter as API
+        callers spell it. The page's components pass values through unchecked, so this is the check."""
+        if self.kind in ("int", "float"):
+            number = _as_int(self.name, value) if self.kind == "int" else _as_float(self.name, value)
+            top = self.top(config) if config is not None else self.maximum
+            show = (lambda x: str(int(x))) if self.kind == "int" else (lambda x: f"{x:g}")
+            bottom = self.floor if self.floor is not None else self.minimum
+            if bottom is not None and number < bottom:
+                raise InvalidSettingError(f"{self.name} must be at least {show(bottom)}, got {show(number)}")
+            if top is not None and number > top:
+                raise InvalidSettingError(f"{self.name} must be at most {show(top)}, got {show(number)}")
             return number
         if self.kind == "bool":
             if isinstance(value, (bool, np.bool_)) or value in (0, 1):
@@ -116,11 +119,12 @@ COMPARE_SETTINGS: tuple[Setting, ...] = (
             minimum=0.0, maximum=2.0, step=0.05),
     Setting("top_k", "Top-k", "int", "number", "sampling", "0 = off", minimum=0, row="filters"),
     Setting("top_p", "Top-p", "float", "slider", "sampling", "1 = off", minimum=0.05, maximum=1.0, step=0.05,
-            row="filters"),
+            row="filters", floor=0.0),
     Setting("seed", "Seed", "int", "number", "sampling", minimum=0, maximum=MAX_SEED, row="seed"),
     Setting("randomize_seed", "Randomise seed", "bool", "checkbox", "sampling", row="seed", in_config=False),
     Setting("max_new_tokens", "Max length (tokens per chunk)", "int", "slider", "sampling",
-            "long text is spoken in chunks; each may use this many", minimum=8, maximum=2048, step=8, grows=True),
+            "long text is spoken in chunks; each may use this many", minimum=8, maximum=2048, step=8, grows=True,
+            floor=1),
     Setting("adaptive_draft_len", "Adaptive K", "bool", "checkbox", "speculation",
             "choose K each round (up to the draft length) from the running acceptance rate"),
 )
@@ -128,11 +132,23 @@ COMPARE_SETTINGS: tuple[Setting, ...] = (
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in COMPARE_SETTINGS}
 
 
-def _as_int(name: str, value) -> int:
-    """Sliders and number boxes may deliver floats; integral floats are fine, others are not."""
+def _as_float(name: str, value) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
+        raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def _as_int(name: str, value) -> int:
+    """Sliders and number boxes may deliver floats; integral floats are fine, others are not."""
+    if isinstance(value, bool):
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
         raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
     if not number.is_integer():
         raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
@@ -253,15 +269,18 @@ def resolve_seed(seed: float | int | None, randomize: bool) -> int:
 
 def request_seed(synthesizer: Synthesizer, request: Request) -> int:
     """The seed this request runs with: its own, else the preset's, else a random one."""
-    seed = request.get("seed")
     randomize = SETTINGS_BY_NAME["randomize_seed"].coerce(request.get("randomize_seed") or False)
+    seed = request.get("seed")
+    if seed is not None and not randomize:
+        seed = SETTINGS_BY_NAME["seed"].coerce(seed)
     return resolve_seed(seed if seed is not None else synthesizer.config().seed, randomize)
 
 
 def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> DecodingConfig:
     """The preset's defaults with the user's choices on top; InvalidSettingError for bad values."""
+    defaults = synthesizer.config()
     changes: dict[str, object] = {
-        name: SETTINGS_BY_NAME[name].coerce(value)
+        name: SETTINGS_BY_NAME[name].coerce(value, defaults)
         for name, value in request.settings.items()
         if SETTINGS_BY_NAME[name].in_config and name != "seed"
     }

@@ -1,0 +1,308 @@
+"""The app's "Compare" tab: one text, synthesised autoregressively and speculatively, side by side.
+
+A thin Gradio builder around `ssd_demo.app_logic`: the decoding controls are drawn from
+`COMPARE_SETTINGS` (one entry per control: component, default, preset update, `/synthesize`
+parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import gradio as gr
+
+from . import app_logic
+from .app_logic import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Request, Setting
+from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from .config import DecodingConfig
+from .presets import get_preset, list_presets, register_custom_pair
+from . import ui_jobs
+from .cancellation import Cancelled
+from .ui_errors import to_gradio_error
+
+HOW_IT_WORKS = """
+**Speculative decoding** (Leviathan et al. 2023; Chen et al. 2023) makes an autoregressive model
+faster without retraining it. Each round, a small **draft** model proposes *K* speech tokens one
+by one; the large **target** model then scores all of them in **one** forward pass. Drafted tokens
+are kept left to right while they pass an acceptance test; at the first failure the target samples
+a **replacement** from the leftover probability mass, and if all *K* pass it adds a **bonus** token
+for free. Every round therefore yields between 1 and *K*+1 tokens for a single target call.
+
+Write **q** for the target's distribution and **p** for the draft's (both after temperature, top-k
+and top-p, so the test uses exactly what was sampled). With the exact rule (β = 0) a drafted token *x*
+is accepted with probability min(1, q(x)/p(x)), and the output has exactly the target's distribution. **Speech speculative decoding** (SSD; Lin et al.,
+*Accelerating Autoregressive Speech Synthesis Inference With Speech Speculative Decoding*,
+Interspeech 2025, [arXiv 2505.15380](https://arxiv.org/abs/2505.15380)) adds a tolerance **β**:
+accept if r < min(1, q/p) + β. Speech tokens are redundant (many codes sound alike), so a larger
+β accepts more drafted tokens, i.e. more speed, at the cost of drifting from the target's
+distribution (the paper: 1.4× on the LM at β = 0.4, with WER rising from 3.67 % to 5.70 % and naturalness MOS unchanged). The expected speedup is
+(1 − α^(K+1)) / ((1 − α)(K·c + 1)), where α is the per-token acceptance and c the cost of a draft
+step relative to a target step: a draft only helps when α > c.
+
+Other rules: **topk** accepts a drafted token that is among the target's top-k; **pcg** accepts at
+the level of groups of acoustically similar tokens (arXiv 2511.13732). **Adaptive K** picks each
+round's draft length from the running acceptance rate.
+"""
+
+TOKENS_LEGEND = (
+    "**Every speculative round** (rounds separated by `|`): drafted tokens the target "
+    "*accepted*, the first *rejected* one with the target's *replacement* (→), drafted "
+    "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block. "
+    "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
+    "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
+)
+
+#: /synthesize parameters that are not decoding settings: before the settings, and after them.
+LEADING_PARAMETERS = ("text", "preset", "draft")
+TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
+
+
+def _owner(request: gr.Request | None) -> str | None:
+    """Custom pairs belong to the browser session (an API client's session) that added them."""
+    return getattr(request, "session_hash", None) or None
+
+
+def stop_run() -> None:
+    """Stop this page's synthesis (Gradio cancels the event; the decoders stop within one round)."""
+    return None
+
+from gradio.events import Dependency
+
+class SettingSlider(gr.Slider):
+    """A slider whose submitted value reaches the handler as sent: `Setting.coerce` checks it and names
+    the parameter ("beta must be at most 1, got 5"), where Gradio's own check would say only
+    "Value 5 is greater than maximum value 1.0" (or fail on "abc"). Drawn as a plain slider."""
+
+    is_template = True  # Gradio draws a template component with its parent's frontend
+
+    def preprocess(self, payload):
+        return payload
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+class SettingNumber(gr.Number):
+    """A number box whose submitted value reaches the handler as sent (see SettingSlider)."""
+
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
+    """The control for one setting, showing the preset's default."""
+    value = setting.default(config)
+    common = {"label": setting.label, "info": setting.info_for(value) or None,
+              "visible": setting.visible_for(config.acceptance)}
+    if setting.widget == "slider":
+        return SettingSlider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
+    if setting.widget == "number":
+        return SettingNumber(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
+                             maximum=setting.maximum, **common)
+    if setting.widget == "dropdown":
+        return gr.Dropdown(choices=list(setting.choices), value=value, **common)
+    return gr.Checkbox(value=value, **common)
+
+
+def setting_update(setting: Setting, config: DecodingConfig) -> dict:
+    """What a preset change sets the control to."""
+    value = setting.default(config)
+    if setting.widget == "slider" and setting.grows:
+        return gr.update(value=value, maximum=setting.top(config))
+    return gr.update(value=value)
+
+
+def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Component]:
+    """The section's controls in table order; consecutive settings that share a `row` sit side by side."""
+    controls: dict[str, gr.Component] = {}
+    settings = [s for s in COMPARE_SETTINGS if s.section == section]
+    index = 0
+    while index < len(settings):
+        group = [settings[index]]
+        while settings[index].row and index + 1 < len(settings) and settings[index + 1].row == settings[index].row:
+            index += 1
+            group.append(settings[index])
+        index += 1
+        if len(group) == 1:
+            controls[group[0].name] = setting_component(group[0], config)
+        else:
+            with gr.Row():
+                for setting in group:
+                    controls[setting.name] = setting_component(setting, config)
+    return controls
+
+
+def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
+    """The `/synthesize` parameters: text, preset, draft, every setting with the preset's default, the
+    voice prompt, then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
+    P = inspect.Parameter
+    parameters = [P("text", P.POSITIONAL_OR_KEYWORD, annotation=str),
+                  P("preset", P.POSITIONAL_OR_KEYWORD, default=defaults.key, annotation=str),
+                  P("draft", P.POSITIONAL_OR_KEYWORD, default=defaults.default_draft, annotation=str)]
+    kinds = {"int": int, "float": float, "choice": str, "bool": bool}
+    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default(defaults.config), annotation=kinds[s.kind])
+                   for s in COMPARE_SETTINGS]
+    parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
+                   P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
+                   P("request", P.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request),
+                   P("progress", P.POSITIONAL_OR_KEYWORD, default=gr.Progress())]
+    return inspect.Signature(parameters)
+
+
+def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrency_id: str) -> None:
+    """Lay out the tab inside the caller's `with gr.Tab(...)` block and wire its events."""
+    presets = list_presets()
+    config = defaults.config
+    with gr.Accordion("How it works", open=False):
+        gr.Markdown(HOW_IT_WORKS)
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters)",
+                              placeholder="Type an English sentence…", lines=3,
+                              max_length=defaults.max_text_chars, elem_id="ssd-text")
+            gr.Examples(examples=[[t] for t in app_logic.example_texts()], inputs=[text], cache_examples=False)
+            with gr.Row():
+                run = gr.Button("Synthesise with both decoders", variant="primary", elem_id="ssd-run")
+                stop = gr.Button("Stop", variant="stop")
+            gr.Markdown(app_logic.device_note() + (f"  \n{startup_problem}" if startup_problem else ""))
+        with gr.Column(scale=2):
+            # Custom pairs are added per session, so the choices differ between visitors; the key is
+            # checked server-side (an unknown or another session's key gets a clear "unknown preset").
+            preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
+                                 label="Model preset", allow_custom_value=True)
+            preset_info = gr.Markdown(app_logic.preset_markdown(get_preset(defaults.key)), label="Preset")
+            with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
+                custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
+                custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
+                custom_codec = gr.Textbox(label="Codec (optional)", placeholder=DEFAULT_CODEC,
+                                          info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}")
+                add_pair = gr.Button("Add pair to the presets", size="sm")
+            with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
+                # A path, not samples: the clip is read only after its header passes the length check.
+                voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
+                                       type="filepath", format=None)
+                voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
+            draft = gr.Dropdown(choices=list(defaults.drafts), value=defaults.default_draft, label="Draft model",
+                                info="the small model that proposes tokens",
+                                allow_custom_value=True)  # choices change with the preset; checked server-side
+            controls = setting_controls("speculation", config)
+            with gr.Accordion("Sampling", open=False):
+                controls |= setting_controls("sampling", config)
+
+    with gr.Row():
+        ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath", interactive=False,
+                            buttons=["download"], elem_id="ssd-ar-audio")
+        spec_audio = gr.Audio(label="Speculative (draft + target)", type="filepath", interactive=False,
+                              buttons=["download"], elem_id="ssd-spec-audio")
+    with gr.Row():
+        with gr.Column(scale=3):
+            stats = gr.Markdown(label="Statistics", elem_id="ssd-stats")
+        with gr.Column(scale=1, min_width=140):
+            seed_used = gr.Number(label="Seed used", precision=0, interactive=False)
+    gr.Markdown(TOKENS_LEGEND)
+    tokens = gr.HighlightedText(label="Speculative rounds", color_map=TOKEN_COLOURS, show_legend=True,
+                                combine_adjacent=False, elem_classes=["ssd-tokens"], elem_id="ssd-tokens")
+    with gr.Row():
+        tokens_vs_time = gr.Plot(label="Tokens vs wall time", show_label=False, format="png", elem_id="ssd-plot-time")
+        breakdown = gr.Plot(label="Timing breakdown", show_label=False, format="png", elem_id="ssd-plot-breakdown")
+    with gr.Row():
+        accepted_length = gr.Plot(label="Accepted length per round", show_label=False, format="png",
+                                  elem_id="ssd-plot-accepted")
+        by_position = gr.Plot(label="Acceptance by position", show_label=False, format="png",
+                              elem_id="ssd-plot-position")
+    with gr.Accordion("All numbers (JSON)", open=False):
+        details = gr.JSON(label="Details")
+
+    setting_inputs = [controls[s.name] for s in COMPARE_SETTINGS]
+    inputs = [text, preset, draft, *setting_inputs, voice_audio, voice_transcript]
+    outputs = [ar_audio, spec_audio, stats, tokens, tokens_vs_time, breakdown, accepted_length, by_position,
+               details, seed_used]
+    signature = synthesize_signature(defaults)
+
+    def synthesize(*args, **kwargs):
+        """Synthesise `text` autoregressively and speculatively; return both WAVs, stats and charts."""
+        values = signature.bind(*args, **kwargs)
+        values.apply_defaults()
+        chosen = values.arguments
+        try:
+            ui_jobs.admit(chosen["request"], concurrency_id)
+            request = Request(
+                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
+                voice_prompt=app_logic.voice_upload(chosen["voice_audio"], chosen["voice_transcript"]),
+                **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
+            )
+            progress = chosen["progress"]
+            with ui_jobs.timed_job():
+                comparison = app_logic.compare(request, progress, should_stop=ui_jobs.stop_check())
+            progress(0.9, desc="Writing audio and drawing charts")
+            ar_path, spec_path = app_logic.write_audio_files(comparison)
+            view = app_logic.comparison_token_view(comparison)
+            figures = app_logic.figures(comparison)
+        except Cancelled:
+            return tuple(gr.skip() for _ in outputs)  # stopped: nobody is waiting for an answer
+        except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
+            raise to_gradio_error(error) from None
+        if comparison.draft != (chosen["draft"] or comparison.draft):
+            gr.Warning(f"Draft '{chosen['draft']}' is not available for this preset; used '{comparison.draft}'.")
+        return (str(ar_path), str(spec_path), app_logic.stats_markdown(comparison), view,
+                figures["tokens_vs_time"], figures["timing_breakdown"], figures["accepted_length"],
+                figures["acceptance_by_position"], app_logic.details(comparison), comparison.seed)
+
+    synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
+    synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
+
+    def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
+        """Load a preset and reset the controls to its drafts and defaults."""
+        try:
+            ui_jobs.admit(request, concurrency_id)
+            progress(0.0, desc="Loading the model")
+            chosen = app_logic.preset_defaults(preset_key, progress=progress, owner=_owner(request))
+        except Exception as error:  # noqa: BLE001
+            raise to_gradio_error(error) from None
+        return (
+            app_logic.preset_markdown(get_preset(chosen.key, _owner(request))),
+            gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
+            gr.update(label=f"Text (up to {chosen.max_text_chars} characters)", max_length=chosen.max_text_chars),
+            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
+        )
+
+    rule_dependent = [s for s in COMPARE_SETTINGS if s.rule is not None]
+    acceptance_setting = SETTINGS_BY_NAME["acceptance"]
+
+    def rule_options(acceptance: str):
+        """Show the parameter of the chosen acceptance rule."""
+        return (*[gr.update(visible=s.visible_for(acceptance)) for s in rule_dependent],
+                gr.update(info=acceptance_setting.info_for(acceptance)))
+
+    def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
+        """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
+        first use; other visitors never see it)."""
+        owner = _owner(request)
+        try:
+            added = register_custom_pair(target, draft_ref, codec, owner=owner)
+        except Exception as error:  # noqa: BLE001
+            raise to_gradio_error(error) from None
+        return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
+                app_logic.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
+
+    run_event = run.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize", concurrency_limit=1,
+                          concurrency_id=concurrency_id)
+    # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
+    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
+    preset.input(select_preset, inputs=[preset],
+                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
+                 api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
+    add_pair.click(add_custom_pair, inputs=[custom_target, custom_draft, custom_codec],
+                   outputs=[preset, preset_info, draft], api_name="add_custom_pair", queue=False)
+    controls["acceptance"].change(rule_options, inputs=[controls["acceptance"]],
+                                  outputs=[*[controls[s.name] for s in rule_dependent], controls["acceptance"]],
+                                  api_name="rule_options", queue=False)
