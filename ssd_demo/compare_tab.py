@@ -67,24 +67,13 @@ def stop_run() -> None:
     return None
 
 
-class SettingSlider(gr.Slider):
-    """A slider whose submitted value reaches the handler as sent: `Setting.coerce` checks it and names
-    the parameter ("beta must be at most 1, got 5"), where Gradio's own check would say only
-    "Value 5 is greater than maximum value 1.0" (or fail on "abc"). Drawn as a plain slider."""
-
-    is_template = True  # Gradio draws a template component with its parent's frontend
-
-    def preprocess(self, payload):
-        return payload
-
-
-class SettingNumber(gr.Number):
-    """A number box whose submitted value reaches the handler as sent (see SettingSlider)."""
-
-    is_template = True
-
-    def preprocess(self, payload):
-        return payload
+def _unchecked(component: gr.Component) -> gr.Component:
+    """Let the submitted value reach the handler as sent: `Setting.coerce` checks it and names the
+    parameter ("beta must be at most 1, got 5"), where Gradio's own check says only "Value 5 is greater
+    than maximum value 1.0" (and fails inside Gradio on "abc"). An instance attribute, not a subclass:
+    Gradio writes a .pyi stub next to the module of every component subclass it meets."""
+    component.preprocess = lambda payload: payload
+    return component
 
 
 def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
@@ -93,10 +82,10 @@ def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
     common = {"label": setting.label, "info": setting.info_for(value) or None,
               "visible": setting.visible_for(config.acceptance)}
     if setting.widget == "slider":
-        return SettingSlider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
+        return _unchecked(gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common))
     if setting.widget == "number":
-        return SettingNumber(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
-                             maximum=setting.maximum, **common)
+        return _unchecked(gr.Number(value=value, precision=0 if setting.kind == "int" else None,
+                                    minimum=setting.minimum, maximum=setting.maximum, **common))
     if setting.widget == "dropdown":
         return gr.Dropdown(choices=list(setting.choices), value=value, **common)
     return gr.Checkbox(value=value, **common)
