@@ -7,6 +7,8 @@ after warm-up; we report medians and ratios inside the run, never absolute claim
 Methods:
   ar           our autoregressive_generate
   speculative  our speculative_generate (draft_len K, beta, rule)
+  speculative_calibrated  the same with K chosen each round (up to draft_len, or 0 = an AR step)
+               from this machine's measured draft and verify costs (`ssd_demo.calibration`)
   ar_transformers, speculative_transformers
                the same two loops on transformers' own forward and DynamicCache instead of the
                lean static-cache step (static_cache=False): separates what the loop wins from
@@ -31,12 +33,13 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 from tqdm import tqdm
 
+from .calibration import calibrated_costs
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .reporting import git_commit
 from .results import compare_runs
 
-METHODS = ("ar", "speculative", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
+METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
            "speculative_transformers")
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
@@ -125,6 +128,9 @@ def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, as
 def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
                   methods=METHODS, progress: bool = True) -> dict:
     seconds: dict[str, list[float]] = {m: [] for m in methods}
+    costs = calibrated_costs(target, draft, max_len=config.draft_len) if "speculative_calibrated" in methods else None
+    calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
+        if costs is not None else None
     tokens: dict[str, list[int]] = {m: [] for m in methods}
     reports = []
     total = (warmup + repeats) * len(methods)
@@ -140,6 +146,9 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
             elif method == "speculative":
                 spec_result = speculative_generate(target, draft, prompt, run_config)
                 n, wall = len(spec_result.tokens), spec_result.stats.wall_seconds
+            elif method == "speculative_calibrated":
+                tuned = speculative_generate(target, draft, prompt, calibrated.with_(seed=run_config.seed))
+                n, wall = len(tuned.tokens), tuned.stats.wall_seconds
             elif method == "ar_transformers":
                 plain = autoregressive_generate(target, prompt, run_config, static_cache=False)
                 n, wall = len(plain.tokens), plain.stats.wall_seconds
@@ -169,6 +178,9 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
         for m in methods
     ]
     result = {"methods": [asdict(s) for s in summaries]}
+    if costs is not None:
+        result["calibration"] = {"cost_ratio_c": costs.draft, "verify_costs": list(costs.verify),
+                                 "described": costs.describe()}
     if reports:
         result["speculative"] = {
             "alpha": median(r.alpha for r in reports),
@@ -213,6 +225,8 @@ def markdown_table(result: dict) -> str:
             "speculative on transformers' forward vs hf_assisted: "
             f"{result['speculative_transformers_vs_hf_assisted']:.2f}x"
         )
+    if "calibration" in result:
+        lines.append(f"calibrated on this machine: {result['calibration']['described']}")
     return "\n".join(lines)
 
 

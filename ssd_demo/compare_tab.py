@@ -57,6 +57,13 @@ LEADING_PARAMETERS = ("text", "preset", "draft")
 TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
 
 
+def _upload_path(upload) -> str | None:
+    """The server-side path of an upload as the unprocessed event sends it (a FileData dict), or None."""
+    if isinstance(upload, dict):
+        return upload.get("path") or None
+    return upload or None
+
+
 def _owner(request: gr.Request | None) -> str | None:
     """Custom pairs belong to the browser session (an API client's session) that added them."""
     return getattr(request, "session_hash", None) or None
@@ -67,25 +74,16 @@ def stop_run() -> None:
     return None
 
 
-def _unchecked(component: gr.Component) -> gr.Component:
-    """Let the submitted value reach the handler as sent: `Setting.coerce` checks it and names the
-    parameter ("beta must be at most 1, got 5"), where Gradio's own check says only "Value 5 is greater
-    than maximum value 1.0" (and fails inside Gradio on "abc"). An instance attribute, not a subclass:
-    Gradio writes a .pyi stub next to the module of every component subclass it meets."""
-    component.preprocess = lambda payload: payload
-    return component
-
-
 def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
     """The control for one setting, showing the preset's default."""
     value = setting.default(config)
     common = {"label": setting.label, "info": setting.info_for(value) or None,
               "visible": setting.visible_for(config.acceptance)}
     if setting.widget == "slider":
-        return _unchecked(gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common))
+        return gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
     if setting.widget == "number":
-        return _unchecked(gr.Number(value=value, precision=0 if setting.kind == "int" else None,
-                                    minimum=setting.minimum, maximum=setting.maximum, **common))
+        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
+                         maximum=setting.maximum, **common)
     if setting.widget == "dropdown":
         return gr.Dropdown(choices=list(setting.choices), value=value, **common)
     return gr.Checkbox(value=value, **common)
@@ -215,7 +213,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             ui_jobs.admit(chosen["request"], concurrency_id)
             request = Request(
                 text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
-                voice_prompt=app_logic.voice_upload(chosen["voice_audio"], chosen["voice_transcript"]),
+                voice_prompt=app_logic.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
                 **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
             )
             progress = chosen["progress"]
@@ -272,8 +270,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
                 app_logic.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
 
+    # preprocess=False: values reach the handler as sent, and `Setting.coerce` checks each by name ("beta
+    # must be at most 1, got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
+    # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
     run_event = run.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize", concurrency_limit=1,
-                          concurrency_id=concurrency_id)
+                          concurrency_id=concurrency_id, preprocess=False)
     # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
     stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],

@@ -38,6 +38,9 @@ class DecodingConfig:
                       running acceptance estimate and `cost_ratio`.
     cost_ratio:       c, one draft step / one target step, for the adaptive choice (measure it with
                       `python -m ssd_demo bench`); a fixed number keeps runs reproducible.
+    verify_costs:     v_k, one target call over k + 1 tokens / one target step, for k = 0, 1, ... (measured by
+                      `ssd_demo.calibration`); None counts every verify as one step. Given, the adaptive
+                      choice may also pick K = 0 (plain AR steps) when no K pays on this machine.
     """
 
     draft_len: int = 4
@@ -55,6 +58,7 @@ class DecodingConfig:
     adaptive_threshold: float = 0.0
     adaptive_draft_len: bool = False
     cost_ratio: float = 0.1
+    verify_costs: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         def fail(message: str) -> None:
@@ -84,6 +88,11 @@ class DecodingConfig:
             fail(f"adaptive_threshold must be in [0, 1), got {self.adaptive_threshold!r}")
         if not 0 <= self.cost_ratio < 10:
             fail(f"cost_ratio must be in [0, 10), got {self.cost_ratio!r}")
+        if self.verify_costs is not None:
+            costs = tuple(float(v) for v in self.verify_costs)
+            if not costs or not all(0 < v < 1000 for v in costs):
+                fail(f"verify_costs must be positive numbers (target steps per verify call), got {self.verify_costs!r}")
+            object.__setattr__(self, "verify_costs", costs)
         if not -1 <= self.pcg_theta:
             fail(f"pcg_theta must be >= -1, got {self.pcg_theta!r}")
         for token in self.eos_ids:

@@ -45,6 +45,9 @@ from .sampling import allowed_mask, probabilities, processed_scores, sample
 from .static_cache import StaticCacheLM, supports as static_cache_supports
 
 
+#: With adaptive K, after this many rounds of K = 0 (plain AR steps) one round drafts a token again.
+PROBE_EVERY = 16
+
 #: Most tokens a schedule may insert after one sampled token (sizes the static KV caches).
 MAX_FORCED_PER_TOKEN = 3
 
@@ -309,11 +312,20 @@ def speculative_generate(
     _prefill([target_lm, draft_lm], run.prompt)
     prefill_seconds = clock.now()
     history = AcceptanceHistory()
+    idle = 0  # rounds in a row the adaptive choice drafted nothing
     done = False
     while not done:
         check_stop(should_stop)
-        draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio) if config.adaptive_draft_len \
-            else config.draft_len
+        if config.adaptive_draft_len:
+            draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio,
+                                         verify_costs=config.verify_costs)
+            # K = 0 records no acceptance, so the estimate would never change: probe with K = 1 now
+            # and then (a function of the past rounds only, so exactness is kept).
+            idle = idle + 1 if draft_len == 0 else 0
+            if idle >= PROBE_EVERY:
+                draft_len, idle = 1, 0
+        else:
+            draft_len = config.draft_len
         draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token
         record, done = _speculative_round(run, rule, target_lm, draft_lm, draft_len, clock)
         history.record(record.expected_acceptance)
@@ -423,19 +435,25 @@ class AcceptanceHistory:
 
 
 def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float, prior_alpha: float = 0.6,
-                     prior_weight: float = 4.0) -> int:
-    """K in 1..max_len that maximises the expected tokens per unit of round cost.
+                     prior_weight: float = 4.0, verify_costs: tuple[float, ...] | None = None) -> int:
+    """K in 1..max_len (0..max_len with `verify_costs`) that maximises the expected tokens per unit of
+    round cost.
 
     Each block position i gets its own acceptance estimate alpha_i (the running mean of the
     expected acceptance there, shrunk towards a prior while few rounds reached it; an untested
     position borrows the estimate of the one before). Expected tokens per round are
-    1 + sum_k prod_{i<=k} alpha_i and a round costs K c + 1 target steps (c = `cost_ratio`). A
+    1 + sum_k prod_{i<=k} alpha_i and a round costs K c + v_K target steps (c = `cost_ratio`; v_K, the
+    verify of K + 1 tokens, from `verify_costs`, else 1). With measured verify costs K = 0 competes
+    too: one token per verify of one, i.e. a plain AR step, chosen when no K pays on this machine. A
     single alpha for all positions (the textbook formula) overrates long blocks, because the draft
     drifts away from the target as it goes. The estimates depend only on the run's own past rounds,
     so the choice (and the output for a given seed) is reproducible, and it never looks at the
     token being decided, so exactness at beta = 0 is kept.
     """
-    best_k, best_value = 1, -1.0
+    def verify(k: int) -> float:
+        return 1.0 if verify_costs is None else verify_costs[min(k, len(verify_costs) - 1)]
+
+    best_k, best_value = (0, 1.0 / verify(0)) if verify_costs is not None else (1, -1.0)
     survive, tokens, previous = 1.0, 1.0, prior_alpha
     for k in range(1, max_len + 1):
         i = k - 1
@@ -446,7 +464,7 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
         previous = alpha
         survive *= alpha
         tokens += survive
-        value = tokens / (k * cost_ratio + 1.0)
+        value = tokens / (k * cost_ratio + verify(k))
         if value > best_value:
             best_k, best_value = k, value
     return best_k

@@ -277,7 +277,10 @@ def test_adaptive_draft_length_reaches_the_decoder(client):
     details = out["details"]
     assert details["config"]["adaptive_draft_len"] is True
     rounds = details["speculative"]["rounds"]
-    assert rounds and all(1 <= r["drafted"] <= 6 and 0 <= r["accepted"] <= r["drafted"] for r in rounds)
+    # K is chosen per round from this machine's measured costs: 0 (a plain AR step) where drafting
+    # does not pay, as for the toy pair, whose one-layer draft costs about as much as its target.
+    assert rounds and all(0 <= r["drafted"] <= 6 and 0 <= r["accepted"] <= r["drafted"] for r in rounds)
+    assert details["config"]["verify_costs"] == details["calibration"]["verify_costs"]
     assert sum(r["drafted"] for r in rounds) == details["speculative"]["stats"]["drafted_tokens"]
     assert details["autoregressive"]["rounds"] == []
     default = _named(client.predict("Adaptive rounds.", seed=3, api_name="/synthesize"))["details"]

@@ -81,6 +81,9 @@ CASES = {
     "related-temp1-K4": ("related", dict(temperature=1.0, draft_len=4)),
     # Adaptive K and the confidence stop decide from the past only: still exact.
     "related-adaptive-K6": ("related", dict(temperature=0.8, draft_len=6, adaptive_draft_len=True, adaptive_threshold=0.3)),
+    # ... and so does K chosen from measured verify costs, which may pick K = 0 (an AR step) in a round.
+    "related-calibrated-K6": ("related", dict(temperature=1.0, draft_len=6, adaptive_draft_len=True, cost_ratio=0.2,
+                                              verify_costs=(1.0, 1.1, 1.25, 1.45, 1.7, 2.0, 2.4))),
 }
 
 

@@ -146,3 +146,40 @@ def test_adaptive_choice_uses_per_position_acceptance():
         decaying.record([0.95, 0.9, 0.2, 0.2])
     assert choose_draft_len(decaying, 8, 0.1) == 2
     assert 1 <= choose_draft_len(AcceptanceHistory(), 8, 0.1) <= 8  # the prior alone gives a bounded, reproducible choice
+
+
+def test_measured_verify_costs_choose_k_and_fall_back_to_ar_steps():
+    from ssd_demo.decoding import AcceptanceHistory, choose_draft_len
+
+    history = AcceptanceHistory()
+    for _ in range(50):
+        history.record([0.9, 0.9, 0.9, 0.9])
+    cheap = (1.0, 1.1, 1.2, 1.3, 1.4)  # a CPU with AMX: verifying 5 tokens costs 1.4 steps
+    assert choose_draft_len(history, 4, 0.1, verify_costs=cheap) == 4
+    steep = (1.0, 2.0, 3.0, 4.0, 5.0)  # AVX2 only: verify cost grows with every row
+    assert choose_draft_len(history, 4, 0.1, verify_costs=steep) == 0  # no K pays: plain AR steps
+    assert choose_draft_len(history, 4, 0.1) >= 1  # without measured costs K is at least 1, as before
+    # K = 0 rounds record nothing; the decoder probes with K = 1 now and then, and stays exact.
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    unrelated = tiny_llama(seed=12, vocab=32, width=16, init=0.3)
+    config = DecodingConfig(draft_len=4, adaptive_draft_len=True, verify_costs=steep, max_new_tokens=60, seed=0)
+    result = speculative_generate(target, unrelated, PROMPT, config)
+    drafted = [len(s.drafted) for s in result.steps]
+    assert len(result.tokens) == 60 and drafted.count(0) > 40 and 0 < sum(drafted) < 10
+    greedy = config.with_(temperature=0.0)
+    assert speculative_generate(target, unrelated, PROMPT, greedy).tokens == \
+        autoregressive_generate(target, PROMPT, greedy).tokens
+    with pytest.raises(ValueError, match="verify_costs"):
+        DecodingConfig(verify_costs=(1.0, -2.0))
+
+
+def test_costs_are_measured_on_this_machine_and_cached():
+    from ssd_demo.calibration import calibrated_costs, measure_costs
+
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    draft = tiny_llama(seed=12, vocab=32, width=16, init=0.3)
+    costs = measure_costs(target, draft, max_len=4, repeats=3)
+    assert len(costs.verify) == 5 and costs.verify[0] == 1.0 and all(v > 0 for v in costs.verify)
+    assert costs.draft > 0 and costs.target_step_seconds > 0
+    assert costs.round_cost(2) == pytest.approx(2 * costs.draft + costs.verify[2])
+    assert calibrated_costs(target, draft, max_len=4) is calibrated_costs(target, draft, max_len=4)

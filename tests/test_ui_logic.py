@@ -301,3 +301,16 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
     monkeypatch.setattr(model_memory, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
     runner._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
     assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs
+
+
+def test_the_comparison_shows_this_machines_costs_and_adaptive_k_uses_them(toy):
+    comparison = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=3, adaptive_draft_len=True))
+    costs = comparison.costs
+    assert costs is not None and costs.verify[0] == 1.0 and len(costs.verify) == comparison.config.draft_len + 1
+    assert comparison.config.verify_costs == costs.verify and comparison.config.cost_ratio == costs.draft
+    text = app_logic.stats_markdown(comparison)
+    assert "Calibrated here" in text and "Best K on this machine" in text
+    calibration = app_logic.details(comparison)["calibration"]
+    assert 0 <= calibration["best_draft_len"] <= comparison.config.draft_len
+    fixed = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=3))
+    assert fixed.config.verify_costs is None and fixed.costs is not None  # shown, not used, with fixed K

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..calibration import StepCosts, calibrated_costs
 from ..cancellation import StopCheck
 from ..config import DecodingConfig
 from ..errors import ModelLoadError
@@ -63,6 +64,7 @@ class Comparison:
     ar: SynthesisResult
     spec: SynthesisResult
     report: SpeedupReport
+    costs: StepCosts | None = None  # this machine's measured draft and verify costs
     token_label: Callable[[int], str] = str  # the backend's names for token ids
 
 
@@ -125,7 +127,7 @@ def cpu_threads_for(synthesizer: Synthesizer) -> int:
 def _run_both(
     preset_key: str, text: str, config: DecodingConfig, draft: str, progress: ProgressFn | None = None,
     voice_prompt: VoicePrompt | None = None, should_stop: StopCheck | None = None, owner: str | None = None,
-) -> tuple[SynthesisResult, SynthesisResult]:
+) -> tuple[SynthesisResult, SynthesisResult, StepCosts]:
     """Warm up, then AR and speculative on the same text and settings, back to back.
 
     Both timed runs happen inside this one call, so on ZeroGPU they share one GPU
@@ -141,12 +143,17 @@ def _run_both(
         torch.set_num_threads(cpu_threads_for(synthesizer))
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
+    # This machine's costs (measured once per pair, draft and K): shown next to the measured speedup,
+    # and what adaptive K decides with, so that it drafts nothing where drafting does not pay.
+    costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft], max_len=config.draft_len)
+    if config.adaptive_draft_len and config.verify_costs is None:
+        config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")
     ar = synthesizer.synthesize(text, mode="ar", config=config, voice_prompt=voice_prompt, should_stop=should_stop)
     progress(0.6, desc=f"Speculative decoding (draft '{draft}', K = {config.draft_len})")
     spec = synthesizer.synthesize(text, mode="speculative", config=config, draft=draft, voice_prompt=voice_prompt,
                                   should_stop=should_stop)
-    return ar, spec
+    return ar, spec, costs
 
 
 def gpu_seconds(preset_key: str, text: str, config: DecodingConfig, draft: str, progress=None, voice_prompt=None,
@@ -186,17 +193,19 @@ def compare(request: Request, progress: ProgressFn | None = None, should_stop: S
         config = build_config(synthesizer, request, seed)
         draft = resolve_draft(preset, synthesizer, request.draft)
         voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
-        ar, spec = run_both(preset.key, text, config, draft, progress, voice_prompt=voice_prompt,
-                            should_stop=should_stop, owner=request.owner)
+        ar, spec, costs = run_both(preset.key, text, config, draft, progress, voice_prompt=voice_prompt,
+                                   should_stop=should_stop, owner=request.owner)
     return Comparison(
         preset=preset.key,
         draft=draft,
         seed=seed,
-        config=config,
+        # Adaptive K decided with this machine's costs: report them with the settings.
+        config=config.with_(cost_ratio=spec.config.cost_ratio, verify_costs=spec.config.verify_costs),
         ar=ar,
         spec=spec,
         report=compare_runs(ar.generation, spec.generation),
         token_label=token_label_for(synthesizer),
+        costs=costs,
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from .. import charts
+from ..calibration import best_draft_len
 from ..results import GenerationResult
 from ..synthesis import SynthesisResult
 from .runner import Comparison
@@ -51,7 +52,31 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
         ("α (expected per-token acceptance)", "–", _fmt(report.alpha, 3)),
         ("c (draft step / target step)", "–", _fmt(report.cost_ratio, 3)),
         ("Verify call / target step", "–", _fmt(report.verify_ratio, 2)),
+        *_calibration_rows(comparison),
         ("Stopped by", a.finish_reason, s.finish_reason),
+    ]
+
+
+def _calibration(comparison: Comparison) -> dict | None:
+    costs = comparison.costs
+    if costs is None:
+        return None
+    best_k, best = best_draft_len(comparison.report.alpha, costs, comparison.config.draft_len)
+    return {"cost_ratio": costs.draft, "verify_costs": list(costs.verify), "target_step_seconds": costs.target_step_seconds,
+            "best_draft_len": best_k, "predicted_speedup_at_best": best}
+
+
+def _calibration_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
+    """This machine's measured costs and the K they favour at the acceptance just measured."""
+    costs = comparison.costs
+    if costs is None:
+        return []
+    k_max = comparison.config.draft_len
+    best_k, best = best_draft_len(comparison.report.alpha, costs, k_max)
+    verify = ", ".join(f"{v:.2f}" for v in costs.verify[1 : k_max + 1])
+    return [
+        ("Calibrated here: draft step c; verify of K = 1.. (target steps)", "–", f"{costs.draft:.3f}; {verify}"),
+        ("Best K on this machine (at this α; 0 = plain AR)", "–", f"{best_k} (predicted {best:.2f}×)"),
     ]
 
 
@@ -136,6 +161,7 @@ def details(comparison: Comparison) -> dict:
             "cost_ratio": report.cost_ratio,
             "verify_ratio": report.verify_ratio,
         },
+        "calibration": _calibration(comparison),
     }
 
 
