@@ -2,9 +2,9 @@
 
 The choice of K depends on hardware more than on the models: a verify of five tokens costs about 1.5
 target steps on a CPU with AMX and 5-6 on one with AVX2 only (a 5-row matmul is not much cheaper there
-than five 1-row ones). `measure_costs` times both models with their real caches after a prefill, a few
-times each, and keeps the medians; `calibrated_costs` caches that per model pair, device and thread
-count, so the probe (a fraction of a second on the embedded voice) runs once per process. With the
+than five 1-row ones). `measure_costs` times short real decoding runs (AR, and speculative with each K)
+on a random prompt; `calibrated_costs` caches that per model pair, device and thread count, so the
+probe (about a second on the embedded voice) runs once per process. With the
 costs, `decoding.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
 steps) when no K pays.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from dataclasses import dataclass
 
 import torch
 
-from .decoding import cached_lm
+from .config import DecodingConfig
+from .decoding import autoregressive_generate, speculative_generate
 
 
 @dataclass(frozen=True)
@@ -43,41 +43,27 @@ class StepCosts:
         return f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps"
 
 
-def _median_seconds(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 @torch.inference_mode()
-def measure_costs(target, draft, max_len: int = 8, context: int = 64, repeats: int = 7,
+def measure_costs(target, draft, max_len: int = 8, context: int = 32, tokens: int = 24, repeats: int = 2,
                   vocab: int | None = None) -> StepCosts:
-    """Time the draft's step and the target's calls over 1..max_len + 1 tokens after a `context`-token
-    prefill (random ids: costs do not depend on which tokens), medians of `repeats` runs each."""
+    """Time real decoding: AR for `tokens` tokens, then speculative decoding with K = 1..max_len, after a
+    `context`-token random prompt (costs do not depend on which tokens). The decoders' own per-call
+    timings include sampling and acceptance, which a bare forward would leave out (and underrate the
+    verify by a tenth or more on a small model). No end token, so every block is full; each cost is the
+    fastest of `repeats` runs (a busy machine only ever adds time)."""
     vocab = vocab or int(target.get_input_embeddings().weight.shape[0])
-    device = target.device
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (context + max_len + 2,), generator=generator).to(device)
-    capacity = context + max_len + 4
-
-    def timed(model, block: int) -> float:
-        lm = cached_lm(model, capacity)
-        lm.forward(ids[:context], last_only=True)
-        lm.forward(ids[context : context + block], last_only=False)  # warm this shape
-
-        def step() -> None:
-            lm.forward(ids[context : context + block], last_only=False)
-            lm.truncate(context)
-
-        lm.truncate(context)
-        return _median_seconds(step, repeats)
-
-    one = timed(target, 1)
-    verify = (1.0,) + tuple(timed(target, k + 1) / one for k in range(1, max_len + 1))
-    return StepCosts(draft=timed(draft, 1) / one, verify=verify, target_step_seconds=one)
+    prompt = torch.randint(0, vocab, (1, context), generator=generator).to(target.device)
+    config = DecodingConfig(max_new_tokens=tokens, temperature=1.0, seed=0, eos_token_id=None, beta=0.0)
+    autoregressive_generate(target, prompt, config.with_(max_new_tokens=4))  # first-call costs
+    step = min(autoregressive_generate(target, prompt, config).stats.mean_target_call_seconds
+               for _ in range(repeats))
+    verify, draft_steps = [1.0], []
+    for k in range(1, max_len + 1):
+        runs = [speculative_generate(target, draft, prompt, config.with_(draft_len=k)).stats for _ in range(repeats)]
+        verify.append(min(r.mean_target_call_seconds for r in runs) / step)
+        draft_steps.append(min(r.mean_draft_step_seconds for r in runs) / step)
+    return StepCosts(draft=statistics.median(draft_steps), verify=tuple(verify), target_step_seconds=step)
 
 
 _CACHE: dict[tuple, StepCosts] = {}
