@@ -18,6 +18,9 @@ used for gated repositories through huggingface_hub's own lookup, or pass `token
 Errors are `ModelLoadError`s (`ssd_demo.errors`, a `ValueError`) with a message that says what to do.
 """
 
+# Somewhat over the usual size: the three steps above and the error kinds they raise read best in one
+# place; what visitors may load (`model_policy`) and memory (`model_memory`) live apart.
+
 from __future__ import annotations
 
 import gc
@@ -33,19 +36,17 @@ from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
-    HFValidationError,
     LocalEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from .errors import ModelLoadError
-from .model_policy import check_hub_only
+from .model_policy import check_hub_only, valid_repo_id
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
@@ -219,15 +220,6 @@ def resolve(
             f"{ref} (revision {revision}): {why}; `{download_command(ref, revision)}` fetches it"
         )
     return folder
-
-
-def valid_repo_id(ref: str) -> bool:
-    """Whether `ref` is well-formed as a Hub repo id ('name' or 'org/name'); nothing is looked up."""
-    try:
-        validate_repo_id(ref)
-    except HFValidationError:
-        return False
-    return True
 
 
 def _progress_bar(progress: ProgressCallback, label: str):

@@ -44,7 +44,7 @@ def local_models_allowed(environ: Mapping[str, str] | None = None) -> bool:
 
 def check_hub_only(ref: str) -> None:
     """Refuse anything but a well-formed Hub repo id, with one message whatever exists on disk."""
-    if not _valid_repo_id(ref) or ref.startswith((".", "~")):
+    if not valid_repo_id(ref) or ref.startswith((".", "~")):
         raise ModelLoadError(LOCAL_REFUSED)
 
 
@@ -62,7 +62,7 @@ def hub_allow_list(environ: Mapping[str, str] | None = None) -> tuple[str, ...] 
 def check_hub_allowed(ref: str, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a Hub repo the operator's allow-list does not name."""
     patterns = hub_allow_list(environ)
-    if patterns is not None and _valid_repo_id(ref) and not any(fnmatch.fnmatchcase(ref, p) for p in patterns):
+    if patterns is not None and valid_repo_id(ref) and not any(fnmatch.fnmatchcase(ref, p) for p in patterns):
         raise ModelLoadError(f"{ref} is not among the Hub repositories this server downloads "
                              f"({', '.join(patterns)}; the operator sets {HUB_ALLOW_ENV}).")
 
@@ -80,7 +80,8 @@ def max_download_bytes(environ: Mapping[str, str] | None = None) -> float | None
     return SPACE_DEFAULT_MAX_DOWNLOAD_GB * 1e9 if env.get("SPACE_ID") else None
 
 
-def _valid_repo_id(ref: str) -> bool:
+def valid_repo_id(ref: str) -> bool:
+    """Whether `ref` is well-formed as a Hub repo id ('name' or 'org/name'); nothing is looked up."""
     try:
         validate_repo_id(ref)
     except HFValidationError:
