@@ -6,7 +6,7 @@ and `stimuli.build_small_set` need a synthesizer.
 """
 
 from .stats import ListeningSummary, MosSummary, PairPreference, summarize
-from .stimuli import StimulusSet, data_dir, load_stimulus_set
+from .stimulus_sets import StimulusSet, data_dir, load_stimulus_set
 from .store import (
     AlreadyVotedError,
     InvalidVoteError,

@@ -21,14 +21,8 @@ from pathlib import Path
 from .export import prune_exports, write_votes_csv
 from .sessions import DEFAULT_TRIALS, ListeningTest, TrialView
 from .stats import set_label, summarize
-from .stimuli import (
-    StimulusSet,
-    build_small_set,
-    current_stimulus_set,
-    data_dir,
-    manifest_unchanged,
-    stimulus_set_by_checksum,
-)
+from .stimuli import build_small_set
+from .stimulus_sets import StimulusSet, current_stimulus_set, data_dir, manifest_unchanged, stimulus_set_by_checksum
 from .store import ListeningError, ListeningStore
 
 CURRENT_SET = "current"  # the results selector's value for "the set now served"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from .stimuli import StimulusSet, read_clip
+from .stimulus_sets import StimulusSet, read_clip
 from .store import ListeningError, ListeningStore, PlannedTrial, SessionRecord, TrialRecord
 
 DEFAULT_TRIALS = 10

@@ -33,23 +33,10 @@ from .stimulus_sets import (
     MANIFEST_VERSION,
     SET_NAME,
     StimulusSet,
-    current_stimulus_set,
-    data_dir,
     load_stimulus_set,
-    manifest_unchanged,
-    read_clip,
     stimuli_root,
-    stimulus_set_by_checksum,
-    storage_warning,
 )
 
-__all__ = [  # from StimulusSet on: re-exported from stimulus_sets, for the modules that import them from here
-    "DEFAULT_SENTENCES", "DEFAULT_SYSTEMS", "Renderer", "SystemSpec", "add_arguments", "build_small_set",
-    "create_stimulus_set", "main", "model_revision", "parse_system", "render_stimulus_set",
-    "synthesizer_renderer", "tone_renderer",
-    "StimulusSet", "current_stimulus_set", "data_dir", "load_stimulus_set", "manifest_unchanged", "read_clip",
-    "stimulus_set_by_checksum", "storage_warning",
-]
 
 DEFAULT_SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 

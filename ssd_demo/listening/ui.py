@@ -32,7 +32,7 @@ from .app import CURRENT_SET, ListeningApp, ListeningSettings, public_message, r
 from .charts import results_figure
 from .sessions import TrialView
 from .stats import set_label, summary_dict, summary_markdown
-from .stimuli import storage_warning
+from .stimulus_sets import storage_warning
 from .store import ListeningError
 
 INSTRUCTIONS = (
