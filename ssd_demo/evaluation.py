@@ -35,6 +35,7 @@ import torch
 from tqdm import tqdm
 
 from .backends.embedded import load_synthesizer
+from .calibration import calibrated_costs
 from .codec.metrics import mcd_dtw
 from .recognizer import Recognizer
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
@@ -64,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
     parser.add_argument("--adaptive-k", action="store_true",
-                        help="choose K each round, 1..K, from the acceptance measured so far (exact at beta 0)")
+                        help="choose K each round, 0..K, from the acceptance measured so far and this machine's "
+                             "measured draft and verify costs (exact at beta 0)")
     parser.add_argument("--chunk-phonemes", type=int, default=None,
                         help="phoneme budget per chunk (default: the voice's; to measure how long a chunk can be)")
     parser.add_argument("--recognizer", type=Path, default=None, help="recognizer folder (default: the shipped one)")
@@ -139,6 +141,9 @@ def run_evaluation(args: argparse.Namespace) -> dict:
 
     def run(system: System, text: str, seed: int, repeats: int = 1):
         config = base.with_(beta=system.beta, seed=seed)
+        if config.adaptive_draft_len and system.mode == "speculative":  # K from this machine's costs
+            costs = calibrated_costs(synth.target, synth.drafts[system.draft], max_len=config.draft_len)
+            config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
         return synthesize_fastest(synth, text, repeats, mode=system.mode, config=config, draft=system.draft)
 
     for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
@@ -256,7 +261,7 @@ def markdown(report: dict, command: str) -> str:
         f"{report.get('chunk_phonemes')} phonemes.",
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
         f"top-p {report['config']['top_p']}, "
-        + (f"K chosen each round in 1..{report['config']['draft_len']} (adaptive)."
+        + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured costs)."
            if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}."),
         "",
         "| system | PER | PER - AR (95% CI) | MCD-DTW dB | target NLL | acceptance | alpha | LM speedup | "
