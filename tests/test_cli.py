@@ -92,7 +92,7 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     assert report["config"]["adaptive_draft_len"] and report["config"]["draft_len"] == 6
     text = docs.read_text()
     assert "By length" in text and "| PER |" in text and "--repeats 2" in text
-    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 1..6" in text
+    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 0..6" in text
     assert main(["eval", "--buckets", "huge", "--docs", ""]) == 2
 
 
