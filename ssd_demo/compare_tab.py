@@ -69,9 +69,10 @@ def _owner(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) or None
 
 
-def stop_run() -> None:
-    """Stop this page's synthesis (Gradio cancels the event; the decoders stop within one round)."""
-    return None
+def stop_run(request: gr.Request) -> None:
+    """Stop this session's synthesis: the page's run (Gradio also cancels it) or an API client's own run
+    (`client.predict(api_name="/stop")`); the decoders stop within one round."""
+    ui_jobs.request_stop(request)
 
 
 def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
@@ -218,7 +219,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             )
             progress = chosen["progress"]
             with ui_jobs.timed_job():
-                comparison = app_logic.compare(request, progress, should_stop=ui_jobs.stop_check())
+                comparison = app_logic.compare(request, progress, should_stop=ui_jobs.stop_check(chosen["request"]))
             progress(0.9, desc="Writing audio and drawing charts")
             ar_path, spec_path = app_logic.write_audio_files(comparison)
             view = app_logic.comparison_token_view(comparison)

@@ -16,7 +16,8 @@ def to_gradio_error(error: Exception) -> gr.Error:
     if isinstance(error, UserError):
         # A wrapped cause (a loader's own exception) keeps its traceback in the log.
         log.warning("request refused: %s", error, exc_info=error.__cause__ is not None)
-        return gr.Error(str(error), title=error.title)
+        # One log line is enough: the user's mistake needs no traceback (a flood would fill the log).
+        return gr.Error(str(error), title=error.title, print_exception=False)
     message = str(error.args[0]) if error.args else ""
     if isinstance(error, (ValueError, NotImplementedError)):
         # Most are the user's to fix (an unknown draft, an unsupported option), but an internal

@@ -8,7 +8,12 @@ the same address `MAX_WAITING_PER_ADDRESS` (a conference room shares one address
 larger). A flood then drains in milliseconds per job, and the client keeps only its newest requests.
 
 Gradio cancels a stopped event's task, but a handler running in a worker thread keeps going; a handler
-asks `stop_check()` for a function that turns True once Gradio no longer counts its event as running.
+asks `stop_check()` for a function that turns True once Gradio no longer counts its event as running
+(the page's Stop, a client's `job.cancel()`, a closed page) or once the same session called `/stop`
+(`request_stop`), which is how an API client stops its own run.
+
+The address is the peer's, or the last X-Forwarded-For hop where a proxy in front adds it (on a Space,
+or with SSD_DEMO_TRUSTED_PROXY=1); otherwise a client could claim any address it likes.
 
 Both read Gradio's queue (`Blocks._queue`), which has no public API for this; tests/test_app_jobs.py
 fails if its shape changes.
@@ -16,6 +21,7 @@ fails if its shape changes.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -38,10 +44,18 @@ class BusyError(UserError):
     title = "Busy"
 
 
-def client_address(request) -> str:
-    """The client's address: the last X-Forwarded-For hop (added by the hosting proxy) or the peer."""
+def behind_proxy(environ=None) -> bool:
+    """Whether a proxy in front of the app adds X-Forwarded-For (a Space, or SSD_DEMO_TRUSTED_PROXY=1)."""
+    env = os.environ if environ is None else environ
+    flag = env.get("SSD_DEMO_TRUSTED_PROXY", "").strip().lower()
+    return flag in ("1", "true", "yes") if flag else bool(env.get("SPACE_ID"))
+
+
+def client_address(request, trust_forwarded: bool | None = None) -> str:
+    """The client's address: the last X-Forwarded-For hop when a trusted proxy adds it, else the peer."""
+    trust = behind_proxy() if trust_forwarded is None else trust_forwarded
     headers = getattr(request, "headers", None) or {}
-    forwarded = headers.get("x-forwarded-for", "") if hasattr(headers, "get") else ""
+    forwarded = headers.get("x-forwarded-for", "") if trust and hasattr(headers, "get") else ""
     if forwarded.strip():
         return forwarded.split(",")[-1].strip()
     client = getattr(request, "client", None)
@@ -63,7 +77,7 @@ class JobClock:
         self._default = default_seconds
         self._lock = threading.Lock()
 
-    def record(self, seconds: float) -> None:
+    def record(self, seconds: float) -> None:  # completed jobs only (a refused one says nothing)
         with self._lock:
             self._seconds.append(float(seconds))
 
@@ -84,23 +98,50 @@ def admit(request: gr.Request | None, concurrency_id: str) -> None:
     same_session = sum(1 for event in waiting if event.session_hash == session)
     same_address = sum(1 for event in waiting if client_address(event.request) == address)
     if same_session >= MAX_WAITING_PER_SESSION or same_address >= MAX_WAITING_PER_ADDRESS:
-        wait = round(len(waiting) * CLOCK.typical())
+        wait = round(_jobs_that_will_run(waiting) * CLOCK.typical())
         raise BusyError(
             f"You already have {max(same_session, same_address)} requests waiting for the model, so this one was "
             f"dropped to let other visitors in. Your newest requests still run; try again in about {wait} s."
         )
 
 
-def stop_check() -> StopCheck:
+def _jobs_that_will_run(waiting: list) -> int:
+    """Of the waiting jobs, about how many will run: each session's excess is dropped when it comes up."""
+    per_session: dict[str, int] = {}
+    for event in waiting:
+        per_session[event.session_hash] = per_session.get(event.session_hash, 0) + 1
+    return sum(min(n, MAX_WAITING_PER_SESSION) for n in per_session.values())
+
+
+_STOPS: dict[str, float] = {}  # session -> when it last asked to stop (time.monotonic)
+_STOPS_LOCK = threading.Lock()
+
+
+def request_stop(request: gr.Request | None) -> None:
+    """`/stop`: stop the runs this session started before now."""
+    session = getattr(request, "session_hash", None)
+    if session:
+        with _STOPS_LOCK:
+            _STOPS[session] = time.monotonic()
+            if len(_STOPS) > 10_000:  # forget the oldest sessions
+                for key in sorted(_STOPS, key=_STOPS.get)[:5_000]:
+                    del _STOPS[key]
+
+
+def stop_check(request: gr.Request | None = None) -> StopCheck:
     """Inside a Gradio handler: a check that turns True once Gradio stopped counting this event as running
-    (the Stop button, a client's `job.cancel()`, a closed page). Outside one: never."""
+    (the Stop button, a client's `job.cancel()`, a closed page) or once `request`'s session called `/stop`
+    after the run began. Outside a handler: never."""
     blocks = LocalContext.blocks.get(None)
     event_id = LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
         return never
+    session, started = getattr(request, "session_hash", None), time.monotonic()
 
     def stopped() -> bool:
+        if session is not None and _STOPS.get(session, -1.0) >= started:
+            return True
         return not any(event._id == event_id for job in list(queue.active_jobs) if job for event in job)
 
     return stopped
@@ -113,5 +154,6 @@ class timed_job:
         self._started = time.perf_counter()
         return self
 
-    def __exit__(self, *exc) -> None:
-        CLOCK.record(time.perf_counter() - self._started)
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            CLOCK.record(time.perf_counter() - self._started)

@@ -144,6 +144,19 @@ def test_stop_exists_and_a_cancelled_run_frees_the_model_within_a_round(app, tar
     assert after <= 1.5 * alone + 0.5, (after, alone)
     assert target_calls[0] - before < 2 * 2048  # the long run never finished (AR alone is 2,048 calls)
 
+    # An API client stops its own run with /stop (from the same session).
+    before = target_calls[0]
+    long_run = api.submit("Another very long run.", preset=SLOW_KEY, max_new_tokens=2048, seed=4, api_name="/synthesize")
+    deadline = time.time() + 60
+    while target_calls[0] < before + 300 and time.time() < deadline:
+        time.sleep(0.02)
+    api.predict(api_name="/stop")
+    time.sleep(0.2)
+    started = time.perf_counter()
+    api.predict("Time me after a stop.", **short)
+    assert time.perf_counter() - started <= 1.5 * alone + 0.5
+    assert target_calls[0] - before < 2 * 2048
+
 
 def test_a_client_with_two_jobs_waiting_has_the_next_one_dropped():
     class Event:
@@ -170,7 +183,11 @@ def test_a_client_with_two_jobs_waiting_has_the_next_one_dropped():
             ui_jobs.admit(request, "model")
     finally:
         ui_jobs._waiting_events = original
-    assert ui_jobs.client_address(type("R", (), {"headers": {"x-forwarded-for": "1.2.3.4, 5.6.7.8"}})()) == "5.6.7.8"
+    forwarded = type("R", (), {"headers": {"x-forwarded-for": "1.2.3.4, 5.6.7.8"},
+                               "client": type("C", (), {"host": "10.0.0.3"})()})()
+    assert ui_jobs.client_address(forwarded, trust_forwarded=True) == "5.6.7.8"  # the hop the proxy added
+    assert ui_jobs.client_address(forwarded, trust_forwarded=False) == "10.0.0.3"  # no proxy: a claim, ignored
+    assert ui_jobs.behind_proxy({"SPACE_ID": "user/space"}) and not ui_jobs.behind_proxy({})
 
 
 def test_an_hour_long_voice_prompt_is_refused_from_its_header(tmp_path):
