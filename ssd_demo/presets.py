@@ -12,12 +12,14 @@ from __future__ import annotations
 import inspect
 import secrets
 import threading
+import time
 from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ModelLoadError, UnknownPresetError
-from .model_policy import check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes
+from .model_policy import (check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes,
+                           valid_repo_id)
 from .hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
 from .synthesis import Synthesizer
 
@@ -155,10 +157,13 @@ def load_custom_pair(
         return _resident[key]
 
 
-#: Custom pairs kept per session and in all; adding one more drops the oldest.
+#: Custom pairs kept per session (a fourth replaces that session's oldest) and in all (when full, new ones
+#: are refused: one visitor must not push out another's); pairs older than CUSTOM_PAIR_HOURS are forgotten.
 MAX_CUSTOM_PER_OWNER = 3
 MAX_CUSTOM_PAIRS = 64
+CUSTOM_PAIR_HOURS = 2.0
 MAX_REF_CHARS = 200
+_ADDED: dict[str, tuple[float, tuple]] = {}  # custom key -> (when added, (owner, target, draft, codec))
 
 
 def register_custom_pair(target: str, draft: str, codec: str | None = None, owner: str | None = None) -> Preset:
@@ -182,10 +187,16 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None, owne
     for what, ref in refs:
         if len(ref) > MAX_REF_CHARS:
             raise ModelLoadError(f"the {what} reference is {len(ref)} characters long; at most {MAX_REF_CHARS}")
+        if any(ord(c) < 32 or ord(c) == 127 for c in ref):
+            raise ModelLoadError(f"the {what} reference contains control characters (a line break?)")
         if not local_ok:
             check_hub_only(ref)
         check_hub_allowed(ref)
     (_, target), (_, draft), (_, codec) = refs
+    refs_key = (owner, target, draft, codec)
+    same = [key for key, (_, added) in _ADDED.items() if added == refs_key and key in _REGISTRY]
+    if same:  # added before: the same preset, not a second key
+        return _REGISTRY[same[0]]
     draft_name = short_name(draft)
     options = LoadOptions(allow_local=local_ok)
 
@@ -207,25 +218,31 @@ def register_custom_pair(target: str, draft: str, codec: str | None = None, owne
         drafts=(draft_name,),
         default_draft=draft_name,
         loader=loader,
-        needs_download=not (local_ok and Path(target).is_dir() and Path(draft).is_dir()),
+        # Only Hub repositories download; a local folder that is missing is reported as missing.
+        needs_download=any(valid_repo_id(ref) and not (local_ok and Path(ref).is_dir()) for ref in (target, draft)),
         owner=owner,
         preflight=preflight,
     )
-    _forget_oldest_custom(owner)
+    _make_room_for_custom(owner)
     register(preset)
+    _ADDED[preset.key] = (time.monotonic(), refs_key)
     return preset
 
 
-def _forget_oldest_custom(owner: str | None) -> None:
-    """Make room for one more custom pair: per owner and in all, the oldest goes (if resident, it stays
-    loaded until another preset replaces it)."""
-    custom = [key for key, p in _REGISTRY.items() if p.preflight is not None]
-    mine = [key for key in custom if _REGISTRY[key].owner == owner]
+def _make_room_for_custom(owner: str | None) -> None:
+    """Forget expired custom pairs and this owner's oldest beyond its share; refuse when the server is full
+    (a pair that is resident stays loaded until another preset replaces it)."""
+    now = time.monotonic()
+    for key in [k for k, (added, _) in _ADDED.items() if now - added > CUSTOM_PAIR_HOURS * 3600]:
+        _REGISTRY.pop(key, None)
+        _ADDED.pop(key, None)
+    mine = [key for key, p in _REGISTRY.items() if p.preflight is not None and p.owner == owner]
     for key in mine[: max(len(mine) - MAX_CUSTOM_PER_OWNER + 1, 0)]:
         _REGISTRY.pop(key, None)
-        custom.remove(key)
-    for key in custom[: max(len(custom) - MAX_CUSTOM_PAIRS + 1, 0)]:
-        _REGISTRY.pop(key, None)
+        _ADDED.pop(key, None)
+    if sum(1 for p in _REGISTRY.values() if p.preflight is not None) >= MAX_CUSTOM_PAIRS:
+        raise ModelLoadError(f"this server already holds {MAX_CUSTOM_PAIRS} custom pairs from its visitors; "
+                             "try again later, or use a preset")
 
 
 def unload() -> None:

@@ -301,3 +301,14 @@ def test_adaptive_draft_length_reaches_the_decoder(client):
 def test_every_bad_setting_is_refused_by_name(client, changes, message):
     with pytest.raises(AppError, match=message.replace("(", r"\(").replace(")", r"\)")):
         client.predict("Bad settings.", **changes, api_name="/synthesize")
+
+
+@pytest.mark.parametrize(("text", "changes", "message"), [
+    (123, {}, "The text must be a string, got int"),
+    ("Fine.", {"beta": True}, "beta must be a number, got True"),
+    ("Fine.", {"top_k": 10**30}, "top_k must be at most 1000000, got 1e\\+30"),
+    ("Fine.", {"max_new_tokens": 1e308}, "max_new_tokens must be at most 2048, got 1e\\+308"),
+])
+def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(text, **changes, api_name="/synthesize")

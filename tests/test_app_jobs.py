@@ -247,14 +247,25 @@ def test_custom_pairs_belong_to_the_session_that_added_them(app, monkeypatch):
         with pytest.raises(AppError, match="unknown preset"):
             bob.predict("Hello.", preset=preset, api_name="/synthesize")
     # A session keeps a handful; the oldest goes.
-    keys = [alice.predict(f"HKUSTAudio/Llasa-{n}B", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]["value"]
-            for n in (3, 8, 3, 8)]
+    keys = [alice.predict(f"some-org/target-{n}", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]["value"]
+            for n in range(4)]
     from ssd_demo import presets
 
     mine = [p.key for p in presets.list_presets(owner=alice.session_hash) if p.owner]
     assert mine == keys[-presets.MAX_CUSTOM_PER_OWNER:] and key not in mine
     with pytest.raises(AppError, match="characters long"):
         alice.predict("org/" + "x" * 300, "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")
+    with pytest.raises(AppError, match="control characters"):
+        alice.predict("HKUSTAudio/Llasa-3B\nrm -rf /", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")
+    again = alice.predict("some-org/target-3", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]["value"]
+    assert again == keys[-1]  # the same pair twice is one preset
+    # One visitor cannot push out another's pairs: when the server is full, new pairs are refused.
+    monkeypatch.setattr(presets, "MAX_CUSTOM_PAIRS", len([p for p in presets.list_presets(owner=alice.session_hash)
+                                                           if p.owner]) + 1)  # bob's one + alice's
+    mallory = _client(url)
+    with pytest.raises(AppError, match="already holds"):
+        mallory.predict("HKUSTAudio/Llasa-3B", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")
+    assert keys[-1] in [p.key for p in presets.list_presets(owner=alice.session_hash)]
 
 
 def test_with_local_folders_off_every_path_gets_the_same_refusal(app, monkeypatch, tmp_path):

@@ -83,7 +83,9 @@ class Setting:
         if self.kind in ("int", "float"):
             number = _as_int(self.name, value) if self.kind == "int" else _as_float(self.name, value)
             top = self.top(config) if config is not None else self.maximum
-            show = (lambda x: str(int(x))) if self.kind == "int" else (lambda x: f"{x:g}")
+            def show(x: float) -> str:  # a huge value is shown short, never as 300 digits
+                return str(int(x)) if self.kind == "int" and abs(x) < 1e15 else f"{x:.6g}"
+
             bottom = self.floor if self.floor is not None else self.minimum
             if bottom is not None and number < bottom:
                 raise InvalidSettingError(f"{self.name} must be at least {show(bottom)}, got {show(number)}")
@@ -117,7 +119,7 @@ COMPARE_SETTINGS: tuple[Setting, ...] = (
             "tokens whose embeddings have cosine > θ count as one", minimum=0.0, maximum=1.0, step=0.01, rule="pcg"),
     Setting("temperature", "Temperature", "float", "slider", "sampling", "0 = greedy",
             minimum=0.0, maximum=2.0, step=0.05),
-    Setting("top_k", "Top-k", "int", "number", "sampling", "0 = off", minimum=0, row="filters"),
+    Setting("top_k", "Top-k", "int", "number", "sampling", "0 = off", minimum=0, maximum=1_000_000, row="filters"),
     Setting("top_p", "Top-p", "float", "slider", "sampling", "1 = off", minimum=0.05, maximum=1.0, step=0.05,
             row="filters", floor=0.0),
     Setting("seed", "Seed", "int", "number", "sampling", minimum=0, maximum=MAX_SEED, row="seed"),
@@ -133,6 +135,8 @@ SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in COMPARE_SETTINGS}
 
 
 def _as_float(name: str, value) -> float:
+    if isinstance(value, bool):
+        raise InvalidSettingError(f"{name} must be a number, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -296,6 +300,8 @@ def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -
 
 def check_text(synthesizer: Synthesizer, text: str | None) -> str:
     """Reject empty or over-long text before any model runs (TextError with a readable message)."""
+    if text is not None and not isinstance(text, str):
+        raise TextError(f"The text must be a string, got {type(text).__name__}.")
     text = (text or "").strip()
     if not text:
         raise TextError("Please type some text to synthesise.")
