@@ -128,7 +128,7 @@ def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, as
 def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
                   methods=METHODS, progress: bool = True) -> dict:
     seconds: dict[str, list[float]] = {m: [] for m in methods}
-    costs = calibrated_costs(target, draft, max_len=config.draft_len) if "speculative_calibrated" in methods else None
+    costs = calibrated_costs(target, draft) if "speculative_calibrated" in methods else None
     calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
         if costs is not None else None
     tokens: dict[str, list[int]] = {m: [] for m in methods}

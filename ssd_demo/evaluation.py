@@ -142,7 +142,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     def run(system: System, text: str, seed: int, repeats: int = 1):
         config = base.with_(beta=system.beta, seed=seed)
         if config.adaptive_draft_len and system.mode == "speculative":  # K from this machine's costs
-            costs = calibrated_costs(synth.target, synth.drafts[system.draft], max_len=config.draft_len)
+            costs = calibrated_costs(synth.target, synth.drafts[system.draft])
             config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
         return synthesize_fastest(synth, text, repeats, mode=system.mode, config=config, draft=system.draft)
 

@@ -65,7 +65,8 @@ def test_bench_on_local_models(tmp_path, capsys):
     methods = {m["method"]: m for m in result["methods"]}
     assert set(methods) == {"ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default",
                             "hf_generate", "ar_transformers", "speculative_transformers"}
-    assert len(result["calibration"]["verify_costs"]) == 4 + 1  # K = 4 by default: verify of 1..5 tokens
+    costs = result["calibration"]["verify_costs"]
+    assert len(costs) == 16 + 1 and costs == sorted(costs) and costs[0] == 1.0  # K up to 16, never cheaper with more
     assert all(m["median_tokens"] == 12 for m in methods.values())
     assert methods["ar"]["speedup_vs_ar"] == 1.0
     assert 0 <= result["speculative"]["alpha"] <= 1 and result["speculative"]["predicted_speedup_strict"] > 0

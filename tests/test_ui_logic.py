@@ -306,7 +306,7 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
 def test_the_comparison_shows_this_machines_costs_and_adaptive_k_uses_them(toy):
     comparison = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=3, adaptive_draft_len=True))
     costs = comparison.costs
-    assert costs is not None and costs.verify[0] == 1.0 and len(costs.verify) == comparison.config.draft_len + 1
+    assert costs is not None and costs.verify[0] == 1.0 and len(costs.verify) > comparison.config.draft_len
     assert comparison.config.verify_costs == costs.verify and comparison.config.cost_ratio == costs.draft
     text = app_logic.stats_markdown(comparison)
     assert "Calibrated here" in text and "Best K on this machine" in text

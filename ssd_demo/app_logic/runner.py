@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..calibration import StepCosts, calibrated_costs
+from ..calibration import StepCosts, calibrated_costs, is_calibrated
 from ..cancellation import StopCheck
 from ..config import DecodingConfig
 from ..errors import ModelLoadError
@@ -143,9 +143,11 @@ def _run_both(
         torch.set_num_threads(cpu_threads_for(synthesizer))
     progress(0.1, desc="Warming up the models (first run only)")
     warm_up(synthesizer, draft)
-    # This machine's costs (measured once per pair, draft and K): shown next to the measured speedup,
-    # and what adaptive K decides with, so that it drafts nothing where drafting does not pay.
-    costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft], max_len=config.draft_len)
+    # This machine's costs (measured once per pair): shown next to the measured speedup, and what
+    # adaptive K decides with, so that it drafts nothing where drafting does not pay.
+    if not is_calibrated(synthesizer.target, synthesizer.drafts[draft]):
+        progress(0.2, desc="Measuring this machine's draft and verify costs (first run only, a few seconds)")
+    costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft])
     if config.adaptive_draft_len and config.verify_costs is None:
         config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
     progress(0.25, desc="Autoregressive decoding (one target call per token)")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from .. import charts
-from ..calibration import best_draft_len
+from ..calibration import best_draft_len, predicted_with
 from ..results import GenerationResult
 from ..synthesis import SynthesisResult
 from .runner import Comparison
@@ -43,7 +43,9 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
         ("Target calls", str(a.target_calls), str(s.target_calls)),
         ("Draft calls", "–", str(s.draft_calls)),
         ("Acceptance rate (accepted / drafted)", "–", _fmt(s.acceptance_rate * 100, 1, " %")),
-        ("Mean accepted length per round", "–", f"{s.mean_accepted_length:.2f} of K = {s.draft_len}"),
+        ("Mean accepted length per round", "–", f"{s.mean_accepted_length:.2f} of K "
+         f"{'≤ ' if comparison.config.adaptive_draft_len else '= '}{s.draft_len}"
+         f"{' (adaptive)' if comparison.config.adaptive_draft_len else ''}"),
         ("Tokens per target call", _fmt(a.mean_tokens_per_call, 2), _fmt(s.mean_tokens_per_call, 2)),
         ("Speedup, LM decoding per token (measured)", "1.00×", _fmt(report.measured, 2, "×")),
         ("Speedup, end to end (per second of audio)", "1.00×", _fmt(end_to_end, 2, "×")),
@@ -74,9 +76,12 @@ def _calibration_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     k_max = comparison.config.draft_len
     best_k, best = best_draft_len(comparison.report.alpha, costs, k_max)
     verify = ", ".join(f"{v:.2f}" for v in costs.verify[1 : k_max + 1])
+    used = min(k_max, len(costs.verify) - 1)
+    at_used = predicted_with(comparison.report.alpha, costs, used)  # same formula and costs, K as used
     return [
         ("Calibrated here: draft step c; verify of K = 1.. (target steps)", "–", f"{costs.draft:.3f}; {verify}"),
-        ("Best K on this machine (at this α; 0 = plain AR)", "–", f"{best_k} (predicted {best:.2f}×)"),
+        ("Best K on this machine (at this α; 0 = plain AR)", "–",
+         f"{best_k}: predicted {best:.2f}× (K = {used}: {at_used:.2f}×)"),
     ]
 
 
