@@ -14,7 +14,7 @@ import os
 
 import gradio as gr
 
-from . import app_logic
+from . import app_logic, ui_jobs
 from .benchmark_tab import build_benchmark_tab
 from .compare_tab import build_compare_tab
 from .presets import list_presets
@@ -51,6 +51,7 @@ def _analytics_enabled() -> bool:
 def build_demo(default_preset: str | None = None, load_default: bool = True) -> gr.Blocks:
     """The whole app. `default_preset` (the first registered preset when None) is loaded at build
     time to read its defaults, unless `load_default` is False or loading fails."""
+    ui_jobs.distrust_forwarded_headers()  # before launch: uvicorn reads it when the server starts
     default_preset = default_preset or list_presets()[0].key
     try:
         defaults = app_logic.preset_defaults(default_preset, load_models=load_default)

@@ -15,7 +15,9 @@ def to_gradio_error(error: Exception) -> gr.Error:
     """Exceptions -> one readable message; `UserError`s show under their own title."""
     if isinstance(error, UserError):
         # A wrapped cause (a loader's own exception) keeps its traceback in the log.
-        log.warning("request refused: %s", error, exc_info=error.__cause__ is not None)
+        log.warning("request refused: %s", str(error).splitlines()[0] if str(error) else type(error).__name__)
+        if error.__cause__ is not None:  # a loader's own exception: its traceback only when debugging
+            log.debug("cause of the refused request", exc_info=error)
         # One log line is enough: the user's mistake needs no traceback (a flood would fill the log).
         return gr.Error(str(error), title=error.title, print_exception=False)
     message = str(error.args[0]) if error.args else ""

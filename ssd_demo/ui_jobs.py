@@ -106,11 +106,22 @@ def admit(request: gr.Request | None, concurrency_id: str) -> None:
 
 
 def _jobs_that_will_run(waiting: list) -> int:
-    """Of the waiting jobs, about how many will run: each session's excess is dropped when it comes up."""
-    per_session: dict[str, int] = {}
+    """Of the waiting jobs, about how many will run: each session's and each address's excess is dropped
+    when it comes up."""
+    per_address: dict[str, dict[str, int]] = {}
     for event in waiting:
-        per_session[event.session_hash] = per_session.get(event.session_hash, 0) + 1
-    return sum(min(n, MAX_WAITING_PER_SESSION) for n in per_session.values())
+        sessions = per_address.setdefault(client_address(event.request), {})
+        sessions[event.session_hash] = sessions.get(event.session_hash, 0) + 1
+    return sum(min(sum(min(n, MAX_WAITING_PER_SESSION) for n in sessions.values()), MAX_WAITING_PER_ADDRESS)
+               for sessions in per_address.values())
+
+
+def distrust_forwarded_headers() -> None:
+    """Keep uvicorn from taking a client's X-Forwarded-For as its address. By default it trusts the header
+    from 127.0.0.1, so anyone connecting locally (or through a local proxy that passes the header on)
+    could claim a new address per request; `client_address` reads the header itself, only behind a
+    trusted proxy. An operator's own FORWARDED_ALLOW_IPS is left alone."""
+    os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
 
 
 _STOPS: dict[str, float] = {}  # session -> when it last asked to stop (time.monotonic)

@@ -300,3 +300,18 @@ def test_a_pair_that_fails_its_checks_never_evicts_the_resident_one():
         assert presets.load_preset(TOY_KEY) is resident  # still resident: no reload
     finally:
         presets._REGISTRY.pop("custom-broken", None)
+
+
+def test_a_made_up_forwarded_address_does_not_open_more_slots(app):
+    url, _ = app
+    parameters = _client(url).view_api(print_info=False, return_format="dict")["named_endpoints"]["/synthesize"]
+    defaults = [p.get("parameter_default") for p in parameters["parameters"]]
+    ids = []
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for i in range(40):  # a new claimed address (and a new session) for every request
+            reply = http.post("/gradio_api/call/synthesize", json={"data": [f"Spoof {i}.", *defaults[1:]]},
+                              headers={"x-forwarded-for": f"203.0.113.{i + 1}"})
+            ids.append(reply.json()["event_id"])
+        streams = [http.get(f"/gradio_api/call/synthesize/{event_id}", timeout=120).text for event_id in ids]
+    busy = sum("waiting for the model" in stream for stream in streams)
+    assert busy >= 20, busy  # one address (the peer's): at most a few of the 40 run
