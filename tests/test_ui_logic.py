@@ -314,3 +314,10 @@ def test_the_comparison_shows_this_machines_costs_and_adaptive_k_uses_them(toy):
     assert 0 <= calibration["best_draft_len"] <= comparison.config.draft_len
     fixed = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=3))
     assert fixed.config.verify_costs is None and fixed.costs is not None  # shown, not used, with fixed K
+
+
+def test_an_unknown_draft_is_replaced_and_the_stats_say_so(toy):
+    comparison = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, draft="nope", seed=1))
+    assert comparison.draft == "small" and comparison.requested_draft == "nope"
+    assert "Draft `nope` is not available for this preset;** `small` was used" in app_logic.stats_markdown(comparison)
+    assert app_logic.compare(Request(text=TEXT, preset=TOY_KEY, draft="copy", seed=1)).requested_draft is None

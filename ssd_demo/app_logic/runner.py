@@ -65,6 +65,7 @@ class Comparison:
     spec: SynthesisResult
     report: SpeedupReport
     costs: StepCosts | None = None  # this machine's measured draft and verify costs
+    requested_draft: str | None = None  # what the request named, when the preset has no such draft
     token_label: Callable[[int], str] = str  # the backend's names for token ids
 
 
@@ -208,6 +209,7 @@ def compare(request: Request, progress: ProgressFn | None = None, should_stop: S
         report=compare_runs(ar.generation, spec.generation),
         token_label=token_label_for(synthesizer),
         costs=costs,
+        requested_draft=request.draft if request.draft and request.draft != draft else None,
     )
 
 

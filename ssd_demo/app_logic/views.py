@@ -113,6 +113,9 @@ def stats_markdown(comparison: Comparison) -> str:
     note = length_limit_note(comparison)
     if note:
         lines += ["", note]
+    if comparison.requested_draft:  # API callers see no pop-up warning: say it where they read
+        lines += ["", f"**Draft `{comparison.requested_draft}` is not available for this preset;** "
+                      f"`{comparison.draft}` was used."]
     lines.append("")
     lines.append(
         f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "
