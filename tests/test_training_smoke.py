@@ -82,3 +82,26 @@ def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
 
     hypothesis = loaded.transcribe(np.zeros(16000, dtype=np.float32))
     assert isinstance(hypothesis, list)
+
+
+def test_warm_start_keeps_every_row_when_the_layout_is_the_same():
+    # A continued run (same vocabulary layout) must keep the learned phoneme and NEXT rows: re-initialising
+    # them would make the model relearn how every phoneme sounds.
+    from ssd_demo.backends.vocab import VocabLayout
+    from ssd_demo.training.train import ModelSpec, make_llama, warm_start
+
+    layout = VocabLayout(n_phonemes=6, n_speech=16)
+    spec = ModelSpec(layers=2, hidden=16, intermediate=32, heads=2, kv_heads=1, max_positions=64)
+    torch.manual_seed(0)
+    source, fresh = make_llama(layout, spec), make_llama(layout, spec)
+    warm_start(fresh, source, layout.to_dict(), layout)
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], tensor), name
+
+    # Across layouts only speech and special rows carry over; phoneme rows stay as initialised.
+    other = VocabLayout(n_phonemes=7, n_speech=16)
+    moved = make_llama(other, spec)
+    before = moved.model.embed_tokens.weight[other.phoneme_offset].clone()
+    warm_start(moved, source, layout.to_dict(), other)
+    assert torch.equal(moved.model.embed_tokens.weight[other.phoneme_offset], before)
+    assert torch.equal(moved.model.embed_tokens.weight[other.speech_offset], source.model.embed_tokens.weight[layout.speech_offset])

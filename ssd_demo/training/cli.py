@@ -81,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the export stage writes the voice (default: OUT/export)")
     parser.add_argument("--target-steps", type=int, default=None)
     parser.add_argument("--draft-steps", type=int, default=None)
+    parser.add_argument("--target-lr", type=float, default=None,
+                        help="peak learning rate of the target stage (lower it to continue a trained target)")
     parser.add_argument("--draft-lr", type=float, default=None,
                         help="peak learning rate of the draft stages (lower it to continue trained drafts)")
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
@@ -102,6 +104,8 @@ def main(args: argparse.Namespace) -> int:
     if args.draft_steps is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
                          distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps))
+    if args.target_lr is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, lr=args.target_lr))
     if args.draft_lr is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
                          distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr))

@@ -265,18 +265,23 @@ def train_stage(
 def warm_start(model: LlamaForCausalLM, source: LlamaForCausalLM, source_layout: dict, layout: VocabLayout) -> list[str]:
     """Copy a trained voice's weights into `model` where they mean the same thing; returns what was copied.
 
-    Transformer layers and the final norm are copied when their shapes match; the embedding and output
-    rows of the speech tokens (same codec) and of the shared specials are copied by id. Phoneme rows
-    stay freshly initialised: a new inventory has no row-by-row match in an old one.
+    Transformer layers and the final norm are copied when their shapes match. When both voices have the
+    same vocabulary layout (a continued run) the embedding and output tables are copied whole; across
+    layouts only the rows of the speech tokens (same codec) and of the shared specials are copied by
+    id, and phoneme rows stay freshly initialised: a new inventory has no row-by-row match in an old one.
     """
     copied = []
     target_state = model.state_dict()
+    same_layout = VocabLayout.from_dict(source_layout).to_dict() == layout.to_dict()
     for name, tensor in source.state_dict().items():
-        if name in ("model.embed_tokens.weight", "lm_head.weight") or name not in target_state:
+        if name not in target_state or (name in ("model.embed_tokens.weight", "lm_head.weight") and not same_layout):
             continue
         if target_state[name].shape == tensor.shape:
             target_state[name].copy_(tensor)
             copied.append(name)
+    if same_layout:
+        model.load_state_dict(target_state)
+        return copied
     n_speech = min(layout.n_speech, int(source_layout["n_speech"]))
     old_speech = int(source_layout["speech_offset"])
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
