@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -23,6 +24,7 @@ from .decoding import autoregressive_generate, speculative_generate
 from .errors import TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
+from .streaming import AudioPiece, SynthesisStream
 
 
 @runtime_checkable
@@ -164,41 +166,86 @@ class Synthesizer:
     ) -> SynthesisResult:
         """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
         decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses.
-        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so)."""
+        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so).
+        The same work as `stream()`, each chunk's codes decoded at once."""
+        return self.stream(text, mode, config, draft, voice_prompt, should_stop, windows=False).run()
+
+    def stream(
+        self,
+        text: str,
+        mode: str = "speculative",
+        config: DecodingConfig | None = None,
+        draft: str | None = None,
+        voice_prompt: VoicePrompt | None = None,
+        should_stop: StopCheck | None = None,
+        windows: bool = True,
+    ) -> SynthesisStream:
+        """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
+        chunk, or (`windows`, for a backend with `audio_windows`, e.g. Llasa's codec) one per codec
+        window. Joined, the pieces are the clip; after the last one `stream.result` holds the whole
+        `SynthesisResult`. The tokens are those of `synthesize` for the same seed; so are the samples,
+        except that codec windows blend at their joins (`ssd_demo.streaming`).
+
+        Text and settings are checked here, before the first piece is asked for."""
         if mode not in ("ar", "speculative"):
             raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         draft_name = draft or self.draft_name
         if mode == "speculative" and draft_name not in self.drafts:
             raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+        started = time.perf_counter()
         config = config or self.config()
         # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
         # the backend's end token, or the codec would receive ids it cannot decode.
         config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
-        base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
         split = getattr(self.backend, "split_text", None)
         chunks = split(text) if split is not None else [TextChunk(text)]
         # Every chunk's prompt first: a chunk that cannot be spoken fails before any decoding.
         prompts = [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks]
-        pieces: list[np.ndarray] = []
+        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, windows, chunks, prompts,
+                              started)
+        return SynthesisStream(pieces)
+
+    def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
+                should_stop: StopCheck | None, windows: bool, chunks: list[TextChunk], prompts: list[list[int]],
+                started: float) -> Generator[AudioPiece, None, SynthesisResult]:
+        base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
+        windowed = getattr(self.backend, "audio_windows", None) if windows else None
         results: list[ChunkResult] = []
-        position = 0
+        played: list[np.ndarray] = []
+        tokens = calls = position = 0
         for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
             check_stop(should_stop)
             seed = (base_seed + index) % 2**63
-            result, audio = self._decode_chunk(chunk.text, prompt, mode, config.with_(seed=seed), draft_name,
-                                               voice_prompt, should_stop)
-            result.start_sample, result.end_sample = position, position + len(audio)
-            results.append(result)
-            silence = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000) if index < len(chunks) - 1
-                               else 0, dtype=np.float32)
-            pieces += [audio, silence]
-            position += len(audio) + len(silence)
+            generation, chunk_config, lm_seconds = self._generate(prompt, mode, config.with_(seed=seed), draft_name,
+                                                                  should_stop)
+            tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
+            context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
+            if windowed is not None:
+                parts = windowed(generation.tokens, **context)
+            else:
+                parts = iter([lambda: self.backend.tokens_to_audio(generation.tokens, **context)])
+            chunk_start = position
+            codec_seconds, cost = 0.0, lm_seconds  # the LM's time is charged to the chunk's first piece
+            for audio, seconds in _timed(parts):
+                codec_seconds += seconds
+                yield self._piece(len(played), index, chunk.text, audio, position, started, cost + seconds, tokens,
+                                  calls)
+                played.append(audio)
+                position, cost = position + len(audio), 0.0
+            speech_end = position
+            if index < len(chunks) - 1 and chunk.pause_after_ms:  # the pause is a piece of its own
+                pause = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000), dtype=np.float32)
+                yield self._piece(len(played), index, "", pause, position, started, 0.0, tokens, calls)
+                played.append(pause)
+                position += len(pause)
+            results.append(ChunkResult(chunk.text, generation, chunk_config, chunk_start, speech_end, lm_seconds,
+                                       codec_seconds))
         generation = combine([r.generation for r in results])
         generation.stats.seed = base_seed
         return SynthesisResult(
             text=text,
             mode=mode,
-            audio=np.concatenate(pieces) if pieces else np.zeros(0, np.float32),
+            audio=np.concatenate(played) if played else np.zeros(0, np.float32),
             sample_rate=self.backend.sample_rate,
             generation=generation,
             # The settings as decoded; a length limit cut to the model's context shows as the tightest cut.
@@ -208,9 +255,16 @@ class Synthesizer:
             chunks=results,
         )
 
-    def _decode_chunk(self, text: str, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
-                      voice_prompt: VoicePrompt | None,
-                      should_stop: StopCheck | None = None) -> tuple[ChunkResult, np.ndarray]:
+    def _piece(self, index: int, chunk_index: int, text: str, audio: np.ndarray, start_sample: int, started: float,
+               seconds: float, tokens: int, calls: int) -> AudioPiece:
+        return AudioPiece(index=index, chunk_index=chunk_index, text=text, audio=audio,
+                          sample_rate=self.backend.sample_rate, start_sample=start_sample,
+                          ready_seconds=time.perf_counter() - started, processing_seconds=seconds,
+                          tokens_so_far=tokens, target_calls_so_far=calls)
+
+    def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
+                  should_stop: StopCheck | None) -> tuple[GenerationResult, DecodingConfig, float]:
+        """One chunk's tokens, the config as decoded, and the LM seconds."""
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
         max_context = getattr(self.backend, "max_context", None)
@@ -229,13 +283,20 @@ class Synthesizer:
         else:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
                                               rule=self.rule(config), should_stop=should_stop)
-        lm_seconds = time.perf_counter() - start
+        return generation, config, time.perf_counter() - start
+
+
+def _timed(parts: Iterator) -> Iterator[tuple[np.ndarray, float]]:
+    """(float32 samples, seconds it took to produce them) for each part; a part is an array from a
+    generator that decodes as it is asked, or a function that returns one."""
+    while True:
         start = time.perf_counter()
-        context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
-        audio = np.asarray(self.backend.tokens_to_audio(generation.tokens, **context), dtype=np.float32)
-        codec_seconds = time.perf_counter() - start
-        chunk = ChunkResult(text, generation, config, 0, 0, lm_seconds, codec_seconds)
-        return chunk, audio
+        try:
+            part = next(parts)
+        except StopIteration:
+            return
+        audio = part() if callable(part) else part
+        yield np.asarray(audio, dtype=np.float32), time.perf_counter() - start
 
 
 @dataclass

@@ -21,6 +21,7 @@ config when the backend is built, so tiny test models with the same token names 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,7 @@ import torchaudio
 from ..config import DecodingConfig
 from .. import text as text_frontend
 from ..errors import TextError
+from ..streaming import CodecWindows, decode_windows
 from ..synthesis import TextChunk, VoicePrompt
 
 USER_PREFIX = "Convert the text to speech:"
@@ -147,6 +149,9 @@ class LlasaBackend:
     max_new_tokens: int = MAX_CONTEXT
     licence: str = LICENCE
     supports_voice_prompt: bool = True
+    #: How `Synthesizer.stream` decodes codes window by window: 1 s windows, 0.5 s of context before and
+    #: 0.2 s of lookahead after each, 40 ms crossfades (`ssd_demo.streaming`).
+    windows: CodecWindows = field(default_factory=CodecWindows)
     vocab: SpeechVocab = field(init=False)
 
     def __post_init__(self) -> None:
@@ -252,6 +257,17 @@ class LlasaBackend:
         """Generated ids -> waveform; with `prompt_ids`, decoded after the voice prompt's codes they hold."""
         context = self.prompt_codes(prompt_ids) if prompt_ids is not None else []
         return self.codes_to_audio(self.tokens_to_codes(tokens), context)
+
+    def audio_windows(self, tokens: list[int], prompt_ids: list[int] | None = None) -> Iterator[np.ndarray]:
+        """`tokens_to_audio` in pieces of `windows.window` codes, each decoded when asked for (streaming)."""
+        context = self.prompt_codes(prompt_ids) if prompt_ids is not None else []
+        codes = self.tokens_to_codes(tokens)
+        if not codes:
+            yield np.zeros(0, dtype=np.float32)
+            return
+        for samples, _, _ in decode_windows(codes, lambda before, part: self.codes_to_audio(part, before),
+                                            self.hop_length, self.windows, prompt_codes=context):
+            yield samples
 
     # -- voice cloning ----------------------------------------------------------------
 
