@@ -13,6 +13,11 @@ A speculative round:
      replacement drawn from the rule's residual, or a bonus token from q_{K+1};
   4. cut both caches back to the committed length.
 
+Two kinds of drafter propose the block (`speculative_generate`'s `draft`): an AR draft model with its
+own KV cache (`_ModelDrafter`), or draft heads that roll the target's own hidden state forward
+(`draft_heads.DraftHeads`, `_HeadsDrafter`): no draft model, one target call per round. Both are
+verified the same way.
+
 Forced tokens: a caller may hand in a `ForcedTokens` schedule, a deterministic function of the
 tokens sampled so far that says which tokens the decoder must insert itself after each sampled
 one (the embedded voice marks phoneme boundaries this way, so that it can never skip a word).
@@ -38,6 +43,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
+from .draft_heads import DraftHeads, OutputInputCapture, check_fits, is_heads
 from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
@@ -70,6 +76,10 @@ class CachedForward(Protocol):
     """A model's forward over its own KV cache: what both decoders call (`CachedLM`, `StaticCacheLM`)."""
 
     calls: int
+    # With keep_hidden: the input of the output layer (the final hidden state) of the last forward's
+    # logits rows, [rows, d], and the cache position of its first row.
+    hidden: torch.Tensor | None
+    hidden_from: int
 
     @property
     def length(self) -> int:
@@ -81,14 +91,19 @@ class CachedForward(Protocol):
     def truncate(self, length: int) -> None:
         """Cut the cache back to its first `length` tokens."""
 
+    def close(self) -> None:
+        """Release what the forward attached to its model (hooks)."""
+
 
 class CachedLM:
     """A causal LM and its KV cache, which can be cut back to any shorter length."""
 
-    def __init__(self, model):
+    def __init__(self, model, keep_hidden: bool = False):
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.calls = 0
+        self.hidden, self.hidden_from = None, 0
+        self._capture = OutputInputCapture(model) if keep_hidden else None
         # transformers 5.x renamed `past_key_values` to `cache`; accept models of either vintage.
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -109,12 +124,20 @@ class CachedLM:
             **{self._cache_arg: self.cache},
         )
         self.calls += 1
+        if self._capture is not None:
+            self.hidden = self._capture.hidden[0]
+            self.hidden_from = self.length - self.hidden.shape[0]
         return out.logits[0]
 
     def truncate(self, length: int) -> None:
         extra = self.length - length
         if extra > 0:
             self.cache.crop(-extra)  # transformers 5.x: a negative count drops tokens from the end
+
+    def close(self) -> None:
+        """Remove the hidden-state hook from the model (it outlives this run otherwise)."""
+        if self._capture is not None:
+            self._capture.close()
 
 
 class _Clock:
@@ -279,7 +302,7 @@ def autoregressive_generate(
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
-    draft: PreTrainedModel,  # same vocabulary and device as the target
+    draft: "PreTrainedModel | DraftHeads",  # a draft LM (same vocabulary and device) or the target's heads
     input_ids: torch.Tensor,  # [1, T] prompt ids
     config: DecodingConfig,
     *,
@@ -290,6 +313,9 @@ def speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
+    `draft` proposes the blocks: a causal LM over the same vocabulary (its own KV cache), or
+    `DraftHeads` made for this target, which propose from the target's own hidden state.
+
     `static_cache` picks the forward implementation for both models (see `cached_lm`); it changes
     speed, never the algorithm. `forced` is an optional schedule of tokens the decoder inserts itself.
     `rule` is the acceptance strategy (its name must match `config.acceptance`); by default
@@ -298,7 +324,12 @@ def speculative_generate(
     codec centroids) builds it with `Synthesizer.rule(config)`. `should_stop` is asked before every
     round; when it says so, `Cancelled` is raised (the caller stopped the run).
     """
-    device, vocab = _check_inputs(input_ids, target, draft)
+    heads = is_heads(draft)
+    device, vocab = _check_inputs(input_ids, *((target,) if heads else (target, draft)))
+    if heads:
+        check_fits(draft, target)
+        if draft.device != device:
+            raise ValueError(f"target and draft heads must be on the same device; got {device} and {draft.device}")
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     if rule is None:
         rule = make_rule(config, embeddings=target.get_input_embeddings().weight.detach()
@@ -307,35 +338,42 @@ def speculative_generate(
         raise ValueError(f"the rule handed in is {rule.name!r} but config.acceptance is {config.acceptance!r}")
     # Forced tokens may follow each sampled token; a generous bound keeps the static caches in range.
     capacity = len(run.prompt) + config.max_new_tokens + (MAX_FORCED_PER_TOKEN + 1) * (config.draft_len + 2)
-    target_lm, draft_lm = cached_lm(target, capacity, static_cache), cached_lm(draft, capacity, static_cache)
-    clock = _Clock(device)
-    _prefill([target_lm, draft_lm], run.prompt)
-    prefill_seconds = clock.now()
-    history = AcceptanceHistory()
-    idle = 0  # rounds in a row the adaptive choice drafted nothing
-    done = False
-    while not done:
-        check_stop(should_stop)
-        if config.adaptive_draft_len:
-            draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio,
-                                         verify_costs=config.verify_costs)
-            # K = 0 records no acceptance, so the estimate would never change: probe with K = 1 now
-            # and then (a function of the past rounds only, so exactness is kept).
-            idle = idle + 1 if draft_len == 0 else 0
-            if idle >= PROBE_EVERY:
-                draft_len, idle = 1, 0
-        else:
-            draft_len = config.draft_len
-        draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token
-        record, done = _speculative_round(run, rule, target_lm, draft_lm, draft_len, clock)
-        history.record(record.expected_acceptance)
-        run.steps.append(record)
+    target_lm = cached_lm(target, capacity, static_cache, keep_hidden=heads)
+    drafter: Drafter = (_HeadsDrafter(draft, target, target_lm) if heads
+                        else _ModelDrafter(cached_lm(draft, capacity, static_cache)))
+    try:
+        clock = _Clock(device)
+        _prefill([target_lm, *drafter.lms], run.prompt)
+        drafter.sync(target_lm.length)
+        prefill_seconds = clock.now()
+        history = AcceptanceHistory()
+        idle = 0  # rounds in a row the adaptive choice drafted nothing
+        done = False
+        while not done:
+            check_stop(should_stop)
+            if config.adaptive_draft_len:
+                draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio,
+                                             verify_costs=config.verify_costs)
+                # K = 0 records no acceptance, so the estimate would never change: probe with K = 1 now
+                # and then (a function of the past rounds only, so exactness is kept).
+                idle = idle + 1 if draft_len == 0 else 0
+                if idle >= PROBE_EVERY:
+                    draft_len, idle = 1, 0
+            else:
+                draft_len = config.draft_len
+            draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token
+            record, done = _speculative_round(run, rule, target_lm, drafter, draft_len, clock)
+            history.record(record.expected_acceptance)
+            run.steps.append(record)
+    finally:
+        target_lm.close()
+        drafter.close()
     return _result(
-        run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=draft_lm.calls
+        run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=drafter.calls
     )
 
 
-def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForward", draft_lm: "CachedForward",
+def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForward", drafter: "Drafter",
                        draft_len: int, clock: _Clock) -> tuple[RoundRecord, bool]:
     """One round: draft, verify in one target call, accept a prefix, add one token, roll back.
 
@@ -346,7 +384,7 @@ def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForwar
 
     # 1. Draft (forced tokens inserted after the drafted ones they follow).
     started = clock.now()
-    drafted, draft_rows, block_tokens, drafted_at_index = _draft_block(draft_lm, run, draft_len)
+    drafted, draft_rows, block_tokens, drafted_at_index = drafter.propose(run, draft_len)
     drafted_at = clock.now()
 
     # 2. Verify: the pending tokens plus the block, in one target call. The logits that predict
@@ -381,7 +419,7 @@ def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForwar
     # 4. Roll both caches back to the committed prefix (the new token and its forced ones stay pending).
     valid = committed_len + len(kept_block)
     target_lm.truncate(valid)
-    draft_lm.truncate(min(draft_lm.length, valid))
+    drafter.sync(valid)
     finished = clock.now()
     record = RoundRecord(
         drafted=drafted,
@@ -394,24 +432,137 @@ def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForwar
         expected_acceptance=expected,
         draft_calls=len(draft_rows),
         target_cache_len=target_lm.length,
-        draft_cache_len=draft_lm.length,
+        draft_cache_len=drafter.cache_len,
         forced_counts=forced_counts,
         committed=run.committed[committed_len:],
     )
     return record, done
 
 
-def cached_lm(model, capacity: int, static_cache: bool | None = None) -> "CachedForward":
+def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidden: bool = False) -> "CachedForward":
     """A model's cached forward: the lean static-cache step for plain Llamas, else transformers'.
 
     `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
-    lean step off everywhere, e.g. to compare against transformers' own forward).
+    lean step off everywhere, e.g. to compare against transformers' own forward). `keep_hidden`:
+    the forward keeps the final hidden state of its logits rows (draft heads read it); the lean
+    step always does, at no cost.
     """
     if static_cache is None:
         static_cache = os.environ.get("SSD_DEMO_STATIC_CACHE", "1") != "0"
     if static_cache and static_cache_supports(model):
         return StaticCacheLM(model, capacity)
-    return CachedLM(model)
+    return CachedLM(model, keep_hidden=keep_hidden)
+
+
+class Drafter(Protocol):
+    """What proposes a round's block (`_ModelDrafter`, `_HeadsDrafter`)."""
+
+    calls: int  # proposal steps taken (for the stats)
+    lms: list  # cached forwards to prefill with the prompt
+
+    @property
+    def cache_len(self) -> int:
+        """Tokens in the drafter's own cache (heads: the target's, which they read)."""
+
+    def propose(self, run: "_Run", draft_len: int) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
+        """Up to `draft_len` drafted tokens, their processed distributions, the block to verify (forced
+        tokens inserted) and each drafted token's index in that block."""
+
+    def sync(self, valid: int) -> None:
+        """After the target's cache was cut to its first `valid` tokens (the committed prefix)."""
+
+    def close(self) -> None:
+        """Release hooks and caches."""
+
+
+class _ModelDrafter:
+    """An AR draft model with its own KV cache, fed the committed tokens it has not seen yet."""
+
+    def __init__(self, lm: "CachedForward"):
+        self.lm = lm
+        self.lms = [lm]
+
+    @property
+    def calls(self) -> int:
+        return self.lm.calls
+
+    @property
+    def cache_len(self) -> int:
+        return self.lm.length
+
+    def propose(self, run: "_Run", draft_len: int):
+        return _draft_block(self.lm, run, draft_len)
+
+    def sync(self, valid: int) -> None:
+        self.lm.truncate(min(self.lm.length, valid))
+
+    def close(self) -> None:
+        self.lm.close()
+
+
+class _HeadsDrafter:
+    """Draft heads on the target's hidden state: the state at the last token in the target's cache,
+    rolled forward over the pending tokens and then over each drafted token (and its forced ones)."""
+
+    def __init__(self, heads: DraftHeads, target, target_lm: "CachedForward"):
+        self.heads = heads
+        self.target_lm = target_lm
+        self.lms: list = []
+        self.calls = 0
+        self._embed = target.get_input_embeddings().weight  # [V, d]
+        output = target.get_output_embeddings()
+        self._out_weight, self._out_bias = output.weight, getattr(output, "bias", None)
+        self._anchor: torch.Tensor | None = None  # [d]: the target's hidden state at position cache_len - 1
+
+    @property
+    def cache_len(self) -> int:
+        return self.target_lm.length
+
+    def sync(self, valid: int) -> None:
+        hidden = self.target_lm.hidden
+        row = valid - 1 - self.target_lm.hidden_from
+        if hidden is None or not 0 <= row < hidden.shape[0]:
+            self._anchor = None  # nothing cached yet (a one-token prompt): the heads start from zeros
+        else:
+            self._anchor = hidden[row]
+
+    def _state_after(self, state: torch.Tensor, tokens: list[int]) -> torch.Tensor:
+        for token in tokens:
+            state = self.heads.step(state, self._embed[token].to(state.dtype))
+        return state
+
+    def propose(self, run: "_Run", draft_len: int):
+        drafted: list[int] = []
+        rows: list[torch.Tensor] = []
+        block: list[int] = []
+        drafted_at: list[int] = []
+        if draft_len <= 0:
+            return drafted, rows, block, drafted_at
+        forced_state = run.forced_state
+        threshold = run.config.adaptive_threshold
+        eos = run.config.eos_ids
+        state = self._anchor if self._anchor is not None else self._embed.new_zeros(self._embed.shape[1])
+        feed = run.committed[self.target_lm.length :]  # the pending tokens the target has not seen
+        for _ in range(draft_len):
+            state = self._state_after(state, feed)
+            logits = torch.nn.functional.linear(state[None], self._out_weight, self._out_bias)  # [1, V]
+            _, probs = run.distributions(logits)
+            self.calls += 1
+            if threshold > 0 and drafted and float(probs.max()) < threshold:
+                break  # the heads are unsure: verify now
+            token = int(sample(probs, run.generator)[0])
+            drafted.append(token)
+            rows.append(probs[0])
+            drafted_at.append(len(block))
+            forced_state, forced = run.advance(forced_state, token)
+            feed = [token, *forced]
+            block.extend(feed)
+            if any(item in eos for item in feed):
+                break  # nothing after an end token can be emitted
+        return drafted, rows, block, drafted_at
+
+    def close(self) -> None:
+        self._anchor = None
 
 
 @dataclass

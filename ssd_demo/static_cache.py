@@ -116,6 +116,9 @@ class StaticCacheLM:
         self.model = model
         self.calls = 0
         self._pos = 0
+        # The final hidden state of the last forward's logits rows (read by draft heads; a reference, no copy).
+        self.hidden: torch.Tensor | None = None
+        self.hidden_from = 0
         core = model.model
         config = model.config
         self._layers = list(core.layers)
@@ -148,6 +151,9 @@ class StaticCacheLM:
 
     def truncate(self, length: int) -> None:
         self._pos = min(self._pos, max(length, 0))  # rollback = moving the pointer
+
+    def close(self) -> None:
+        """Nothing to release (the buffers go with the object); here for `decoding.CachedForward`."""
 
     @staticmethod
     def _norm(norm, hidden: torch.Tensor) -> torch.Tensor:
@@ -220,6 +226,7 @@ class StaticCacheLM:
         hidden = self._norm(core.norm, hidden[-1:] if last_only else hidden)
         self._pos = end
         self.calls += 1
+        self.hidden, self.hidden_from = hidden, end - hidden.shape[0]
         if self._packed is not None:
             return _matmul(hidden, self._packed[1], self.model.lm_head.bias)
         return self.model.lm_head(hidden)

@@ -1,0 +1,121 @@
+"""Draft heads: a tiny proposer that runs on the target's own hidden state (no draft model).
+
+An AR draft model pays K forward calls of its own per round; on a CPU those calls, not the verify,
+cap the speedup (docs/benchmarks.md). Draft heads read the hidden state the target already computed
+in its verify call and roll it forward one token at a time through a small recurrent block, so a
+round costs one target call plus K steps of a few small matmuls. The target stays frozen: the heads
+borrow its input embedding and its output layer.
+
+    state_0 = h_p                     the target's hidden state at the last position it processed
+    state_j = step(state_{j-1}, E[x]) one step per following token x (committed, forced or drafted)
+    p_j     = softmax(lm_head(state_j)) processed like the target's (temperature, top-k/p, mask)
+
+Each step is a residual block over [RMSNorm(state), RMSNorm(E[x])] (EAGLE's idea of feeding the token
+with the feature, without its transformer layer), trained to reproduce the target's next hidden state
+and next-token distribution (`training.heads`). Proposals are verified by the same acceptance rules
+as any draft, so at beta = 0 the output keeps the target's distribution whatever the heads propose.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+CONFIG_NAME = "heads.json"
+WEIGHTS_NAME = "heads.safetensors"
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    hidden: int  # the target's hidden size (the state lives in the space its output layer reads)
+    inner: int = 1024  # width of each block's MLP
+    blocks: int = 2  # residual blocks per step
+    eps: float = 1e-5
+
+
+class HeadBlock(nn.Module):
+    def __init__(self, config: HeadsConfig):
+        super().__init__()
+        self.state_norm = nn.RMSNorm(config.hidden, eps=config.eps)
+        self.token_norm = nn.RMSNorm(config.hidden, eps=config.eps)
+        self.up = nn.Linear(2 * config.hidden, config.inner)
+        self.down = nn.Linear(config.inner, config.hidden)
+
+    def forward(self, state: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        # state, token: [..., d] -> [..., d]
+        x = torch.cat([self.state_norm(state), self.token_norm(token)], dim=-1)
+        return state + self.down(F.silu(self.up(x)))
+
+
+class DraftHeads(nn.Module):
+    """The recurrent step of the heads (the target's embedding and output layer are passed in, not owned)."""
+
+    def __init__(self, config: HeadsConfig):
+        super().__init__()
+        self.config = config
+        self.blocks = nn.ModuleList(HeadBlock(config) for _ in range(config.blocks))
+
+    def step(self, state: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
+        """[..., d] state and the embedding of the token that follows it -> the state after that token."""
+        for block in self.blocks:
+            state = block(state, token_embedding)
+        return state
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def save(self, folder: str | Path, extra: dict | None = None) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        dtype = next(self.parameters()).dtype
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}, folder / WEIGHTS_NAME)
+        (folder / CONFIG_NAME).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> "DraftHeads":
+        """Load strictly: a missing or unexpected tensor is an error, never silently re-initialised."""
+        folder = Path(folder)
+        meta = json.loads((folder / CONFIG_NAME).read_text())
+        fields = HeadsConfig.__dataclass_fields__
+        heads = cls(HeadsConfig(**{k: v for k, v in meta.items() if k in fields}))
+        heads.load_state_dict(load_file(folder / WEIGHTS_NAME), strict=True)
+        return heads.to(dtype).eval()
+
+
+def is_heads(draft) -> bool:
+    return isinstance(draft, DraftHeads)
+
+
+def check_fits(heads: DraftHeads, target) -> None:
+    """The heads must have been made for a target of this width."""
+    width = target.get_output_embeddings().weight.shape[1]
+    if heads.config.hidden != width:
+        raise ValueError(f"the draft heads work on {heads.config.hidden}-wide hidden states but the target's are {width}")
+
+
+class OutputInputCapture:
+    """Keeps the input of a model's output layer from its last forward: the hidden state the heads start from.
+
+    A forward pre-hook on `get_output_embeddings()` sees exactly what the logits were computed from, for
+    any causal LM (after its final norm), without asking the model for all its layers' hidden states.
+    """
+
+    def __init__(self, model):
+        self.hidden: torch.Tensor | None = None
+        self._handle = model.get_output_embeddings().register_forward_pre_hook(self._keep)
+
+    def _keep(self, module, args) -> None:
+        self.hidden = args[0].detach()
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+__all__ = ["CONFIG_NAME", "DraftHeads", "HeadsConfig", "OutputInputCapture", "check_fits", "is_heads"]
