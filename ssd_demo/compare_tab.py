@@ -8,6 +8,9 @@ parameter), and every handler turns failures into a `gr.Error` through `to_gradi
 from __future__ import annotations
 
 import inspect
+import queue
+import threading
+import time
 
 import gradio as gr
 
@@ -51,6 +54,39 @@ TOKENS_LEGEND = (
     "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
     "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
 )
+
+REPLAY_NOTE = (
+    "**Replay at measured speed.** The two runs above went one after the other (one machine cannot run "
+    "both fairly at once). These replays put each on its own measured timeline, from the start of its "
+    "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
+    "decoder a listener would have heard first and longer."
+)
+#: Start both replays together (the browser's own players, from the beginning).
+PLAY_BOTH_JS = """() => {
+  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
+    const audio = document.querySelector('#' + id + ' audio');
+    if (audio) { audio.currentTime = 0; audio.play(); }
+  }
+}"""
+#: Presenter mode is a class on the page: CSS (ui.CSS) enlarges the race and hides developer detail.
+PRESENTER_JS = "(on) => { document.body.classList.toggle('ssd-presenter', !!on); }"
+#: The page's load: `?presenter=1` in the address turns presenter mode on.
+PRESENTER_FROM_URL_JS = """() => {
+  const on = new URLSearchParams(window.location.search).get('presenter') === '1';
+  document.body.classList.toggle('ssd-presenter', on);
+  return on;
+}"""
+#: The browser's own player (an <audio> element the "replay both" button can start).
+NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
+LANE_LABELS = ("Autoregressive", "Speculative")
+PRESENTER_EXAMPLES = 3
+#: How often the live counters are redrawn while a decoder runs (seconds).
+LIVE_EVERY = 0.25
+
+
+def _short(text: str, limit: int = 48) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
 
 #: /synthesize parameters that are not decoding settings: before the settings, and after them.
 LEADING_PARAMETERS = ("text", "preset", "draft")
@@ -135,23 +171,35 @@ def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
     return inspect.Signature(parameters)
 
 
-def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrency_id: str) -> None:
-    """Lay out the tab inside the caller's `with gr.Tab(...)` block and wire its events."""
+def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrency_id: str) -> gr.Checkbox:
+    """Lay out the tab inside the caller's `with gr.Tab(...)` block and wire its events; returns the
+    presenter-mode toggle (the page sets it from the URL)."""
     presets = list_presets()
     config = defaults.config
-    with gr.Accordion("How it works", open=False):
-        gr.Markdown(HOW_IT_WORKS)
+    with gr.Row(elem_classes=["ssd-topbar"]):
+        with gr.Accordion("How it works", open=False, elem_classes=["ssd-dev"]):
+            gr.Markdown(HOW_IT_WORKS)
+        presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle", scale=0,
+                                min_width=160, container=False)
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters)",
                               placeholder="Type an English sentence…", lines=3,
                               max_length=defaults.max_text_chars, elem_id="ssd-text")
-            gr.Examples(examples=[[t] for t in app_logic.example_texts()], inputs=[text], cache_examples=False)
+            with gr.Column(elem_classes=["ssd-dev"]):
+                gr.Examples(examples=[[t] for t in app_logic.example_texts()], inputs=[text], cache_examples=False)
+            with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
+                example_buttons = [(gr.Button(_short(t), size="sm", elem_classes=["ssd-example"]), t)
+                                   for t in app_logic.example_texts()[:PRESENTER_EXAMPLES]]
             with gr.Row():
-                run = gr.Button("Synthesise with both decoders", variant="primary", elem_id="ssd-run")
+                run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run")
                 stop = gr.Button("Stop", variant="stop")
-            gr.Markdown(app_logic.device_note() + (f"  \n{startup_problem}" if startup_problem else ""))
-        with gr.Column(scale=2):
+            # /synthesize (every output at once) stays for API callers; the page's button runs the race.
+            synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
+            status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
+            gr.Markdown(app_logic.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
+                        elem_classes=["ssd-dev"])
+        with gr.Column(scale=2, elem_classes=["ssd-dev"]):
             # Custom pairs are added per session, so the choices differ between visitors; the key is
             # checked server-side (an unknown or another session's key gets a clear "unknown preset").
             preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
@@ -175,28 +223,49 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             with gr.Accordion("Sampling", open=False):
                 controls |= setting_controls("sampling", config)
 
-    with gr.Row():
+    empty = app_logic.Race()
+    with gr.Row(elem_id="ssd-race"):
+        with gr.Column():
+            ar_live = gr.Markdown(app_logic.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
+                                  elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
+            ar_stream = gr.Audio(label="Autoregressive, live", streaming=True, autoplay=True, interactive=False,
+                                 buttons=[], elem_id="ssd-ar-stream")
+        with gr.Column():
+            spec_live = gr.Markdown(app_logic.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
+                                    elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
+            spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
+                                   buttons=[], elem_id="ssd-spec-stream")
+    headline = gr.Markdown(elem_id="ssd-headline")
+    with gr.Row(elem_id="ssd-replay"):
+        with gr.Column(scale=1, min_width=160):
+            gr.Markdown(REPLAY_NOTE)
+            replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
+        replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
+                             buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
+        replay_spec = gr.Audio(label="Replay at measured speed: speculative", type="filepath", interactive=False,
+                               buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
+    with gr.Row(elem_classes=["ssd-dev"]):
         ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath", interactive=False,
                             buttons=["download"], elem_id="ssd-ar-audio")
         spec_audio = gr.Audio(label="Speculative (draft + target)", type="filepath", interactive=False,
                               buttons=["download"], elem_id="ssd-spec-audio")
-    with gr.Row():
+    with gr.Row(elem_classes=["ssd-dev"]):
         with gr.Column(scale=3):
             stats = gr.Markdown(label="Statistics", elem_id="ssd-stats")
         with gr.Column(scale=1, min_width=140):
             seed_used = gr.Number(label="Seed used", precision=0, interactive=False)
-    gr.Markdown(TOKENS_LEGEND)
+    gr.Markdown(TOKENS_LEGEND, elem_classes=["ssd-dev"])
     tokens = gr.HighlightedText(label="Speculative rounds", color_map=TOKEN_COLOURS, show_legend=True,
-                                combine_adjacent=False, elem_classes=["ssd-tokens"], elem_id="ssd-tokens")
-    with gr.Row():
+                                combine_adjacent=False, elem_classes=["ssd-tokens", "ssd-dev"], elem_id="ssd-tokens")
+    with gr.Row(elem_classes=["ssd-dev"]):
         tokens_vs_time = gr.Plot(label="Tokens vs wall time", show_label=False, format="png", elem_id="ssd-plot-time")
         breakdown = gr.Plot(label="Timing breakdown", show_label=False, format="png", elem_id="ssd-plot-breakdown")
-    with gr.Row():
+    with gr.Row(elem_classes=["ssd-dev"]):
         accepted_length = gr.Plot(label="Accepted length per round", show_label=False, format="png",
                                   elem_id="ssd-plot-accepted")
         by_position = gr.Plot(label="Acceptance by position", show_label=False, format="png",
                               elem_id="ssd-plot-position")
-    with gr.Accordion("All numbers (JSON)", open=False):
+    with gr.Accordion("All numbers (JSON)", open=False, elem_classes=["ssd-dev"]):
         details = gr.JSON(label="Details")
 
     setting_inputs = [controls[s.name] for s in COMPARE_SETTINGS]
@@ -237,6 +306,91 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
     synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
+    race_outputs = [status, ar_live, spec_live, ar_stream, spec_stream, headline, replay_ar, replay_spec, *outputs]
+    streams = {"autoregressive": ar_stream, "speculative": spec_stream}
+    lives = {"autoregressive": ar_live, "speculative": spec_live}
+
+    def frame(changes: dict) -> tuple:
+        """One update of the race's outputs: the given ones, every other left as it is."""
+        return tuple(changes.get(component, gr.skip()) for component in race_outputs)
+
+    def live(race: app_logic.Race) -> dict:
+        return {status: f"**Now:** {race.stage}",
+                **{lives[name]: app_logic.lane_markdown(race.lanes[name], label)
+                   for name, label in zip(app_logic.LANES, LANE_LABELS)}}
+
+    def race_run(*args, **kwargs):
+        """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
+        live counters; then the replay at measured speed, the statistics and, last, the charts."""
+        values = signature.bind(*args, **kwargs)
+        values.apply_defaults()
+        chosen = values.arguments
+        try:
+            ui_jobs.admit(chosen["request"], concurrency_id)
+            request = Request(
+                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
+                voice_prompt=app_logic.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
+                **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
+            )
+        except Exception as error:  # noqa: BLE001
+            raise to_gradio_error(error) from None
+        race, events = app_logic.Race(), queue.Queue()
+        stopped, closed = ui_jobs.stop_check(chosen["request"]), threading.Event()
+        started = time.perf_counter()
+
+        def work() -> None:  # the decoding runs here; the handler only relays what it produces
+            try:
+                comparison = app_logic.run_race(request, race, lambda lane, piece: events.put(("piece", lane, piece)),
+                                                should_stop=lambda: closed.is_set() or stopped())
+                events.put(("done", comparison))
+            except BaseException as error:  # noqa: BLE001 - handed to the handler, which reports it
+                events.put(("error", error))
+
+        worker = threading.Thread(target=work, name="ssd-race", daemon=True)
+        worker.start()
+        try:
+            yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
+                         replay_spec: None})
+            while True:
+                try:
+                    kind, *payload = events.get(timeout=LIVE_EVERY)
+                except queue.Empty:
+                    yield frame(live(race))
+                    continue
+                if kind == "piece":
+                    lane, piece = payload
+                    if len(piece.audio):
+                        yield frame({**live(race), streams[lane]: app_logic.piece_wav(piece)})
+                    continue
+                if kind == "error":
+                    if isinstance(payload[0], Cancelled):
+                        return  # stopped: nobody is waiting for an answer
+                    raise to_gradio_error(payload[0]) from None
+                comparison = payload[0]
+                break
+            ui_jobs.CLOCK.record(time.perf_counter() - started)
+            # Audio, numbers and the headline first; the charts only after them.
+            ar_path, spec_path = app_logic.write_audio_files(comparison)
+            replay = app_logic.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
+            info = {**app_logic.details(comparison), "race": app_logic.race_details(race)}
+            race.stage = "Both runs done: drawing the charts and the token view"
+            results = {headline: app_logic.headline(comparison), replay_ar: str(replay[0]), replay_spec: str(replay[1]),
+                       ar_audio: str(ar_path), spec_audio: str(spec_path), stats: app_logic.stats_markdown(comparison),
+                       details: info, seed_used: comparison.seed}
+            yield frame({**live(race), **results})
+            figures = app_logic.figures(comparison)
+            race.stage = "Done"
+            # The last update holds every value (what an API client's result is); None ends both streams.
+            yield frame({**live(race), **results, tokens: app_logic.comparison_token_view(comparison),
+                         tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
+                         accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
+                         ar_stream: None, spec_stream: None})
+        finally:
+            closed.set()  # a closed page or a cancel: the decoding thread stops within one round
+
+    race_run.__signature__ = signature
+    race_run.__annotations__ = {"request": gr.Request}
+
     def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
         try:
@@ -274,10 +428,20 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     # preprocess=False: values reach the handler as sent, and `Setting.coerce` checks each by name ("beta
     # must be at most 1, got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
     # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
-    run_event = run.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize", concurrency_limit=1,
-                          concurrency_id=concurrency_id, preprocess=False)
+    run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
+                                        concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
+    # The race reports progress in one place (the status line), not with a spinner on every output.
+    race_options = dict(inputs=inputs, outputs=race_outputs, concurrency_limit=1, concurrency_id=concurrency_id,
+                        preprocess=False, show_progress="minimal", show_progress_on=[status])
+    race_events = [run.click(race_run, api_name="race", **race_options)]
+    for button, sentence in example_buttons:
+        race_events.append(button.click(lambda sentence=sentence: sentence, outputs=[text], queue=False,
+                                        api_visibility="private")
+                           .then(race_run, api_visibility="private", **race_options))
+    replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
+    presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
-    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
+    stop.click(stop_run, cancels=[run_event, *race_events], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
                  outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
@@ -286,3 +450,4 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     controls["acceptance"].change(rule_options, inputs=[controls["acceptance"]],
                                   outputs=[*[controls[s.name] for s in rule_dependent], controls["acceptance"]],
                                   api_name="rule_options", queue=False)
+    return presenter

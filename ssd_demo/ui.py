@@ -16,7 +16,7 @@ import gradio as gr
 
 from . import app_logic, ui_jobs
 from .benchmark_tab import build_benchmark_tab
-from .compare_tab import build_compare_tab
+from .compare_tab import PRESENTER_FROM_URL_JS, build_compare_tab
 from .presets import list_presets
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,16 @@ MODEL_CONCURRENCY_ID = "model"  # one job at a time touches the resident model p
 CSS = """
 .ssd-tokens { max-height: 18rem; overflow-y: auto; }
 footer { display: none !important; }
+#ssd-headline h1 { margin: 0.2rem 0; }
+.ssd-presenter-only { display: none !important; }
+/* Presenter mode (?presenter=1 or the toggle): big numbers, the race only, fits 1280x720. */
+body.ssd-presenter .ssd-dev { display: none !important; }
+body.ssd-presenter .ssd-presenter-only { display: flex !important; }
+body.ssd-presenter #ssd-intro { display: none !important; }
+body.ssd-presenter #ssd-headline h1 { font-size: 3rem; line-height: 1.1; }
+body.ssd-presenter .ssd-lane h3 { font-size: 1.6rem; }
+body.ssd-presenter .ssd-lane, body.ssd-presenter #ssd-status { font-size: 1.25rem; }
+body.ssd-presenter #ssd-text textarea { font-size: 1.3rem; }
 """
 
 
@@ -66,15 +76,18 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
         gr.Markdown(
             "# Speech speculative decoding\n"
             "Type a sentence and hear the target model decode it **autoregressively** and with "
-            "**speculative decoding** (a draft proposes, the target verifies), side by side, "
-            "with what was accepted in every round and where the time went."
+            "**speculative decoding** (a draft proposes, the target verifies), racing: each one's audio "
+            "plays as it is decoded, then what was accepted in every round and where the time went.",
+            elem_id="ssd-intro",
         )
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
-                build_compare_tab(defaults, startup_problem, MODEL_CONCURRENCY_ID)
+                presenter = build_compare_tab(defaults, startup_problem, MODEL_CONCURRENCY_ID)
             _add_listening_tab()
             with gr.Tab("Benchmark", id="benchmark"):
                 build_benchmark_tab(MODEL_CONCURRENCY_ID)
+
+        demo.load(None, outputs=[presenter], js=PRESENTER_FROM_URL_JS, api_visibility="private")
 
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=1)
     return demo

@@ -312,3 +312,43 @@ def test_every_bad_setting_is_refused_by_name(client, changes, message):
 def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, message):
     with pytest.raises(AppError, match=message):
         client.predict(text, **changes, api_name="/synthesize")
+
+
+# --- the race: both decoders streamed, through gradio_client's streaming -----------------------------
+
+RACE_OUTPUTS = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
+                *OUTPUTS)
+
+
+def test_race_streams_both_decoders_and_ends_with_every_result(client):
+    job = client.submit("Race me.", seed=4, api_name="/race")
+    final = dict(zip(RACE_OUTPUTS, job.result()))
+    updates = [dict(zip(RACE_OUTPUTS, values)) for values in job.outputs()]
+    assert len(updates) >= 3  # live frames before the end
+    # Each decoder's first audio is reported while the race still runs (before the final frame), AR first.
+    heard = {name: next(i for i, u in enumerate(updates) if "First audio after **–**" not in u[name])
+             for name in ("ar_live", "spec_live")}
+    assert heard["ar_live"] < heard["spec_live"] < len(updates) - 1
+    assert "Done" in final["status"]
+    details = final["details"]
+    # The race decodes what /synthesize decodes for the same seed.
+    same = _named(client.predict("Race me.", seed=4, api_name="/synthesize"))["details"]
+    for run in ("autoregressive", "speculative"):
+        assert details[run]["tokens"] == same[run]["tokens"]
+        race = details["race"][run]
+        assert race["tokens"] == len(details[run]["tokens"]) and race["pieces"]
+        assert 0 <= race["time_to_first_audio"] <= race["time_to_last_audio"]
+        assert race["target_calls"] == details[run]["stats"]["target_calls"]
+    assert Path(final["replay_ar"]).name == "replay_at_measured_speed_autoregressive.wav"
+    assert soundfile.info(final["replay_ar"]).duration == soundfile.info(final["replay_spec"]).duration > 0
+    assert Path(final["ar_audio"]).is_file() and final["stats"].startswith("| | Autoregressive")
+    assert final["tokens_vs_time"]["plot"].startswith("data:image/png")
+    assert "Speculative is" in final["headline"]
+
+
+def test_race_refuses_bad_input_plainly(client):
+    with pytest.raises(AppError, match="beta must be at most 1, got 5") as raised:
+        client.predict("Bad race.", beta=5, api_name="/race")
+    assert "Traceback" not in str(raised.value)
+    with pytest.raises(AppError, match="type some text"):
+        client.predict("", api_name="/race")

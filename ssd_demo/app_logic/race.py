@@ -1,0 +1,184 @@
+"""The race: both decoders streamed one after the other, with what the page shows while they run.
+
+One machine cannot run the two decoders fairly at the same time, so `run_race` streams the
+autoregressive run first and the speculative run second, each on its own clock, and hands every
+audio piece to the caller as it is decoded. `RaceLane` is one decoder's live state (rounds so far,
+tokens, time to first audio), updated from the decoding thread; the page reads it to show live
+counters. Once both are done the result is the same `Comparison` that `compare` returns, so the
+statistics, token view and charts are the usual ones. Pure logic, no Gradio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..calibration import calibrated_costs, is_calibrated
+from ..cancellation import StopCheck
+from ..presets import MODEL_JOB_LOCK
+from ..results import compare_runs
+from ..streaming import AudioPiece, measured_timeline
+from .audio_files import audio_directory, write_wav
+from .runner import Comparison, cpu_threads_for, load, token_label_for, warm_up
+from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
+from .views import end_to_end_speedup
+
+LANES = ("autoregressive", "speculative")
+
+
+@dataclass
+class RaceLane:
+    """One decoder's run as it happens (written by the decoding thread, read by the page)."""
+
+    name: str  # "autoregressive" | "speculative"
+    rounds: int = 0  # decoding rounds started so far: one call of the target model each
+    tokens: int = 0  # tokens committed, updated after each text chunk
+    pieces: list[AudioPiece] = field(default_factory=list)
+    started: float | None = None  # time.perf_counter() when its run began
+    seconds: float | None = None  # its whole run, once done
+
+    @property
+    def time_to_first_audio(self) -> float | None:
+        return self.pieces[0].ready_seconds if self.pieces else None
+
+    def elapsed(self) -> float:
+        if self.seconds is not None:
+            return self.seconds
+        return time.perf_counter() - self.started if self.started is not None else 0.0
+
+
+@dataclass
+class Race:
+    """The whole race's live state: what the page is doing, and both lanes."""
+
+    stage: str = "Waiting for the model"
+    lanes: dict[str, RaceLane] = field(default_factory=lambda: {name: RaceLane(name) for name in LANES})
+
+
+#: on_piece(lane name, piece): called from the decoding thread as each piece is ready.
+PieceSink = Callable[[str, AudioPiece], None]
+
+
+def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: StopCheck | None = None) -> Comparison:
+    """Load, check and warm up as `compare` does, then stream AR and then speculative decoding.
+
+    Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so. Runs in the
+    calling process (the live counters cannot cross into a ZeroGPU worker)."""
+    race.stage = "Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model"
+    with MODEL_JOB_LOCK:
+        race.stage = "Loading the model"
+        preset, synthesizer = load(request.preset, owner=request.owner)
+        text = check_text(synthesizer, request.text)
+        seed = request_seed(synthesizer, request)
+        config = build_config(synthesizer, request, seed)
+        draft = resolve_draft(preset, synthesizer, request.draft)
+        voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
+        if synthesizer.device.type == "cpu":
+            torch.set_num_threads(cpu_threads_for(synthesizer))  # model jobs run one at a time
+        race.stage = "Warming up the models (first run only)"
+        warm_up(synthesizer, draft)
+        if not is_calibrated(synthesizer.target, synthesizer.drafts[draft]):
+            race.stage = "Measuring this machine's draft and verify costs (first run only, a few seconds)"
+        costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft])
+        if config.adaptive_draft_len and config.verify_costs is None:
+            config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
+        results = {}
+        for name, mode, stage in (("autoregressive", "ar", "Autoregressive decoding (one target call per token)"),
+                                  ("speculative", "speculative", f"Speculative decoding (draft '{draft}', "
+                                                                 f"K = {config.draft_len})")):
+            race.stage = stage
+            lane = race.lanes[name]
+            results[name] = _stream_lane(synthesizer, lane, text, mode, config, draft, voice_prompt, on_piece,
+                                         should_stop)
+    ar, spec = results["autoregressive"], results["speculative"]
+    race.stage = "Both runs done: drawing the charts"
+    return Comparison(
+        preset=preset.key, draft=draft, seed=seed,
+        config=config.with_(cost_ratio=spec.config.cost_ratio, verify_costs=spec.config.verify_costs),
+        ar=ar, spec=spec, report=compare_runs(ar.generation, spec.generation), token_label=token_label_for(synthesizer),
+        costs=costs, requested_draft=request.draft if request.draft and request.draft != draft else None,
+    )
+
+
+def _stream_lane(synthesizer, lane: RaceLane, text, mode, config, draft, voice_prompt, on_piece: PieceSink,
+                 should_stop: StopCheck | None):
+    def tick() -> bool:  # asked once per decoding round (and once per chunk): counts the rounds live
+        lane.rounds += 1
+        return should_stop() if should_stop is not None else False
+
+    lane.started = time.perf_counter()
+    stream = synthesizer.stream(text, mode=mode, config=config, draft=draft, voice_prompt=voice_prompt,
+                                should_stop=tick)
+    for piece in stream:
+        lane.tokens = piece.tokens_so_far
+        lane.pieces.append(piece)
+        on_piece(lane.name, piece)
+    lane.seconds = time.perf_counter() - lane.started
+    result = stream.result
+    lane.rounds, lane.tokens = result.generation.stats.target_calls, len(result.generation.tokens)
+    return result
+
+
+# --- what the page shows ----------------------------------------------------------------------------
+
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+def lane_markdown(lane: RaceLane, label: str) -> str:
+    """One decoder's live counters: tokens, rounds (target calls), time to first audio, run time."""
+    state = "done" if lane.seconds is not None else ("running" if lane.started is not None else "waiting")
+    return (f"### {label}\n"
+            f"**{lane.tokens}** tokens · **{lane.rounds}** target calls · {state} {_seconds(lane.elapsed())}  \n"
+            f"First audio after **{_seconds(lane.time_to_first_audio)}**")
+
+
+def headline(comparison: Comparison) -> str:
+    """The big readout: end-to-end speedup per second of audio, and both times to first audio."""
+    speedup = end_to_end_speedup(comparison)
+    if not math.isfinite(speedup):
+        return ""
+    word = "faster" if speedup >= 1 else "slower"
+    factor = speedup if speedup >= 1 else 1 / speedup
+    return f"# Speculative is {factor:.1f}× {word}\n(LM + codec seconds per second of audio, on this machine)"
+
+
+def race_details(race: Race) -> dict:
+    """Both lanes' latency figures (the JSON the page and the API return)."""
+    from ..streaming import stream_timing
+
+    return {name: {**stream_timing(lane.pieces), "run_seconds": lane.seconds, "target_calls": lane.rounds,
+                   "tokens": lane.tokens} for name, lane in race.lanes.items()}
+
+
+def write_replay_files(race: Race, sample_rate: int, directory: Path | None = None) -> tuple[Path, Path]:
+    """Each lane as heard live: silence until each piece was ready, then the piece (same length, so
+    the two players run side by side)."""
+    directory = directory or audio_directory()
+    tracks = [measured_timeline(race.lanes[name].pieces, sample_rate) for name in LANES]
+    length = max(len(t) for t in tracks)
+    paths = []
+    for name, track in zip(LANES, tracks):
+        path = directory / f"replay_at_measured_speed_{name}.wav"
+        write_wav(path, np.pad(track, (0, length - len(track))), sample_rate)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def piece_wav(piece: AudioPiece) -> bytes:
+    """A piece as 16-bit WAV bytes with the clip's one fixed gain (what a streaming player is fed)."""
+    import io
+
+    import soundfile
+
+    from .audio_files import to_int16
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, to_int16(piece.audio), piece.sample_rate, subtype="PCM_16", format="WAV")
+    return buffer.getvalue()
