@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks} ...
+"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks,bench-stream} ...
 
 Each subcommand lives in the module that does the work; that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "stimuli": ("ssd_demo.listening.stimuli", "render a listening-test stimulus set"),
     "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
     "clicks": ("ssd_demo.click_timing", "time one click of the app's compare button (handler code, no browser)"),
+    "bench-stream": ("ssd_demo.stream_bench", "time to first audio of the app's race, through gradio_client streaming"),
 }
 
 
