@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from . import sweep
+from .backends.embedded import available_drafts
 from .presets import MODEL_JOB_LOCK
 from .ui_errors import to_gradio_error
 
@@ -37,7 +38,7 @@ def build_benchmark_tab(concurrency_id: str | None = None) -> None:
     )
     with gr.Row():
         sentences = gr.Slider(1, sweep.QUICK_MAX_SENTENCES, value=2, step=1, label="Held-out sentences")
-        draft = gr.Dropdown(["distilled", "layers"], value="distilled", label="Draft")
+        draft = gr.Dropdown(list(available_drafts()), value="distilled", label="Draft")
         seed = gr.Number(0, precision=0, label="Seed")
     run = gr.Button("Run sweep", variant="primary")
     note = gr.Markdown()

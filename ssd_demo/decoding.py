@@ -43,7 +43,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
-from .draft_heads import DraftHeads, OutputInputCapture, check_fits, is_heads
+from .draft_heads import DraftHeads, OutputInputCapture, check_fits, fast_step, is_heads
 from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
@@ -510,6 +510,7 @@ class _HeadsDrafter:
         self.lms: list = []
         self.calls = 0
         self._embed = target.get_input_embeddings().weight  # [V, d]
+        self._step = fast_step(heads, self._embed.detach())
         output = target.get_output_embeddings()
         self._out_weight, self._out_bias = output.weight, getattr(output, "bias", None)
         self._anchor: torch.Tensor | None = None  # [d]: the target's hidden state at position cache_len - 1
@@ -528,7 +529,7 @@ class _HeadsDrafter:
 
     def _state_after(self, state: torch.Tensor, tokens: list[int]) -> torch.Tensor:
         for token in tokens:
-            state = self.heads.step(state, self._embed[token].to(state.dtype))
+            state = self._step(state, token)
         return state
 
     def propose(self, run: "_Run", draft_len: int):

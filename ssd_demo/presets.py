@@ -297,8 +297,9 @@ def _register_builtin() -> None:
         return
     _builtins_registered = True
 
+    from .backends.embedded import available_drafts, load_synthesizer  # deferred: a backend (see the top)
+
     def load_embedded(device: str | None) -> Synthesizer:
-        from .backends.embedded import load_synthesizer  # deferred: a backend (see the top)
 
         return load_synthesizer(device=device)
 
@@ -308,10 +309,11 @@ def _register_builtin() -> None:
             label="Embedded voice (offline, CPU)",
             description=(
                 "A small codec-token TTS trained on eSpeak NG speech, shipped with the demo: "
-                "a 12-layer target and two drafts (SSD-style layer subset, distilled)."
+                "a 12-layer target and its drafts (distilled, SSD-style layer subset, and draft heads on the "
+                "target's own hidden state)."
             ),
             licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
-            drafts=("distilled", "layers"),
+            drafts=available_drafts(),
             default_draft="distilled",
             loader=load_embedded,
         )

@@ -35,7 +35,9 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     export = out / "export"
     meta = json.loads((export / "voice.json").read_text())
     assert len(meta["test_sentences"]) == 4
-    assert set(meta["training"]) == {"target", "layers", "distilled"}
+    assert set(meta["training"]) == {"target", "layers", "distilled", "heads"}
+    heads_summary = meta["training"]["heads"]
+    assert len(heads_summary["expected_acceptance"]) == 2 and all(0 < a <= 1 for a in heads_summary["expected_acceptance"])
     split = json.loads((out / "split.json").read_text())
     assert not set(split["test"]) & set(split["train"])
     for folder in ("target", "draft_layers", "draft_distilled"):
@@ -44,6 +46,12 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
         assert next(model.parameters()).dtype == torch.float32
     layers = AutoModelForCausalLM.from_pretrained(export / "draft_layers")
     assert layers.config.num_hidden_layers == 2  # bottom 1 + top 1 of the 3-layer smoke target
+    from ssd_demo.draft_heads import DraftHeads
+    from ssd_demo.backends.embedded import load_synthesizer
+    assert DraftHeads.load(export / "draft_heads").config.hidden == 32
+    voice = load_synthesizer(draft="heads", path=export)  # the exported voice speaks with its heads
+    result = voice.synthesize("Hello there.", mode="speculative", config=voice.config(max_new_tokens=20, seed=1))
+    assert result.generation.stats.draft_len == voice.config().draft_len and len(result.audio) > 0
     assert (export / "codec" / "codebook.safetensors").exists()
     assert (export / "examples.txt").read_text().strip()
 

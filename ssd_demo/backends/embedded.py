@@ -6,8 +6,9 @@ phoneme; the LM writes speech tokens (k-means codes of 50 Hz log-mel frames) and
 and the decoder inserts the next phoneme after each NEXT and END after the last
 (`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. The codec turns the speech
 tokens back into audio with Griffin-Lim; chunks are joined with pauses set by their punctuation.
-Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target)
-and "layers" (the target's bottom layer + top two layers, the SSD paper's construction).
+Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target),
+"layers" (the target's bottom layer + top two layers, the SSD paper's construction) and "heads"
+(`draft_heads.DraftHeads` on the target's hidden state: no draft model, one target call per round).
 Everything loads offline on a CPU.
 """
 
@@ -22,6 +23,7 @@ from transformers import AutoModelForCausalLM
 
 from ..codec import Codec
 from ..config import DecodingConfig
+from ..draft_heads import DraftHeads
 from ..errors import TextError
 from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
@@ -29,7 +31,7 @@ from .vocab import PhonemeSchedule, VocabLayout
 
 #: Where the shipped voice lives (repository root / assets / embedded).
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "assets" / "embedded"
-DRAFT_FOLDERS = {"distilled": "draft_distilled", "layers": "draft_layers"}
+DRAFT_FOLDERS = {"distilled": "draft_distilled", "layers": "draft_layers", "heads": "draft_heads"}
 META_NAME = "voice.json"
 
 # Decoding defaults measured on held-out sentences (docs/benchmarks.md, "Embedded voice evaluation"):
@@ -124,24 +126,34 @@ class EmbeddedBackend:
         return self.codec.decode(codes)
 
 
+def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
+    """The drafts a voice folder has, in the order the UI lists them."""
+    root = Path(path) if path is not None else DEFAULT_PATH
+    return tuple(name for name, folder in DRAFT_FOLDERS.items() if (root / folder).exists())
+
+
 def load_synthesizer(draft: str = "distilled", device: str | None = None, path: str | Path | None = None) -> Synthesizer:
-    """The embedded voice: target + both drafts ("distilled", "layers"), float32, offline.
+    """The embedded voice: target + its drafts ("distilled", "layers", and "heads" where the voice has
+    them), float32, offline.
 
     device: "cpu" (default when None), "cuda", ...; path: a voice folder (default assets/embedded).
     """
-    if draft not in DRAFT_FOLDERS:
-        raise ValueError(f"unknown draft {draft!r}; available: {', '.join(DRAFT_FOLDERS)}")
     root = Path(path) if path is not None else DEFAULT_PATH
+    available = available_drafts(root)
+    if draft not in available:
+        raise ValueError(f"unknown draft {draft!r}; available: {', '.join(available)}")
     backend = EmbeddedBackend.from_directory(root)
     device = device or "cpu"
 
     def load(folder: str):
+        if folder == DRAFT_FOLDERS["heads"]:
+            return DraftHeads.load(root / folder).to(device)
         model = AutoModelForCausalLM.from_pretrained(root / folder, dtype=torch.float32, local_files_only=True)
         return model.to(device).eval()
 
     target = load("target")
-    drafts = {name: load(folder) for name, folder in DRAFT_FOLDERS.items()}
+    drafts = {name: load(DRAFT_FOLDERS[name]) for name in available}
     return Synthesizer(backend, target, drafts, default_draft=draft)
 
 
-__all__ = ["DEFAULT_CONFIG", "DEFAULT_PATH", "EmbeddedBackend", "TextError", "load_synthesizer"]
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_PATH", "EmbeddedBackend", "TextError", "available_drafts", "load_synthesizer"]

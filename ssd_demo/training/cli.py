@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,11 +24,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ..backends.vocab import VocabLayout
+from ..draft_heads import DraftHeads, HeadsConfig
+from .heads import evaluate_heads, heads_loss
 from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
-from .train import (ModelSpec, StageConfig, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft, make_llama,
-                    train_stage, warm_start)
+from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
+                    make_batches, make_llama, train_stage, warm_start)
 
-STAGES = ("data", "target", "layers", "distilled", "export")
+STAGES = ("data", "target", "layers", "distilled", "heads", "export")
 
 #: Example sentences the app offers (not from the training corpus).
 EXAMPLES = (
@@ -51,6 +54,11 @@ class Recipe:
     target_stage: StageConfig = StageConfig(steps=1300, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=45)
     layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    # Draft heads on the frozen target: 2 residual blocks of 1,024 (1.6 M parameters), trained to roll its
+    # hidden state 4 tokens forward (K = 4 is the voice's default draft length).
+    heads: HeadsConfig = HeadsConfig(hidden=256, inner=1024, blocks=2)
+    heads_unroll: int = 4
+    heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
     eval_examples: int = 100
     # Longest training sequence in tokens: a chunk of text.CHUNK_PHONEMES phonemes takes about 700,
     # and the rare longer corpus sentences would only slow training down.
@@ -69,6 +77,9 @@ def smoke_recipe() -> Recipe:
         target_stage=stage,
         layers_stage=stage,
         distilled_stage=stage,
+        heads=HeadsConfig(hidden=32, inner=64, blocks=1),
+        heads_unroll=2,
+        heads_stage=stage,
         eval_examples=4,
     )
 
@@ -103,18 +114,21 @@ def main(args: argparse.Namespace) -> int:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, steps=args.target_steps))
     if args.draft_steps is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
-                         distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps))
+                         distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps),
+                         heads_stage=replace(recipe.heads_stage, steps=args.draft_steps))
     if args.target_lr is not None:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, lr=args.target_lr))
     if args.draft_lr is not None:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
-                         distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr))
+                         distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr),
+                         heads_stage=replace(recipe.heads_stage, lr=args.draft_lr))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
     if args.max_minutes is not None:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes),
                          layers_stage=replace(recipe.layers_stage, max_minutes=args.max_minutes),
-                         distilled_stage=replace(recipe.distilled_stage, max_minutes=args.max_minutes))
+                         distilled_stage=replace(recipe.distilled_stage, max_minutes=args.max_minutes),
+                         heads_stage=replace(recipe.heads_stage, max_minutes=args.max_minutes))
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
@@ -153,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
         summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
                               recipe.target_stage, out, log)
         finish("target", target, summary)
-    if target is None and any(s in stages for s in ("layers", "distilled", "export")):
+    if target is None and any(s in stages for s in ("layers", "distilled", "heads", "export")):
         raise FileNotFoundError(f"no trained target in {out}; run the target stage first")
     if target is not None:
         target.eval()
@@ -175,6 +189,26 @@ def main(args: argparse.Namespace) -> int:
         summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
                               train_examples, layout, recipe.distilled_stage, out, log)
         finish("distilled", draft_b, summary)
+
+    heads_dir = _model_dir(out, "heads")
+    if "heads" in stages and not heads_dir.exists():
+        torch.manual_seed(recipe.data.seed + 2)
+        heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size))
+        if args.init_from is not None and (args.init_from / "draft_heads").exists():
+            heads.load_state_dict(DraftHeads.load(args.init_from / "draft_heads").state_dict())
+            log(f"heads: warm start from {args.init_from / 'draft_heads'}")
+        unroll = recipe.heads_unroll
+        summary = train_stage("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, train_examples,
+                              layout, recipe.heads_stage, out, log)
+        held_out = [collate(b, layout) for b in make_batches(test_examples, recipe.heads_stage.batch_tokens,
+                                                              random.Random(0))]
+        summary.update(evaluate_heads(heads, target, held_out, unroll))
+        summary["parameters"] = sum(p.numel() for p in heads.parameters())
+        summary["unroll"] = unroll
+        (out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        heads.save(heads_dir)
+        log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
+            f"{summary['wall_seconds']} s")
 
     if "export" in stages:
         export_voice(out, args.export or out / "export", data, recipe, log)
@@ -198,6 +232,9 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -
         summary = json.loads((out / name / "summary.json").read_text())
         summary.pop("trained_parameters", None)
         summaries[name] = summary
+    if _model_dir(out, "heads").exists():  # optional: voices trained before heads existed have none
+        DraftHeads.load(_model_dir(out, "heads")).to(torch.float16).save(dest / "draft_heads")
+        summaries["heads"] = json.loads((out / "heads" / "summary.json").read_text())
     load_codec(data).save(dest / "codec")
     test_texts = [e["text"] for e in data["test"]]
     (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
@@ -209,7 +246,8 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -
         "train_sentences": len(data["train"]),
         "test_sentences": test_texts,
         "models": {"target": asdict(recipe.target), "distilled": asdict(recipe.distilled),
-                   "layers": {"bottom": recipe.layers_bottom, "top": recipe.layers_top}},
+                   "layers": {"bottom": recipe.layers_bottom, "top": recipe.layers_top},
+                   "heads": asdict(recipe.heads)},
         "training": summaries,
         "total_training_seconds": round(sum(s["wall_seconds"] for s in summaries.values()), 1),
         "machine": f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
