@@ -152,3 +152,17 @@ def test_training_raises_the_heads_expected_acceptance(target):
     assert len(after["expected_acceptance"]) == 3
     assert after["loss"] < before["loss"]
     assert min(after["expected_acceptance"]) > max(before["expected_acceptance"][0], 0.9)
+
+
+def test_fast_step_computes_the_module_step():
+    heads = random_heads(16)
+    embedding = torch.randn(32, 16)
+    from ssd_demo.draft_heads import fast_step
+    fast = fast_step(heads, embedding)
+    assert fast_step(heads, embedding) is fast  # built once
+    state = torch.randn(16)
+    with torch.no_grad():
+        for token in (0, 7, 31):
+            torch.testing.assert_close(fast(state, token), heads.step(state, embedding[token]), atol=1e-5, rtol=1e-5)
+        half = fast_step(heads, embedding.half())  # follows the target's dtype
+        assert half(state.half(), 3).dtype == torch.float16
