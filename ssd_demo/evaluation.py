@@ -64,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
     parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (default: the voice's; 0 = greedy)")
     parser.add_argument("--adaptive-k", action="store_true",
                         help="choose K each round, 0..K, from the acceptance measured so far and this machine's "
                              "measured draft and verify costs (exact at beta 0)")
@@ -125,6 +127,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     base = synth.config(seed=args.seed)
     if args.draft_len is not None:
         base = base.with_(draft_len=args.draft_len)
+    if args.temperature is not None:
+        base = base.with_(temperature=args.temperature)
     if args.adaptive_k:
         base = base.with_(adaptive_draft_len=True)
     systems = [System("AR", "ar")] + [
