@@ -82,6 +82,9 @@ LANE_LABELS = ("Autoregressive", "Speculative")
 PRESENTER_EXAMPLES = 3
 #: How often the live counters are redrawn while a decoder runs (seconds).
 LIVE_EVERY = 0.25
+#: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
+FLUSH_FOR = 2.0
+EMPTY_WAV = app_logic.empty_wav()
 
 
 def _short(text: str, limit: int = 48) -> str:
@@ -197,6 +200,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
+            headline = gr.Markdown(elem_id="ssd-headline")
             gr.Markdown(app_logic.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
                         elem_classes=["ssd-dev"])
         with gr.Column(scale=2, elem_classes=["ssd-dev"]):
@@ -235,7 +239,6 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                                     elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
             spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
                                    buttons=[], elem_id="ssd-spec-stream")
-    headline = gr.Markdown(elem_id="ssd-headline")
     with gr.Row(elem_id="ssd-replay"):
         with gr.Column(scale=1, min_width=160):
             gr.Markdown(REPLAY_NOTE)
@@ -319,6 +322,13 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 **{lives[name]: app_logic.lane_markdown(race.lanes[name], label)
                    for name, label in zip(app_logic.LANES, LANE_LABELS)}}
 
+    def flushes(last_sent: dict[str, float]) -> dict:
+        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
+        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
+        would wait for the next piece (or the end of the race)."""
+        now = time.perf_counter()
+        return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
+
     def race_run(*args, **kwargs):
         """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
         live counters; then the replay at measured speed, the statistics and, last, the charts."""
@@ -346,6 +356,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             except BaseException as error:  # noqa: BLE001 - handed to the handler, which reports it
                 events.put(("error", error))
 
+        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
         worker = threading.Thread(target=work, name="ssd-race", daemon=True)
         worker.start()
         try:
@@ -355,12 +366,13 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 try:
                     kind, *payload = events.get(timeout=LIVE_EVERY)
                 except queue.Empty:
-                    yield frame(live(race))
+                    yield frame({**live(race), **flushes(last_sent)})
                     continue
                 if kind == "piece":
                     lane, piece = payload
                     if len(piece.audio):
                         yield frame({**live(race), streams[lane]: app_logic.piece_wav(piece)})
+                        last_sent[lane] = time.perf_counter()
                     continue
                 if kind == "error":
                     if isinstance(payload[0], Cancelled):
@@ -374,7 +386,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             replay = app_logic.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
             info = {**app_logic.details(comparison), "race": app_logic.race_details(race)}
             race.stage = "Both runs done: drawing the charts and the token view"
-            results = {headline: app_logic.headline(comparison), replay_ar: str(replay[0]), replay_spec: str(replay[1]),
+            results = {headline: app_logic.headline(comparison, race), replay_ar: str(replay[0]), replay_spec: str(replay[1]),
                        ar_audio: str(ar_path), spec_audio: str(spec_path), stats: app_logic.stats_markdown(comparison),
                        details: info, seed_used: comparison.seed}
             yield frame({**live(race), **results})

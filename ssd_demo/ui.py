@@ -31,10 +31,10 @@ CSS = """
 .ssd-tokens { max-height: 18rem; overflow-y: auto; }
 footer { display: none !important; }
 #ssd-headline h1 { margin: 0.2rem 0; }
-.ssd-presenter-only { display: none !important; }
 /* Presenter mode (?presenter=1 or the toggle): big numbers, the race only, fits 1280x720. */
+body:not(.ssd-presenter) .ssd-presenter-only { display: none !important; }
 body.ssd-presenter .ssd-dev { display: none !important; }
-body.ssd-presenter .ssd-presenter-only { display: flex !important; }
+body.ssd-presenter #ssd-headline p { margin: 0; }
 body.ssd-presenter #ssd-intro { display: none !important; }
 body.ssd-presenter #ssd-headline h1 { font-size: 3rem; line-height: 1.1; }
 body.ssd-presenter .ssd-lane h3 { font-size: 1.6rem; }

@@ -14,7 +14,7 @@ The Gradio layer (`ssd_demo.ui`) only wires these to components and turns `UserE
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .page import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
                    MAX_EXAMPLES)
-from .race import (LANES, Race, RaceLane, headline, lane_markdown, piece_wav, race_details, run_race,
+from .race import (LANES, Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
                    write_replay_files)
 from .runner import (Comparison, compare, cpu_threads_for, load, preferred_device, token_label_for, warm_up)
 from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, build_config,
@@ -24,7 +24,7 @@ from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_sp
                     stats_markdown, stats_rows, token_view)
 
 __all__ = [
-    "LANES", "Race", "RaceLane", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
+    "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
     "write_replay_files",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",
     "Comparison", "PresetDefaults", "Request", "Setting", "VoiceUpload", "audio_directory", "build_config", "check_text",

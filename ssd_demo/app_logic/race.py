@@ -10,6 +10,7 @@ statistics, token view and charts are the usual ones. Pure logic, no Gradio.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import soundfile
 import torch
 
 from ..calibration import calibrated_costs, is_calibrated
@@ -24,7 +26,7 @@ from ..cancellation import StopCheck
 from ..presets import MODEL_JOB_LOCK
 from ..results import compare_runs
 from ..streaming import AudioPiece, measured_timeline
-from .audio_files import audio_directory, write_wav
+from .audio_files import audio_directory, to_int16, write_wav
 from .runner import Comparison, cpu_threads_for, load, token_label_for, warm_up
 from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 from .views import end_to_end_speedup
@@ -139,14 +141,20 @@ def lane_markdown(lane: RaceLane, label: str) -> str:
             f"First audio after **{_seconds(lane.time_to_first_audio)}**")
 
 
-def headline(comparison: Comparison) -> str:
+def headline(comparison: Comparison, race: Race | None = None) -> str:
     """The big readout: end-to-end speedup per second of audio, and both times to first audio."""
     speedup = end_to_end_speedup(comparison)
     if not math.isfinite(speedup):
         return ""
-    word = "faster" if speedup >= 1 else "slower"
     factor = speedup if speedup >= 1 else 1 / speedup
-    return f"# Speculative is {factor:.1f}× {word}\n(LM + codec seconds per second of audio, on this machine)"
+    verdict = ("about as fast as autoregressive" if round(factor, 1) == 1.0
+               else f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}")
+    lines = [f"# Speculative is {verdict}", "LM + codec seconds per second of audio, on this machine"]
+    if race is not None:
+        ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
+        if ar is not None and spec is not None:
+            lines[-1] += f"; first audio after {spec:.2f} s (speculative) vs {ar:.2f} s (autoregressive)"
+    return "\n".join(lines)
 
 
 def race_details(race: Race) -> dict:
@@ -173,12 +181,15 @@ def write_replay_files(race: Race, sample_rate: int, directory: Path | None = No
 
 def piece_wav(piece: AudioPiece) -> bytes:
     """A piece as 16-bit WAV bytes with the clip's one fixed gain (what a streaming player is fed)."""
-    import io
+    return _wav_bytes(piece.audio, piece.sample_rate)
 
-    import soundfile
 
-    from .audio_files import to_int16
+def empty_wav(sample_rate: int = 16_000) -> bytes:
+    """A WAV with no samples: a streamed chunk that adds nothing to the audio."""
+    return _wav_bytes(np.zeros(0, dtype=np.float32), sample_rate)
 
+
+def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     buffer = io.BytesIO()
-    soundfile.write(buffer, to_int16(piece.audio), piece.sample_rate, subtype="PCM_16", format="WAV")
+    soundfile.write(buffer, to_int16(audio), sample_rate, subtype="PCM_16", format="WAV")
     return buffer.getvalue()

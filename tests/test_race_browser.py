@@ -1,0 +1,110 @@
+"""The race in a real browser (headless Chromium driven by Playwright), on the embedded voice.
+
+Both streamed players must start playing while the decoders still run; presenter mode must show the
+result on a 1280x720 screen without scrolling (screenshot saved to $SSD_ARTIFACT_DIR when set).
+No timing is asserted: only what happens before what.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from browser_support import CHROMIUM, CHROMIUM_ARGS
+
+EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)"),
+    pytest.mark.skipif(not (EMBEDDED_ASSETS / "voice.json").is_file(), reason="the embedded voice is not present"),
+]
+
+THREE_SENTENCES = "The sun came out. The children ran to the park. They played there until the evening."
+
+#: What each streamed player is doing, and what the page's one status line says.
+STATE_JS = """() => {
+  const audio = (id) => document.querySelector('#' + id + ' audio');
+  const playing = (a) => !!a && !a.paused && a.currentTime > 0;
+  const status = document.querySelector('#ssd-status');
+  return {ar: playing(audio('ssd-ar-stream')), spec: playing(audio('ssd-spec-stream')),
+          status: status ? status.innerText : ''};
+}"""
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from ssd_demo.ui import build_demo, launch_options
+
+    demo = build_demo(default_preset="embedded")
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def _artifact_dir(tmp_path_factory) -> Path:
+    folder = os.environ.get("SSD_ARTIFACT_DIR")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("browser")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _still_decoding(status: str) -> bool:
+    return "Autoregressive decoding" in status or "Speculative decoding" in status
+
+
+def test_both_players_start_before_the_runs_end(app_url, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(app_url, wait_until="networkidle")
+        page.locator("#ssd-text textarea").fill(THREE_SENTENCES)
+        page.locator("#ssd-run").click()
+        started_while_decoding = {"ar": False, "spec": False}
+        seen_statuses = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            state = page.evaluate(STATE_JS)
+            if not seen_statuses or seen_statuses[-1] != state["status"]:
+                seen_statuses.append(state["status"])
+            for lane in ("ar", "spec"):
+                if state[lane] and _still_decoding(state["status"]):
+                    started_while_decoding[lane] = True
+            if "Done" in state["status"].split("Now:")[-1][:8]:
+                break
+            page.wait_for_timeout(100)
+        assert started_while_decoding == {"ar": True, "spec": True}, seen_statuses
+        page.locator("#ssd-headline").get_by_text("Speculative is").wait_for(timeout=60_000)
+        page.locator("#ssd-plot-time img").wait_for(state="visible", timeout=60_000)
+    finally:
+        page.close()
+
+
+def test_presenter_mode_fits_a_projector(app_url, browser, tmp_path_factory):
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(app_url + "?presenter=1", wait_until="networkidle")
+        page.wait_for_function("document.body.classList.contains('ssd-presenter')", timeout=30_000)
+        assert not page.locator("#ssd-plot-time").is_visible()  # developer detail hidden
+        page.locator(".ssd-example").first.click()  # one click: an example sentence, then the race
+        page.locator("#ssd-headline").get_by_text("Speculative is").wait_for(timeout=300_000)
+        page.wait_for_function("document.querySelector('#ssd-status').innerText.includes('Done')", timeout=120_000)
+        for element in ("#ssd-headline h1", "#ssd-ar-live", "#ssd-spec-live", "#ssd-status"):
+            box = page.locator(element).first.bounding_box()
+            assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 720, (element, box)
+        assert page.evaluate("window.scrollY") == 0
+        screenshot = _artifact_dir(tmp_path_factory) / "presenter_1280x720.png"
+        page.screenshot(path=str(screenshot))  # the viewport only: what the projector shows
+        assert screenshot.stat().st_size > 10_000
+    finally:
+        page.close()
