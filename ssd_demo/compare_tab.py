@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import queue
+import shutil
 import threading
 import time
 
@@ -82,6 +83,9 @@ LANE_LABELS = ("Autoregressive", "Speculative")
 PRESENTER_EXAMPLES = 3
 #: How often the live counters are redrawn while a decoder runs (seconds).
 LIVE_EVERY = 0.25
+#: Gradio encodes streamed audio with FFmpeg; without it the live players stay silent and the full clips
+#: (and the replay) arrive when both runs are done.
+LIVE_AUDIO = shutil.which("ffmpeg") is not None
 #: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
 FLUSH_FOR = 2.0
 EMPTY_WAV = app_logic.empty_wav()
@@ -318,7 +322,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return tuple(changes.get(component, gr.skip()) for component in race_outputs)
 
     def live(race: app_logic.Race) -> dict:
-        return {status: f"**Now:** {race.stage}",
+        note = "" if LIVE_AUDIO else " (live audio needs FFmpeg on the server; the clips come when both runs end)"
+        return {status: f"**Now:** {race.stage}{note}",
                 **{lives[name]: app_logic.lane_markdown(race.lanes[name], label)
                    for name, label in zip(app_logic.LANES, LANE_LABELS)}}
 
@@ -370,7 +375,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                     continue
                 if kind == "piece":
                     lane, piece = payload
-                    if len(piece.audio):
+                    if len(piece.audio) and LIVE_AUDIO:
                         yield frame({**live(race), streams[lane]: app_logic.piece_wav(piece)})
                         last_sent[lane] = time.perf_counter()
                     continue

@@ -8,6 +8,7 @@ No timing is asserted: only what happens before what.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)"),
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="streamed audio needs FFmpeg (apt-get install -y ffmpeg)"),
     pytest.mark.skipif(not (EMBEDDED_ASSETS / "voice.json").is_file(), reason="the embedded voice is not present"),
 ]
 
