@@ -21,11 +21,12 @@ import numpy as np
 import soundfile
 import torch
 
+from .. import model_memory
 from ..calibration import calibrated_costs, is_calibrated
 from ..cancellation import StopCheck
 from ..presets import MODEL_JOB_LOCK
 from ..results import compare_runs
-from ..streaming import AudioPiece, measured_timeline
+from ..streaming import AudioPiece, measured_timeline, stream_timing
 from .audio_files import audio_directory, to_int16, write_wav
 from .runner import Comparison, cpu_threads_for, load, token_label_for, warm_up
 from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
@@ -81,6 +82,7 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
         config = build_config(synthesizer, request, seed)
         draft = resolve_draft(preset, synthesizer, request.draft)
         voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
+        model_memory.check_gpu_memory(synthesizer)
         if synthesizer.device.type == "cpu":
             torch.set_num_threads(cpu_threads_for(synthesizer))  # model jobs run one at a time
         race.stage = "Warming up the models (first run only)"
@@ -159,8 +161,6 @@ def headline(comparison: Comparison, race: Race | None = None) -> str:
 
 def race_details(race: Race) -> dict:
     """Both lanes' latency figures (the JSON the page and the API return)."""
-    from ..streaming import stream_timing
-
     return {name: {**stream_timing(lane.pieces), "run_seconds": lane.seconds, "target_calls": lane.rounds,
                    "tokens": lane.tokens} for name, lane in race.lanes.items()}
 

@@ -1,0 +1,30 @@
+"""The race's logic without Gradio: AR streamed before speculative, lanes that match the comparison,
+replays of equal length, the headline's wording."""
+
+from __future__ import annotations
+
+import soundfile
+
+from ssd_demo import app_logic
+from ssd_demo.app_logic import Race, Request, headline, lane_markdown, run_race, write_replay_files
+from toy_backend import TOY_KEY, register_toy_preset
+
+
+def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
+    register_toy_preset()
+    race, seen = Race(), []
+    comparison = run_race(Request(text="A toy race.", preset=TOY_KEY, seed=9), race,
+                          lambda lane, piece: seen.append((lane, piece.index)))
+    lanes = [lane for lane, _ in seen]
+    assert lanes == sorted(lanes) and set(lanes) == {"autoregressive", "speculative"}  # AR's pieces first
+    same = app_logic.compare(Request(text="A toy race.", preset=TOY_KEY, seed=9))
+    for name, result, again in (("autoregressive", comparison.ar, same.ar), ("speculative", comparison.spec, same.spec)):
+        lane = race.lanes[name]
+        assert result.generation.tokens == again.generation.tokens
+        assert lane.tokens == len(result.generation.tokens) and lane.rounds == result.generation.stats.target_calls
+        assert lane.seconds is not None and lane.time_to_first_audio <= lane.seconds
+        assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
+    ar_path, spec_path = write_replay_files(race, comparison.ar.sample_rate, tmp_path)
+    assert soundfile.info(str(ar_path)).frames == soundfile.info(str(spec_path)).frames > 0
+    assert headline(comparison, race).startswith("# Speculative is ")
+    assert "first audio after" in headline(comparison, race)
