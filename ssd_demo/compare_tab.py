@@ -2,16 +2,14 @@
 
 A thin Gradio builder around `ssd_demo.app_logic`: the decoding controls are drawn from
 `COMPARE_SETTINGS` (one entry per control: component, default, preset update, `/synthesize`
-parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`.
+parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
+button runs the race (`/race`, `race_view`: both decoders streamed as they decode); `/synthesize`
+returns every result at once for API callers.
 """
 
 from __future__ import annotations
 
 import inspect
-import queue
-import shutil
-import threading
-import time
 
 import gradio as gr
 
@@ -22,6 +20,7 @@ from .config import DecodingConfig
 from .presets import get_preset, list_presets, register_custom_pair
 from . import ui_jobs
 from .cancellation import Cancelled
+from .race_view import PRESENTER_JS, build_race_view, race_handler
 from .ui_errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -56,44 +55,14 @@ TOKENS_LEGEND = (
     "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
 )
 
-REPLAY_NOTE = (
-    "**Replay at measured speed.** The two runs above went one after the other (one machine cannot run "
-    "both fairly at once). These replays put each on its own measured timeline, from the start of its "
-    "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
-    "decoder a listener would have heard first and longer."
-)
-#: Start both replays together (the browser's own players, from the beginning).
-PLAY_BOTH_JS = """() => {
-  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
-    const audio = document.querySelector('#' + id + ' audio');
-    if (audio) { audio.currentTime = 0; audio.play(); }
-  }
-}"""
-#: Presenter mode is a class on the page: CSS (ui.CSS) enlarges the race and hides developer detail.
-PRESENTER_JS = "(on) => { document.body.classList.toggle('ssd-presenter', !!on); }"
-#: The page's load: `?presenter=1` in the address turns presenter mode on.
-PRESENTER_FROM_URL_JS = """() => {
-  const on = new URLSearchParams(window.location.search).get('presenter') === '1';
-  document.body.classList.toggle('ssd-presenter', on);
-  return on;
-}"""
-#: The browser's own player (an <audio> element the "replay both" button can start).
-NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
-LANE_LABELS = ("Autoregressive", "Speculative")
 PRESENTER_EXAMPLES = 3
-#: How often the live counters are redrawn while a decoder runs (seconds).
-LIVE_EVERY = 0.25
-#: Gradio encodes streamed audio with FFmpeg; without it the live players stay silent and the full clips
-#: (and the replay) arrive when both runs are done.
-LIVE_AUDIO = shutil.which("ffmpeg") is not None
-#: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
-FLUSH_FOR = 2.0
-EMPTY_WAV = app_logic.empty_wav()
-
-
 def _short(text: str, limit: int = 48) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
+
+#: The /synthesize outputs, in order (the /race event ends with the same ones).
+OUTPUT_NAMES = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "breakdown", "accepted_length",
+                "by_position", "details", "seed_used")
 
 #: /synthesize parameters that are not decoding settings: before the settings, and after them.
 LEADING_PARAMETERS = ("text", "preset", "draft")
@@ -231,26 +200,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             with gr.Accordion("Sampling", open=False):
                 controls |= setting_controls("sampling", config)
 
-    empty = app_logic.Race()
-    with gr.Row(elem_id="ssd-race"):
-        with gr.Column():
-            ar_live = gr.Markdown(app_logic.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
-                                  elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
-            ar_stream = gr.Audio(label="Autoregressive, live", streaming=True, autoplay=True, interactive=False,
-                                 buttons=[], elem_id="ssd-ar-stream")
-        with gr.Column():
-            spec_live = gr.Markdown(app_logic.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
-                                    elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
-            spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
-                                   buttons=[], elem_id="ssd-spec-stream")
-    with gr.Row(elem_id="ssd-replay"):
-        with gr.Column(scale=1, min_width=160):
-            gr.Markdown(REPLAY_NOTE)
-            replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
-        replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
-                             buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
-        replay_spec = gr.Audio(label="Replay at measured speed: speculative", type="filepath", interactive=False,
-                               buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
+    race_view = build_race_view(status, headline)
     with gr.Row(elem_classes=["ssd-dev"]):
         ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath", interactive=False,
                             buttons=["download"], elem_id="ssd-ar-audio")
@@ -287,12 +237,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         values.apply_defaults()
         chosen = values.arguments
         try:
-            ui_jobs.admit(chosen["request"], concurrency_id)
-            request = Request(
-                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
-                voice_prompt=app_logic.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
-                **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
-            )
+            request = prepare(chosen)
             progress = chosen["progress"]
             with ui_jobs.timed_job():
                 comparison = app_logic.compare(request, progress, should_stop=ui_jobs.stop_check(chosen["request"]))
@@ -313,100 +258,16 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
     synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
-    race_outputs = [status, ar_live, spec_live, ar_stream, spec_stream, headline, replay_ar, replay_spec, *outputs]
-    streams = {"autoregressive": ar_stream, "speculative": spec_stream}
-    lives = {"autoregressive": ar_live, "speculative": spec_live}
+    def prepare(chosen: dict) -> Request:
+        """Admit the job and build its request from the bound parameters (shared by /synthesize and /race)."""
+        ui_jobs.admit(chosen["request"], concurrency_id)
+        return Request(
+            text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
+            voice_prompt=app_logic.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
+            **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
+        )
 
-    def frame(changes: dict) -> tuple:
-        """One update of the race's outputs: the given ones, every other left as it is."""
-        return tuple(changes.get(component, gr.skip()) for component in race_outputs)
-
-    def live(race: app_logic.Race) -> dict:
-        note = "" if LIVE_AUDIO else " (live audio needs FFmpeg on the server; the clips come when both runs end)"
-        return {status: f"**Now:** {race.stage}{note}",
-                **{lives[name]: app_logic.lane_markdown(race.lanes[name], label)
-                   for name, label in zip(app_logic.LANES, LANE_LABELS)}}
-
-    def flushes(last_sent: dict[str, float]) -> dict:
-        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
-        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
-        would wait for the next piece (or the end of the race)."""
-        now = time.perf_counter()
-        return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
-
-    def race_run(*args, **kwargs):
-        """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
-        live counters; then the replay at measured speed, the statistics and, last, the charts."""
-        values = signature.bind(*args, **kwargs)
-        values.apply_defaults()
-        chosen = values.arguments
-        try:
-            ui_jobs.admit(chosen["request"], concurrency_id)
-            request = Request(
-                text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
-                voice_prompt=app_logic.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
-                **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
-            )
-        except Exception as error:  # noqa: BLE001
-            raise to_gradio_error(error) from None
-        race, events = app_logic.Race(), queue.Queue()
-        stopped, closed = ui_jobs.stop_check(chosen["request"]), threading.Event()
-        started = time.perf_counter()
-
-        def work() -> None:  # the decoding runs here; the handler only relays what it produces
-            try:
-                comparison = app_logic.run_race(request, race, lambda lane, piece: events.put(("piece", lane, piece)),
-                                                should_stop=lambda: closed.is_set() or stopped())
-                events.put(("done", comparison))
-            except BaseException as error:  # noqa: BLE001 - handed to the handler, which reports it
-                events.put(("error", error))
-
-        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
-        worker = threading.Thread(target=work, name="ssd-race", daemon=True)
-        worker.start()
-        try:
-            yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
-                         replay_spec: None})
-            while True:
-                try:
-                    kind, *payload = events.get(timeout=LIVE_EVERY)
-                except queue.Empty:
-                    yield frame({**live(race), **flushes(last_sent)})
-                    continue
-                if kind == "piece":
-                    lane, piece = payload
-                    if len(piece.audio) and LIVE_AUDIO:
-                        yield frame({**live(race), streams[lane]: app_logic.piece_wav(piece)})
-                        last_sent[lane] = time.perf_counter()
-                    continue
-                if kind == "error":
-                    if isinstance(payload[0], Cancelled):
-                        return  # stopped: nobody is waiting for an answer
-                    raise to_gradio_error(payload[0]) from None
-                comparison = payload[0]
-                break
-            ui_jobs.CLOCK.record(time.perf_counter() - started)
-            # Audio, numbers and the headline first; the charts only after them.
-            ar_path, spec_path = app_logic.write_audio_files(comparison)
-            replay = app_logic.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
-            info = {**app_logic.details(comparison), "race": app_logic.race_details(race)}
-            race.stage = "Both runs done: drawing the charts and the token view"
-            results = {headline: app_logic.headline(comparison, race), replay_ar: str(replay[0]), replay_spec: str(replay[1]),
-                       ar_audio: str(ar_path), spec_audio: str(spec_path), stats: app_logic.stats_markdown(comparison),
-                       details: info, seed_used: comparison.seed}
-            yield frame({**live(race), **results})
-            figures = app_logic.figures(comparison)
-            race.stage = "Done"
-            # The last update holds every value (what an API client's result is); None ends both streams.
-            yield frame({**live(race), **results, tokens: app_logic.comparison_token_view(comparison),
-                         tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
-                         accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
-                         ar_stream: None, spec_stream: None})
-        finally:
-            closed.set()  # a closed page or a cancel: the decoding thread stops within one round
-
-    race_run.__signature__ = signature
-    race_run.__annotations__ = {"request": gr.Request}
+    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, prepare)
 
     def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
@@ -448,14 +309,13 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
                                         concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
     # The race reports progress in one place (the status line), not with a spinner on every output.
-    race_options = dict(inputs=inputs, outputs=race_outputs, concurrency_limit=1, concurrency_id=concurrency_id,
-                        preprocess=False, show_progress="minimal", show_progress_on=[status])
+    race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
+                        preprocess=False, show_progress="minimal", show_progress_on=[race_view.status])
     race_events = [run.click(race_run, api_name="race", **race_options)]
     for button, sentence in example_buttons:
         race_events.append(button.click(lambda sentence=sentence: sentence, outputs=[text], queue=False,
                                         api_visibility="private")
                            .then(race_run, api_visibility="private", **race_options))
-    replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
     stop.click(stop_run, cancels=[run_event, *race_events], api_name="stop", queue=False)

@@ -16,7 +16,8 @@ import gradio as gr
 
 from . import app_logic, ui_jobs
 from .benchmark_tab import build_benchmark_tab
-from .compare_tab import PRESENTER_FROM_URL_JS, build_compare_tab
+from .compare_tab import build_compare_tab
+from .race_view import PRESENTER_FROM_URL_JS
 from .presets import list_presets
 
 log = logging.getLogger(__name__)
