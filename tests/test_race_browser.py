@@ -24,7 +24,10 @@ pytestmark = [
     pytest.mark.skipif(not (EMBEDDED_ASSETS / "voice.json").is_file(), reason="the embedded voice is not present"),
 ]
 
-THREE_SENTENCES = "The sun came out. The children ran to the park. They played there until the evening."
+#: Long enough that the speculative run is still decoding when its player has buffered its first piece,
+#: even on a loaded machine.
+SENTENCES = ("The sun came out. The children ran to the park. They played there until the evening. Then it began "
+             "to rain. Everyone hurried home for dinner, and the dog slept by the fire.")
 
 #: What each streamed player is doing, and what the page's one status line says.
 STATE_JS = """() => {
@@ -70,7 +73,7 @@ def test_both_players_start_before_the_runs_end(app_url, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(app_url, wait_until="networkidle")
-        page.locator("#ssd-text textarea").fill(THREE_SENTENCES)
+        page.locator("#ssd-text textarea").fill(SENTENCES)
         page.locator("#ssd-run").click()
         started_while_decoding = {"ar": False, "spec": False}
         seen_statuses = []
