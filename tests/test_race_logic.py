@@ -28,3 +28,30 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     assert soundfile.info(str(ar_path)).frames == soundfile.info(str(spec_path)).frames > 0
     assert headline(comparison, race).startswith("# Speculative is ")
     assert "first audio after" in headline(comparison, race)
+
+
+def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
+    """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
+    from ssd_demo.app_logic import race as race_module
+    from ssd_demo.app_logic import runner
+    from test_streaming import TEXT, ChunkingToy
+    from ssd_demo.synthesis import Synthesizer
+    from toy_backend import build_toy_synthesizer
+
+    toy = build_toy_synthesizer(max_new_tokens=24)
+    synth = Synthesizer(ChunkingToy(24), toy.target, toy.drafts, default_draft="small")
+    stream = synth.stream(TEXT, mode="speculative", config=synth.config(seed=2))
+    streamed = list(stream)
+    replayed = race_module.replayed_pieces(stream.result)
+    assert [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in replayed] == \
+        [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in streamed]
+    assert [p.ready_seconds for p in replayed] == sorted(p.ready_seconds for p in replayed)
+
+    # With the GPU path in place, the race takes it and still reports both lanes.
+    register_toy_preset()
+    monkeypatch.setattr(runner, "run_both", lambda *args, **kwargs: runner._run_both(*args, **kwargs))
+    race, seen = Race(), []
+    comparison = run_race(Request(text="On the GPU.", preset=TOY_KEY, seed=3), race,
+                          lambda lane, piece: seen.append(lane))
+    assert seen and seen == sorted(seen)
+    assert race.lanes["speculative"].tokens == len(comparison.spec.generation.tokens)

@@ -27,7 +27,9 @@ from ..cancellation import StopCheck
 from ..presets import MODEL_JOB_LOCK
 from ..results import compare_runs
 from ..streaming import AudioPiece, measured_timeline, stream_timing
+from ..synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
+from . import runner
 from .runner import Comparison, cpu_threads_for, load, token_label_for, warm_up
 from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 from .views import end_to_end_speedup
@@ -71,8 +73,12 @@ PieceSink = Callable[[str, AudioPiece], None]
 def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: StopCheck | None = None) -> Comparison:
     """Load, check and warm up as `compare` does, then stream AR and then speculative decoding.
 
-    Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so. Runs in the
-    calling process (the live counters cannot cross into a ZeroGPU worker)."""
+    Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so. On a ZeroGPU
+    Space the models only reach a GPU inside its worker process, which pieces cannot stream out of:
+    there both runs are decoded in one GPU call (`compare`) and then handed out chunk by chunk with
+    the times each chunk took (`replayed_pieces`)."""
+    if runner.run_both is not runner._run_both:  # ZeroGPU
+        return _race_in_one_gpu_call(request, race, on_piece, should_stop)
     race.stage = "Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model"
     with MODEL_JOB_LOCK:
         race.stage = "Loading the model"
@@ -108,6 +114,41 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
         ar=ar, spec=spec, report=compare_runs(ar.generation, spec.generation), token_label=token_label_for(synthesizer),
         costs=costs, requested_draft=request.draft if request.draft and request.draft != draft else None,
     )
+
+
+def _race_in_one_gpu_call(request: Request, race: Race, on_piece: PieceSink,
+                          should_stop: StopCheck | None) -> Comparison:
+    race.stage = "Decoding on the GPU (AR, then speculative); the audio follows chunk by chunk"
+    comparison = runner.compare(request, should_stop=should_stop)
+    for name, result in (("autoregressive", comparison.ar), ("speculative", comparison.spec)):
+        lane = race.lanes[name]
+        lane.started = time.perf_counter()
+        for piece in replayed_pieces(result):
+            lane.tokens, lane.rounds = piece.tokens_so_far, piece.target_calls_so_far
+            lane.pieces.append(piece)
+            on_piece(name, piece)
+        lane.seconds = result.total_seconds
+    race.stage = "Both runs done: drawing the charts"
+    return comparison
+
+
+def replayed_pieces(result: SynthesisResult) -> list[AudioPiece]:
+    """The pieces a stream of `result` would have yielded, one per chunk and one per pause, each ready
+    when its chunk's LM and codec seconds had passed (what a decoded-at-once run can tell)."""
+    pieces, clock, tokens, calls = [], 0.0, 0, 0
+    for index, chunk in enumerate(result.chunks):
+        clock += chunk.lm_seconds + chunk.codec_seconds
+        tokens, calls = tokens + len(chunk.generation.tokens), calls + chunk.generation.stats.target_calls
+        following = result.chunks[index + 1].start_sample if index + 1 < len(result.chunks) else chunk.end_sample
+        spans = [(chunk.text, chunk.start_sample, chunk.end_sample, chunk.lm_seconds + chunk.codec_seconds),
+                 ("", chunk.end_sample, following, 0.0)]
+        for text, start, end, seconds in spans:
+            if end > start or text:
+                pieces.append(AudioPiece(index=len(pieces), chunk_index=index, text=text,
+                                         audio=result.audio[start:end], sample_rate=result.sample_rate,
+                                         start_sample=start, ready_seconds=clock, processing_seconds=seconds,
+                                         tokens_so_far=tokens, target_calls_so_far=calls))
+    return pieces
 
 
 def _stream_lane(synthesizer, lane: RaceLane, text, mode, config, draft, voice_prompt, on_piece: PieceSink,
