@@ -29,8 +29,8 @@ from ..results import compare_runs
 from ..streaming import AudioPiece, measured_timeline, stream_timing
 from ..synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
-from . import runner
-from .runner import Comparison, cpu_threads_for, load, token_label_for, warm_up
+from .runner import (Comparison, compare, cpu_threads_for, decodes_in_gpu_worker, load, token_label_for,
+                     warm_up)
 from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 from .views import end_to_end_speedup
 
@@ -77,7 +77,7 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
     Space the models only reach a GPU inside its worker process, which pieces cannot stream out of:
     there both runs are decoded in one GPU call (`compare`) and then handed out chunk by chunk with
     the times each chunk took (`replayed_pieces`)."""
-    if runner.run_both is not runner._run_both:  # ZeroGPU
+    if decodes_in_gpu_worker():
         return _race_in_one_gpu_call(request, race, on_piece, should_stop)
     race.stage = "Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model"
     with MODEL_JOB_LOCK:
@@ -119,7 +119,7 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
 def _race_in_one_gpu_call(request: Request, race: Race, on_piece: PieceSink,
                           should_stop: StopCheck | None) -> Comparison:
     race.stage = "Decoding on the GPU (AR, then speculative); the audio follows chunk by chunk"
-    comparison = runner.compare(request, should_stop=should_stop)
+    comparison = compare(request, should_stop=should_stop)
     for name, result in (("autoregressive", comparison.ar), ("speculative", comparison.spec)):
         lane = race.lanes[name]
         lane.started = time.perf_counter()

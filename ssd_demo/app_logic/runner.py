@@ -179,6 +179,11 @@ else:
     run_both = _run_both
 
 
+def decodes_in_gpu_worker() -> bool:
+    """Whether model work runs in ZeroGPU's worker process (where nothing can stream out of a run)."""
+    return run_both is not _run_both
+
+
 def compare(request: Request, progress: ProgressFn | None = None, should_stop: StopCheck | None = None) -> Comparison:
     """Load the preset, validate everything, and run both decoders.
 
