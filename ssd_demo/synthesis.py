@@ -3,7 +3,8 @@
 The engine only knows token ids. A `Backend` knows one model family: how to turn
 text into prompt ids, which ids are speech tokens, and how generated ids become a
 waveform. `Synthesizer` joins a backend, a target, a draft and the engine, and
-times the language model and the codec separately.
+times the language model and the codec separately. `Synthesizer.stream()` yields the audio
+piece by piece as it is decoded (`ssd_demo.streaming`); `synthesize()` is that stream, consumed.
 """
 
 from __future__ import annotations
