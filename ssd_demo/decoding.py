@@ -592,8 +592,8 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
     round cost.
 
     Each block position i gets its own acceptance estimate alpha_i (the running mean of the
-    expected acceptance there, shrunk towards a prior while few rounds reached it; an untested
-    position borrows the estimate of the one before). Expected tokens per round are
+    expected acceptance there, shrunk towards the estimate of the position before while few rounds
+    reached it, the first towards a prior; an untested position borrows the estimate of the one before). Expected tokens per round are
     1 + sum_k prod_{i<=k} alpha_i and a round costs K c + v_K target steps (c = `cost_ratio`; v_K, the
     verify of K + 1 tokens, from `verify_costs`, else 1). With measured verify costs K = 0 competes
     too: one token per verify of one, i.e. a plain AR step, chosen when no K pays on this machine. A
@@ -610,7 +610,11 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
     for k in range(1, max_len + 1):
         i = k - 1
         if i < len(history.sums):
-            alpha = (history.sums[i] + prior_alpha * prior_weight) / (history.counts[i] + prior_weight)
+            # Shrunk towards the position before (the prior for the first): a position that few rounds
+            # reached keeps the estimate of the one before it, so a K that was rarely tried is not stuck
+            # at the prior (that locked the choice at K = 2 on a pair whose K = 4 paid, AMD EPYC).
+            anchor = prior_alpha if i == 0 else previous
+            alpha = (history.sums[i] + anchor * prior_weight) / (history.counts[i] + prior_weight)
         else:
             alpha = previous
         previous = alpha

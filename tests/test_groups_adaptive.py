@@ -148,6 +148,20 @@ def test_adaptive_choice_uses_per_position_acceptance():
     assert 1 <= choose_draft_len(AcceptanceHistory(), 8, 0.1) <= 8  # the prior alone gives a bounded, reproducible choice
 
 
+def test_a_rarely_tried_block_length_is_not_stuck_at_the_prior():
+    # Rounds mostly drafted 2 tokens (positions 3-4 reached by only a few early rounds): positions 3-4 take
+    # the estimate of position 2, not the prior of 0.6, so K = 4 wins where its verify costs little more.
+    from ssd_demo.decoding import AcceptanceHistory, choose_draft_len
+
+    history = AcceptanceHistory()
+    for _ in range(3):
+        history.record([0.8, 0.8, 0.6, 0.6])
+    for _ in range(50):
+        history.record([0.8, 0.8])
+    costs = (1.0, 1.40, 1.68, 2.00, 2.04)  # measured on an AMD EPYC core for a random 12x512 / 2x256 pair
+    assert choose_draft_len(history, 4, 0.087, verify_costs=costs) == 4  # shrinking to 0.6 chose 2
+
+
 def test_measured_verify_costs_choose_k_and_fall_back_to_ar_steps():
     from ssd_demo.decoding import AcceptanceHistory, choose_draft_len
 
