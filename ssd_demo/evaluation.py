@@ -238,6 +238,8 @@ def voice_summary(meta: dict) -> dict:
         "models": meta.get("models"),
         "parameters": {name: t.get("parameters") for name, t in training.items()},
         "test_ce": {name: t.get("test_ce") for name, t in training.items()},
+        # draft heads have no cross-entropy of their own: their held-out expected acceptance per step instead
+        "expected_acceptance": {name: t["expected_acceptance"] for name, t in training.items() if "expected_acceptance" in t},
         "steps": {name: t.get("steps") for name, t in training.items()},
         "training_seconds": {name: t.get("wall_seconds") for name, t in training.items()},
         "total_training_seconds": meta.get("total_training_seconds"),
@@ -295,9 +297,19 @@ def markdown(report: dict, command: str) -> str:
     voice = report.get("voice")
     if voice and voice.get("parameters"):
         params, ce, secs, steps = voice["parameters"], voice["test_ce"], voice["training_seconds"], voice["steps"]
+        accept = voice.get("expected_acceptance", {})
+
+        def held_out(name: str) -> str:
+            if ce.get(name) is not None:
+                return f"held-out cross-entropy {ce[name]:.2f} nats/token"
+            if name in accept:
+                return "held-out expected acceptance (temperature 1) " + " / ".join(f"{a:.2f}" for a in accept[name]) \
+                    + " after 1.." + str(len(accept[name])) + " steps"
+            return "no held-out score"
+
         lines += ["", "Voice: " + "; ".join(
             f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
-            f"held-out cross-entropy {ce[name]:.2f} nats/token" for name in params)
+            + held_out(name) for name in params)
             + f". Training stages add up to {voice['total_training_seconds'] / 60:.0f} min on 2 shared CPU cores "
             "(summed; the two draft stages are independent and may run side by side), "
             f"plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
@@ -309,15 +321,15 @@ def markdown(report: dict, command: str) -> str:
 def main(args: argparse.Namespace) -> int:
     report = run_evaluation(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    options = [("voice", args.voice), ("per-bucket", args.per_bucket),
+    options = [("voice", args.voice), ("per-bucket", args.per_bucket), ("temperature", args.temperature),
                ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas), ("drafts", args.drafts),
                ("draft-len", args.draft_len), ("chunk-phonemes", args.chunk_phonemes), ("repeats", args.repeats),
                ("threads", args.threads)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     if args.adaptive_k:
         command += " --adaptive-k"
+    (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept
     section = markdown(report, command)
-    (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "eval.md").write_text(section)
     print(section)
     if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path("") is ".")
