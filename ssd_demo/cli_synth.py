@@ -77,7 +77,10 @@ def main(args: argparse.Namespace) -> int:
     if args.text_file is not None:
         if not args.text_file.is_file():
             raise FileNotFoundError(f"--text-file {args.text_file} does not exist")
-        args.text = args.text_file.read_text(encoding="utf-8")
+        try:
+            args.text = args.text_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"--text-file {args.text_file} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:

@@ -53,6 +53,14 @@ def test_bad_input_exits_2_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err.lower()
 
 
+def test_a_text_file_that_is_not_utf8_is_named_in_the_error(tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"\xff caf\xe9")
+    assert main(["synth", "--text-file", str(bad), "--out", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert "latin1.txt is not UTF-8 text" in err and "Traceback" not in err
+
+
 def test_bench_on_local_models(tmp_path, capsys):
     target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
     tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
