@@ -31,13 +31,18 @@ def _assert_speech(result, low=0.8, high=6.0):
     assert np.isfinite(result.audio).all() and np.abs(result.audio).max() <= 1.0
 
 
-def test_assets_load_with_both_drafts(synth):
+def test_assets_load_with_all_three_drafts(synth):
+    from ssd_demo.draft_heads import DraftHeads
+
     assert isinstance(synth.backend, Backend)
-    assert set(synth.drafts) == {"distilled", "layers"}
+    assert set(synth.drafts) == {"distilled", "layers", "heads"}
     assert synth.draft_name == "distilled"
     vocab = synth.target.config.vocab_size
-    for draft in synth.drafts.values():
-        assert draft.config.vocab_size == vocab
+    for name, draft in synth.drafts.items():
+        if name == "heads":
+            assert isinstance(draft, DraftHeads) and draft.config.hidden == synth.target.config.hidden_size
+        else:
+            assert draft.config.vocab_size == vocab
     # The target is much deeper than either draft (that is where the speedup comes from).
     assert synth.target.config.num_hidden_layers >= 4 * synth.drafts["distilled"].config.num_hidden_layers
 
