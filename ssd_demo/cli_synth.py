@@ -26,8 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", default=None,
                         help="English text to speak (the embedded voice reads up to 3,000 characters, in chunks)")
     parser.add_argument("--text-file", type=Path, default=None, help="read the text from this UTF-8 file instead")
-    parser.add_argument("--out", type=Path, default=Path("out.wav"), help="output WAV file (16-bit PCM)")
-    parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative")
+    parser.add_argument("--out", type=Path, default=Path("out.wav"),
+                        help="output WAV file (16-bit PCM; default out.wav in the current folder)")
+    parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative",
+                        help="decoder (default speculative; ar ignores --draft)")
     parser.add_argument("--preset", default="embedded", help="model preset: embedded (default), llasa-1b-3b, llasa-1b-8b")
     parser.add_argument("--draft", default=None, help="draft name within the preset (embedded: distilled, layers or heads)")
     parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
