@@ -36,7 +36,7 @@ import inspect
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Hashable, Protocol
+from typing import Callable, Hashable, Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -491,7 +491,9 @@ class _ModelDrafter:
         return self.lm.length
 
     def propose(self, run: "_Run", draft_len: int):
-        return _draft_block(self.lm, run, draft_len)
+        # catch up on what the draft has not seen, then one call per drafted token
+        return _draft_block(lambda feed: self.lm.forward(feed, last_only=True), run, draft_len,
+                            run.committed[self.lm.length :])
 
     def sync(self, valid: int) -> None:
         self.lm.truncate(min(self.lm.length, valid))
@@ -533,34 +535,16 @@ class _HeadsDrafter:
         return state
 
     def propose(self, run: "_Run", draft_len: int):
-        drafted: list[int] = []
-        rows: list[torch.Tensor] = []
-        block: list[int] = []
-        drafted_at: list[int] = []
-        if draft_len <= 0:
-            return drafted, rows, block, drafted_at
-        forced_state = run.forced_state
-        threshold = run.config.adaptive_threshold
-        eos = run.config.eos_ids
         state = self._anchor if self._anchor is not None else self._embed.new_zeros(self._embed.shape[1])
-        feed = run.committed[self.target_lm.length :]  # the pending tokens the target has not seen
-        for _ in range(draft_len):
+
+        def next_logits(feed: list[int]) -> torch.Tensor:  # [1, V] after the tokens fed since the last call
+            nonlocal state
             state = self._state_after(state, feed)
-            logits = torch.nn.functional.linear(state[None], self._out_weight, self._out_bias)  # [1, V]
-            _, probs = run.distributions(logits)
             self.calls += 1
-            if threshold > 0 and drafted and float(probs.max()) < threshold:
-                break  # the heads are unsure: verify now
-            token = int(sample(probs, run.generator)[0])
-            drafted.append(token)
-            rows.append(probs[0])
-            drafted_at.append(len(block))
-            forced_state, forced = run.advance(forced_state, token)
-            feed = [token, *forced]
-            block.extend(feed)
-            if any(item in eos for item in feed):
-                break  # nothing after an end token can be emitted
-        return drafted, rows, block, drafted_at
+            return torch.nn.functional.linear(state[None], self._out_weight, self._out_bias)
+
+        # the pending tokens the target has not seen come first
+        return _draft_block(next_logits, run, draft_len, run.committed[self.target_lm.length :])
 
     def close(self) -> None:
         self._anchor = None
@@ -626,9 +610,12 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
     return best_k
 
 
-def _draft_block(draft_lm: "CachedForward", run: _Run, draft_len: int) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
-    """Sample up to `draft_len` tokens from the draft; stop early at an end token or low confidence.
+def _draft_block(next_logits: Callable[[list[int]], torch.Tensor], run: _Run, draft_len: int,
+                 feed: list[int]) -> tuple[list[int], list[torch.Tensor], list[int], list[int]]:
+    """Sample up to `draft_len` tokens from a drafter; stop early at an end token or low confidence.
 
+    `next_logits(tokens)` takes the tokens that follow what the drafter saw last (first `feed`, then each
+    drafted token with its forced ones) and returns its logits [1, V] for the token after them.
     Returns the drafted tokens, their processed distributions, the block to verify (drafted tokens
     with their forced tokens inserted) and the index of each drafted token in that block.
     """
@@ -637,14 +624,12 @@ def _draft_block(draft_lm: "CachedForward", run: _Run, draft_len: int) -> tuple[
     block: list[int] = []
     drafted_at: list[int] = []
     state = run.forced_state
-    feed = run.committed[draft_lm.length :]  # catch up on what the draft has not seen
     threshold = run.config.adaptive_threshold
     eos = run.config.eos_ids
     for _ in range(draft_len):
-        logits = draft_lm.forward(feed, last_only=True)
-        _, probs = run.distributions(logits)
+        _, probs = run.distributions(next_logits(feed))
         if threshold > 0 and drafted and float(probs.max()) < threshold:
-            break  # the draft is unsure: verifying now wastes fewer draft steps
+            break  # the drafter is unsure: verifying now wastes fewer draft steps
         token = int(sample(probs, run.generator)[0])
         drafted.append(token)
         rows.append(probs[0])
