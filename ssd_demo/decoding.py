@@ -50,6 +50,10 @@ from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
 from .static_cache import StaticCacheLM, supports as static_cache_supports
 
+#: on_round(tokens generated so far, target calls so far): called after every round (AR: every token),
+#: from the decoding thread, so that a page can count live; it must not touch the decoding state.
+RoundCallback = Callable[[int, int], None]
+
 
 #: With adaptive K, after this many rounds of K = 0 (plain AR steps) one round drafts a token again.
 PROBE_EVERY = 16
@@ -262,10 +266,11 @@ def autoregressive_generate(
     static_cache: bool | None = None,
     forced: ForcedTokens | None = None,
     should_stop: StopCheck | None = None,
+    on_round: RoundCallback | None = None,
 ) -> GenerationResult:
     """Plain decoding: one target call per sampled token, with the same sampling and forward as the
     speculative path (forced tokens ride along with the next call's input). `should_stop` is asked
-    before every step; when it says so, `Cancelled` is raised."""
+    before every step; when it says so, `Cancelled` is raised. `on_round` hears the counts after each."""
     device, vocab = _check_inputs(input_ids, target)
     run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
     lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
@@ -296,6 +301,8 @@ def autoregressive_generate(
                 committed=run.committed[before:],
             )
         )
+        if on_round is not None:
+            on_round(len(run.new_tokens), lm.calls)
     return _result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
 
 
@@ -310,6 +317,7 @@ def speculative_generate(
     forced: ForcedTokens | None = None,
     rule: AcceptanceRule | None = None,
     should_stop: StopCheck | None = None,
+    on_round: RoundCallback | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
@@ -322,7 +330,8 @@ def speculative_generate(
     `make_rule(config)`, with the target's input embeddings for a rule that groups tokens by an
     embedding table (pcg). A voice whose backend has its own table (the embedded voice groups by
     codec centroids) builds it with `Synthesizer.rule(config)`. `should_stop` is asked before every
-    round; when it says so, `Cancelled` is raised (the caller stopped the run).
+    round; when it says so, `Cancelled` is raised (the caller stopped the run). `on_round` hears the
+    token and target-call counts after every round.
     """
     heads = is_heads(draft)
     device, vocab = _check_inputs(input_ids, *((target,) if heads else (target, draft)))
@@ -365,6 +374,8 @@ def speculative_generate(
             record, done = _speculative_round(run, rule, target_lm, drafter, draft_len, clock)
             history.record(record.expected_acceptance)
             run.steps.append(record)
+            if on_round is not None:
+                on_round(len(run.new_tokens), target_lm.calls)
     finally:
         target_lm.close()
         drafter.close()

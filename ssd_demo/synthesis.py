@@ -21,7 +21,7 @@ import torch
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
 from .config import DecodingConfig
-from .decoding import autoregressive_generate, speculative_generate
+from .decoding import RoundCallback, autoregressive_generate, speculative_generate
 from .errors import TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
@@ -164,12 +164,15 @@ class Synthesizer:
         draft: str | None = None,
         voice_prompt: VoicePrompt | None = None,
         should_stop: StopCheck | None = None,
+        on_progress: RoundCallback | None = None,
     ) -> SynthesisResult:
         """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
         decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses.
-        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so).
+        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so);
+        `on_progress(tokens, target calls)` hears the whole text's counts so far after every round.
         The same work as `stream()`, each chunk's codes decoded at once."""
-        return self.stream(text, mode, config, draft, voice_prompt, should_stop, windows=False).run()
+        return self.stream(text, mode, config, draft, voice_prompt, should_stop, windows=False,
+                           on_progress=on_progress).run()
 
     def stream(
         self,
@@ -180,6 +183,7 @@ class Synthesizer:
         voice_prompt: VoicePrompt | None = None,
         should_stop: StopCheck | None = None,
         windows: bool = True,
+        on_progress: RoundCallback | None = None,
     ) -> SynthesisStream:
         """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
         chunk, or (`windows`, for a backend with `audio_windows`, e.g. Llasa's codec) one per codec
@@ -202,13 +206,13 @@ class Synthesizer:
         chunks = split(text) if split is not None else [TextChunk(text)]
         # Every chunk's prompt first: a chunk that cannot be spoken fails before any decoding.
         prompts = [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks]
-        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, windows, chunks, prompts,
-                              started)
+        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
+                              chunks, prompts, started)
         return SynthesisStream(pieces)
 
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
-                should_stop: StopCheck | None, windows: bool, chunks: list[TextChunk], prompts: list[list[int]],
-                started: float) -> Generator[AudioPiece, None, SynthesisResult]:
+                should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,
+                chunks: list[TextChunk], prompts: list[list[int]], started: float) -> Generator[AudioPiece, None, SynthesisResult]:
         base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
         windowed = getattr(self.backend, "audio_windows", None) if windows else None
         results: list[ChunkResult] = []
@@ -217,8 +221,11 @@ class Synthesizer:
         for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
             check_stop(should_stop)
             seed = (base_seed + index) % 2**63
+            on_round = None if on_progress is None else (  # the chunk's counts on top of the earlier chunks'
+                lambda chunk_tokens, chunk_calls, before=(tokens, calls):
+                    on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
             generation, chunk_config, lm_seconds = self._generate(prompt, mode, config.with_(seed=seed), draft_name,
-                                                                  should_stop)
+                                                                  should_stop, on_round)
             tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
             context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
             if windowed is not None:
@@ -264,7 +271,8 @@ class Synthesizer:
                           tokens_so_far=tokens, target_calls_so_far=calls)
 
     def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
-                  should_stop: StopCheck | None) -> tuple[GenerationResult, DecodingConfig, float]:
+                  should_stop: StopCheck | None,
+                  on_round: RoundCallback | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
         """One chunk's tokens, the config as decoded, and the LM seconds."""
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
@@ -280,10 +288,10 @@ class Synthesizer:
         start = time.perf_counter()
         if mode == "ar":
             generation = autoregressive_generate(self.target, input_ids, config, forced=forced,
-                                                 should_stop=should_stop)
+                                                 should_stop=should_stop, on_round=on_round)
         else:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
-                                              rule=self.rule(config), should_stop=should_stop)
+                                              rule=self.rule(config), should_stop=should_stop, on_round=on_round)
         return generation, config, time.perf_counter() - start
 
 

@@ -54,6 +54,28 @@ def test_stream_yields_in_order_and_equals_synthesize(synth, mode):
     assert len(timing["pieces"]) == len(pieces) and timing["time_to_last_audio"] == pieces[-1].ready_seconds
 
 
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+def test_progress_counts_every_round_across_chunks(synth, mode):
+    """`on_progress` hears the whole text's counts after every round (what the race's live counters
+    show): never decreasing, many updates inside each chunk, ending at the run's totals."""
+    heard: list[tuple[int, int, int]] = []  # (tokens, target calls, pieces yielded so far)
+    pieces: list = []
+    stream = synth.stream(TEXT, mode=mode, config=synth.config(seed=4),
+                          on_progress=lambda tokens, calls: heard.append((tokens, calls, len(pieces))))
+    for piece in stream:
+        pieces.append(piece)
+    result = stream.result
+    assert heard[-1][:2] == (len(result.generation.tokens), result.generation.stats.target_calls)
+    assert [h[:2] for h in heard] == sorted(h[:2] for h in heard)
+    rounds = len(result.generation.steps)
+    assert len(heard) == rounds  # one update per round (AR: per token)
+    # Counts move before the first chunk's audio exists: the counters are live, not per chunk.
+    before_first = [h for h in heard if h[2] == 0]
+    assert len(before_first) == len(result.chunks[0].generation.steps) > 1
+    assert before_first[-1][0] == len(result.chunks[0].generation.tokens)
+    assert pieces[0].tokens_so_far == before_first[-1][0]
+
+
 def test_a_closed_stream_decodes_nothing_more(synth):
     stream = synth.stream(TEXT, mode="ar", config=synth.config(seed=3))
     first = next(stream)

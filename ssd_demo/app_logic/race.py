@@ -42,8 +42,8 @@ class RaceLane:
     """One decoder's run as it happens (written by the decoding thread, read by the page)."""
 
     name: str  # "autoregressive" | "speculative"
-    rounds: int = 0  # decoding rounds started so far: one call of the target model each
-    tokens: int = 0  # tokens committed, updated after each text chunk
+    rounds: int = 0  # target model calls so far (prefills included), updated after every round
+    tokens: int = 0  # tokens committed so far (forced ones included), updated after every round
     pieces: list[AudioPiece] = field(default_factory=list)
     started: float | None = None  # time.perf_counter() when its run began
     seconds: float | None = None  # its whole run, once done
@@ -153,13 +153,12 @@ def replayed_pieces(result: SynthesisResult) -> list[AudioPiece]:
 
 def _stream_lane(synthesizer, lane: RaceLane, text, mode, config, draft, voice_prompt, on_piece: PieceSink,
                  should_stop: StopCheck | None):
-    def tick() -> bool:  # asked once per decoding round (and once per chunk): counts the rounds live
-        lane.rounds += 1
-        return should_stop() if should_stop is not None else False
+    def progress(tokens: int, calls: int) -> None:  # after every decoding round: the live counters
+        lane.tokens, lane.rounds = tokens, calls
 
     lane.started = time.perf_counter()
     stream = synthesizer.stream(text, mode=mode, config=config, draft=draft, voice_prompt=voice_prompt,
-                                should_stop=tick)
+                                should_stop=should_stop, on_progress=progress)
     for piece in stream:
         lane.tokens = piece.tokens_so_far
         lane.pieces.append(piece)
