@@ -30,6 +30,8 @@ REPLAY_NOTE = (
     "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
     "decoder a listener would have heard first and longer."
 )
+#: Presenter mode's version (the page must fit a 1280x720 projector).
+REPLAY_NOTE_SHORT = "**Replay at measured speed** (the runs went one after the other)"
 #: Start both replays together (the browser's own players, from the beginning).
 PLAY_BOTH_JS = """() => {
   for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
@@ -94,7 +96,8 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
                                    buttons=[], elem_id="ssd-spec-stream")
     with gr.Row(elem_id="ssd-replay"):
         with gr.Column(scale=1, min_width=160):
-            gr.Markdown(REPLAY_NOTE)
+            gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
+            gr.Markdown(REPLAY_NOTE_SHORT, elem_classes=["ssd-presenter-only"])
             replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
         replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
                              buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)

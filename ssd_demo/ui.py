@@ -40,7 +40,13 @@ body.ssd-presenter #ssd-intro { display: none !important; }
 body.ssd-presenter #ssd-headline h1 { font-size: 3rem; line-height: 1.1; }
 body.ssd-presenter .ssd-lane h3 { font-size: 1.6rem; }
 body.ssd-presenter .ssd-lane, body.ssd-presenter #ssd-status { font-size: 1.25rem; }
-body.ssd-presenter #ssd-text textarea { font-size: 1.3rem; }
+body.ssd-presenter #ssd-text textarea { font-size: 1.3rem; height: 3.2rem !important; min-height: 0 !important; }
+body.ssd-presenter #ssd-headline h1 { margin-bottom: 0.2rem; }
+/* ... and, to fit the replay row too: the toggle moves up into the tab bar, the text box loses its label. */
+body.ssd-presenter .ssd-topbar { position: absolute; top: -3.3rem; right: 0; width: auto; z-index: 10; }
+body.ssd-presenter #ssd-text [data-testid="block-info"] { display: none; }
+body.ssd-presenter #ssd-ar-stream [data-testid="block-label"],
+body.ssd-presenter #ssd-spec-stream [data-testid="block-label"] { display: none; }
 """
 
 
