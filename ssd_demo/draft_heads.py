@@ -18,6 +18,7 @@ as any draft, so at beta = 0 the output keeps the target's distribution whatever
 
 from __future__ import annotations
 
+import hashlib
 import json
 import weakref
 from dataclasses import asdict, dataclass
@@ -61,6 +62,8 @@ class DraftHeads(nn.Module):
         super().__init__()
         self.config = config
         self.blocks = nn.ModuleList(HeadBlock(config) for _ in range(config.blocks))
+        # `target_fingerprint` of the target the heads were trained on (None: not recorded, e.g. untrained)
+        self.made_for: str | None = None
 
     def step(self, state: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
         """[..., d] state and the embedding of the token that follows it -> the state after that token."""
@@ -77,7 +80,9 @@ class DraftHeads(nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         dtype = next(self.parameters()).dtype
         save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}, folder / WEIGHTS_NAME)
-        (folder / CONFIG_NAME).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=1) + "\n")
+        made_for = {"made_for": self.made_for} if self.made_for else {}
+        (folder / CONFIG_NAME).write_text(json.dumps({**asdict(self.config), **made_for, **(extra or {})},
+                                                     indent=1) + "\n")
 
     @classmethod
     def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> "DraftHeads":
@@ -87,6 +92,7 @@ class DraftHeads(nn.Module):
         fields = HeadsConfig.__dataclass_fields__
         heads = cls(HeadsConfig(**{k: v for k, v in meta.items() if k in fields}))
         heads.load_state_dict(load_file(folder / WEIGHTS_NAME), strict=True)
+        heads.made_for = meta.get("made_for")
         return heads.to(dtype).eval()
 
 
@@ -141,11 +147,32 @@ def is_heads(draft) -> bool:
     return isinstance(draft, DraftHeads)
 
 
+def target_fingerprint(target) -> str:
+    """A short hash of the target's output layer, rounded to float16 (so a float32 training copy and its
+    float16 export agree): heads trained on one target are worthless on another of the same width."""
+    weight = target.get_output_embeddings().weight
+    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+    cached = _FINGERPRINTS.get(id(weight))
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    data = weight.detach().to("cpu", torch.float16).contiguous().view(torch.int16).numpy().tobytes()
+    fingerprint = hashlib.sha256(data).hexdigest()[:16]
+    _FINGERPRINTS[id(weight)] = (key, fingerprint)
+    return fingerprint
+
+
+_FINGERPRINTS: dict[int, tuple[tuple, str]] = {}
+
+
 def check_fits(heads: DraftHeads, target) -> None:
-    """The heads must have been made for a target of this width."""
+    """The heads must have been made for a target of this width and, where they record it, this target."""
     width = target.get_output_embeddings().weight.shape[1]
     if heads.config.hidden != width:
         raise ValueError(f"the draft heads work on {heads.config.hidden}-wide hidden states but the target's are {width}")
+    if heads.made_for is not None and heads.made_for != target_fingerprint(target):
+        raise ValueError(f"the draft heads were trained on another target (fingerprint {heads.made_for}, this "
+                         f"target's is {target_fingerprint(target)}): retrain them on this one "
+                         f"(python -m ssd_demo train --stages heads)")
 
 
 class OutputInputCapture:
@@ -166,4 +193,5 @@ class OutputInputCapture:
         self._handle.remove()
 
 
-__all__ = ["CONFIG_NAME", "DraftHeads", "FastStep", "fast_step", "HeadsConfig", "OutputInputCapture", "check_fits", "is_heads"]
+__all__ = ["CONFIG_NAME", "DraftHeads", "FastStep", "fast_step", "HeadsConfig", "OutputInputCapture", "check_fits", "is_heads",
+           "target_fingerprint"]

@@ -138,6 +138,39 @@ def test_heads_refuse_a_target_of_another_width_and_load_strictly(tmp_path):
         DraftHeads.load(tmp_path / "heads")
 
 
+def test_heads_refuse_a_target_they_were_not_trained_on(tmp_path):
+    """Same width, other weights: heads that record their target refuse another one (at load of a voice
+    and in the decoder), and the record survives a float16 save as the voice export does."""
+    trained_on = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    other = tiny_llama(seed=12, vocab=32, layers=2, width=16, init=0.3)
+    from ssd_demo.draft_heads import target_fingerprint
+    heads = random_heads(16)
+    heads.made_for = target_fingerprint(trained_on)
+    heads.to(torch.float16).save(tmp_path / "heads")
+    loaded = DraftHeads.load(tmp_path / "heads")
+    assert loaded.made_for == target_fingerprint(trained_on) == target_fingerprint(trained_on.half().float())
+    config = DecodingConfig(max_new_tokens=4, seed=1)
+    speculative_generate(trained_on, loaded, torch.tensor([[1, 2]]), config)  # its own target: fine
+    with pytest.raises(ValueError, match="trained on another target"):
+        speculative_generate(other, loaded, torch.tensor([[1, 2]]), config)
+    with torch.no_grad():  # a target changed in place (fine-tuned further) is another target too
+        trained_on.get_output_embeddings().weight.add_(0.5)
+    with pytest.raises(ValueError, match="trained on another target"):
+        speculative_generate(trained_on, loaded, torch.tensor([[1, 2]]), config)
+
+
+def test_the_shipped_heads_were_trained_on_the_shipped_target():
+    from pathlib import Path
+    from ssd_demo.draft_heads import target_fingerprint
+    from transformers import AutoModelForCausalLM
+    voice = Path(__file__).resolve().parents[1] / "assets" / "embedded"
+    if not (voice / "draft_heads").exists():
+        pytest.skip("this voice has no heads")
+    heads = DraftHeads.load(voice / "draft_heads")
+    target = AutoModelForCausalLM.from_pretrained(voice / "target", local_files_only=True)
+    assert heads.made_for == target_fingerprint(target)
+
+
 def test_training_raises_the_heads_expected_acceptance(target):
     sequences = [PROMPT[0].tolist() + autoregressive_generate(
         target, PROMPT, DecodingConfig(max_new_tokens=12, temperature=1.0, seed=s)).tokens for s in range(64)]

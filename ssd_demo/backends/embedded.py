@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 
 from ..codec import Codec
 from ..config import DecodingConfig
-from ..draft_heads import DraftHeads
+from ..draft_heads import DraftHeads, check_fits
 from ..errors import TextError
 from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
@@ -153,6 +153,8 @@ def load_synthesizer(draft: str = "distilled", device: str | None = None, path: 
 
     target = load("target")
     drafts = {name: load(DRAFT_FOLDERS[name]) for name in available}
+    if "heads" in drafts:  # a voice whose heads were trained on another target fails here, not mid-run
+        check_fits(drafts["heads"], target)
     return Synthesizer(backend, target, drafts, default_draft=draft)
 
 

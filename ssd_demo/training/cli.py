@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ..backends.vocab import VocabLayout
-from ..draft_heads import DraftHeads, HeadsConfig
+from ..draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from .heads import evaluate_heads, heads_loss
 from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
 from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
@@ -206,6 +206,7 @@ def main(args: argparse.Namespace) -> int:
         summary["parameters"] = sum(p.numel() for p in heads.parameters())
         summary["unroll"] = unroll
         (out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        heads.made_for = target_fingerprint(target)
         heads.save(heads_dir)
         log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
             f"{summary['wall_seconds']} s")
