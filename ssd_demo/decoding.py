@@ -55,8 +55,16 @@ from .static_cache import StaticCacheLM, supports as static_cache_supports
 RoundCallback = Callable[[int, int], None]
 
 
-#: With adaptive K, after this many rounds of K = 0 (plain AR steps) one round drafts a token again.
+#: With adaptive K, after this many rounds of K = 0 (plain AR steps) one round drafts a token again;
+#: each probe after which K stays 0 doubles the wait, up to PROBE_MAX_EVERY (a draft that does not pay
+#: on this machine should cost next to nothing), and a K > 0 chosen on the evidence resets it.
 PROBE_EVERY = 16
+PROBE_MAX_EVERY = 256
+
+#: With measured costs, drafting must promise this many times AR's tokens per target step to be
+#: chosen over a plain AR step: the costs are timed to within about +-10 % on a shared machine, and a K
+#: that only seems to pay by less made calibrated decoding 0.85-0.90x of AR on an AMD EPYC (AVX2) core.
+PAY_MARGIN = 1.1
 
 #: Most tokens a schedule may insert after one sampled token (sizes the static KV caches).
 MAX_FORCED_PER_TOKEN = 3
@@ -357,6 +365,7 @@ def speculative_generate(
         prefill_seconds = clock.now()
         history = AcceptanceHistory()
         idle = 0  # rounds in a row the adaptive choice drafted nothing
+        probe_every, probed = PROBE_EVERY, False
         done = False
         while not done:
             check_stop(should_stop)
@@ -364,10 +373,15 @@ def speculative_generate(
                 draft_len = choose_draft_len(history, config.draft_len, config.cost_ratio,
                                              verify_costs=config.verify_costs)
                 # K = 0 records no acceptance, so the estimate would never change: probe with K = 1 now
-                # and then (a function of the past rounds only, so exactness is kept).
+                # and then, less often while probes change nothing (a function of the past rounds only,
+                # so exactness is kept).
+                if draft_len > 0:
+                    probe_every, probed = PROBE_EVERY, False
+                elif probed:
+                    probe_every, probed = min(2 * probe_every, PROBE_MAX_EVERY), False
                 idle = idle + 1 if draft_len == 0 else 0
-                if idle >= PROBE_EVERY:
-                    draft_len, idle = 1, 0
+                if idle >= probe_every:
+                    draft_len, idle, probed = 1, 0, True
             else:
                 draft_len = config.draft_len
             draft_len = max(min(draft_len, run.remaining - 1), 0)  # leave room for the replacement/bonus token
@@ -591,7 +605,8 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
     reached it, the first towards a prior; an untested position borrows the estimate of the one before). Expected tokens per round are
     1 + sum_k prod_{i<=k} alpha_i and a round costs K c + v_K target steps (c = `cost_ratio`; v_K, the
     verify of K + 1 tokens, from `verify_costs`, else 1). With measured verify costs K = 0 competes
-    too: one token per verify of one, i.e. a plain AR step, chosen when no K pays on this machine. A
+    too: one token per verify of one, i.e. a plain AR step, chosen unless some K promises PAY_MARGIN
+    times as many tokens per step (measured costs are only good to about that on a shared machine). A
     single alpha for all positions (the textbook formula) overrates long blocks, because the draft
     drifts away from the target as it goes. The estimates depend only on the run's own past rounds,
     so the choice (and the output for a given seed) is reproducible, and it never looks at the
@@ -600,7 +615,7 @@ def choose_draft_len(history: AcceptanceHistory, max_len: int, cost_ratio: float
     def verify(k: int) -> float:
         return 1.0 if verify_costs is None else verify_costs[min(k, len(verify_costs) - 1)]
 
-    best_k, best_value = (0, 1.0 / verify(0)) if verify_costs is not None else (1, -1.0)
+    best_k, best_value = (0, PAY_MARGIN / verify(0)) if verify_costs is not None else (1, -1.0)
     survive, tokens, previous = 1.0, 1.0, prior_alpha
     for k in range(1, max_len + 1):
         i = k - 1

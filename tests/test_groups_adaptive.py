@@ -187,6 +187,23 @@ def test_measured_verify_costs_choose_k_and_fall_back_to_ar_steps():
         DecodingConfig(verify_costs=(1.0, -2.0))
 
 
+def test_probes_back_off_while_no_k_pays():
+    """Where no K pays, the K = 1 probes come ever less often (16, 32, 64, ... rounds apart, at most 256):
+    a machine where drafting does not pay loses next to nothing to them. Exactness is the test above's."""
+    from ssd_demo.decoding import PROBE_EVERY, PROBE_MAX_EVERY
+
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    unrelated = tiny_llama(seed=12, vocab=32, width=16, init=0.3)
+    steep = (1.0, 2.0, 3.0, 4.0, 5.0)
+    config = DecodingConfig(draft_len=4, adaptive_draft_len=True, verify_costs=steep, max_new_tokens=700, seed=0,
+                            eos_token_id=None)
+    result = speculative_generate(target, unrelated, PROMPT, config)
+    probes = [i for i, s in enumerate(result.steps) if s.drafted]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(result.tokens) == 700 and len(probes) < 700 // PROBE_EVERY // 3
+    assert gaps == sorted(gaps) and gaps[-1] <= PROBE_MAX_EVERY + 1 and gaps[-1] > 4 * PROBE_EVERY
+
+
 def test_costs_are_measured_on_this_machine_and_cached():
     from ssd_demo.calibration import calibrated_costs, measure_costs
 
