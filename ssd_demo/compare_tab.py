@@ -161,7 +161,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         with gr.Column(scale=3):
             text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters)",
                               placeholder="Type an English sentence…", lines=3,
-                              max_length=defaults.max_text_chars, elem_id="ssd-text")
+                              elem_id="ssd-text")  # no max_length: the browser would cut a paste silently;
+                              # the server refuses a longer text with a message, and the text stays here
             with gr.Column(elem_classes=["ssd-dev"]):
                 gr.Examples(examples=[[t] for t in app_logic.example_texts()], inputs=[text], cache_examples=False)
             with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
@@ -280,7 +281,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return (
             app_logic.preset_markdown(get_preset(chosen.key, _owner(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
-            gr.update(label=f"Text (up to {chosen.max_text_chars} characters)", max_length=chosen.max_text_chars),
+            gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
             *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
         )
 

@@ -40,7 +40,12 @@ PLAY_BOTH_JS = """() => {
   }
 }"""
 #: Presenter mode is a class on the page: CSS (ui.CSS) enlarges the race and hides developer detail.
-PRESENTER_JS = "(on) => { document.body.classList.toggle('ssd-presenter', !!on); }"
+PRESENTER_JS = """(on) => {
+  document.body.classList.toggle('ssd-presenter', !!on);
+  const url = new URL(window.location.href);  // a reload keeps what the toggle says
+  if (on) { url.searchParams.set('presenter', '1'); } else { url.searchParams.delete('presenter'); }
+  window.history.replaceState(null, '', url);
+}"""
 #: The page's load: `?presenter=1` in the address turns presenter mode on.
 PRESENTER_FROM_URL_JS = """() => {
   const on = new URLSearchParams(window.location.search).get('presenter') === '1';
@@ -144,10 +149,17 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         values = signature.bind(*args, **kwargs)
         values.apply_defaults()
         chosen = values.arguments
+        def refused(error: BaseException):
+            """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
+            message = to_gradio_error(error)
+            yield frame({status: f"**Not run:** {message.message}"})
+            raise message from None
+
         try:
             request = prepare(chosen)
         except Exception as error:  # noqa: BLE001
-            raise to_gradio_error(error) from None
+            yield from refused(error)
+            return
         race, events = app_logic.Race(), queue.Queue()
         stopped, closed = ui_jobs.stop_check(chosen["request"]), threading.Event()
         started = time.perf_counter()
@@ -181,7 +193,8 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
                 if kind == "error":
                     if isinstance(payload[0], Cancelled):
                         return  # stopped: nobody is waiting for an answer
-                    raise to_gradio_error(payload[0]) from None
+                    yield from refused(payload[0])
+                    return
                 comparison = payload[0]
                 break
             ui_jobs.CLOCK.record(time.perf_counter() - started)
@@ -199,7 +212,8 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
                 yield frame({**live(race), **results})
                 figures = app_logic.figures(comparison)
             except Exception as error:  # noqa: BLE001 - a message, never a traceback
-                raise to_gradio_error(error) from None
+                yield from refused(error)
+                return
             race.stage = "Done"
             # The last update holds every value (what an API client's result is); None ends both streams.
             yield frame({**live(race), **results, tokens: app_logic.comparison_token_view(comparison),

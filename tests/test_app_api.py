@@ -352,3 +352,11 @@ def test_race_refuses_bad_input_plainly(client):
     assert "Traceback" not in str(raised.value)
     with pytest.raises(AppError, match="type some text"):
         client.predict("", api_name="/race")
+    # The page's status line says why nothing ran, for refusals before the run and inside it (the text
+    # is checked once the model is loaded), instead of keeping its last stage ("Loading the model").
+    for text, message in (("", "type some text"), ("x" * 400, "at most 120")):
+        job = client.submit(text, api_name="/race")
+        with pytest.raises(AppError, match=message):
+            job.result()
+        status = dict(zip(RACE_OUTPUTS, job.outputs()[-1]))["status"]
+        assert status.startswith("**Not run:**") and message in status

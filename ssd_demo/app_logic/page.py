@@ -93,4 +93,8 @@ def preset_markdown(preset: Preset) -> str:
 def device_note() -> str:
     if torch.cuda.is_available():
         return f"Running on CUDA ({torch.cuda.get_device_name(0)})."
-    return f"Running on the CPU ({os.cpu_count()} cores visible, {torch.get_num_threads()} torch threads)."
+    return f"Running on the CPU ({os.cpu_count()} cores visible, {_threads(torch.get_num_threads())})."
+
+
+def _threads(count: int) -> str:
+    return f"{count} torch thread{'' if count == 1 else 's'}"

@@ -94,7 +94,7 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
         race.stage = "Warming up the models (first run only)"
         warm_up(synthesizer, draft)
         if not is_calibrated(synthesizer.target, synthesizer.drafts[draft]):
-            race.stage = "Measuring this machine's draft and verify costs (first run only, a few seconds)"
+            race.stage = "Measuring this machine's draft and verify costs (first run only; up to half a minute on a busy CPU)"
         costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft])
         if config.adaptive_draft_len and config.verify_costs is None:
             config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)

@@ -147,7 +147,7 @@ def _run_both(
     # This machine's costs (measured once per pair): shown next to the measured speedup, and what
     # adaptive K decides with, so that it drafts nothing where drafting does not pay.
     if not is_calibrated(synthesizer.target, synthesizer.drafts[draft]):
-        progress(0.2, desc="Measuring this machine's draft and verify costs (first run only, a few seconds)")
+        progress(0.2, desc="Measuring this machine's draft and verify costs (first run only; up to half a minute on a busy CPU)")
     costs = calibrated_costs(synthesizer.target, synthesizer.drafts[draft])
     if config.adaptive_draft_len and config.verify_costs is None:
         config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
