@@ -50,6 +50,11 @@ from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
 from .static_cache import StaticCacheLM, supports as static_cache_supports
 
+#: A next-token distribution that depends on the generated tokens (repetition-aware sampling):
+#: ([N, V] scores after the mask, each row's generated tokens) -> [N, V] probabilities. It must be a
+#: function of the prefix alone; both decoders apply it to every row, drafts and verifies alike.
+PrefixDistribution = Callable[[torch.Tensor, list[list[int]]], torch.Tensor]
+
 #: on_round(tokens generated so far, target calls so far): called after every round (AR: every token),
 #: from the decoding thread, so that a page can count live; it must not touch the decoding state.
 RoundCallback = Callable[[int, int], None]
@@ -183,6 +188,7 @@ class _Run:
     forced: ForcedTokens | None = None
     forced_state: Hashable = None  # the schedule's state after the committed tokens
     forced_count: int = 0
+    prefix_distribution: "PrefixDistribution | None" = None
 
     def __post_init__(self) -> None:
         # A private generator: same seed -> same output, and the caller's global RNG is untouched.
@@ -191,6 +197,10 @@ class _Run:
         self.committed = list(self.prompt)
         if self.forced is not None:
             self.forced_state = self.forced.initial_state()
+        config = self.config
+        if self.prefix_distribution is not None and (config.temperature != 1.0 or config.top_k or config.top_p < 1.0):
+            raise ValueError("a prefix distribution (e.g. repetition-aware sampling) does its own truncation: "
+                             "leave temperature at 1 and top_k / top_p off in the decoding config")
 
     def advance(self, state: Hashable, token: int) -> tuple[Hashable, tuple[int, ...]]:
         """The forced-token schedule's step (no schedule: nothing is ever inserted)."""
@@ -202,9 +212,16 @@ class _Run:
                              f"at most {MAX_FORCED_PER_TOKEN} are allowed")
         return state, inserted
 
-    def distributions(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def distributions(self, logits: torch.Tensor, extras: list[list[int]] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[N, V] logits -> (scores, probabilities). `extras[i]`: the tokens between the committed ones and
+        row i (drafted ones), which a prefix distribution needs; the rows of one call otherwise share a prefix."""
         scores = processed_scores(logits, self.config, self.mask)
-        return scores, probabilities(scores, self.config)
+        if self.prefix_distribution is None:
+            return scores, probabilities(scores, self.config)
+        extras = extras if extras is not None else [[] for _ in range(scores.shape[0])]
+        probs = self.prefix_distribution(scores, [self.new_tokens + extra for extra in extras])
+        return probs.log(), probs
 
     @property
     def remaining(self) -> int:
@@ -275,12 +292,14 @@ def autoregressive_generate(
     forced: ForcedTokens | None = None,
     should_stop: StopCheck | None = None,
     on_round: RoundCallback | None = None,
+    prefix_distribution: PrefixDistribution | None = None,
 ) -> GenerationResult:
     """Plain decoding: one target call per sampled token, with the same sampling and forward as the
     speculative path (forced tokens ride along with the next call's input). `should_stop` is asked
     before every step; when it says so, `Cancelled` is raised. `on_round` hears the counts after each."""
     device, vocab = _check_inputs(input_ids, target)
-    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced,
+               prefix_distribution=prefix_distribution)
     lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
     clock = _Clock(device)
     _prefill([lm], run.prompt)
@@ -326,6 +345,7 @@ def speculative_generate(
     rule: AcceptanceRule | None = None,
     should_stop: StopCheck | None = None,
     on_round: RoundCallback | None = None,
+    prefix_distribution: PrefixDistribution | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
 
@@ -339,7 +359,9 @@ def speculative_generate(
     embedding table (pcg). A voice whose backend has its own table (the embedded voice groups by
     codec centroids) builds it with `Synthesizer.rule(config)`. `should_stop` is asked before every
     round; when it says so, `Cancelled` is raised (the caller stopped the run). `on_round` hears the
-    token and target-call counts after every round.
+    token and target-call counts after every round. `prefix_distribution` replaces the sampling
+    distribution by one that depends on the generated tokens (CosyVoice 2's repetition-aware
+    sampling, `ssd_demo.repetition_aware`), applied to draft and target rows alike: still exact.
     """
     heads = is_heads(draft)
     device, vocab = _check_inputs(input_ids, *((target,) if heads else (target, draft)))
@@ -347,7 +369,8 @@ def speculative_generate(
         check_fits(draft, target)
         if draft.device != device:
             raise ValueError(f"target and draft heads must be on the same device; got {device} and {draft.device}")
-    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced)
+    run = _Run(config, device, vocab, input_ids[0].tolist(), seed=_resolve_seed(config), forced=forced,
+               prefix_distribution=prefix_distribution)
     if rule is None:
         rule = make_rule(config, embeddings=target.get_input_embeddings().weight.detach()
                          if RULES[config.acceptance].needs_embeddings else None)
@@ -419,7 +442,9 @@ def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForwar
     rows = [len(pending) + index - 1 for index in drafted_at_index] + [logits.shape[0] - 1]
     if len(rows) != logits.shape[0]:
         logits = logits[rows]  # [K + 1, V]
-    target_scores, target_probs = run.distributions(logits)
+    # Row i follows the block's tokens before drafted token i; the last row follows the whole block.
+    extras = [block_tokens[:index] for index in drafted_at_index] + [block_tokens]
+    target_scores, target_probs = run.distributions(logits, extras)
     block = Block(
         drafted=torch.tensor(drafted, dtype=torch.long, device=device),
         draft_probs=torch.stack(draft_rows) if draft_rows else target_probs[:0],
@@ -653,7 +678,7 @@ def _draft_block(next_logits: Callable[[list[int]], torch.Tensor], run: _Run, dr
     threshold = run.config.adaptive_threshold
     eos = run.config.eos_ids
     for _ in range(draft_len):
-        _, probs = run.distributions(next_logits(feed))
+        _, probs = run.distributions(next_logits(feed), [block])
         if threshold > 0 and drafted and float(probs.max()) < threshold:
             break  # the drafter is unsure: verifying now wastes fewer draft steps
         token = int(sample(probs, run.generator)[0])

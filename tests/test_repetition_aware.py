@@ -1,0 +1,101 @@
+"""Repetition-aware sampling (CosyVoice 2's RAS) as a prefix-dependent distribution: it is what the
+official draw-and-redraw procedure produces, and both decoders stay exact with it (chi-square tests
+against the target's exactly enumerated joint, as in test_exactness)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
+from ssd_demo.repetition_aware import RepetitionAwareSampling
+from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, make_draft, marginal
+from tiny_models import tiny_llama
+
+# Small enough that every rule matters on 4 tokens: a token seen in the last 2 is over-repeated, the
+# nucleus keeps at most 3, and token 3 (a stop id here) cannot come before 3 tokens were generated.
+RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, stop_ids=(3,), min_len=3)
+
+
+def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
+                  generator: torch.Generator) -> int:
+    """The procedure as CosyVoice 2 runs it (nucleus draw, re-draw from the full distribution when
+    over-repeated, and the whole draw again while a stop id comes too early), written out plainly."""
+    full = torch.softmax(scores, dim=-1)
+    while True:
+        values, order = torch.sort(full, descending=True, stable=True)
+        kept, mass = [], 0.0
+        for value, index in zip(values.tolist(), order.tolist()):
+            if mass < ras.top_p and len(kept) < ras.top_k:
+                mass += value
+                kept.append((index, value))
+            else:
+                break
+        weights = torch.tensor([v for _, v in kept])
+        token = kept[int(torch.multinomial(weights, 1, generator=generator))][0]
+        if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
+            token = int(torch.multinomial(full, 1, generator=generator))
+        if len(prefix) >= ras.min_len or token not in ras.stop_ids:
+            return token
+
+
+@pytest.mark.parametrize("prefix", [[], [0], [0, 1], [2, 2, 0, 1]])
+def test_the_distribution_is_what_the_official_procedure_draws(prefix):
+    scores = torch.tensor([1.2, 0.9, 0.1, 0.6])
+    expected = RAS(scores[None], [prefix])[0]
+    assert torch.isclose(expected.sum(), torch.tensor(1.0))
+    generator = torch.Generator().manual_seed(0)
+    draws = [(official_draw(scores, prefix, RAS, generator),) for _ in range(6000)]
+    assert chi_square_p(draws, {(i,): float(p) for i, p in enumerate(expected)}) > 1e-3
+    if len(prefix) < RAS.min_len:
+        assert expected[3] == 0  # a stop id before min_len
+
+
+def ras_joint(model) -> dict[tuple[int, ...], float]:
+    """P(first NEW tokens) under AR sampling with RAS, each position on its own prefix."""
+    sequences = list(itertools.product(range(VOCAB), repeat=NEW))
+    inputs = torch.cat([PROMPT.expand(len(sequences), -1), torch.tensor(sequences)], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits[:, PROMPT.shape[1] - 1 : -1].float()  # [S, NEW, V]
+    rows = RAS(logits.reshape(-1, VOCAB), [list(s[:i]) for s in sequences for i in range(NEW)])
+    probs = rows.reshape(len(sequences), NEW, VOCAB)
+    picked = probs.gather(-1, torch.tensor(sequences)[..., None])[..., 0].double().prod(dim=-1)
+    return {s: float(p) for s, p in zip(sequences, picked)}
+
+
+@pytest.mark.parametrize("kind", ["unrelated", "related"])
+def test_speculative_sampling_with_ras_matches_the_target(kind):
+    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
+    draft = make_draft(kind)
+    config = DecodingConfig(max_new_tokens=NEW, draft_len=3)
+    joint = ras_joint(target)
+    plain = exact_joint(target, config)  # the same target without RAS: the test must tell them apart
+    samples = [tuple(speculative_generate(target, draft, PROMPT, config.with_(seed=seed),
+                                          prefix_distribution=RAS).tokens) for seed in range(1500)]
+    assert all(len(s) == NEW for s in samples)
+    assert not any(3 in s[:RAS.min_len] for s in samples)
+    for positions in (slice(0, 3), slice(3, 6)):
+        picked = [s[positions] for s in samples]
+        p = chi_square_p(picked, marginal(joint, positions))
+        assert p > 1e-3, f"{kind} tokens {positions}: differs from the target with RAS (p={p:.2e})"
+        assert chi_square_p(picked, marginal(plain, positions)) < 1e-6, "test has no power"
+
+
+def test_autoregressive_sampling_with_ras_matches_the_target():
+    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
+    config = DecodingConfig(max_new_tokens=NEW)
+    samples = [tuple(autoregressive_generate(target, PROMPT, config.with_(seed=seed), prefix_distribution=RAS).tokens)
+               for seed in range(1000)]
+    assert chi_square_p([s[:3] for s in samples], marginal(ras_joint(target), slice(0, 3))) > 1e-3
+
+
+def test_ras_refuses_a_config_that_truncates_too():
+    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
+    for settings in (dict(temperature=0.7), dict(top_k=2), dict(top_p=0.5), dict(temperature=0.0)):
+        with pytest.raises(ValueError, match="does its own truncation"):
+            autoregressive_generate(target, PROMPT, DecodingConfig(max_new_tokens=2, **settings),
+                                    prefix_distribution=RAS)
+    with pytest.raises(ValueError, match="invalid repetition-aware"):
+        RepetitionAwareSampling(top_k=0)
