@@ -89,18 +89,18 @@ def clean_text(text: str) -> str:
     """NFC, terminal escapes dropped, control characters to spaces, whitespace collapsed; TextError for
     unusable text."""
     if not isinstance(text, str):
-        raise TextError(f"text must be a string, got {type(text).__name__}")
+        raise TextError(f"The text must be a string, got {type(text).__name__}.")
     text = unicodedata.normalize("NFC", text)
     text = _TERMINAL_ESCAPE.sub(" ", text)
     text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
     text = " ".join(text.split())
     if not text:
-        raise TextError("text is empty: type a sentence to synthesise")
+        raise TextError("The text is empty: type a sentence to synthesise.")
     if len(text) > MAX_TEXT_CHARS:
-        raise TextError(f"text is {len(text)} characters long; the embedded voice reads at most {MAX_TEXT_CHARS} "
-                        "characters at a time")
+        raise TextError(f"The text is {len(text)} characters long; the embedded voice reads at most {MAX_TEXT_CHARS} "
+                        "characters at a time.")
     if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
-        raise TextError("the embedded voice speaks English: the text has no Latin letters or digits to read")
+        raise TextError("The embedded voice speaks English: the text has no Latin letters or digits to read.")
     return text
 
 
@@ -181,7 +181,7 @@ def phonemes(text: str) -> list[int]:
     text = check_text(text)
     symbols = [p.symbol for p in phoneme_track(text)]
     if not any(not SYMBOLS[s].startswith(PAUSE) for s in symbols):
-        raise TextError("nothing pronounceable in the text: it needs at least one word")
+        raise TextError("Nothing pronounceable in the text: it needs at least one word.")
     return symbols
 
 
