@@ -442,8 +442,10 @@ def _speculative_round(run: _Run, rule: AcceptanceRule, target_lm: "CachedForwar
     rows = [len(pending) + index - 1 for index in drafted_at_index] + [logits.shape[0] - 1]
     if len(rows) != logits.shape[0]:
         logits = logits[rows]  # [K + 1, V]
-    # Row i follows the block's tokens before drafted token i; the last row follows the whole block.
-    extras = [block_tokens[:index] for index in drafted_at_index] + [block_tokens]
+    # For a prefix distribution: row i follows the block's tokens before drafted token i, the last row
+    # the whole block (built only then: this is the decode loop).
+    extras = ([block_tokens[:index] for index in drafted_at_index] + [block_tokens]
+              if run.prefix_distribution is not None else None)
     target_scores, target_probs = run.distributions(logits, extras)
     block = Block(
         drafted=torch.tensor(drafted, dtype=torch.long, device=device),

@@ -151,17 +151,18 @@ def target_fingerprint(target) -> str:
     """A short hash of the target's output layer, rounded to float16 (so a float32 training copy and its
     float16 export agree): heads trained on one target are worthless on another of the same width."""
     weight = target.get_output_embeddings().weight
-    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
-    cached = _FINGERPRINTS.get(id(weight))
+    key = (weight.data_ptr(), weight._version, tuple(weight.shape))  # changed in place -> hashed again
+    cached = _FINGERPRINTS.get(target)
     if cached is not None and cached[0] == key:
         return cached[1]
     data = weight.detach().to("cpu", torch.float16).contiguous().view(torch.int16).numpy().tobytes()
     fingerprint = hashlib.sha256(data).hexdigest()[:16]
-    _FINGERPRINTS[id(weight)] = (key, fingerprint)
+    _FINGERPRINTS[target] = (key, fingerprint)
     return fingerprint
 
 
-_FINGERPRINTS: dict[int, tuple[tuple, str]] = {}
+#: target model -> (its output weight's identity, fingerprint); a decoder checks once per sequence.
+_FINGERPRINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def check_fits(heads: DraftHeads, target) -> None:

@@ -149,6 +149,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         values = signature.bind(*args, **kwargs)
         values.apply_defaults()
         chosen = values.arguments
+
         def refused(error: BaseException):
             """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
             message = to_gradio_error(error)

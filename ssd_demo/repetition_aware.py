@@ -43,13 +43,12 @@ class RepetitionAwareSampling:
         for row, prefix in enumerate(prefixes):
             window = torch.tensor(prefix[-self.win_size:], dtype=torch.long, device=full.device)
             counts = torch.bincount(window, minlength=full.shape[-1])[: full.shape[-1]] if len(window) else None
-            q = nucleus[row]
+            q = nucleus[row].clone()  # [V]
             if counts is not None:
                 repeated = counts >= threshold  # [V]
                 mass = q[repeated].sum()
                 q = q.masked_fill(repeated, 0.0) + mass * full[row]
             if len(prefix) < self.min_len and self.stop_ids:
-                q = q.clone()
                 q[list(self.stop_ids)] = 0.0
                 total = q.sum()
                 if total > 0:
