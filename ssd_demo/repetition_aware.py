@@ -2,16 +2,19 @@
 
 CosyVoice 2 samples a speech token by nucleus sampling (top-p 0.8 within the top 25) and, when the
 sampled token already occurs often in the last `win_size` generated tokens (at least win_size x
-tau_r times: once, at the defaults), throws it away and samples again from the full distribution;
-before `min_len` tokens it also re-draws any stop token. Written as what those steps produce, the
-next token's distribution depends only on the tokens generated so far:
+tau_r times: once, at the defaults), throws it away and samples again from the full distribution
+without it; before `min_len` tokens, the end-of-speech score is set to -inf first, so neither draw can
+end the utterance that way. Written as what those steps produce, the next token's distribution
+depends only on the tokens generated so far (f = the full distribution, end masked while early;
+n = its nucleus; R = the over-repeated tokens):
 
-    q(x) = nucleus(x) [x not over-repeated] + (nucleus mass of the over-repeated tokens) full(x)
-    (before min_len: stop ids get 0 and the rest is renormalised: re-drawing until not a stop)
+    q(y) = n(y) [y not in R] + sum over x in R of n(x) f(y) [y != x] / (1 - f(x))
 
 so speculative sampling stays exact when the draft's proposals and the target's verify rows are
 both passed through it, each row with its own prefix (`decoding` hands each row the generated
-tokens before it). A strategy handed to the decoders as `prefix_distribution=`.
+tokens before it). A strategy handed to the decoders as `prefix_distribution=`. It follows the
+official procedure as of February 2026, whose re-draw excludes the over-repeated token (before, the
+re-draw could return it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ class RepetitionAwareSampling:
     top_k: int = 25
     win_size: int = 10
     tau_r: float = 0.1
-    stop_ids: tuple[int, ...] = ()  # never drawn while fewer than `min_len` tokens were generated
+    # Scores set to -inf while fewer than `min_len` tokens were generated (CosyVoice 2: its end id only;
+    # its two other stop ids stay drawable, as in the official loop).
+    stop_ids: tuple[int, ...] = ()
     min_len: int = 0
 
     def __post_init__(self) -> None:
@@ -36,24 +41,28 @@ class RepetitionAwareSampling:
 
     def __call__(self, scores: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
         """[N, V] scores (-inf = not allowed) and each row's generated tokens -> [N, V] probabilities."""
-        full = torch.softmax(scores.float(), dim=-1)  # [N, V]
+        scores = scores.float()
+        early = [row for row, prefix in enumerate(prefixes) if len(prefix) < self.min_len]
+        if early and self.stop_ids:
+            scores = scores.clone()
+            scores[torch.tensor(early)[:, None], torch.tensor(self.stop_ids)[None, :]] = float("-inf")
+        full = torch.softmax(scores, dim=-1)  # [N, V]
         nucleus = _nucleus(full, self.top_p, self.top_k)  # [N, V]
-        out = torch.empty_like(full)
+        out = nucleus.clone()
         threshold = self.win_size * self.tau_r
+        vocab = full.shape[-1]
         for row, prefix in enumerate(prefixes):
             window = torch.tensor(prefix[-self.win_size:], dtype=torch.long, device=full.device)
-            counts = torch.bincount(window, minlength=full.shape[-1])[: full.shape[-1]] if len(window) else None
-            q = nucleus[row].clone()  # [V]
-            if counts is not None:
-                repeated = counts >= threshold  # [V]
-                mass = q[repeated].sum()
-                q = q.masked_fill(repeated, 0.0) + mass * full[row]
-            if len(prefix) < self.min_len and self.stop_ids:
-                q[list(self.stop_ids)] = 0.0
-                total = q.sum()
-                if total > 0:
-                    q = q / total
-            out[row] = q
+            if not len(window):
+                continue
+            repeated = torch.bincount(window, minlength=vocab)[:vocab] >= threshold  # [V]
+            # A token holding all the mass cannot be re-drawn without (the official draw would fail): it stays.
+            repeated &= full[row] < 1.0
+            if not bool(repeated.any()):
+                continue
+            weight = torch.where(repeated, nucleus[row] / (1.0 - full[row]).clamp_min(1e-30), 0.0)  # [V]
+            # Each over-repeated x moves its nucleus mass to f without x, renormalised.
+            out[row] = nucleus[row].masked_fill(repeated, 0.0) + full[row] * (weight.sum() - weight)
         return out
 
 

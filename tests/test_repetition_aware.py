@@ -21,27 +21,29 @@ RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, stop_id
 
 def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
                   generator: torch.Generator) -> int:
-    """The procedure as CosyVoice 2 runs it (nucleus draw, re-draw from the full distribution when
-    over-repeated, and the whole draw again while a stop id comes too early), written out plainly."""
-    full = torch.softmax(scores, dim=-1)
-    while True:
-        values, order = torch.sort(full, descending=True, stable=True)
-        kept, mass = [], 0.0
-        for value, index in zip(values.tolist(), order.tolist()):
-            if mass < ras.top_p and len(kept) < ras.top_k:
-                mass += value
-                kept.append((index, value))
-            else:
-                break
-        weights = torch.tensor([v for _, v in kept])
-        token = kept[int(torch.multinomial(weights, 1, generator=generator))][0]
-        if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
-            token = int(torch.multinomial(full, 1, generator=generator))
-        if len(prefix) >= ras.min_len or token not in ras.stop_ids:
-            return token
+    """The procedure as CosyVoice 2 runs it (its loop and `ras_sampling`), written out plainly: the
+    stop ids' scores at -inf while early, a nucleus draw, and when the drawn token is over-repeated,
+    its score at -inf and a draw from the full distribution."""
+    scores = scores.clone()
+    if len(prefix) < ras.min_len:
+        scores[list(ras.stop_ids)] = float("-inf")
+    values, order = torch.sort(torch.softmax(scores, dim=-1), descending=True, stable=True)
+    kept, mass = [], 0.0
+    for value, index in zip(values.tolist(), order.tolist()):
+        if mass < ras.top_p and len(kept) < ras.top_k:
+            mass += value
+            kept.append((index, value))
+        else:
+            break
+    weights = torch.tensor([v for _, v in kept])
+    token = kept[int(torch.multinomial(weights, 1, generator=generator))][0]
+    if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
+        scores[token] = float("-inf")
+        token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
+    return token
 
 
-@pytest.mark.parametrize("prefix", [[], [0], [0, 1], [2, 2, 0, 1]])
+@pytest.mark.parametrize("prefix", [[], [0], [0, 1], [2, 2, 0, 1], [0, 0, 1, 0]])
 def test_the_distribution_is_what_the_official_procedure_draws(prefix):
     scores = torch.tensor([1.2, 0.9, 0.1, 0.6])
     expected = RAS(scores[None], [prefix])[0]
@@ -51,6 +53,15 @@ def test_the_distribution_is_what_the_official_procedure_draws(prefix):
     assert chi_square_p(draws, {(i,): float(p) for i, p in enumerate(expected)}) > 1e-3
     if len(prefix) < RAS.min_len:
         assert expected[3] == 0  # a stop id before min_len
+
+
+def test_the_redraw_never_returns_the_repeated_token():
+    # Token 0 holds the whole nucleus (87 % of the mass) and was just generated: the official re-draw
+    # (since February 2026) excludes it, so the utterance cannot stall on it.
+    scores = torch.tensor([3.0, 0.0, 0.0, 0.0])
+    q = RAS(scores[None], [[1, 0, 0]])[0]
+    assert q[0] == 0
+    assert torch.allclose(q[1:], torch.full((3,), 1 / 3))
 
 
 def ras_joint(model) -> dict[tuple[int, ...], float]:
