@@ -266,8 +266,11 @@ def _check_inputs(input_ids: torch.Tensor, *models) -> tuple[torch.device, int]:
     if len(devices) != 1:
         raise ValueError(f"target and draft must be on the same device; got {sorted(map(str, devices))}")
     vocab = vocab_sizes[0]
-    if int(input_ids.max()) >= vocab or int(input_ids.min()) < 0:
-        raise ValueError(f"input_ids contains ids outside the vocabulary [0, {vocab})")
+    # Prompt ids may lie past the output vocabulary where the input table is longer (CosyVoice 2's
+    # text ids); generated ids come from the output layer, whose ids are the table's first rows.
+    rows = min(m.get_input_embeddings().weight.shape[0] for m in models)
+    if int(input_ids.max()) >= rows or int(input_ids.min()) < 0:
+        raise ValueError(f"input_ids contains ids outside the vocabulary [0, {rows})")
     return models[0].device, vocab
 
 

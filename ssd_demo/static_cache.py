@@ -1,4 +1,4 @@
-"""A lean cached forward for Llama-family models: a static KV cache rolled back by position.
+"""A lean cached forward for Llama-family models (and Qwen2): a static KV cache rolled back by position.
 
 Why by hand: a small model (a 1-2 layer draft, or a 12 x 256 target on a CPU) spends most of a
 transformers forward call in per-call machinery (argument handling, mask construction, cache
@@ -24,17 +24,20 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
-SUPPORTED = ("LlamaForCausalLM",)
+# Qwen2 is Llama's maths plus biases on the query/key/value projections (and, for CosyVoice 2's speech
+# LM, on the output layer), which the step below adds where a layer has them.
+SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 #: Rotary scalings whose tables depend on the position alone.
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 
 
 def supports(model) -> bool:
-    """Plain Llama causal LMs with full attention (no sliding window, no custom attention code)."""
+    """Plain Llama and Qwen2 causal LMs with full attention (no sliding window, no custom attention code)."""
     config = model.config
     return (
         type(model).__name__ in SUPPORTED
         and getattr(config, "sliding_window", None) is None
+        and all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ())
         and config.num_attention_heads % config.num_key_value_heads == 0
         and not model.training
     )
