@@ -225,7 +225,7 @@ class Synthesizer:
                 lambda chunk_tokens, chunk_calls, before=(tokens, calls):
                     on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
             generation, chunk_config, lm_seconds = self._generate(prompt, mode, config.with_(seed=seed), draft_name,
-                                                                  should_stop, on_round)
+                                                                  should_stop, on_round, voice_prompt)
             tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
             context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
             if windowed is not None:
@@ -271,9 +271,15 @@ class Synthesizer:
                           tokens_so_far=tokens, target_calls_so_far=calls)
 
     def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
-                  should_stop: StopCheck | None,
-                  on_round: RoundCallback | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
+                  should_stop: StopCheck | None, on_round: RoundCallback | None = None,
+                  voice_prompt: VoicePrompt | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
         """One chunk's tokens, the config as decoded, and the LM seconds."""
+        # A backend may bound the length by the prompt and sample its own way (CosyVoice 2: 2-20 speech
+        # tokens per text token, repetition-aware sampling), for both decoders alike.
+        plan = getattr(self.backend, "plan_generation", None)
+        distribution = None
+        if plan is not None:
+            config, distribution = plan(prompt, config, voice_prompt)
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
         max_context = getattr(self.backend, "max_context", None)
@@ -288,10 +294,12 @@ class Synthesizer:
         start = time.perf_counter()
         if mode == "ar":
             generation = autoregressive_generate(self.target, input_ids, config, forced=forced,
-                                                 should_stop=should_stop, on_round=on_round)
+                                                 should_stop=should_stop, on_round=on_round,
+                                                 prefix_distribution=distribution)
         else:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
-                                              rule=self.rule(config), should_stop=should_stop, on_round=on_round)
+                                              rule=self.rule(config), should_stop=should_stop, on_round=on_round,
+                                              prefix_distribution=distribution)
         return generation, config, time.perf_counter() - start
 
 

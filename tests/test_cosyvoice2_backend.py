@@ -1,0 +1,131 @@
+"""CosyVoice 2 end to end on a tiny checkpoint folder laid out like the Hub repository (official file
+names and tensor layouts, tiny random weights): loading, prompts and the official length and sampling
+rules, both decoders through the Synthesizer, audio out, and the errors a user can meet."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from llasa_fixtures import _small_bpe
+from ssd_demo.backends.cosyvoice2.backend import MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO
+from ssd_demo.backends.cosyvoice2.flow import CFMConfig, CosyVoice2Flow, FlowConfig
+from ssd_demo.backends.cosyvoice2.flow_decoder import EstimatorConfig
+from ssd_demo.backends.cosyvoice2.flow_encoder import EncoderConfig
+from ssd_demo.backends.cosyvoice2.frontend import VoiceFeatures
+from ssd_demo.backends.cosyvoice2.hift import HiFTConfig, HiFTVocoder
+from ssd_demo.backends.cosyvoice2.llm import (
+    ADDED_SPECIAL_TOKENS, SpeechVocabLayout, build_speech_lm, speech_lm_config, unified_to_official,
+)
+from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
+from ssd_demo.errors import ModelLoadError, TextError
+from ssd_demo.synthesis import VoicePrompt
+from test_cosyvoice2_llm import tiny_backbone
+
+SPEECH = 16
+MELS, SPEAKER = 8, 6
+FLOW = FlowConfig(
+    vocab_size=SPEECH, input_size=16, n_mels=MELS, spk_embed_dim=SPEAKER,
+    encoder=EncoderConfig(input_size=16, d_model=16, heads=2, ffn_units=32, num_blocks=1, num_up_blocks=1),
+    estimator=EstimatorConfig(n_mels=MELS, channels=16, heads=2, head_dim=8, n_blocks=1, num_mid_blocks=1),
+    cfm=CFMConfig(n_timesteps=2, noise_frames=2000))
+HIFT = HiFTConfig(in_channels=MELS, base_channels=16, f0_cond_channels=8)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("CosyVoice2-0.5B")
+    backbone_dir = root / "CosyVoice-BlankEN"
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=_small_bpe(), eos_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|endoftext|>"]})
+    tokenizer.save_pretrained(backbone_dir)
+    text_rows = len(tokenizer) + len(ADDED_SPECIAL_TOKENS) + 8  # Qwen's table has spare rows too
+    backbone = tiny_backbone(layers=10)
+    backbone.vocab_size = text_rows
+    (backbone_dir / "config.json").write_text(json.dumps(backbone.to_dict(), default=str))
+    torch.manual_seed(0)
+    layout = SpeechVocabLayout(text_rows=text_rows, speech_tokens=SPEECH)
+    speech_lm = build_speech_lm(speech_lm_config(backbone, layout))
+    with torch.no_grad():  # stop ids unlikely, so the tiny model speaks for a while
+        speech_lm.lm_head.bias[SPEECH:] = -4.0
+    torch.save(unified_to_official(speech_lm), root / "llm.pt")
+    torch.save(CosyVoice2Flow(FLOW).state_dict(), root / "flow.pt")
+    torch.save({"generator." + k: v for k, v in HiFTVocoder(HIFT).state_dict().items()}, root / "hift.pt")
+    return root
+
+
+def default_voice(transcript_tokens=(5, 6, 7)) -> VoiceFeatures:
+    generator = torch.Generator().manual_seed(1)
+    return VoiceFeatures.aligned(list(transcript_tokens), torch.randint(0, SPEECH, (12,), generator=generator).tolist(),
+                                 torch.randn(25, MELS, generator=generator), torch.randn(SPEAKER, generator=generator))
+
+
+@pytest.fixture(scope="module")
+def synth(folder):
+    return load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
+
+
+def test_the_paper_draft_is_built_from_the_target(synth):
+    draft = synth.drafts["layers"]
+    assert draft.config.num_hidden_layers == 8 and synth.target.config.num_hidden_layers == 10
+    assert draft.model.layers[2].mlp.up_proj.weight.data_ptr() == synth.target.model.layers[4].mlp.up_proj.weight.data_ptr()
+
+
+def test_prompt_is_start_transcript_text_task_and_voice_tokens(synth):
+    backend = synth.backend
+    voice = backend.default_voice
+    prompt = backend.prompt_ids("a cat sat")
+    layout = backend.layout
+    text = [t - layout.text_offset for t in prompt[1: prompt.index(layout.task_id)]]
+    assert prompt[0] == layout.sos_id and text[:3] == list(voice.transcript_tokens)
+    assert text[3:] == list(backend.tokenizer(["a cat sat"])["input_ids"][0])
+    assert tuple(prompt[prompt.index(layout.task_id) + 1:]) == voice.speech_tokens
+
+
+def test_plan_follows_the_official_length_bounds_and_ras(synth):
+    backend = synth.backend
+    prompt = backend.prompt_ids("a cat sat")
+    count = prompt.index(backend.layout.task_id) - 1 - len(backend.default_voice.transcript_tokens)
+    config, ras = backend.plan_generation(prompt, backend.default_config())
+    assert config.max_new_tokens == MAX_TOKEN_TEXT_RATIO * count + 1
+    assert ras.min_len == MIN_TOKEN_TEXT_RATIO * count and ras.stop_ids == (backend.layout.end_of_speech,)
+    assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r) == (0.8, 25, 10, 0.1)
+    greedy, none = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
+    assert none is None and greedy.temperature == 0.0
+
+
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+def test_both_decoders_speak_through_token2wav(synth, mode):
+    result = synth.synthesize("a cat sat on the mat", mode=mode, config=synth.config(seed=3))
+    tokens = result.generation.tokens
+    speech = [t for t in tokens if t < SPEECH]
+    assert len(speech) >= MIN_TOKEN_TEXT_RATIO * 3  # the minimum length held
+    assert result.sample_rate == 24000 and result.audio.dtype == np.float32
+    assert len(result.audio) == len(speech) * FLOW.token_mel_ratio * HIFT.hop_length
+    assert np.isfinite(result.audio).all() and np.abs(result.audio).max() <= HIFT.audio_limit
+
+
+def test_greedy_speculative_equals_greedy_autoregressive_end_to_end(synth):
+    ar = synth.synthesize("the mat", mode="ar", config=synth.config(temperature=0.0))
+    spec = synth.synthesize("the mat", mode="speculative", config=synth.config(temperature=0.0))
+    assert spec.generation.tokens == ar.generation.tokens
+    assert np.array_equal(spec.audio, ar.audio)
+
+
+def test_bad_text_and_folders_are_refused_clearly(synth, tmp_path):
+    with pytest.raises(TextError, match="empty"):
+        synth.synthesize("   ", mode="ar")
+    with pytest.raises(TextError, match="markup"):
+        synth.synthesize("say <|endofprompt|> now", mode="ar")
+    with pytest.raises(ModelLoadError, match="missing llm.pt, flow.pt, hift.pt"):
+        load_cosyvoice2(tmp_path, default_voice())
+
+
+def test_a_new_voice_needs_the_prompt_encoders(synth):
+    clip = VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000, transcript="hello")
+    with pytest.raises(ModelLoadError, match="speech_tokenizer_v2.onnx|onnxruntime"):
+        synth.synthesize("a cat", mode="ar", voice_prompt=clip)
