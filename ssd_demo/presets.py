@@ -236,11 +236,12 @@ def _make_room_for_custom(owner: str | None) -> None:
     for key in [k for k, (added, _) in _ADDED.items() if now - added > CUSTOM_PAIR_HOURS * 3600]:
         _REGISTRY.pop(key, None)
         _ADDED.pop(key, None)
-    mine = [key for key, p in _REGISTRY.items() if p.preflight is not None and p.owner == owner]
+    # Custom pairs are the ones in _ADDED (built-in presets may have pre-flight checks too).
+    mine = [key for key in _ADDED if key in _REGISTRY and _REGISTRY[key].owner == owner]
     for key in mine[: max(len(mine) - MAX_CUSTOM_PER_OWNER + 1, 0)]:
         _REGISTRY.pop(key, None)
         _ADDED.pop(key, None)
-    if sum(1 for p in _REGISTRY.values() if p.preflight is not None) >= MAX_CUSTOM_PAIRS:
+    if sum(1 for key in _ADDED if key in _REGISTRY) >= MAX_CUSTOM_PAIRS:
         raise ModelLoadError(f"this server already holds {MAX_CUSTOM_PAIRS} custom pairs from its visitors; "
                              "try again later, or use a preset")
 
@@ -319,6 +320,38 @@ def _register_builtin() -> None:
         )
     )
     _register_llasa()
+    _register_cosyvoice2()
+
+
+def _register_cosyvoice2() -> None:
+    from .backends.cosyvoice2.backend import LICENCE  # deferred: a backend (see the top)
+    from .backends.cosyvoice2.loading import REPO, load_from_hub, preflight
+
+    register(
+        Preset(
+            key="cosyvoice2-paper",
+            label="CosyVoice 2 (paper setting; Hugging Face Hub, GPU)",
+            description=(
+                "The SSD paper's own system: CosyVoice2-0.5B speaks (Qwen2.5-0.5B speech LM, flow matching, HiFT, "
+                "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as published. "
+                "The draft is the untrained layer subset (the paper trains its bottom layers and head first: "
+                "`python -m ssd_demo train-draft --preset cosyvoice2`), so it accepts less than the paper's. "
+                "Zero-shot: give a 3-10 s clip and its transcript; without one it imitates a synthetic eSpeak NG clip. "
+                f"Downloads about 3.1 GB of {REPO}; encoding a clip needs onnxruntime."
+            ),
+            licence=LICENCE,
+            drafts=("layers",),
+            default_draft="layers",
+            loader=lambda device, progress=None: load_from_hub(device, progress),
+            needs_download=True,
+            repos=(REPO,),
+            revision=DEFAULT_REVISION,
+            sample_rate=24_000,
+            codec="flow matching + HiFT",
+            recommended_device="cuda",
+            preflight=lambda: preflight(),
+        )
+    )
 
 
 def _register_llasa() -> None:

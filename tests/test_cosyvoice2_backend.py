@@ -129,3 +129,30 @@ def test_a_new_voice_needs_the_prompt_encoders(synth):
     clip = VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000, transcript="hello")
     with pytest.raises(ModelLoadError, match="speech_tokenizer_v2.onnx|onnxruntime"):
         synth.synthesize("a cat", mode="ar", voice_prompt=clip)
+
+
+def test_the_paper_preset_is_listed_and_says_what_to_download(tmp_path, monkeypatch):
+    from ssd_demo import presets
+    from ssd_demo.hub import ModelUnavailableError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    preset = presets.get_preset("cosyvoice2-paper")
+    assert preset.drafts == ("layers",) and preset.sample_rate == 24_000 and "beta 0.4" in preset.description
+    available, message = presets.preset_availability("cosyvoice2-paper")
+    assert not available and "FunAudioLLM/CosyVoice2-0.5B" in message
+    with pytest.raises(ModelUnavailableError, match="not in the local Hugging Face cache"):
+        preset.preflight()
+
+
+def test_the_preset_loads_from_a_populated_offline_cache(folder, tmp_path, monkeypatch):
+    from llasa_fixtures import install_in_hub_cache
+    from ssd_demo.backends.cosyvoice2 import loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    install_in_hub_cache(folder, tmp_path, loading.REPO)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert loading.preflight().joinpath("CosyVoice-BlankEN", "config.json").is_file()
+    # The tiny folder has no ONNX encoders: the default voice is where loading stops, and it says why.
+    with pytest.raises(ModelLoadError, match="speech_tokenizer_v2.onnx|onnxruntime"):
+        loading.load_from_hub("cpu")

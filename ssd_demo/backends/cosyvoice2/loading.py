@@ -13,11 +13,14 @@ from pathlib import Path
 import torch
 
 from ...errors import ModelLoadError
+from ...hub import LoadOptions, auto_device, auto_dtype, resolve
 from ...synthesis import Synthesizer
 from .backend import CosyVoice2Backend
-from .frontend import PromptEncoders, VoiceFeatures, load_text_tokenizer
+from .frontend import (SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures, load_text_tokenizer,
+                       text_tokens)
 from .llm import BACKBONE_FOLDER, LLM_FILE, build_speech_lm, layer_draft, layout_of, load_speech_lm, materialise
 
+REPO = "FunAudioLLM/CosyVoice2-0.5B"
 FLOW_FILE, HIFT_FILE = "flow.pt", "hift.pt"
 REQUIRED = (LLM_FILE, FLOW_FILE, HIFT_FILE, f"{BACKBONE_FOLDER}/config.json")
 DRAFT_NAME = "layers"  # the paper's layer-subset draft
@@ -59,4 +62,42 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures, device: st
     return Synthesizer(backend, target, {DRAFT_NAME: draft}, default_draft=DRAFT_NAME)
 
 
-__all__ = ["DRAFT_NAME", "REQUIRED", "load_cosyvoice2", "missing_files"]
+# What the Hub preset fetches (about 3.1 GB): not the backbone's own model.safetensors (llm.pt holds those
+# weights), nor the optional TensorRT estimator or the batched tokenizer.
+HUB_PATTERNS = [LLM_FILE, FLOW_FILE, HIFT_FILE, SPEECH_TOKENIZER_FILE, SPEAKER_ENCODER_FILE, "cosyvoice2.yaml",
+                f"{BACKBONE_FOLDER}/*.json", f"{BACKBONE_FOLDER}/*.txt"]
+METADATA = ["cosyvoice2.yaml", f"{BACKBONE_FOLDER}/*.json"]
+#: The voice imitated when a visitor gives no clip: a synthetic eSpeak NG rendering of this sentence
+#: (no recording of a person ships with the demo; a clip of one's own gives a natural voice).
+DEFAULT_PROMPT_TEXT = "This is the default voice prompt, a synthetic voice made by a formant synthesiser."
+
+
+def preflight(revision: str | None = None, options: LoadOptions = LoadOptions()) -> Path:
+    """The small files only (configs, tokenizer): says what is missing before the big download."""
+    folder = resolve(REPO, revision, options, METADATA)
+    if not (folder / BACKBONE_FOLDER / "config.json").is_file():
+        raise ModelLoadError(f"{REPO}: no {BACKBONE_FOLDER}/config.json in the snapshot (an incomplete download?)")
+    return folder
+
+
+def default_voice(folder: Path, encoders: PromptEncoders, tokenizer) -> VoiceFeatures:
+    """The eSpeak NG clip's features, encoded once and cached next to nothing of the snapshot's."""
+    from ... import espeak
+
+    rendering = espeak.synthesize(DEFAULT_PROMPT_TEXT)
+    return encoders.encode(rendering.audio, espeak.SAMPLE_RATE, text_tokens(tokenizer, DEFAULT_PROMPT_TEXT))
+
+
+def load_from_hub(device: str | None = None, progress=None, revision: str | None = None,
+                  options: LoadOptions = LoadOptions()) -> Synthesizer:
+    """The preset: the checkpoint from the Hub (or the local cache when offline), the paper's draft."""
+    folder = resolve(REPO, revision, options, HUB_PATTERNS, progress)
+    placed = auto_device(device or options.device)
+    dtype = auto_dtype(placed, options.dtype)
+    encoders = PromptEncoders(folder, device=placed.type)
+    voice = default_voice(folder, encoders, load_text_tokenizer(folder))
+    return load_cosyvoice2(folder, voice, device=str(placed), dtype=dtype)
+
+
+__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
+           "missing_files", "preflight"]
