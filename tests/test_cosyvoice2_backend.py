@@ -22,7 +22,7 @@ from ssd_demo.backends.cosyvoice2.llm import (
     ADDED_SPECIAL_TOKENS, SpeechVocabLayout, build_speech_lm, speech_lm_config, unified_to_official,
 )
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
-from ssd_demo.errors import ModelLoadError, TextError
+from ssd_demo.errors import InvalidSettingError, ModelLoadError, TextError
 from ssd_demo.synthesis import VoicePrompt
 from test_cosyvoice2_llm import tiny_backbone
 
@@ -96,6 +96,8 @@ def test_plan_follows_the_official_length_bounds_and_ras(synth):
     assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r) == (0.8, 25, 10, 0.1)
     greedy, none = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
     assert none is None and greedy.temperature == 0.0
+    with pytest.raises(InvalidSettingError, match="repetition-aware"):
+        backend.plan_generation(prompt, backend.default_config().with_(temperature=0.7))
 
 
 @pytest.mark.parametrize("mode", ["ar", "speculative"])

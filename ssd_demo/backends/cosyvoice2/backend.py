@@ -19,7 +19,7 @@ import torch
 
 from ... import text as text_frontend
 from ...config import DecodingConfig
-from ...errors import TextError
+from ...errors import InvalidSettingError, TextError
 from ...repetition_aware import RepetitionAwareSampling
 from ...synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
@@ -78,9 +78,14 @@ class CosyVoice2Backend:
         config = config.with_(max_new_tokens=min(config.max_new_tokens, MAX_TOKEN_TEXT_RATIO * text_count + 1))
         if config.temperature == 0:
             return config, None
+        if config.temperature != 1.0 or config.top_k or config.top_p < 1.0:
+            raise InvalidSettingError(
+                "CosyVoice 2 samples the way it was published (repetition-aware sampling with top-p 0.8 and top-k 25 "
+                f"built in): leave temperature at 1 (or 0 for greedy), top-k at 0 and top-p at 1; got temperature "
+                f"{config.temperature}, top-k {config.top_k}, top-p {config.top_p}")
         ras = RepetitionAwareSampling(self.ras.top_p, self.ras.top_k, self.ras.win_size, self.ras.tau_r,
                                       stop_ids=(self.layout.end_of_speech,), min_len=MIN_TOKEN_TEXT_RATIO * text_count)
-        return config.with_(temperature=1.0, top_k=0, top_p=1.0), ras
+        return config, ras
 
     def split_text(self, text: str) -> list[TextChunk]:
         text = self._check_text(text)
