@@ -255,7 +255,7 @@ def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceUpl
         return None
     if not getattr(synthesizer.backend, "supports_voice_prompt", False):
         raise UserError("This preset speaks in its own voice and takes no voice prompt: remove the clip, or choose "
-                        "a preset that clones voices (Llasa).")
+                        "a preset that clones voices (Llasa, CosyVoice 2).")
     if isinstance(voice, VoiceUpload):
         limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
         return read_voice_upload(voice, max_seconds=min(limit, MAX_UPLOAD_SECONDS))

@@ -44,6 +44,7 @@ class CosyVoice2Backend:
     chunk_tokens: int = 80
     licence: str = LICENCE
     supports_voice_prompt: bool = True
+    max_prompt_seconds: float = 10.0  # 3-10 s is how CosyVoice 2 is prompted (its tokenizer takes up to 30 s)
     ras: RepetitionAwareSampling = field(default_factory=RepetitionAwareSampling)
     flow_steps: int = 10
     _voices: dict = field(default_factory=dict, init=False, repr=False)
