@@ -6,7 +6,9 @@ mel spectrogram and a speaker embedding. The speech tokens and the speaker embed
 ONNX models shipped with the checkpoint (`speech_tokenizer_v2.onnx` over a 128-bin Whisper log-mel
 at 16 kHz, `campplus.onnx` over Kaldi filter banks); they run on onnxruntime, imported only here and
 only when a clip is encoded, so the package (and the presets that do not clone) never need it.
-The spectrograms are written with torch and torchaudio, in the official settings.
+The spectrograms and the resampling are written with torch and torchaudio, step for step as the
+official front end computes them (its `load_wav`, Matcha's mel in the yaml's settings, Whisper's
+log-mel, Kaldi fbank); `parity_frontend` checks them against it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SPEAKER_ENCODER_FILE = "campplus.onnx"
 SAMPLE_RATE = 24000  # the flow model's and the vocoder's
 ENCODER_RATE = 16000  # the two ONNX models'
 MAX_PROMPT_SECONDS = 30  # the speech tokenizer's limit
+MIN_PROMPT_SECONDS = 0.04  # one speech token (25 a second)
 
 
 def load_text_tokenizer(folder: str | Path):
@@ -46,35 +49,65 @@ def text_tokens(tokenizer, text: str) -> list[int]:
     return list(tokenizer([text])["input_ids"][0])
 
 
+def slaney_mel_filters(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_max: float) -> torch.Tensor:
+    """librosa's `filters.mel` (Slaney mel scale and area norm) as the references use it: [n_mels, n_fft // 2 + 1].
+
+    Matcha's mel and Whisper's both take their filters from librosa, built in float64 and stored in
+    float32; these are made the same way, step for step, so the spectrograms match theirs bit for bit
+    (torchaudio's `melscale_fbanks`, built in float32, leaves them up to 6e-5 apart in the log domain).
+    """
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
+
+    def hz_to_mel(hz: float) -> float:
+        return min_log_mel + np.log(hz / min_log_hz) / logstep if hz >= min_log_hz else hz / f_sp
+
+    mels = np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2)
+    edges = np.where(mels >= min_log_mel, min_log_hz * np.exp(logstep * (mels - min_log_mel)), f_sp * mels)
+    ramps = np.subtract.outer(edges, np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate))
+    widths = np.diff(edges)
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / widths[:-1, None], ramps[2:] / widths[1:, None]))
+    weights = weights.astype(np.float32)  # librosa's array is float32 from the start
+    weights = (weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]).astype(np.float32)
+    return torch.from_numpy(weights)
+
+
 def prompt_mel(audio_24k: torch.Tensor) -> torch.Tensor:
-    """The flow model's mel spectrogram: [samples] at 24 kHz -> [frames, 80] natural-log magnitudes
-    (n_fft 1920 = window, hop 480, 0-8 kHz Slaney mel, reflect padding, no centring)."""
+    """The flow model's mel spectrogram (Matcha's `mel_spectrogram` in the settings of CosyVoice 2's yaml):
+    [samples] at 24 kHz -> [frames, 80] natural-log magnitudes, floored at 1e-5 (n_fft 1920 = window,
+    hop 480, 0-8 kHz Slaney mel, reflect padding of 720 each side, no centring: samples // 480 frames)."""
     n_fft, hop = 1920, 480
     padded = torch.nn.functional.pad(audio_24k.view(1, 1, -1), ((n_fft - hop) // 2,) * 2, mode="reflect")[0]
     spectrum = torch.stft(padded, n_fft, hop_length=hop, win_length=n_fft, window=torch.hann_window(n_fft),
                           center=False, onesided=True, return_complex=True)
     magnitude = torch.sqrt(spectrum.real ** 2 + spectrum.imag ** 2 + 1e-9)  # [1, bins, frames]
-    banks = torchaudio.functional.melscale_fbanks(n_fft // 2 + 1, 0.0, 8000.0, 80, SAMPLE_RATE,
-                                                  norm="slaney", mel_scale="slaney")  # [bins, 80]
-    mel = banks.T @ magnitude[0]
+    mel = slaney_mel_filters(SAMPLE_RATE, n_fft, 80, 0.0, 8000.0) @ magnitude[0]
     return torch.log(mel.clamp_min(1e-5)).T.contiguous()
 
 
 def whisper_log_mel(audio_16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
-    """Whisper's log-mel input: [samples] at 16 kHz -> [n_mels, frames] (n_fft 400, hop 160, centred;
-    log10, floored 8 below the clip's peak, scaled to about [-1, 1])."""
+    """Whisper's log-mel input (its `log_mel_spectrogram`): [samples] at 16 kHz -> [n_mels, frames]
+    (n_fft 400, hop 160, centred, last frame dropped: samples // 160 frames; log10, floored 8 below
+    the clip's peak, scaled to about [-1, 1])."""
     spectrum = torch.stft(audio_16k, 400, hop_length=160, window=torch.hann_window(400), return_complex=True)
     power = spectrum[..., :-1].abs() ** 2
-    banks = torchaudio.functional.melscale_fbanks(201, 0.0, ENCODER_RATE / 2, n_mels, ENCODER_RATE,
-                                                  norm="slaney", mel_scale="slaney")
-    log_spec = torch.log10((banks.T @ power).clamp_min(1e-10))
+    mel = slaney_mel_filters(ENCODER_RATE, 400, n_mels, 0.0, ENCODER_RATE / 2) @ power
+    log_spec = torch.log10(mel.clamp_min(1e-10))
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
 
 
+def resample(audio: torch.Tensor, sample_rate: int, target: int) -> torch.Tensor:
+    """The official `load_wav`'s resampling: torchaudio's `Resample` transform (its kernel built in float64,
+    kept in float32; `functional.resample` builds it in float32, about 1e-5 apart), none at the same rate."""
+    if sample_rate == target:
+        return audio
+    return torchaudio.transforms.Resample(orig_freq=sample_rate, new_freq=target)(audio)
+
+
 def speaker_fbank(audio_16k: torch.Tensor) -> torch.Tensor:
     """The speaker encoder's input: 80 Kaldi filter banks, no dither, mean removed per bin. [frames, 80]"""
-    import torchaudio.compliance.kaldi as kaldi
+    from torchaudio.compliance import kaldi
 
     feats = kaldi.fbank(audio_16k.view(1, -1), num_mel_bins=80, dither=0, sample_frequency=ENCODER_RATE)
     return feats - feats.mean(dim=0, keepdim=True)
@@ -90,7 +123,8 @@ class VoiceFeatures:
     speaker_embedding: torch.Tensor  # [192]
 
     @classmethod
-    def aligned(cls, transcript_tokens, speech_tokens, mel: torch.Tensor, speaker_embedding: torch.Tensor) -> "VoiceFeatures":
+    def aligned(cls, transcript_tokens, speech_tokens, mel: torch.Tensor,
+                speaker_embedding: torch.Tensor) -> VoiceFeatures:
         count = min(mel.shape[0] // 2, len(speech_tokens))
         return cls(tuple(transcript_tokens), tuple(int(t) for t in speech_tokens[:count]), mel[: 2 * count],
                    speaker_embedding.reshape(-1))
@@ -100,7 +134,7 @@ class VoiceFeatures:
                     "mel": self.mel, "speaker_embedding": self.speaker_embedding}, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "VoiceFeatures":
+    def load(cls, path: str | Path) -> VoiceFeatures:
         data = torch.load(path, map_location="cpu", weights_only=True)
         return cls.aligned(data["transcript_tokens"], data["speech_tokens"], data["mel"], data["speaker_embedding"])
 
@@ -117,13 +151,14 @@ class PromptEncoders:
             try:
                 import onnxruntime
             except ImportError:
-                raise ModelLoadError("cloning a voice with CosyVoice 2 needs onnxruntime (pip install -r requirements.txt)") from None
+                raise ModelLoadError("cloning a voice with CosyVoice 2 needs onnxruntime "
+                                     "(pip install -r requirements.txt)") from None
             path = self.folder / name
             if not path.is_file():
                 raise ModelLoadError(f"{self.folder}: no {name} (needed to encode a voice prompt)")
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = 1
-            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if self.device.startswith("cuda") else ["CPUExecutionProvider"]
+            providers = (["CUDAExecutionProvider"] if self.device.startswith("cuda") else []) + ["CPUExecutionProvider"]
             self._sessions[name] = onnxruntime.InferenceSession(str(path), sess_options=options, providers=providers)
         return self._sessions[name]
 
@@ -143,14 +178,25 @@ class PromptEncoders:
 
     def encode(self, audio: np.ndarray, sample_rate: int, transcript_tokens: list[int]) -> VoiceFeatures:
         """A clip (mono float, any rate >= 16 kHz) and its transcript's tokens -> the prompt's features."""
-        clip = torch.as_tensor(np.asarray(audio, dtype=np.float32)).reshape(-1)
+        samples = np.asarray(audio, dtype=np.float32)
+        if samples.squeeze().ndim > 1:
+            raise ValueError(f"the voice prompt must be mono (one channel); got samples shaped {samples.shape}")
+        clip = torch.from_numpy(samples.reshape(-1).copy())
         if sample_rate < ENCODER_RATE:
             raise ValueError(f"the voice prompt is sampled at {sample_rate} Hz; at least {ENCODER_RATE} Hz is needed")
-        at_16k = torchaudio.functional.resample(clip, sample_rate, ENCODER_RATE)
-        at_24k = torchaudio.functional.resample(clip, sample_rate, SAMPLE_RATE)
-        return VoiceFeatures.aligned(transcript_tokens, self.speech_tokens(at_16k), prompt_mel(at_24k),
-                                     self.speaker_embedding(at_16k))
+        if clip.numel() > MAX_PROMPT_SECONDS * sample_rate:  # the same test as on the 16 kHz samples, made early
+            raise ValueError(f"the voice prompt is longer than {MAX_PROMPT_SECONDS} s, the speech tokenizer's limit")
+        if clip.numel() < MIN_PROMPT_SECONDS * sample_rate:
+            raise ValueError(f"the voice prompt is {clip.numel() / sample_rate:.3f} s long; at least "
+                             f"{MIN_PROMPT_SECONDS} s (one speech token) is needed")
+        at_16k = resample(clip, sample_rate, ENCODER_RATE)
+        mel = prompt_mel(resample(clip, sample_rate, SAMPLE_RATE))
+        tokens, embedding = self.speech_tokens(at_16k), self.speaker_embedding(at_16k)
+        features = VoiceFeatures.aligned(transcript_tokens, tokens, mel, embedding)
+        if not features.speech_tokens:
+            raise ValueError("the voice prompt is too short: it gives no speech tokens")
+        return features
 
 
-__all__ = ["PromptEncoders", "VoiceFeatures", "load_text_tokenizer", "prompt_mel", "speaker_fbank", "text_tokens",
-           "whisper_log_mel"]
+__all__ = ["PromptEncoders", "VoiceFeatures", "load_text_tokenizer", "prompt_mel", "resample", "slaney_mel_filters",
+           "speaker_fbank", "text_tokens", "whisper_log_mel"]

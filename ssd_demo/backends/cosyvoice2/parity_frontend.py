@@ -10,7 +10,8 @@ filters takes its place, and the output says so.
 
 Two kinds of check, each on a clip of sines, a glide and a little noise:
 
-* the spectrograms alone, on the same waveform: `prompt_mel` against Matcha's `mel_spectrogram`
+* the spectrograms alone, on the same waveform: our mel filters against librosa's (bit for bit),
+  `prompt_mel` against Matcha's `mel_spectrogram`
   with the settings read from the official `cosyvoice2.yaml` (`feat_extractor`), `whisper_log_mel`
   against whisper's, `speaker_fbank` against the official `_extract_spk_embedding`'s preprocessing;
 * the whole path, clip to features: the official `CosyVoiceFrontEnd.frontend_zero_shot` reads the
@@ -43,8 +44,8 @@ import torch
 import torchaudio
 
 from ssd_demo.backends.cosyvoice2.frontend import (
-    ENCODER_RATE, SAMPLE_RATE, SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, prompt_mel, speaker_fbank,
-    whisper_log_mel,
+    ENCODER_RATE, SAMPLE_RATE, SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, prompt_mel, resample,
+    slaney_mel_filters, speaker_fbank, whisper_log_mel,
 )
 
 TOLERANCE = 1e-4  # max abs difference of a log spectrogram (natural log, or Whisper's scaled log10)
@@ -88,7 +89,8 @@ def whisper_stand_in() -> types.ModuleType:
 def feat_extractor_settings(official: Path) -> dict:
     """The keyword arguments of `feat_extractor` in the official yaml (`!ref <name>` resolved from its top level)."""
     text = (official / YAML).read_text()
-    block = re.search(r"^feat_extractor: !name:matcha\.utils\.audio\.mel_spectrogram\n((?:[ \t]+.*\n)+)", text, re.M)
+    head = r"^feat_extractor: !name:matcha\.utils\.audio\.mel_spectrogram\n"
+    block = re.search(head + r"((?:[ \t]+.*\n)+)", text, re.MULTILINE)
     if block is None:
         raise SystemExit(f"no feat_extractor block in {official / YAML}")
     settings = {}
@@ -96,7 +98,7 @@ def feat_extractor_settings(official: Path) -> dict:
         key, value = (part.strip() for part in line.split("#")[0].split(":", 1))
         ref = re.fullmatch(r"!ref <(\w+)>", value)
         if ref:
-            value = re.search(rf"^{ref.group(1)}: *(\S+)", text, re.M).group(1)
+            value = re.search(rf"^{ref.group(1)}: *(\S+)", text, re.MULTILINE).group(1)
         settings[key] = {"True": True, "False": False}.get(value, value)
         if isinstance(settings[key], str):
             settings[key] = int(float(value)) if float(value).is_integer() else float(value)
@@ -143,9 +145,9 @@ def ensure_wav_loading(folder: Path) -> bool:
         return True
 
 
-def test_clip(rate: int, seconds: float, seed: int) -> np.ndarray:
+def sample_clip(rate: int, seconds: float, seed: int) -> np.ndarray:
     """Sines (220 Hz, 1 kHz, 3.3 kHz), a 300-6000 Hz glide, a fade in and out and a little noise; peak 0.8."""
-    t = np.arange(int(round(seconds * rate))) / rate
+    t = np.arange(round(seconds * rate)) / rate
     glide = np.sin(2 * np.pi * (300 * t + (6000 - 300) / (2 * seconds) * t ** 2))
     clip = (np.sin(2 * np.pi * 220 * t) + 0.5 * np.sin(2 * np.pi * 1000 * t) + 0.3 * np.sin(2 * np.pi * 3300 * t)
             + 0.4 * glide) * np.minimum(1.0, np.minimum(t, t[-1] - t) / 0.2)
@@ -212,7 +214,8 @@ def official_front_end(frontend_cls, feat_extractor, extra: int):
 
 def our_encoders(extra: int) -> PromptEncoders:
     encoders = PromptEncoders("unused")
-    encoders._sessions = {SPEECH_TOKENIZER_FILE: RecordingTokenizer(extra), SPEAKER_ENCODER_FILE: RecordingSpeakerEncoder()}
+    encoders._sessions = {SPEECH_TOKENIZER_FILE: RecordingTokenizer(extra),
+                          SPEAKER_ENCODER_FILE: RecordingSpeakerEncoder()}
     return encoders
 
 
@@ -245,8 +248,14 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(name)
 
     print("spectrograms on the same waveform:")
-    at_24k = torch.from_numpy(test_clip(SAMPLE_RATE, args.seconds, args.seed))
-    at_16k = torch.from_numpy(test_clip(ENCODER_RATE, args.seconds, args.seed))
+    import librosa
+
+    for rate, n_fft, n_mels, f_max in ((SAMPLE_RATE, 1920, 80, 8000.0), (ENCODER_RATE, 400, 128, ENCODER_RATE / 2)):
+        check(f"mel filters {rate} Hz, {n_mels} vs librosa",
+              max_diff(librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=n_mels, fmin=0.0, fmax=f_max),
+                       slaney_mel_filters(rate, n_fft, n_mels, 0.0, f_max)), 0.0)
+    at_24k = torch.from_numpy(sample_clip(SAMPLE_RATE, args.seconds, args.seed))
+    at_16k = torch.from_numpy(sample_clip(ENCODER_RATE, args.seconds, args.seed))
     reference_mel = feat_extractor(at_24k[None])[0].T  # [frames, 80]
     ours_mel = prompt_mel(at_24k)
     print(f"  prompt mel {tuple(ours_mel.shape)}, range {ours_mel.min().item():.2f}..{ours_mel.max().item():.2f}")
@@ -268,19 +277,20 @@ def main(argv: list[str] | None = None) -> int:
         path = folder / "clip16k.wav"
         soundfile.write(path, at_16k.numpy(), ENCODER_RATE, subtype="FLOAT")
         front_end._extract_spk_embedding(str(path))
-        check("speaker_fbank vs _extract_spk_embedding input", max_diff(recorder.inputs[0][0], speaker_fbank(at_16k)), 0.0)
+        check("speaker_fbank vs _extract_spk_embedding input",
+              max_diff(recorder.inputs[0][0], speaker_fbank(at_16k)), 0.0)
 
         print("clip to features (official frontend_zero_shot from a WAV file, ours from the array):")
         from cosyvoice.utils.file_utils import load_wav
 
         for rate in RATES:
-            clip = test_clip(rate, args.seconds, args.seed)
+            clip = sample_clip(rate, args.seconds, args.seed)
             path = folder / f"clip{rate}.wav"
             soundfile.write(path, clip, rate, subtype="FLOAT")
             tensor = torch.from_numpy(clip)
             for target in (ENCODER_RATE, SAMPLE_RATE):
                 check(f"{rate} Hz -> {target} Hz resample vs load_wav",
-                      max_diff(load_wav(str(path), target)[0], torchaudio.functional.resample(tensor, rate, target)),
+                      max_diff(load_wav(str(path), target)[0], resample(tensor, rate, target)),
                       RESAMPLE_TOLERANCE)
             for extra in (-3, 3):
                 official = official_front_end(frontend_cls, feat_extractor, extra)
@@ -299,15 +309,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"transcript {'the same' if same_lengths else 'DIFFER'}")
                 if not same_lengths:
                     failures.append(f"{label}: aligned lengths")
+                seen = {name: session.inputs[0] for name, session in encoders._sessions.items()}
                 check(f"  {label}: whisper feats",
-                      max_diff(official.speech_tokenizer_session.inputs[0], encoders._sessions[SPEECH_TOKENIZER_FILE].inputs[0]),
-                      TOLERANCE)
+                      max_diff(official.speech_tokenizer_session.inputs[0], seen[SPEECH_TOKENIZER_FILE]), TOLERANCE)
                 check(f"  {label}: campplus fbank",
-                      max_diff(official.campplus_session.inputs[0], encoders._sessions[SPEAKER_ENCODER_FILE].inputs[0]),
-                      TOLERANCE)
+                      max_diff(official.campplus_session.inputs[0], seen[SPEAKER_ENCODER_FILE]), TOLERANCE)
                 if ours.mel.shape == ref_mel.shape:
                     check(f"  {label}: prompt mel", max_diff(ref_mel, ours.mel), TOLERANCE)
-                check(f"  {label}: embedding", max_diff(reference["flow_embedding"][0], ours.speaker_embedding), TOLERANCE)
+                check(f"  {label}: embedding",
+                      max_diff(reference["flow_embedding"][0], ours.speaker_embedding), TOLERANCE)
     print("PASS" if not failures else f"FAIL: {', '.join(failures)}")
     return 0 if not failures else 1
 
