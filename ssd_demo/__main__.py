@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks,bench-stream,cosyvoice2-smoke} ...
+"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks,bench-stream,train-draft,cosyvoice2-smoke} ...
 
 Each subcommand lives in the module that does the work; that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
     "clicks": ("ssd_demo.click_timing", "time one click of the app's compare button (handler code, no browser)"),
     "bench-stream": ("ssd_demo.stream_bench", "time to first audio of the app's race, through gradio_client streaming"),
+    "train-draft": ("ssd_demo.training.cosyvoice2_draft",
+                    "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),
     "cosyvoice2-smoke": ("ssd_demo.backends.cosyvoice2.smoke",
                          "CosyVoice 2's whole path in the real shapes with random weights: time and memory per stage"),
 }

@@ -1,0 +1,139 @@
+"""The CosyVoice 2 draft recipe end to end at tiny sizes: on-policy generations with the official prompt and
+length rules, distillation that changes only the paper's trained tensors and raises held-out acceptance,
+resuming (generations and training) to the same result as an uninterrupted run, and an export that the
+checkpoint-folder loader takes as the paper's draft."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from ssd_demo.backends.cosyvoice2.llm import build_speech_lm, layer_draft, materialise
+from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
+from ssd_demo.training import cosyvoice2_draft as recipe
+from test_cosyvoice2_backend import FLOW, HIFT, default_voice, folder  # noqa: F401  (folder: a fixture)
+
+
+def _args(out, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    recipe.add_arguments(parser)
+    return parser.parse_args(["--out", str(out), "--threads", "1", "--device", "cpu", *extra])
+
+
+def _report(out) -> dict:
+    import json
+
+    return json.loads((out / recipe.SUMMARY_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("draft-smoke")
+    assert recipe.main(_args(out, "--smoke")) == 0
+    return out
+
+
+def test_smoke_run_raises_held_out_acceptance_and_writes_everything(smoke_run):
+    for name in (recipe.GENERATIONS_FILE, recipe.CHECKPOINT_FILE, recipe.DRAFT_FILE, recipe.SUMMARY_FILE):
+        assert (smoke_run / name).is_file(), name
+    report = _report(smoke_run)
+    smoke = recipe.smoke_recipe()
+    assert report["training"]["steps"] == smoke.stage.steps and report["training"]["resumed_from_step"] is None
+    assert report["held_out_generations"] == smoke.held_out
+    assert report["train_generations"] == smoke.texts - smoke.held_out
+    before, after = report["acceptance"]["before"], report["acceptance"]["after"]
+    assert after["ras"] > before["ras"] + 0.1 and after["softmax"] > before["softmax"] + 0.05
+    assert after["kl"] < before["kl"] / 2
+    assert 0 < before["ras"] < after["ras"] <= 1 and before["positions"] == after["positions"] > 0
+    assert report["draft"]["bottom"] == 2 and report["draft"]["top"] == 6
+    assert report["training"]["final_loss"] < report["training"]["losses"][0][1]
+
+
+def test_the_export_is_the_layer_draft_with_only_the_trained_tensors_changed(smoke_run):
+    target = recipe.smoke_target().model
+    shell = layer_draft(target, 2, 6)
+    untrained = shell.state_dict()
+    state = recipe.load_draft_state(smoke_run / recipe.DRAFT_FILE)
+    draft = materialise(build_speech_lm(shell.config, device="meta"), state)  # strict: every tensor, nothing else
+    trained = set(_report(smoke_run)["draft"]["trained"])
+    assert trained == {n for n in untrained if n.startswith(("lm_head.", "model.layers.0.", "model.layers.1."))}
+    for name, tensor in state.items():
+        if name in trained:
+            assert not torch.equal(tensor, untrained[name]), f"{name} did not train"
+        else:  # the top layers, the norm and the tables stay the target's, bit for bit
+            assert torch.equal(tensor, untrained[name]), f"{name} changed"
+    # The loaded draft scores the held-out generations as the run reported.
+    items = torch.load(smoke_run / recipe.GENERATIONS_FILE, weights_only=False)["items"]
+    held_out = items[-recipe.smoke_recipe().held_out:]
+    again = recipe.expected_acceptance(draft, target, recipe.SMOKE_LAYOUT, held_out, batch_size=8)
+    assert again == _report(smoke_run)["acceptance"]["after"]
+
+
+def test_an_interrupted_run_continues_to_the_same_draft(tmp_path):
+    small = ("--smoke", "--num-texts", "16", "--held-out", "4", "--checkpoint-every", "1")
+    first, fresh = tmp_path / "interrupted", tmp_path / "fresh"
+    assert recipe.main(_args(first, *small, "--steps", "2")) == 0
+    assert torch.load(first / recipe.CHECKPOINT_FILE, weights_only=False)["step"] == 2
+    # As if generation had stopped after 5 texts too: the next run generates the rest, and the same.
+    generations = torch.load(first / recipe.GENERATIONS_FILE, weights_only=False)
+    complete = generations["items"]
+    torch.save({**generations, "items": complete[:5]}, first / recipe.GENERATIONS_FILE)
+    assert recipe.main(_args(first, *small, "--steps", "4")) == 0
+    assert torch.load(first / recipe.GENERATIONS_FILE, weights_only=False)["items"] == complete
+    report = _report(first)["training"]
+    assert report["resumed_from_step"] == 2 and report["steps"] == 4
+    # The smoke warmup is 4 steps, so the learning rates of steps 0-3 do not depend on the planned total:
+    # resumed at step 2, the run must end where an uninterrupted 4-step run does.
+    assert recipe.main(_args(fresh, *small, "--steps", "4")) == 0
+    resumed, straight = (recipe.load_draft_state(d / recipe.DRAFT_FILE) for d in (first, fresh))
+    for name in resumed:
+        assert torch.allclose(resumed[name], straight[name], atol=1e-6), name
+
+
+def test_generation_follows_the_official_prompt_and_length_rules():
+    target = recipe.smoke_target()
+    layout = target.layout
+    with torch.no_grad():  # make the end of speech the likeliest token: only the minimum length holds it back
+        target.model.lm_head.bias[layout.end_of_speech] = 8.0
+    item = recipe.generate(target, "one two three", seed=0)
+    text = target.tokenize("one two three")
+    # [sos, text, task] and no prompt speech: the official cross-lingual input
+    assert item["prompt"] == [layout.sos_id, *(layout.text_offset + t for t in text), layout.task_id]
+    assert item["text_count"] == 3
+    generated = item["generated"]
+    assert layout.end_of_speech not in generated[:6] and generated[-1] in layout.stop_ids  # at least 2 per text token
+    config = recipe.generation_config(layout, 3, seed=0)
+    assert config.max_new_tokens == 20 * 3 + 1 and config.eos_ids == layout.stop_ids
+    assert recipe.generation_config(layout, 3, seed=0, cap=10).max_new_tokens == 10
+    ras = recipe.official_sampling(layout, 3)
+    assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r, ras.min_len) == (0.8, 25, 10, 0.1, 6)
+
+
+def test_a_checkpoint_folder_trains_and_its_draft_loads_into_the_synthesizer(tmp_path, folder):  # noqa: F811
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a cat sat\n\nthe mat\na dog ran\n  a   cat sat  \nthe sun is up\none more\n")
+    out = tmp_path / "run"
+    assert recipe.main(_args(out, "--checkpoint", str(folder), "--texts", str(texts), "--held-out", "2",
+                             "--steps", "3", "--batch-size", "2", "--max-new-tokens", "12")) == 0
+    report = _report(out)
+    assert report["texts"] == 5 and report["train_generations"] == 3  # blank and repeated lines dropped
+    state = recipe.load_draft_state(out / recipe.DRAFT_FILE)
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, draft_state=state)
+    draft = synth.drafts["layers"]
+    assert torch.equal(draft.lm_head.bias, state["lm_head.bias"])
+    assert not torch.equal(draft.lm_head.bias, synth.target.lm_head.bias)
+    result = synth.synthesize("a cat sat", mode="speculative", config=synth.config(seed=1, max_new_tokens=16))
+    assert result.generation.tokens
+
+
+def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
+    with pytest.raises(ValueError, match="cosyvoice2"):
+        recipe.main(_args(tmp_path, "--smoke", "--preset", "llasa"))
+    with pytest.raises(ValueError, match="--checkpoint .* or --smoke"):
+        recipe.main(_args(tmp_path))
+    with pytest.raises(ValueError, match="--steps must be at least 1"):
+        recipe.main(_args(tmp_path, "--smoke", "--steps", "0"))
+    with pytest.raises(ValueError, match="generations of other texts"):  # another recipe in the same folder
+        recipe.main(_args(smoke_run, "--smoke", "--num-texts", "20"))
