@@ -158,3 +158,28 @@ def test_the_preset_loads_from_a_populated_offline_cache(folder, tmp_path, monke
     # The tiny folder has no ONNX encoders: the default voice is where loading stops, and it says why.
     with pytest.raises(ModelLoadError, match="speech_tokenizer_v2.onnx|onnxruntime"):
         loading.load_from_hub("cpu")
+
+
+def test_a_trained_draft_replaces_only_what_it_holds(folder, tmp_path):
+    from safetensors.torch import save_file
+    from ssd_demo.backends.cosyvoice2.loading import trained_draft_state
+
+    untrained = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT).drafts["layers"]
+    head = {"lm_head.bias": torch.full_like(untrained.lm_head.bias, 0.5),
+            "model.layers.0.mlp.up_proj.weight": torch.zeros_like(untrained.model.layers[0].mlp.up_proj.weight)}
+    save_file(head, str(tmp_path / "draft.safetensors"))
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT,
+                            draft_state=trained_draft_state(str(tmp_path)))
+    draft, target = synth.drafts["layers"], synth.target
+    assert torch.equal(draft.lm_head.bias, head["lm_head.bias"]) and not torch.equal(target.lm_head.bias, draft.lm_head.bias)
+    assert not target.model.layers[0].mlp.up_proj.weight.eq(0).all()  # the target kept its own
+    assert torch.equal(draft.model.layers[5].self_attn.q_proj.weight, target.model.layers[7].self_attn.q_proj.weight)
+    assert synth.synthesize("the mat", mode="speculative").generation.tokens
+    with pytest.raises(ModelLoadError, match="does not have"):
+        load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT,
+                        draft_state={"model.layers.9.mlp.up_proj.weight": torch.zeros(1)})
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        trained_draft_state(str(tmp_path / "elsewhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no draft.safetensors"):
+        trained_draft_state(str(tmp_path / "empty"))

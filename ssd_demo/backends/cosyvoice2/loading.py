@@ -8,6 +8,7 @@ layout, as `training` writes them).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -24,6 +25,8 @@ REPO = "FunAudioLLM/CosyVoice2-0.5B"
 FLOW_FILE, HIFT_FILE = "flow.pt", "hift.pt"
 REQUIRED = (LLM_FILE, FLOW_FILE, HIFT_FILE, f"{BACKBONE_FOLDER}/config.json")
 DRAFT_NAME = "layers"  # the paper's layer-subset draft
+TRAINED_DRAFT_ENV = "SSD_COSYVOICE2_DRAFT"  # a trained draft for the preset: file, folder or Hub repo
+TRAINED_DRAFT_FILE = "draft.safetensors"
 PAPER_DRAFT_LAYERS = (2, 6)  # bottom, top
 
 
@@ -48,8 +51,12 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures, device: st
     target = load_speech_lm(folder, dtype=dtype, device=device)
     draft = layer_draft(target, *PAPER_DRAFT_LAYERS)
     if draft_state is not None:  # its own tensors (the untrained draft's are the target's)
-        try:
-            draft = materialise(build_speech_lm(draft.config, device="meta"), draft_state, device)
+        own = draft.state_dict()
+        unexpected = sorted(set(draft_state) - set(own))
+        if unexpected:
+            raise ModelLoadError(f"the trained draft holds tensors a layer draft does not have: {', '.join(unexpected[:5])}")
+        try:  # tensors the draft file leaves out (the frozen ones) are the target's
+            draft = materialise(build_speech_lm(draft.config, device="meta"), {**own, **draft_state}, device)
         except RuntimeError as error:
             raise ModelLoadError(f"the trained draft does not fit this target's layer draft ({error})") from None
     try:
@@ -88,16 +95,33 @@ def default_voice(folder: Path, encoders: PromptEncoders, tokenizer) -> VoiceFea
     return encoders.encode(rendering.audio, espeak.SAMPLE_RATE, text_tokens(tokenizer, DEFAULT_PROMPT_TEXT))
 
 
+def trained_draft_state(ref: str, options: LoadOptions = LoadOptions()) -> dict[str, torch.Tensor]:
+    """A trained layer draft (`train-draft`'s draft.safetensors): a file, a folder holding it, or a Hub repo."""
+    from safetensors.torch import load_file
+
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = path / TRAINED_DRAFT_FILE
+    elif not path.is_file():
+        path = resolve(ref, None, options, [TRAINED_DRAFT_FILE, "draft.json"]) / TRAINED_DRAFT_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{ref}: no {TRAINED_DRAFT_FILE} (written by `python -m ssd_demo train-draft`)")
+    return load_file(str(path))
+
+
 def load_from_hub(device: str | None = None, progress=None, revision: str | None = None,
-                  options: LoadOptions = LoadOptions()) -> Synthesizer:
-    """The preset: the checkpoint from the Hub (or the local cache when offline), the paper's draft."""
+                  options: LoadOptions = LoadOptions(), draft: str | None = None) -> Synthesizer:
+    """The preset: the checkpoint from the Hub (or the local cache when offline) and the paper's draft,
+    trained when `draft` (or the SSD_COSYVOICE2_DRAFT environment variable) names one, else untrained."""
+    draft = draft or os.environ.get(TRAINED_DRAFT_ENV) or None
+    draft_state = trained_draft_state(draft, options) if draft else None
     folder = resolve(REPO, revision, options, HUB_PATTERNS, progress)
     placed = auto_device(device or options.device)
     dtype = auto_dtype(placed, options.dtype)
     encoders = PromptEncoders(folder, device=placed.type)
     voice = default_voice(folder, encoders, load_text_tokenizer(folder))
-    return load_cosyvoice2(folder, voice, device=str(placed), dtype=dtype)
+    return load_cosyvoice2(folder, voice, device=str(placed), dtype=dtype, draft_state=draft_state)
 
 
-__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
+__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
            "missing_files", "preflight"]
