@@ -86,6 +86,14 @@ def test_prompt_is_start_transcript_text_task_and_voice_tokens(synth):
     assert tuple(prompt[prompt.index(layout.task_id) + 1:]) == voice.speech_tokens
 
 
+def test_numbers_are_spelt_out_as_the_official_front_end_does(synth):
+    from ssd_demo.backends.cosyvoice2.backend import spell_out_numbers
+
+    assert spell_out_numbers("On April 13, 1955, 2 cats") == "On April thirteen, one thousand, nine hundred and fifty-five, two cats"
+    backend = synth.backend
+    assert backend.prompt_ids("2 cats") == backend.prompt_ids("two cats")
+
+
 def test_plan_follows_the_official_length_bounds_and_ras(synth):
     backend = synth.backend
     prompt = backend.prompt_ids("a cat sat")

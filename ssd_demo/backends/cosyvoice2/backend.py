@@ -12,6 +12,7 @@ mel spectrogram, and HiFT into 24 kHz audio.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,17 @@ from .llm import SpeechVocabLayout
 
 LICENCE = "CosyVoice 2 weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20  # speech tokens per text token, as the official inference
+
+
+def spell_out_numbers(text: str) -> str:
+    """Every run of digits as words ("1955" -> "one thousand, nine hundred and fifty-five"), as the
+    official front end does for English when no normaliser package is installed: the model was trained on
+    spoken-form text. (With the optional `wetext` normaliser installed, the official front end also reads
+    dates, currencies and units; that is not reproduced here.)"""
+    import inflect
+
+    engine = inflect.engine()
+    return re.sub(r"\d+", lambda match: engine.number_to_words(match.group(0)), text)
 
 
 @dataclass
@@ -68,7 +80,7 @@ class CosyVoice2Backend:
 
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         voice = self.voice(voice_prompt)
-        tokens = self._text_tokens(text)
+        tokens = self._text_tokens(spell_out_numbers(text))
         return self.layout.prompt_ids(list(voice.transcript_tokens) + tokens, voice.speech_tokens)
 
     def plan_generation(self, prompt: list[int], config: DecodingConfig, voice_prompt: VoicePrompt | None = None):
