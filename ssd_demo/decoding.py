@@ -198,9 +198,11 @@ class _Run:
         if self.forced is not None:
             self.forced_state = self.forced.initial_state()
         config = self.config
-        if self.prefix_distribution is not None and (config.temperature != 1.0 or config.top_k or config.top_p < 1.0):
+        if self.prefix_distribution is not None and (config.temperature not in (0.0, 1.0) or config.top_k
+                                                     or config.top_p < 1.0):
             raise ValueError("a prefix distribution (e.g. repetition-aware sampling) does its own truncation: "
-                             "leave temperature at 1 and top_k / top_p off in the decoding config")
+                             "leave temperature at 1 (or 0: greedy on the distribution) and top_k / top_p off "
+                             "in the decoding config")
 
     def advance(self, state: Hashable, token: int) -> tuple[Hashable, tuple[int, ...]]:
         """The forced-token schedule's step (no schedule: nothing is ever inserted)."""
@@ -221,6 +223,8 @@ class _Run:
             return scores, probabilities(scores, self.config)
         extras = extras if extras is not None else [[] for _ in range(scores.shape[0])]
         probs = self.prefix_distribution(scores, [self.new_tokens + extra for extra in extras])
+        if self.config.greedy:  # its argmax, one-hot, as plain greedy decoding
+            probs = torch.nn.functional.one_hot(probs.argmax(dim=-1), probs.shape[-1]).to(probs.dtype)
         return probs.log(), probs
 
     @property

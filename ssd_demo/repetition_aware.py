@@ -32,7 +32,7 @@ class RepetitionAwareSampling:
     tau_r: float = 0.1
     # Scores set to -inf while fewer than `min_len` tokens were generated (CosyVoice 2: its end id only;
     # its two other stop ids stay drawable, as in the official loop).
-    stop_ids: tuple[int, ...] = ()
+    masked_until_min_len: tuple[int, ...] = ()
     min_len: int = 0
 
     def __post_init__(self) -> None:
@@ -43,26 +43,35 @@ class RepetitionAwareSampling:
         """[N, V] scores (-inf = not allowed) and each row's generated tokens -> [N, V] probabilities."""
         scores = scores.float()
         early = [row for row, prefix in enumerate(prefixes) if len(prefix) < self.min_len]
-        if early and self.stop_ids:
+        if early and self.masked_until_min_len:
             scores = scores.clone()
-            scores[torch.tensor(early)[:, None], torch.tensor(self.stop_ids)[None, :]] = float("-inf")
+            scores[torch.tensor(early)[:, None], torch.tensor(self.masked_until_min_len)[None, :]] = float("-inf")
         full = torch.softmax(scores, dim=-1)  # [N, V]
         nucleus = _nucleus(full, self.top_p, self.top_k)  # [N, V]
         out = nucleus.clone()
         threshold = self.win_size * self.tau_r
         vocab = full.shape[-1]
         for row, prefix in enumerate(prefixes):
-            window = torch.tensor(prefix[-self.win_size:], dtype=torch.long, device=full.device)
-            if not len(window):
+            window = prefix[-self.win_size:]
+            counts: dict[int, int] = {}
+            for token in window:
+                counts[token] = counts.get(token, 0) + 1
+            # Only over-repeated tokens the nucleus can draw move mass (at most win_size of them).
+            repeated = [t for t, n in counts.items() if n >= threshold and t < vocab and nucleus[row, t] > 0]
+            if not repeated:
                 continue
-            repeated = torch.bincount(window, minlength=vocab)[:vocab] >= threshold  # [V]
-            # A token holding all the mass cannot be re-drawn without (the official draw would fail): it stays.
-            repeated &= full[row] < 1.0
-            if not bool(repeated.any()):
-                continue
-            weight = torch.where(repeated, nucleus[row] / (1.0 - full[row]).clamp_min(1e-30), 0.0)  # [V]
-            # Each over-repeated x moves its nucleus mass to f without x, renormalised.
-            out[row] = nucleus[row].masked_fill(repeated, 0.0) + full[row] * (weight.sum() - weight)
+            q = nucleus[row].clone()
+            q[repeated] = 0.0
+            for token in repeated:
+                rest = scores[row].clone()
+                rest[token] = float("-inf")
+                if torch.isinf(rest).all():  # nothing else allowed: the official re-draw would fail; it stays
+                    q[token] += nucleus[row, token]
+                    continue
+                # The full distribution without the token, renormalised in the log domain (exact also when
+                # the token held nearly all the mass, where 1 - f(token) would round to 0).
+                q += nucleus[row, token] * torch.softmax(rest, dim=-1)
+            out[row] = q
         return out
 
 
@@ -70,7 +79,9 @@ def _nucleus(probs: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
     """CosyVoice's nucleus: the most likely tokens, in order, while the mass before each is below top_p
     and fewer than top_k are taken; renormalised. [N, V] -> [N, V]."""
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    # The mass before each token, summed in order as the official loop does (not cumsum - p, which can
+    # differ in the last bit at the top-p boundary).
+    before = torch.cat([torch.zeros_like(sorted_probs[:, :1]), torch.cumsum(sorted_probs, dim=-1)[:, :-1]], dim=-1)
     rank = torch.arange(probs.shape[-1], device=probs.device)
     keep_sorted = (before < top_p) & (rank < top_k)
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)

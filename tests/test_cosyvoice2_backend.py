@@ -99,13 +99,62 @@ def test_plan_follows_the_official_length_bounds_and_ras(synth):
     prompt = backend.prompt_ids("a cat sat")
     count = prompt.index(backend.layout.task_id) - 1 - len(backend.default_voice.transcript_tokens)
     config, ras = backend.plan_generation(prompt, backend.default_config())
-    assert config.max_new_tokens == MAX_TOKEN_TEXT_RATIO * count + 1
-    assert ras.min_len == MIN_TOKEN_TEXT_RATIO * count and ras.stop_ids == (backend.layout.end_of_speech,)
+    assert config.max_new_tokens == MAX_TOKEN_TEXT_RATIO * count  # the official loop's range(max_len)
+    assert ras.min_len == MIN_TOKEN_TEXT_RATIO * count and ras.masked_until_min_len == (backend.layout.end_of_speech,)
     assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r) == (0.8, 25, 10, 0.1)
-    greedy, none = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
-    assert none is None and greedy.temperature == 0.0
+    greedy, masked = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
+    assert greedy.temperature == 0.0 and masked.min_len == ras.min_len
     with pytest.raises(InvalidSettingError, match="repetition-aware"):
         backend.plan_generation(prompt, backend.default_config().with_(temperature=0.7))
+    with pytest.raises(ValueError, match="not built by this"):
+        backend.plan_generation([1, 2, 3], backend.default_config())
+
+
+def test_every_stop_id_ends_the_utterance(synth):
+    backend = synth.backend
+    assert set(synth.config().eos_ids) == set(backend.layout.stop_ids)
+    for stop in backend.layout.stop_ids[1:]:  # the two that RAS never masks: drawable from the first token
+        with torch.no_grad():
+            saved = synth.target.lm_head.bias.clone()
+            synth.target.lm_head.bias[stop] = 30.0
+        try:
+            result = synth.synthesize("a cat sat", mode="ar")
+        finally:
+            with torch.no_grad():
+                synth.target.lm_head.bias.copy_(saved)
+        assert result.generation.tokens == [stop] and len(result.audio) == 0
+
+
+def test_greedy_keeps_the_minimum_length(synth):
+    with torch.no_grad():
+        saved = synth.target.lm_head.bias.clone()
+        synth.target.lm_head.bias[SPEECH] = 30.0  # the end id would win every step
+    try:
+        result = synth.synthesize("a cat sat", mode="ar", config=synth.config(temperature=0.0))
+    finally:
+        with torch.no_grad():
+            synth.target.lm_head.bias.copy_(saved)
+    prompt = synth.backend.prompt_ids(synth.backend.split_text("a cat sat")[0].text)
+    count = prompt.index(synth.backend.layout.task_id) - 1 - len(synth.backend.default_voice.transcript_tokens)
+    assert result.generation.tokens[-1] == SPEECH and len(result.generation.tokens) == MIN_TOKEN_TEXT_RATIO * count + 1
+
+
+def test_paragraphs_are_split_as_the_official_front_end_does(synth):
+    from ssd_demo.backends.cosyvoice2.backend import split_paragraph
+
+    words = len  # one "token" per character keeps the arithmetic visible
+    assert split_paragraph("Hi there", words) == ["Hi there."]  # a full stop is added
+    text = "Aaaa bbbb. Cccc dddd! Eeee ffff? Gg."
+    assert split_paragraph(text, words, max_tokens=12, min_tokens=15, merge_tokens=4) == [
+        "Aaaa bbbb. Cccc dddd!", " Eeee ffff? Gg."]  # packed past 12 while under 15
+    assert split_paragraph(text, words, max_tokens=12, min_tokens=8, merge_tokens=5) == [
+        "Aaaa bbbb.", " Cccc dddd!", " Eeee ffff? Gg."]  # a tail under 5 joins the chunk before
+    assert split_paragraph('He said "go." Then left.', words, max_tokens=5, min_tokens=1, merge_tokens=1) == [
+        'He said "go."', " Then left."]  # a closing quote stays with its sentence
+    assert split_paragraph("Fine. ... !", words, max_tokens=5, min_tokens=1, merge_tokens=1) == ["Fine."]
+    chunks = synth.backend.split_text("It is 7. " + "A very long sentence goes on and on. " * 12)
+    assert chunks[0].text.startswith("It is seven.") and all(c.pause_after_ms == 0 for c in chunks)
+    assert "".join(c.text for c in chunks) == ("It is seven. " + "A very long sentence goes on and on. " * 12).strip()
 
 
 @pytest.mark.parametrize("mode", ["ar", "speculative"])
@@ -163,8 +212,8 @@ def test_the_preset_loads_from_a_populated_offline_cache(folder, tmp_path, monke
     install_in_hub_cache(folder, tmp_path, loading.REPO)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert loading.preflight().joinpath("CosyVoice-BlankEN", "config.json").is_file()
-    # The tiny folder has no ONNX encoders: the default voice is where loading stops, and it says why.
-    with pytest.raises(ModelLoadError, match="speech_tokenizer_v2.onnx|onnxruntime"):
+    # The preset loads the released shapes strictly: the tiny flow.pt is refused, naming the tensors.
+    with pytest.raises(ModelLoadError, match="flow state dict does not match.*input_embedding.weight"):
         loading.load_from_hub("cpu")
 
 
@@ -191,3 +240,34 @@ def test_a_trained_draft_replaces_only_what_it_holds(folder, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="no draft.safetensors"):
         trained_draft_state(str(tmp_path / "empty"))
+
+
+class FakeEncoders:
+    """Stands in for the two ONNX encoders: features of the tiny models' shapes, counting its calls."""
+
+    calls = 0
+
+    def encode(self, audio, sample_rate, transcript_tokens):
+        FakeEncoders.calls += 1
+        return VoiceFeatures.aligned(transcript_tokens, [3, 1, 4, 1, 5, 9], torch.zeros(12, MELS), torch.ones(SPEAKER))
+
+
+def test_a_clip_with_and_without_transcript_prompts_as_the_official_modes(folder):
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    backend.encoders = FakeEncoders()
+    layout = backend.layout
+    with_text = VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000, transcript="hello there")
+    zero_shot = backend.prompt_ids("a cat", with_text)
+    assert tuple(zero_shot[zero_shot.index(layout.task_id) + 1:]) == (3, 1, 4, 1, 5, 9)
+    no_text = VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000, transcript="  ")
+    cross_lingual = backend.prompt_ids("a cat", no_text)  # the clip's voice in the flow model only
+    assert cross_lingual[-1] == layout.task_id and cross_lingual[1:-1] == [
+        layout.text_offset + t for t in backend.tokenizer(["a cat"])["input_ids"][0]]
+    result = synth.synthesize("a cat", mode="ar", voice_prompt=no_text)
+    assert len(result.audio) > 0
+    calls = FakeEncoders.calls
+    synth.synthesize("a cat", mode="ar", voice_prompt=no_text)
+    assert FakeEncoders.calls == calls  # encoded once per clip and transcript
+    with pytest.raises(ValueError, match="not built by this"):
+        backend.tokens_to_audio([1, 2], prompt_ids=[layout.sos_id, layout.task_id, 7, 7])

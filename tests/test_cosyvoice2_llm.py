@@ -137,7 +137,7 @@ def test_layer_draft_shares_the_target_tensors():
 # Exactness with RAS on the CosyVoice-shaped model: the target's joint over the first NEW tokens is
 # enumerated (each position's RAS row on its own prefix) and speculative samples are tested against it.
 NEW = 4
-RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, stop_ids=(LAYOUT.end_of_speech,), min_len=2)
+RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, masked_until_min_len=(LAYOUT.end_of_speech,), min_len=2)
 PROMPT = LAYOUT.prompt_ids([2, 5, 8], [0, 2])
 
 

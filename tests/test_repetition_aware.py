@@ -16,7 +16,7 @@ from tiny_models import tiny_llama
 
 # Small enough that every rule matters on 4 tokens: a token seen in the last 2 is over-repeated, the
 # nucleus keeps at most 3, and token 3 (a stop id here) cannot come before 3 tokens were generated.
-RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, stop_ids=(3,), min_len=3)
+RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, masked_until_min_len=(3,), min_len=3)
 
 
 def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
@@ -26,7 +26,7 @@ def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareS
     its score at -inf and a draw from the full distribution."""
     scores = scores.clone()
     if len(prefix) < ras.min_len:
-        scores[list(ras.stop_ids)] = float("-inf")
+        scores[list(ras.masked_until_min_len)] = float("-inf")
     values, order = torch.sort(torch.softmax(scores, dim=-1), descending=True, stable=True)
     kept, mass = [], 0.0
     for value, index in zip(values.tolist(), order.tolist()):
@@ -62,6 +62,14 @@ def test_the_redraw_never_returns_the_repeated_token():
     q = RAS(scores[None], [[1, 0, 0]])[0]
     assert q[0] == 0
     assert torch.allclose(q[1:], torch.full((3,), 1 / 3))
+
+
+def test_a_nearly_certain_repeated_token_is_still_redrawn_exactly():
+    # Token 0 holds all but 2e-9 of the mass: 1 - f(0) rounds to 0 in float32, the re-draw must not.
+    scores = torch.tensor([20.0, 0.0, 0.0, -1.0])
+    q = RAS(scores[None], [[2, 1, 0]])[0]
+    expected = torch.softmax(torch.tensor([float("-inf"), 0.0, 0.0, -1.0]), dim=-1)
+    assert q[0] == 0 and torch.allclose(q, expected) and torch.isclose(q.sum(), torch.tensor(1.0))
 
 
 def ras_joint(model) -> dict[tuple[int, ...], float]:
@@ -104,7 +112,7 @@ def test_autoregressive_sampling_with_ras_matches_the_target():
 
 def test_ras_refuses_a_config_that_truncates_too():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
-    for settings in (dict(temperature=0.7), dict(top_k=2), dict(top_p=0.5), dict(temperature=0.0)):
+    for settings in (dict(temperature=0.7), dict(top_k=2), dict(top_p=0.5)):
         with pytest.raises(ValueError, match="does its own truncation"):
             autoregressive_generate(target, PROMPT, DecodingConfig(max_new_tokens=2, **settings),
                                     prefix_distribution=RAS)

@@ -162,7 +162,7 @@ def read_texts(path: Path) -> list[str]:
 
 def official_sampling(layout: SpeechVocabLayout, text_count: int) -> RepetitionAwareSampling:
     """RAS with the official settings, the end of speech masked until 2 tokens per text token."""
-    return RepetitionAwareSampling(stop_ids=(layout.end_of_speech,), min_len=MIN_TOKEN_TEXT_RATIO * text_count)
+    return RepetitionAwareSampling(masked_until_min_len=(layout.end_of_speech,), min_len=MIN_TOKEN_TEXT_RATIO * text_count)
 
 
 def generation_config(layout: SpeechVocabLayout, text_count: int, seed: int, cap: int = 0) -> DecodingConfig:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from ... import text as text_frontend
 from ...config import DecodingConfig
-from ...errors import InvalidSettingError, TextError
+from ...errors import InvalidSettingError, ModelLoadError, TextError
 from ...repetition_aware import RepetitionAwareSampling
 from ...synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
@@ -41,85 +41,149 @@ def spell_out_numbers(text: str) -> str:
     return re.sub(r"\d+", lambda match: engine.number_to_words(match.group(0)), text)
 
 
+SENTENCE_ENDS = ".?!;:"
+CLOSING_QUOTES = "\"\u201d"
+
+
+def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20) -> list[str]:
+    """English text in the chunks the official front end decodes one by one: sentences (ended by . ? ! ; :,
+    a closing quote kept with its sentence; a final full stop added when missing) packed while a chunk
+    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined
+    to the one before; sentences are never cut. `count(piece)` measures a piece in text tokens."""
+    if text[-1] not in SENTENCE_ENDS:
+        text += "."
+    sentences, start, index = [], 0, 0
+    while index < len(text):
+        if text[index] in SENTENCE_ENDS:
+            end = index + 1
+            if end < len(text) and text[end] in CLOSING_QUOTES:
+                end += 1
+            if index > start:
+                sentences.append(text[start:end])
+            start = index = end
+            continue
+        index += 1
+    chunks, current = [], ""
+    for sentence in sentences:
+        if count(current + sentence) > max_tokens and count(current) > min_tokens:
+            chunks.append(current)
+            current = ""
+        current += sentence
+    if current:
+        if chunks and count(current) < merge_tokens:
+            chunks[-1] += current
+        else:
+            chunks.append(current)
+    return [chunk for chunk in chunks if re.search(r"\w", chunk)]  # punctuation alone is not spoken
+
+
+@dataclass(frozen=True)
+class EndMaskedUntilMinLength:
+    """The model's own distribution with the end id out of reach until `min_len` tokens (the official
+    bound, which its RAS path applies too): what greedy decoding takes the argmax of."""
+
+    masked_until_min_len: tuple[int, ...]
+    min_len: int
+
+    def __call__(self, scores: torch.Tensor, prefixes: list[list[int]]) -> torch.Tensor:
+        scores = scores.float().clone()
+        for row, prefix in enumerate(prefixes):
+            if len(prefix) < self.min_len:
+                scores[row, list(self.masked_until_min_len)] = float("-inf")
+        return torch.softmax(scores, dim=-1)
+
+
 @dataclass
 class CosyVoice2Backend:
     tokenizer: object
     layout: SpeechVocabLayout
     flow: object  # flow.CosyVoice2Flow
     hift: object  # hift.HiFTVocoder
-    default_voice: VoiceFeatures
+    default_voice: VoiceFeatures | None  # spoken without a clip of the user's
     encoders: PromptEncoders | None = None
     name: str = "cosyvoice2"
     sample_rate: int = 24000
     max_text_chars: int = 3000
-    #: Text tokens per chunk, as the official front end splits paragraphs (at most 80 tokens).
+    #: Text tokens per chunk, as the official front end splits paragraphs (80, or longer while under 60).
     chunk_tokens: int = 80
     licence: str = LICENCE
     supports_voice_prompt: bool = True
     max_prompt_seconds: float = 10.0  # 3-10 s is how CosyVoice 2 is prompted (its tokenizer takes up to 30 s)
     ras: RepetitionAwareSampling = field(default_factory=RepetitionAwareSampling)
     flow_steps: int = 10
-    _voices: dict = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._remember(self.default_voice)
+    #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
+    max_voices: int = 16
+    max_prompts: int = 256
+    _voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
+    _prompt_voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
 
     # -- Backend protocol -------------------------------------------------------------
 
     @property
-    def eos_token_id(self) -> int:
-        return self.layout.end_of_speech
+    def eos_token_id(self) -> tuple[int, ...]:
+        return self.layout.stop_ids  # any of the three ends the utterance, as in the official loop
 
     def allowed_token_ids(self) -> list[int]:
         return list(range(self.layout.speech_rows))  # every output id: speech tokens and the three stop ids
 
     def default_config(self) -> DecodingConfig:
-        # RAS replaces temperature / top-k / top-p (it truncates itself); the paper's SSD setting.
-        return DecodingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_TOKEN_TEXT_RATIO * self.chunk_tokens,
+        # RAS replaces temperature / top-k / top-p (it truncates itself); the paper's SSD setting. The length
+        # is bounded per chunk by its text (plan_generation); this cap only bounds a chunk of 100+ tokens.
+        return DecodingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=2048,
                               eos_token_id=list(self.layout.stop_ids), draft_len=3, beta=0.4, acceptance="ssd")
 
+    def split_text(self, text: str) -> list[TextChunk]:
+        """The official English front end: numbers spelt out, then `split_paragraph`; chunks follow each
+        other with no added pause (the official joins their audio as it comes)."""
+        text = spell_out_numbers(self._check_text(text)).strip()
+        count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
+        chunks = split_paragraph(text, count, max_tokens=self.chunk_tokens)
+        if not chunks:
+            raise TextError("the text has nothing to say (only punctuation)")
+        return [TextChunk(chunk) for chunk in chunks]
+
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
+        """[sos, transcript + text, task, the clip's speech tokens]; a voice prompt without a transcript
+        is used as the official cross-lingual mode does: the clip's voice in the flow model only."""
         voice = self.voice(voice_prompt)
         tokens = self._text_tokens(spell_out_numbers(text))
-        return self.layout.prompt_ids(list(voice.transcript_tokens) + tokens, voice.speech_tokens)
+        llm_speech = voice.speech_tokens if voice.transcript_tokens else ()
+        prompt = self.layout.prompt_ids(list(voice.transcript_tokens) + tokens, llm_speech)
+        self._prompt_voices[tuple(prompt)] = (voice, len(tokens))
+        self._prompt_voices.move_to_end(tuple(prompt))
+        while len(self._prompt_voices) > self.max_prompts:
+            self._prompt_voices.popitem(last=False)
+        return prompt
 
     def plan_generation(self, prompt: list[int], config: DecodingConfig, voice_prompt: VoicePrompt | None = None):
-        """The official length bounds for this prompt's text, and RAS (with the end id masked until the
-        minimum) unless greedy decoding was asked for: (config, prefix distribution or None)."""
-        voice = self.voice(voice_prompt)
-        text_count = prompt.index(self.layout.task_id) - 1 - len(voice.transcript_tokens)
-        config = config.with_(max_new_tokens=min(config.max_new_tokens, MAX_TOKEN_TEXT_RATIO * text_count + 1))
+        """The official length bounds for this prompt's text (2 to 20 speech tokens per text token) and
+        RAS with the end id masked until the minimum; greedy (temperature 0, our addition: the official
+        always samples) takes the argmax under the same minimum. Returns (config, prefix distribution)."""
+        _, text_count = self._prompt_record(prompt)
+        config = config.with_(max_new_tokens=min(config.max_new_tokens, MAX_TOKEN_TEXT_RATIO * text_count))
+        min_len = min(MIN_TOKEN_TEXT_RATIO * text_count, config.max_new_tokens - 1)
+        end = (self.layout.end_of_speech,)
         if config.temperature == 0:
-            return config, None
+            return config, EndMaskedUntilMinLength(end, min_len)
         if config.temperature != 1.0 or config.top_k or config.top_p < 1.0:
             raise InvalidSettingError(
                 "CosyVoice 2 samples the way it was published (repetition-aware sampling with top-p 0.8 and top-k 25 "
                 f"built in): leave temperature at 1 (or 0 for greedy), top-k at 0 and top-p at 1; got temperature "
                 f"{config.temperature}, top-k {config.top_k}, top-p {config.top_p}")
-        ras = RepetitionAwareSampling(self.ras.top_p, self.ras.top_k, self.ras.win_size, self.ras.tau_r,
-                                      stop_ids=(self.layout.end_of_speech,), min_len=MIN_TOKEN_TEXT_RATIO * text_count)
-        return config, ras
-
-    def split_text(self, text: str) -> list[TextChunk]:
-        text = self._check_text(text)
-        count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
-        if count(text) <= self.chunk_tokens:
-            return [TextChunk(text)]
-        return [TextChunk(c.text, c.pause_after_ms) for c in text_frontend.split_text(text, budget=self.chunk_tokens, count=count)]
+        return config, replace(self.ras, masked_until_min_len=end, min_len=min_len)
 
     def tokens_to_audio(self, tokens: list[int], prompt_ids: list[int] | None = None) -> np.ndarray:
         speech = [t for t in tokens if t < self.layout.speech_tokens]  # stop ids are not sounds
         if not speech:
             return np.zeros(0, dtype=np.float32)
-        voice = self.default_voice if prompt_ids is None else self._voice_of(prompt_ids)
+        voice = self.default_voice if prompt_ids is None else self._prompt_record(prompt_ids)[0]
         with torch.inference_mode():
             mel = self.flow.inference(speech, voice.speech_tokens, voice.mel, voice.speaker_embedding,
                                       n_timesteps=self.flow_steps)
             # The vocoder's noise from a fixed seed (the official draws from torch's global generator):
             # the same tokens give the same audio, so AR and speculative runs compare on their tokens.
             generator = torch.Generator(device=mel.device).manual_seed(0)
-            audio = self.hift.inference(mel, generator=generator)
-        audio = audio[0] if isinstance(audio, tuple) else audio
+            audio, _ = self.hift.inference(mel, generator=generator)
         return audio.reshape(-1).float().cpu().numpy()
 
     # -- voice prompts ------------------------------------------------------------------
@@ -127,24 +191,29 @@ class CosyVoice2Backend:
     def voice(self, voice_prompt: VoicePrompt | None) -> VoiceFeatures:
         """The default voice, or a clip's features (encoded once per clip and transcript)."""
         if voice_prompt is None:
+            if self.default_voice is None:
+                raise ModelLoadError("this CosyVoice 2 setup has no default voice: give a voice clip and its transcript")
             return self.default_voice
         key = hashlib.sha1(np.ascontiguousarray(voice_prompt.audio, dtype=np.float32).tobytes()
                            + f"{voice_prompt.sample_rate}|{voice_prompt.transcript}".encode()).hexdigest()
         if key not in self._voices:
             if self.encoders is None:
-                raise TextError("this CosyVoice 2 setup cannot encode a new voice prompt (no prompt encoders)")
-            transcript = self._text_tokens(voice_prompt.transcript, what="voice prompt transcript")
-            features = self.encoders.encode(voice_prompt.audio, voice_prompt.sample_rate, transcript)
-            self._voices[key] = self._remember(features)
+                raise ModelLoadError("this CosyVoice 2 setup has no prompt encoders, so it cannot take a new voice clip")
+            transcript = voice_prompt.transcript.strip()
+            tokens = self._text_tokens(spell_out_numbers(transcript), "voice prompt transcript") if transcript else []
+            self._voices[key] = self.encoders.encode(voice_prompt.audio, voice_prompt.sample_rate, tokens)
+            while len(self._voices) > self.max_voices:
+                self._voices.popitem(last=False)
+        self._voices.move_to_end(key)
         return self._voices[key]
 
-    def _remember(self, features: VoiceFeatures) -> VoiceFeatures:
-        self._voices[("tokens", features.speech_tokens)] = features
-        return features
-
-    def _voice_of(self, prompt_ids: list[int]) -> VoiceFeatures:
-        speech = tuple(prompt_ids[prompt_ids.index(self.layout.task_id) + 1:])
-        return self._voices.get(("tokens", speech), self.default_voice)
+    def _prompt_record(self, prompt: list[int]) -> tuple[VoiceFeatures, int]:
+        """The voice and text length of a prompt this backend built (token2wav needs that voice's clip)."""
+        record = self._prompt_voices.get(tuple(prompt))
+        if record is None:
+            raise ValueError("this prompt was not built by this CosyVoice 2 backend (or it was forgotten): "
+                             "build it with prompt_ids() first")
+        return record
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -155,9 +224,9 @@ class CosyVoice2Backend:
         return tokens
 
     def _check_text(self, text: str, what: str = "text") -> str:
+        """Refusals only: the official English front end keeps the text's own spacing."""
         if not isinstance(text, str) or not text.strip():
             raise TextError(f"the {what} is empty")
-        text = " ".join(text.split())
         if len(text) > self.max_text_chars:
             raise TextError(f"the {what} has {len(text)} characters; the limit is {self.max_text_chars}")
         if "<|" in text and "|>" in text:
@@ -165,4 +234,4 @@ class CosyVoice2Backend:
         return text
 
 
-__all__ = ["CosyVoice2Backend", "LICENCE"]
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "spell_out_numbers", "split_paragraph"]

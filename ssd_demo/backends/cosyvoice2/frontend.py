@@ -158,7 +158,9 @@ class PromptEncoders:
                 raise ModelLoadError(f"{self.folder}: no {name} (needed to encode a voice prompt)")
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = 1
-            providers = (["CUDAExecutionProvider"] if self.device.startswith("cuda") else []) + ["CPUExecutionProvider"]
+            # The speaker encoder runs on the CPU even beside a GPU, as the official front end runs it.
+            on_gpu = self.device.startswith("cuda") and name != SPEAKER_ENCODER_FILE
+            providers = (["CUDAExecutionProvider"] if on_gpu else []) + ["CPUExecutionProvider"]
             self._sessions[name] = onnxruntime.InferenceSession(str(path), sess_options=options, providers=providers)
         return self._sessions[name]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ModelLoadError
-from ...hub import LoadOptions, auto_device, auto_dtype, resolve
+from ...hub import LoadOptions, auto_device, resolve
 from ...synthesis import Synthesizer
 from .backend import CosyVoice2Backend
 from .frontend import (SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures, load_text_tokenizer,
@@ -35,11 +35,12 @@ def missing_files(folder: str | Path) -> list[str]:
     return [name for name in REQUIRED if not (folder / name).is_file()]
 
 
-def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures, device: str = "cpu",
+def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, device: str = "cpu",
                     dtype: torch.dtype = torch.float32, draft_state: dict[str, torch.Tensor] | None = None,
                     flow_config=None, hift_config=None) -> Synthesizer:
     """The speech LM (target), the paper's layer draft, the flow model and HiFT, all from `folder`.
 
+    `default_voice`: the voice spoken without a clip of the user's (None: set it on the backend before use).
     `flow_config` / `hift_config` default to the released model's; tests pass tiny ones."""
     from .flow import FlowConfig, load_flow
     from .hift import HiFTConfig, load_hift
@@ -87,12 +88,14 @@ def preflight(revision: str | None = None, options: LoadOptions = LoadOptions())
     return folder
 
 
-def default_voice(folder: Path, encoders: PromptEncoders, tokenizer) -> VoiceFeatures:
-    """The eSpeak NG clip's features, encoded once and cached next to nothing of the snapshot's."""
+def default_voice(encoders: PromptEncoders, tokenizer) -> VoiceFeatures:
+    """The features of the eSpeak NG clip of DEFAULT_PROMPT_TEXT, through the checkpoint's encoders."""
     from ... import espeak
+    from .backend import spell_out_numbers
 
     rendering = espeak.synthesize(DEFAULT_PROMPT_TEXT)
-    return encoders.encode(rendering.audio, espeak.SAMPLE_RATE, text_tokens(tokenizer, DEFAULT_PROMPT_TEXT))
+    return encoders.encode(rendering.audio, espeak.SAMPLE_RATE,
+                           text_tokens(tokenizer, spell_out_numbers(DEFAULT_PROMPT_TEXT)))
 
 
 def trained_draft_state(ref: str, options: LoadOptions = LoadOptions()) -> dict[str, torch.Tensor]:
@@ -117,10 +120,13 @@ def load_from_hub(device: str | None = None, progress=None, revision: str | None
     draft_state = trained_draft_state(draft, options) if draft else None
     folder = resolve(REPO, revision, options, HUB_PATTERNS, progress)
     placed = auto_device(device or options.device)
-    dtype = auto_dtype(placed, options.dtype)
-    encoders = PromptEncoders(folder, device=placed.type)
-    voice = default_voice(folder, encoders, load_text_tokenizer(folder))
-    return load_cosyvoice2(folder, voice, device=str(placed), dtype=dtype, draft_state=draft_state)
+    # float32 unless asked otherwise, on a GPU too: the official default (fp16=False); bfloat16 would change
+    # the logits and so the sampled tokens.
+    dtype = options.dtype or torch.float32
+    synthesizer = load_cosyvoice2(folder, None, device=str(placed), dtype=dtype, draft_state=draft_state)
+    backend = synthesizer.backend
+    backend.default_voice = default_voice(backend.encoders, backend.tokenizer)
+    return synthesizer
 
 
 __all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",

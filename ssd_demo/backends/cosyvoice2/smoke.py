@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     text = torch.randint(0, 151643, (args.text_tokens,)).tolist()
     prompt = torch.tensor([layout.prompt_ids(text, prompt_tokens)], device=device)
     # Stop ids masked and the minimum at the full length: a fixed amount of work per decoder.
-    ras = RepetitionAwareSampling(min_len=args.tokens, stop_ids=(layout.end_of_speech,))
+    ras = RepetitionAwareSampling(min_len=args.tokens, masked_until_min_len=(layout.end_of_speech,))
     decoding = DecodingConfig(max_new_tokens=args.tokens, allowed_token_ids=list(range(layout.speech_tokens)),
                               draft_len=3, beta=0.4, acceptance="ssd", seed=args.seed)
     results = {}
