@@ -36,9 +36,8 @@ FLOW = FlowConfig(
 HIFT = HiFTConfig(in_channels=MELS, base_channels=16, f0_cond_channels=8)
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("CosyVoice2-0.5B")
+def build_tiny_checkpoint(root):
+    """A CosyVoice2-0.5B-shaped folder with tiny random weights under the official names (no ONNX files)."""
     backbone_dir = root / "CosyVoice-BlankEN"
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_small_bpe(), eos_token="<|endoftext|>")
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|endoftext|>"]})
@@ -56,6 +55,11 @@ def folder(tmp_path_factory):
     torch.save(CosyVoice2Flow(FLOW).state_dict(), root / "flow.pt")
     torch.save({"generator." + k: v for k, v in HiFTVocoder(HIFT).state_dict().items()}, root / "hift.pt")
     return root
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("CosyVoice2-0.5B"))
 
 
 def default_voice(transcript_tokens=(5, 6, 7)) -> VoiceFeatures:
