@@ -35,7 +35,7 @@ class Backend(Protocol):
     name: str
     sample_rate: int
     max_text_chars: int
-    eos_token_id: int
+    eos_token_id: int | tuple[int, ...]  # the id(s) that end an utterance
     licence: str
 
     def allowed_token_ids(self) -> list[int]:
