@@ -62,6 +62,15 @@ def pin_revision(repo_id: str, revision: str) -> None:
     """Load `repo_id` at `revision` whenever no revision is asked for."""
     PINNED_REVISIONS[repo_id] = revision
 
+
+#: Repositories of which only some files are used (CosyVoice 2: 3.1 of 4.9 GB), registered with
+#: `use_only` by the module that loads them, so that download commands fetch just those.
+DOWNLOAD_PATTERNS: dict[str, tuple[str, ...]] = {}
+
+
+def use_only(repo_id: str, patterns: list[str]) -> None:
+    DOWNLOAD_PATTERNS[repo_id] = tuple(patterns)
+
 # Small files needed for the pre-flight checks; weights come only after they pass.
 METADATA_PATTERNS = [
     "config.json",
@@ -148,7 +157,9 @@ def revision_for(ref: str, revision: str | None = None) -> str:
 def download_command(repo_id: str, revision: str | None = None) -> str:
     revision = revision_for(repo_id, revision)
     rev = f" --revision {revision}" if revision != "main" else ""
-    return f"hf download {repo_id}{rev}"
+    patterns = DOWNLOAD_PATTERNS.get(repo_id)
+    include = " --include " + " ".join(f'"{pattern}"' for pattern in patterns) if patterns else ""
+    return f"hf download {repo_id}{rev}{include}"
 
 
 def _cache_dir(options: LoadOptions) -> str | None:

@@ -98,6 +98,15 @@ def test_numbers_are_spelt_out_as_the_official_front_end_does(synth):
     assert backend.prompt_ids("2 cats") == backend.prompt_ids("two cats")
 
 
+def test_a_long_sentence_without_punctuation_is_cut_so_its_end_is_spoken(synth):
+    backend = synth.backend
+    text = " ".join(["word"] * 400)  # one sentence, far past what one generation may say
+    chunks = backend.split_text(text)
+    counts = [len(backend.tokenizer([c.text])["input_ids"][0]) for c in chunks]
+    assert len(chunks) > 1 and max(counts) <= 2 * backend.chunk_tokens
+    assert " ".join(c.text.strip() for c in chunks).rstrip(".") == text
+
+
 def test_plan_follows_the_official_length_bounds_and_ras(synth):
     backend = synth.backend
     prompt = backend.prompt_ids("a cat sat")

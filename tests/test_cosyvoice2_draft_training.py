@@ -105,7 +105,7 @@ def test_generation_follows_the_official_prompt_and_length_rules():
     generated = item["generated"]
     assert layout.end_of_speech not in generated[:6] and generated[-1] in layout.stop_ids  # at least 2 per text token
     config = recipe.generation_config(layout, 3, seed=0)
-    assert config.max_new_tokens == 20 * 3 + 1 and config.eos_ids == layout.stop_ids
+    assert config.max_new_tokens == 20 * 3 and config.eos_ids == layout.stop_ids
     assert recipe.generation_config(layout, 3, seed=0, cap=10).max_new_tokens == 10
     ras = recipe.official_sampling(layout, 3)
     assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r, ras.min_len) == (0.8, 25, 10, 0.1, 6)
@@ -137,3 +137,13 @@ def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
         recipe.main(_args(tmp_path, "--smoke", "--steps", "0"))
     with pytest.raises(ValueError, match="generations of other texts"):  # another recipe in the same folder
         recipe.main(_args(smoke_run, "--smoke", "--num-texts", "20"))
+
+
+def test_texts_are_prompted_as_the_app_speaks_them():
+    from ssd_demo.training.cosyvoice2_draft import spoken_chunks
+
+    notes = []
+    chunks = spoken_chunks(["It costs 12 euros", "Say <|endofprompt|> now", "It costs 12 euros"],
+                           lambda text: text.split(), notes.append)
+    assert chunks == ["It costs twelve euros."]  # numbers spelt out, a full stop added, repeats once
+    assert notes and "markup" in notes[0]

@@ -158,6 +158,23 @@ def read_texts(path: Path) -> list[str]:
     return list(dict.fromkeys(t for t in texts if t))
 
 
+def spoken_chunks(texts: list[str], tokenize, log=print) -> list[str]:
+    """The texts as the backend speaks them: numbers spelt out, split into the official front end's chunks
+    (so the target is prompted here as in the app); texts with token markup are left out, as the app
+    refuses them."""
+    from ..backends.cosyvoice2.backend import speakable_chunks
+
+    chunks, skipped = [], 0
+    for text in texts:
+        if "<|" in text and "|>" in text:
+            skipped += 1
+            continue
+        chunks.extend(speakable_chunks(text, lambda piece: len(tokenize(piece))))
+    if skipped:
+        log(f"train-draft: {skipped} text(s) with token markup like '<|...|>' left out")
+    return list(dict.fromkeys(chunks))
+
+
 # -- step 1: the target's own generations --------------------------------------------------------
 
 def official_sampling(layout: SpeechVocabLayout, text_count: int) -> RepetitionAwareSampling:
@@ -166,8 +183,9 @@ def official_sampling(layout: SpeechVocabLayout, text_count: int) -> RepetitionA
 
 
 def generation_config(layout: SpeechVocabLayout, text_count: int, seed: int, cap: int = 0) -> DecodingConfig:
-    """At most 20 speech tokens per text token (plus the stop id), or `cap` if lower; RAS does the truncation."""
-    limit = MAX_TOKEN_TEXT_RATIO * text_count + 1
+    """At most 20 tokens per text token (as the backend and the official loop), or `cap` if lower; RAS does
+    the truncation."""
+    limit = MAX_TOKEN_TEXT_RATIO * text_count  # the official loop's range(max_len), the stop id included
     return DecodingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=min(limit, cap) if cap else limit,
                           eos_token_id=list(layout.stop_ids), seed=seed)
 
@@ -422,8 +440,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="cosyvoice2", help=f"whose draft to train: {', '.join(PRESETS)}")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="the CosyVoice 2 checkpoint folder (llm.pt and CosyVoice-BlankEN/)")
-    parser.add_argument("--out", type=Path, default=Path("runs/cosyvoice2-draft"),
-                        help="work directory: generations, checkpoint, the exported draft")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="work directory: generations, checkpoint, the exported draft (default: "
+                             "runs/cosyvoice2-draft, or runs/cosyvoice2-draft-smoke with --smoke)")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny random target built in memory, a few steps (seconds)")
     parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {recipe.stage.steps})")
@@ -448,7 +467,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wall-time cap for this run (generation and training); the next run continues")
     parser.add_argument("--seed", type=int, default=None,
                         help="seeds the generations and the batch order (default 0)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
 
 
 def recipe_from(args: argparse.Namespace) -> DraftRecipe:
@@ -486,7 +505,7 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     deadline = started + recipe.stage.max_minutes * 60 if recipe.stage.max_minutes else math.inf
-    out: Path = args.out
+    out: Path = args.out or Path("runs/cosyvoice2-draft-smoke" if args.smoke else "runs/cosyvoice2-draft")
     out.mkdir(parents=True, exist_ok=True)
 
     def log(message: str) -> None:
@@ -497,6 +516,9 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
     target = smoke_target() if args.smoke else checkpoint_target(args.checkpoint, str(device))
     target.model.to(device).eval().requires_grad_(False)
+    texts = spoken_chunks(texts, target.tokenize, log)
+    if len(texts) <= recipe.held_out:
+        raise ValueError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
     log(f"train-draft: {target.source['target']} target ({target.model.config.num_hidden_layers} layers) on {device}, "
         f"{len(texts)} texts ({recipe.held_out} held out), {str(dtype).removeprefix('torch.')} training")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from ... import text as text_frontend
 from ...config import DecodingConfig
 from ...errors import InvalidSettingError, ModelLoadError, TextError
 from ...repetition_aware import RepetitionAwareSampling
@@ -77,6 +78,20 @@ def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60
     return [chunk for chunk in chunks if re.search(r"\w", chunk)]  # punctuation alone is not spoken
 
 
+def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
+    """`text` as the backend speaks it: numbers spelt out, the official paragraph split, and a sentence
+    over twice the budget cut further at phrases and words (the official front end never cuts a sentence
+    and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
+    generation is allowed here and lose its end)."""
+    chunks = []
+    for chunk in split_paragraph(spell_out_numbers(text).strip(), count, max_tokens=max_tokens):
+        if count(chunk) <= 2 * max_tokens:
+            chunks.append(chunk)
+        else:
+            chunks.extend(piece.text for piece in text_frontend.split_text(chunk, budget=max_tokens, count=count))
+    return chunks
+
+
 @dataclass(frozen=True)
 class EndMaskedUntilMinLength:
     """The model's own distribution with the end id out of reach until `min_len` tokens (the official
@@ -133,11 +148,10 @@ class CosyVoice2Backend:
                               eos_token_id=list(self.layout.stop_ids), draft_len=3, beta=0.4, acceptance="ssd")
 
     def split_text(self, text: str) -> list[TextChunk]:
-        """The official English front end: numbers spelt out, then `split_paragraph`; chunks follow each
-        other with no added pause (the official joins their audio as it comes)."""
-        text = spell_out_numbers(self._check_text(text)).strip()
+        """The official English front end (`speakable_chunks`); chunks follow each other with no added
+        pause (the official joins their audio as it comes)."""
         count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
-        chunks = split_paragraph(text, count, max_tokens=self.chunk_tokens)
+        chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens)
         if not chunks:
             raise TextError("the text has nothing to say (only punctuation)")
         return [TextChunk(chunk) for chunk in chunks]
@@ -234,4 +248,4 @@ class CosyVoice2Backend:
         return text
 
 
-__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "spell_out_numbers", "split_paragraph"]
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "speakable_chunks", "spell_out_numbers", "split_paragraph"]

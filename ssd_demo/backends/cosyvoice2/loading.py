@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ModelLoadError
-from ...hub import LoadOptions, auto_device, resolve
+from ...hub import LoadOptions, auto_device, resolve, use_only
 from ...synthesis import Synthesizer
 from .backend import CosyVoice2Backend
 from .frontend import (SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures, load_text_tokenizer,
@@ -75,6 +75,7 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, dev
 HUB_PATTERNS = [LLM_FILE, FLOW_FILE, HIFT_FILE, SPEECH_TOKENIZER_FILE, SPEAKER_ENCODER_FILE, "cosyvoice2.yaml",
                 f"{BACKBONE_FOLDER}/*.json", f"{BACKBONE_FOLDER}/*.txt"]
 METADATA = ["cosyvoice2.yaml", f"{BACKBONE_FOLDER}/*.json"]
+use_only(REPO, HUB_PATTERNS)  # download commands in messages fetch these files only
 #: The voice imitated when a visitor gives no clip: a synthetic eSpeak NG rendering of this sentence
 #: (no recording of a person ships with the demo; a clip of one's own gives a natural voice).
 DEFAULT_PROMPT_TEXT = "This is the default voice prompt, a synthetic voice made by a formant synthesiser."
