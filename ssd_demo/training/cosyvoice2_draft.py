@@ -52,7 +52,7 @@ from ..decoding import autoregressive_generate
 from ..draft_heads import target_fingerprint
 from ..repetition_aware import RepetitionAwareSampling
 from .corpus import CorpusConfig, build_corpus
-from .train import StageConfig, lr_at
+from .train import StageConfig, lr_at, optimizer_step
 
 PRESETS = ("cosyvoice2",)
 GENERATIONS_FILE = "generations.pt"
@@ -388,10 +388,7 @@ def train(draft, names: list[str], target_model, examples: list[dict], recipe: D
                 group["lr"] = lr_at(step, stage)
             with _autocast(device, dtype):
                 loss = distillation_kl(draft, target_model, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
+            optimizer_step(loss, params, optimizer)
             step += 1
             window.append(loss.item())
             bar.update(1)

@@ -169,6 +169,14 @@ def evaluate_ce(model, examples: list[dict], layout: VocabLayout, batch_tokens: 
     return total / max(count, 1)
 
 
+def optimizer_step(loss: torch.Tensor, params, optimizer, max_norm: float = 1.0) -> None:
+    """One update from `loss`: gradients of `params`, clipped to `max_norm`, applied by `optimizer`."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    optimizer.step()
+
+
 def lr_at(step: int, config: StageConfig) -> float:
     if step < config.warmup:
         return config.lr * (step + 1) / config.warmup
@@ -235,10 +243,7 @@ def train_stage(
             group["lr"] = lr_at(step, config)
         with autocast():
             loss = loss_fn(tensors)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
+        optimizer_step(loss, params, optimizer)
         step += 1
         window.append(loss.item())
         if step % 25 == 0 or step == config.steps:
