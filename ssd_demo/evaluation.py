@@ -18,6 +18,9 @@ Reported per system:
   timed `--repeats` times with the same seed, the fastest kept). The systems
   run interleaved (sentence by sentence, each system in turn) after one warm-up run each, so a
   change in machine load hits all of them alike.
+- Next to the measured LM speedup, the strict prediction from each text's own alpha, K and measured
+  costs (a draft step and a verify call in AR target steps, `results.compare_runs`): a speedup far
+  below it means time is lost outside the model calls.
 
 Writes OUT/eval.json, OUT/eval.md, and the table into docs/benchmarks.md under
 "## Embedded voice evaluation" (only that section is rewritten).
@@ -38,6 +41,7 @@ from .backends.embedded import load_synthesizer
 from .calibration import calibrated_costs
 from .codec.metrics import mcd_dtw
 from .recognizer import Recognizer
+from .results import compare_runs
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
 from .synthesis import synthesize_fastest
 from .text import check_text
@@ -156,10 +160,15 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     rows: dict[str, list[dict]] = {s.label: [] for s in systems}
     repeats = max(args.repeats, 1)
     for index, (text, reference) in enumerate(tqdm(list(zip(texts, references)), desc="eval", mininterval=5)):
+        ar_generation = None
         for system in systems:
             timed = run(system, text, args.seed + index, repeats)
             result = timed.result
             stats = result.generation.stats
+            if system.mode == "ar":
+                ar_generation = result.generation
+            # the strict formula with this text's own alpha, K and measured costs (issue: measured ~ predicted?)
+            speedup = compare_runs(ar_generation, result.generation) if system.mode == "speculative" else None
             nll_sum, nll_count = 0.0, 0
             for chunk in result.chunks:
                 total, count = target_nll(synth.target, backend.prompt_ids(chunk.text), chunk.generation.tokens, allowed)
@@ -178,6 +187,9 @@ def run_evaluation(args: argparse.Namespace) -> dict:
                 "acceptance": stats.acceptance_rate,
                 "alpha": stats.alpha,
                 "accepted_length": stats.mean_accepted_length,
+                "predicted_strict": speedup.predicted_strict if speedup else None,
+                "cost_ratio": speedup.cost_ratio if speedup else None,
+                "verify_ratio": speedup.verify_ratio if speedup else None,
             })
 
     ar_rows = rows["AR"]
@@ -201,6 +213,10 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             "e2e_speedup": ar_total / median([x["total_s_per_token"] for x in r]),
             "eos_rate": sum(x["finish"] == "eos" for x in r) / len(r),
         }
+        if system.mode == "speculative":
+            row["predicted_strict"] = median([x["predicted_strict"] for x in r])
+            row["cost_ratio"] = median([x["cost_ratio"] for x in r])
+            row["verify_ratio"] = median([x["verify_ratio"] for x in r])
         if system.mode == "speculative":
             row["per_vs_ar"] = paired_difference(per, [x["per"] for x in ar_rows])
         table.append(row)
@@ -263,16 +279,18 @@ def markdown(report: dict, command: str) -> str:
         f"{len(report['texts'])} texts a visitor would type (`ssd_demo/visitor_texts.py`, never trained on); "
         "reference = eSpeak NG's own rendering; PER = phoneme error rate heard by the phoneme recognizer "
         "(mean over texts); other columns are medians; times are the fastest of "
-        f"{report.get('repeats', 1)} identical runs; speedups per sampled token; text spoken in chunks of at most "
+        f"{report.get('repeats', 1)} identical runs; speedups per sampled token; c / v = a draft step / a verify "
+        "call in AR target steps, and `predicted (strict)` = (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per text, "
+        "medians; text spoken in chunks of at most "
         f"{report.get('chunk_phonemes')} phonemes.",
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
         f"top-p {report['config']['top_p']}, "
         + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured costs)."
            if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}."),
         "",
-        "| system | PER | PER - AR (95% CI) | MCD-DTW dB | target NLL | acceptance | alpha | LM speedup | "
-        "end-to-end speedup |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| system | PER | PER - AR (95% CI) | MCD-DTW dB | target NLL | acceptance | alpha | c / v | LM speedup | "
+        "predicted (strict) | end-to-end speedup |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["systems"]:
         diff = row.get("per_vs_ar")
@@ -280,7 +298,8 @@ def markdown(report: dict, command: str) -> str:
         lines.append(
             f"| {row['system']} | {_fmt(row.get('per'), 3)} | {diff_text} | {_fmt(row.get('mcd'))} | "
             f"{_fmt(row.get('nll'))} | {_fmt(row.get('acceptance'))} | {_fmt(row.get('alpha'))} | "
-            f"{_fmt(row.get('lm_speedup'))} | {_fmt(row.get('e2e_speedup'))} |"
+            + (f"{_fmt(row['cost_ratio'])} / {_fmt(row['verify_ratio'])}" if row.get("cost_ratio") is not None else "")
+            + f" | {_fmt(row.get('lm_speedup'))} | {_fmt(row.get('predicted_strict'))} | {_fmt(row.get('e2e_speedup'))} |"
         )
     lines += ["", "By length (PER / duration ratio output : eSpeak):", "",
               "| system | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]

@@ -56,6 +56,25 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     assert (export / "examples.txt").read_text().strip()
 
 
+def test_heads_stage_options_and_a_warm_start_of_another_shape(tmp_path, capsys):
+    from ssd_demo.draft_heads import DraftHeads
+
+    out = tmp_path / "run"
+    assert cli.main(_args(out, heads_unroll=3)) == 0
+    assert json.loads((out / "heads" / "summary.json").read_text())["unroll"] == 3
+    assert len(json.loads((out / "heads" / "summary.json").read_text())["expected_acceptance"]) == 3
+    # Other heads from the exported voice: a warm start of the same shape continues, another shape starts afresh.
+    shutil.rmtree(out / "heads")
+    assert cli.main(_args(out, stages="heads", init_from=out / "export")) == 0
+    assert "heads: warm start from" in capsys.readouterr().out
+    shutil.rmtree(out / "heads")
+    assert cli.main(_args(out, stages="heads", init_from=out / "export", heads_inner=48)) == 0
+    assert "another shape" in capsys.readouterr().out
+    assert DraftHeads.load(out / "heads" / "model").config.inner == 48
+    with pytest.raises(ValueError, match="heads-unroll"):
+        cli.main(_args(out, stages="heads", heads_unroll=0))
+
+
 def test_layer_subset_draft_copies_the_right_layers():
     from ssd_demo.backends.vocab import VocabLayout
     from ssd_demo.training.train import ModelSpec, layer_subset_draft, make_llama

@@ -55,9 +55,12 @@ class Recipe:
     layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
     # Draft heads on the frozen target: 2 residual blocks of 1,024 (1.6 M parameters), trained to roll its
-    # hidden state 4 tokens forward (K = 4 is the voice's default draft length).
+    # hidden state 8 tokens forward. Why 8 and not K = 4: at decode time the heads first step over the
+    # round's pending tokens (the target's new token and its inserted phoneme) and then over each drafted
+    # token and its inserted ones, so the K-th proposal sits 5-8 steps from the target's state; heads
+    # trained on 4 steps lost 5-13 points of acceptance at steps 5-8 (docs/benchmarks.md).
     heads: HeadsConfig = HeadsConfig(hidden=256, inner=1024, blocks=2)
-    heads_unroll: int = 4
+    heads_unroll: int = 8
     heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
     eval_examples: int = 100
     # Longest training sequence in tokens: a chunk of text.CHUNK_PHONEMES phonemes takes about 700,
@@ -99,6 +102,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
     parser.add_argument("--corpus-size", type=int, default=None,
                         help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
+    parser.add_argument("--heads-unroll", type=int, default=None,
+                        help=f"tokens the heads stage rolls the target's state forward (default {Recipe.heads_unroll})")
+    parser.add_argument("--heads-inner", type=int, default=None,
+                        help=f"width of each heads block's MLP (default {Recipe.heads.inner}; smaller steps faster)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--init-from", type=Path, default=None,
                         help="a trained voice folder to start the target and the distilled draft from (same widths)")
@@ -122,6 +129,12 @@ def main(args: argparse.Namespace) -> int:
         recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
                          distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr),
                          heads_stage=replace(recipe.heads_stage, lr=args.draft_lr))
+    if args.heads_unroll is not None:
+        if args.heads_unroll < 1:
+            raise ValueError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
+        recipe = replace(recipe, heads_unroll=args.heads_unroll)
+    if args.heads_inner is not None:
+        recipe = replace(recipe, heads=replace(recipe.heads, inner=args.heads_inner))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
     if args.max_minutes is not None:
@@ -195,8 +208,12 @@ def main(args: argparse.Namespace) -> int:
         torch.manual_seed(recipe.data.seed + 2)
         heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size))
         if args.init_from is not None and (args.init_from / "draft_heads").exists():
-            heads.load_state_dict(DraftHeads.load(args.init_from / "draft_heads").state_dict())
-            log(f"heads: warm start from {args.init_from / 'draft_heads'}")
+            previous = DraftHeads.load(args.init_from / "draft_heads")
+            if previous.config == heads.config:
+                heads.load_state_dict(previous.state_dict())
+                log(f"heads: warm start from {args.init_from / 'draft_heads'}")
+            else:  # another shape (e.g. --heads-inner): nothing to continue from
+                log(f"heads: {args.init_from / 'draft_heads'} has another shape ({previous.config}); starting afresh")
         unroll = recipe.heads_unroll
         summary = train_stage("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, train_examples,
                               layout, recipe.heads_stage, out, log)
