@@ -298,7 +298,7 @@ def _register_builtin() -> None:
         return
     _builtins_registered = True
 
-    from .backends.embedded import available_drafts, load_synthesizer  # deferred: a backend (see the top)
+    from .backends.embedded import available_drafts, default_draft, load_synthesizer  # deferred: a backend (see the top)
 
     def load_embedded(device: str | None) -> Synthesizer:
 
@@ -315,7 +315,7 @@ def _register_builtin() -> None:
             ),
             licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
             drafts=available_drafts(),
-            default_draft="distilled",
+            default_draft=default_draft(),
             loader=load_embedded,
         )
     )

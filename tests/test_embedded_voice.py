@@ -36,7 +36,7 @@ def test_assets_load_with_all_three_drafts(synth):
 
     assert isinstance(synth.backend, Backend)
     assert set(synth.drafts) == {"distilled", "layers", "heads"}
-    assert synth.draft_name == "distilled"
+    assert synth.draft_name == "heads"  # the preferred draft where the voice has heads
     vocab = synth.target.config.vocab_size
     for name, draft in synth.drafts.items():
         if name == "heads":

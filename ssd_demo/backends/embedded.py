@@ -132,14 +132,28 @@ def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
     return tuple(name for name, folder in DRAFT_FOLDERS.items() if (root / folder).exists())
 
 
-def load_synthesizer(draft: str = "distilled", device: str | None = None, path: str | Path | None = None) -> Synthesizer:
+#: The draft used unless one is chosen, first present wins: the heads accept more than the one-layer draft
+#: and cost less per round on the CPUs measured (docs/benchmarks.md, "Embedded voice evaluation").
+PREFERRED_DRAFTS = ("heads", "distilled", "layers")
+
+
+def default_draft(path: str | Path | None = None) -> str:
+    available = available_drafts(path)
+    if not available:
+        raise FileNotFoundError(f"the voice folder {Path(path) if path is not None else DEFAULT_PATH} has no draft")
+    return next(name for name in PREFERRED_DRAFTS if name in available)
+
+
+def load_synthesizer(draft: str | None = None, device: str | None = None, path: str | Path | None = None) -> Synthesizer:
     """The embedded voice: target + its drafts ("distilled", "layers", and "heads" where the voice has
     them), float32, offline.
 
-    device: "cpu" (default when None), "cuda", ...; path: a voice folder (default assets/embedded).
+    draft: the default draft (None: `default_draft`); device: "cpu" (default when None), "cuda", ...;
+    path: a voice folder (default assets/embedded).
     """
     root = Path(path) if path is not None else DEFAULT_PATH
     available = available_drafts(root)
+    draft = draft or default_draft(root)
     if draft not in available:
         raise ValueError(f"unknown draft {draft!r}; available: {', '.join(available)}")
     backend = EmbeddedBackend.from_directory(root)
