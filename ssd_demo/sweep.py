@@ -73,6 +73,12 @@ class SweepPoint:
     mcds: list[float] = field(default_factory=list)  # per sentence, for paired comparisons
     per: float = float("nan")  # mean phoneme error rate (when a recognizer scored the outputs)
     pers: list[float] = field(default_factory=list)
+    draft: str = ""  # the draft that proposed (set when a sweep compares several)
+
+    @property
+    def family(self) -> str:
+        """What the map draws as one line and the matched-fidelity table keeps one row of: rule (and draft)."""
+        return f"{self.draft}: {self.rule}" if self.draft else self.rule
 
 
 @dataclass
@@ -227,23 +233,26 @@ def at_matched_fidelity(points: list[SweepPoint], reference: SweepPoint, toleran
     best: dict[str, SweepPoint] = {}
     for p in points:
         if p.mcd == p.mcd and p.mcd <= reference.mcd * (1 + tolerance):
-            if p.rule not in best or p.lm_speedup > best[p.rule].lm_speedup:
-                best[p.rule] = p
+            if p.family not in best or p.lm_speedup > best[p.family].lm_speedup:
+                best[p.family] = p
     return best
 
 
 def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
-    """Speed (x) against MCD-DTW (y, lower is better), one colour per rule; frontier joined."""
+    """Speed (x) against MCD-DTW (y, lower is better), one colour per rule, one line style per draft
+    (when the points come from several); frontier joined."""
 
     use_mcd = any(p.mcd == p.mcd for p in points)
     y_of = (lambda p: p.mcd) if use_mcd else (lambda p: p.nll)
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")  # no pyplot: no global state, no display needed
     ax = fig.subplots()
     colours = {"ssd": "#1f77b4", "pcg": "#d62728", "topk": "#2ca02c", "exact-K": "#7f7f7f", "exact-adaptive": "#9467bd"}
-    for rule in dict.fromkeys(p.rule for p in points):
-        group = [p for p in points if p.rule == rule]
-        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], "o-" if rule != "exact-adaptive" else "D",
-                color=colours.get(rule, "#8c564b"), label=rule, alpha=0.85, markersize=6)
+    styles = {draft: style for draft, style in zip(dict.fromkeys(p.draft for p in points), ("o-", "s--", "^:", "v-."))}
+    for family in dict.fromkeys(p.family for p in points):
+        group = [p for p in points if p.family == family]
+        rule, style = group[0].rule, styles.get(group[0].draft, "o-")
+        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], style if rule != "exact-adaptive" else style[0],
+                color=colours.get(rule, "#8c564b"), label=family, alpha=0.85, markersize=6)
     frontier = sorted((p for p in points if p.pareto), key=lambda p: p.lm_speedup)
     if frontier:
         ax.plot([p.lm_speedup for p in frontier], [y_of(p) for p in frontier], "--", color="#888888", lw=1,
@@ -295,7 +304,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentences", type=int, default=8,
                         help="held-out sentences from ssd_demo/visitor_texts.py (default 8)")
     parser.add_argument("--quick", action="store_true", help="a small grid (the app's Benchmark tab uses it)")
-    parser.add_argument("--draft", default="distilled", help="draft of the embedded voice")
+    parser.add_argument("--draft", default="distilled",
+                        help="draft(s) of the embedded voice, comma-separated (e.g. distilled,heads): every setting "
+                             "runs with each, on one map; the first draft's SSD point at the voice's beta is the reference")
     parser.add_argument("--rules", default=None,
                         help="comma-separated subset of the grid's rules (ssd, pcg, topk, exact-K, exact-adaptive)")
     parser.add_argument("--cost-ratio", type=float, default=None, help="c for adaptive K (default: the config's)")
@@ -311,7 +322,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
 
-    synth = load_synthesizer(draft=args.draft)
+    drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
+    synth = load_synthesizer(draft=drafts[0] if drafts else None)
+    unknown = [d for d in drafts if d not in synth.drafts]
+    if not drafts or unknown:
+        raise ValueError(f"unknown draft(s) {unknown or args.draft!r}; the voice has {', '.join(synth.drafts)}")
     recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
     references = [render(check_text(s)) for s in sentences]
@@ -329,11 +344,18 @@ def main(args: argparse.Namespace) -> int:
         bar.set_postfix_str(message[:40])
         bar.refresh()
 
-    result = run_sweep(synth, sentences, references, settings, seed=args.seed, progress=progress,
-                       cost_ratio=args.cost_ratio, repeats=args.repeats, recognizer=recognizer)
+    points: list[SweepPoint] = []
+    for index, draft in enumerate(drafts):  # each draft's speedups against AR timed within its own pass
+        result = run_sweep(synth, sentences, references, settings, seed=args.seed, draft=draft,
+                           progress=lambda f, m: progress((index + f) / len(drafts), f"{draft}: {m}"),
+                           cost_ratio=args.cost_ratio, repeats=args.repeats, recognizer=recognizer)
+        for p in result.points:
+            if len(drafts) > 1:
+                p.draft, p.label = draft, f"{draft}: {p.label}"
+        points += result.points
     bar.close()
-    points = result.points
-    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "per": result.ar_per}
+    mark_pareto(points)  # over every draft's settings together
+    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "per": result.ar_per}  # same seeds: the same AR audio
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -349,7 +371,7 @@ def main(args: argparse.Namespace) -> int:
               f"{'  *' if p.pareto else ''}")
     if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
-        reference_label = f"ssd beta={synth.config().beta:g}"
+        reference_label = (f"{drafts[0]}: " if len(drafts) > 1 else "") + f"ssd beta={synth.config().beta:g}"
         write_section(args.docs, SECTION, markdown(points, ar_row, command.strip(), meta, reference_label))
         figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
         print(f"updated {args.docs}")

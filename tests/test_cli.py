@@ -115,6 +115,13 @@ def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys):
                  "--docs", ""]) == 0
     points = json.loads((out / "sweep.json").read_text())["points"]
     assert [p["rule"] for p in points] == ["exact-adaptive"] and points[0]["lm_speedup"] > 0
+    # several drafts on one map: every setting runs with each, labelled by its draft
+    assert main(["sweep", "--sentences", "1", "--rules", "exact-adaptive", "--draft", "distilled,heads", "--threads", "1",
+                 "--out", str(out), "--docs", ""]) == 0
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert [(p["draft"], p["label"]) for p in points] == [("distilled", "distilled: exact adaptive K<=8"),
+                                                          ("heads", "heads: exact adaptive K<=8")]
+    assert main(["sweep", "--sentences", "1", "--draft", "distilled,nope", "--docs", ""]) == 2
     assert main(["sweep", "--sentences", "1", "--rules", "magic", "--docs", ""]) == 2
     assert "unknown rule" in capsys.readouterr().err
 

@@ -111,6 +111,18 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
     assert figure.axes[0].get_xlabel().startswith("LM speedup")
 
 
+def test_points_of_several_drafts_are_told_apart_on_the_map_and_in_the_matched_table():
+    def point(draft, rule, speed, mcd):
+        return SweepPoint(label=f"{draft}: {rule}", rule=rule, parameter="", value=0, lm_speedup=speed, acceptance=0.5,
+                          tokens_per_call=2, mcd=mcd, nll=0.3, draft=draft)
+
+    points = [point("distilled", "ssd", 1.5, 10.0), point("heads", "ssd", 1.8, 10.0), point("heads", "exact-K", 1.6, 9.0)]
+    best = at_matched_fidelity(points, points[0])
+    assert set(best) == {"distilled: ssd", "heads: ssd", "heads: exact-K"}
+    labels = {line.get_label() for line in pareto_figure(points).axes[0].get_lines()}
+    assert {"distilled: ssd", "heads: ssd", "heads: exact-K"} <= labels
+
+
 def test_write_section_replaces_only_its_generated_part(tmp_path):
     doc = tmp_path / "bench.md"
     doc.write_text("# Benchmarks\n\n## Engine\nkeep me\n\n## Speed-fidelity map\nold\n\n## Later\nkeep too\n")
