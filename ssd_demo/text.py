@@ -53,20 +53,45 @@ SYMBOL_TO_INDEX = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 BASE_PHONEMES: tuple[str, ...] = CONSONANTS + VOWELS
 BASE_TO_INDEX = {symbol: index for index, symbol in enumerate(BASE_PHONEMES)}
 
+_CURRENCIES = {"$": "dollar", "£": "pound", "€": "euro"}
+
+
+def _money(match: re.Match) -> str:
+    """"$1" -> "1 dollar", "€3.50" -> "3 euros 50" (cents as a number, as people say them), "$2.5" -> "2.5 dollars"."""
+    whole, decimals = match.group(2), match.group(3)
+    cents = decimals is None or len(decimals) == 2
+    unit = _CURRENCIES[match.group(1)] + ("" if whole == "1" and cents else "s")
+    if not cents:
+        return f"{whole}.{decimals} {unit}"
+    return f"{whole} {unit}" + (f" {decimals}" if decimals and decimals != "00" else "")
+
+
+def _digit_by_digit(match: re.Match) -> str:
+    return " ".join(match.group(0))
+
+
+def _split_long_word(match: re.Match) -> str:
+    word = match.group(0)
+    return " ".join(word[i : i + LONG_WORD] for i in range(0, len(word), LONG_WORD))
+
+
+#: eSpeak NG reads numbers of up to about 30 digits and words of up to about 100 letters, and silently
+#: drops the rest of longer ones; longer digit runs are read digit by digit (as people read codes), longer
+#: words in pieces of this many characters, so that nothing typed goes unspoken.
+LONG_NUMBER = 15
+LONG_WORD = 40
+
 # A dot inside these is not a sentence end; spelling them out first keeps the chunker honest and
 # gives eSpeak plain words to read.
 _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
-    (re.compile(r"\$(\d+)\.(\d\d)\b"), r"\1 dollars \2"),
-    (re.compile(r"\$(\d+)"), r"\1 dollars"),
-    (re.compile(r"£(\d+)\.(\d\d)\b"), r"\1 pounds \2"),
-    (re.compile(r"£(\d+)"), r"\1 pounds"),
-    (re.compile(r"€(\d+)"), r"\1 euros"),
-    (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),
+    (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators first: "$1,200.50" is one amount
+    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?"), _money),
+    (re.compile(rf"\d{{{LONG_NUMBER + 1},}}"), _digit_by_digit),
     (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
     (re.compile(r"\b(\d{1,2}):(\d\d)\b"),
      lambda m: m.group(1) if m.group(2) == "00" else f"{m.group(1)} oh {m.group(2)[1]}" if m.group(2)[0] == "0"
      else f"{m.group(1)} {m.group(2)}"),
-    (re.compile(r"\b([aApP])\.[mM]\.?"), r"\1 m"),
+    (re.compile(r"\b([aApP])\.[mM]\.?"), lambda m: f"{m.group(1).upper()}M"),  # eSpeak says "AM" as letters
     (re.compile(r"\bMrs\."), "Missus"),
     (re.compile(r"\bMr\."), "Mister"),
     (re.compile(r"\bMs\."), "Miz"),
@@ -77,6 +102,7 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"\betc\."), "et cetera"),
     (re.compile(r"\bvs\."), "versus"),
     (re.compile(r"\bNo\.(?= ?\d)"), "number"),
+    (re.compile(rf"\S{{{LONG_WORD + 1},}}"), _split_long_word),
 )
 
 
@@ -90,15 +116,15 @@ def clean_text(text: str) -> str:
     unusable text."""
     if not isinstance(text, str):
         raise TextError(f"The text must be a string, got {type(text).__name__}.")
+    if len(text) > MAX_TEXT_CHARS:  # counted as typed (the count a visitor can check), before any cleaning
+        raise TextError(f"The text is {len(text)} characters long; the embedded voice reads at most {MAX_TEXT_CHARS} "
+                        "characters at a time.")
     text = unicodedata.normalize("NFC", text)
     text = _TERMINAL_ESCAPE.sub(" ", text)
     text = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in text)
     text = " ".join(text.split())
     if not text:
         raise TextError("The text is empty: type a sentence to synthesise.")
-    if len(text) > MAX_TEXT_CHARS:
-        raise TextError(f"The text is {len(text)} characters long; the embedded voice reads at most {MAX_TEXT_CHARS} "
-                        "characters at a time.")
     if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
         raise TextError("The embedded voice speaks English: the text has no Latin letters or digits to read.")
     return text

@@ -56,6 +56,17 @@ def test_text_with_some_latin_letters_is_read():
     assert len(text.phonemes("Tokyo 東京 is big.")) > 5
 
 
+def test_long_numbers_and_words_are_spoken_whole():
+    # eSpeak drops what follows the first ~30 digits or ~100 letters of one token: nothing typed may go unspoken
+    code = "1234567890" * 3
+    assert text.normalize_text(f"Code {code}.") == "Code " + " ".join(code) + "."
+    assert text.normalize_text("Call 555123456789.") == "Call 555123456789."  # up to 15 digits: a number
+    word = "supercalifragilistic" * 25
+    spoken = text.normalize_text(word)
+    assert spoken.replace(" ", "") == word and max(len(w) for w in spoken.split()) <= text.LONG_WORD
+    assert len(text.phonemes("7" * 60)) >= 60 * 5  # all sixty "seven"s (eSpeak alone stops at about 147 phonemes)
+
+
 def test_non_string_is_refused():
     with pytest.raises(TextError):
         text.clean_text(None)  # type: ignore[arg-type]
@@ -68,7 +79,12 @@ def test_non_string_is_refused():
         ("It costs $12.50.", "It costs 12 dollars 50."),
         ("We have 2,000 paintings.", "We have 2000 paintings."),
         ("Meet at 9:05 or 10:00.", "Meet at 9 oh 5 or 10."),
-        ("Dr. Patel left at 6 p.m. today.", "Doctor Patel left at 6 p m today."),
+        ("Dr. Patel left at 6 p.m. today.", "Doctor Patel left at 6 PM today."),
+        # amounts as people say them: thousands separators, cents, one dollar, euros with cents
+        ("It cost $1,200 in total.", "It cost 1200 dollars in total."),
+        ("It cost $1,000.50, or £1,250.75.", "It cost 1000 dollars 50, or 1250 pounds 75."),
+        ("Coffee is €3.50 and tea $1.", "Coffee is 3 euros 50 and tea 1 dollar."),
+        ("A $1.50 fee, $2.5 per unit, €12.00.", "A 1 dollar 50 fee, 2 point 5 dollars per unit, 12 euros."),
     ],
 )
 def test_inner_dots_are_spelled_out(raw, spoken):
