@@ -30,8 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output WAV file (16-bit PCM; default out.wav in the current folder)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative",
                         help="decoder (default speculative; ar ignores --draft)")
-    parser.add_argument("--preset", default="embedded", help="model preset: embedded (default), llasa-1b-3b, llasa-1b-8b")
-    parser.add_argument("--draft", default=None, help="draft name within the preset (embedded: distilled, layers or heads)")
+    parser.add_argument("--preset", default="embedded",
+                        help=f"model preset: {', '.join(p.key for p in presets.list_presets())} (default embedded)")
+    parser.add_argument("--draft", default=None,
+                        help="draft name within the preset (embedded: heads (default), distilled or layers)")
     parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
     parser.add_argument("--draft-model", help="custom pair: draft repo id or local folder (with --target-model)")
     parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder "

@@ -45,6 +45,12 @@ step relative to a target step: a draft only helps when α > c.
 Other rules: **topk** accepts a drafted token that is among the target's top-k; **pcg** accepts at
 the level of groups of acoustically similar tokens (arXiv 2511.13732). **Adaptive K** picks each
 round's draft length from the running acceptance rate.
+
+**Drafts of the embedded voice.** *heads* (the default): two small blocks that read the target's own last
+hidden state, from its verify call, and roll it forward one token at a time through the target's own
+embedding and output layer, so a round costs one target call plus a few cheap steps; *distilled*: a
+one-layer model trained to imitate the target; *layers*: the paper's kind of draft, a few of the target's
+own layers. At β = 0 all three leave the output distribution exactly the target's; they differ in speed.
 """
 
 TOKENS_LEGEND = (

@@ -206,6 +206,8 @@ def test_stats_and_details_agree_with_the_results(comparison):
     assert rows["Acceptance rate (accepted / drafted)"][1] == f"{spec_stats.acceptance_rate * 100:.1f} %"
     markdown = app_logic.stats_markdown(comparison)
     assert markdown.startswith("| | Autoregressive | Speculative |") and "seed 7" in markdown
+    assert "**Reading the table.**" in markdown and "*α* is the expected acceptance" in markdown
+    assert "draft heads" not in markdown  # the heads' note only where they drafted
 
     details = json.loads(json.dumps(app_logic.details(comparison)))  # JSON-safe
     assert details["seed"] == 7 and details["draft"] == "small"

@@ -123,7 +123,24 @@ def stats_markdown(comparison: Comparison) -> str:
         f"temperature {config.temperature:g}, "
         f"top-k {config.top_k}, top-p {config.top_p:g}, seed {comparison.seed}."
     )
+    lines += ["", TABLE_LEGEND + (HEADS_NOTE if comparison.draft == "heads" else "")]
     return "\n".join(lines)
+
+
+TABLE_LEGEND = (
+    "**Reading the table.** *Target calls*: AR makes one per sampled token (plus a prompt call per text chunk), "
+    "speculative one per round. *Inserted* tokens are phonemes the decoder inserts itself (free in both, never "
+    "rejected). *Acceptance rate* counts every drafted token, also those after the first rejection, which are "
+    "discarded untested; *α* is the expected acceptance of the tokens actually tested, which is what the speedup "
+    "formula uses. *c* and *verify* are a draft step and a verify call in units of one AR target step. The two "
+    "*predicted* speedups are the textbook formula (verifying K + 1 tokens as cheap as one step) and the strict "
+    "one with the verify cost measured in this run: a measured speedup close to the strict prediction means no "
+    "time is lost outside the model calls. *Calibrated here*: the same costs probed on this machine for "
+    "K = 1, 2, …, and the K they favour at this α."
+)
+
+HEADS_NOTE = (" With **draft heads** there is no draft model: *draft calls* are steps of the heads, small blocks "
+              "that roll the target's own last hidden state forward one token at a time.")
 
 
 def details(comparison: Comparison) -> dict:
