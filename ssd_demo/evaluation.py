@@ -167,7 +167,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             stats = result.generation.stats
             if system.mode == "ar":
                 ar_generation = result.generation
-            # the strict formula with this text's own alpha, K and measured costs (issue: measured ~ predicted?)
+            # the strict formula with this text's own alpha, K and measured costs: how close the loop comes to its calls
             speedup = compare_runs(ar_generation, result.generation) if system.mode == "speculative" else None
             nll_sum, nll_count = 0.0, 0
             for chunk in result.chunks:
