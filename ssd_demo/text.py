@@ -1,7 +1,8 @@
 """English text -> clean text -> chunks -> timed phoneme tokens, for the embedded voice.
 
 1. `clean_text`: Unicode NFC, control characters (NUL included) become spaces, whitespace collapses;
-   text with no Latin letter or digit is refused (the voice speaks English only).
+   text with no Latin letter or digit is refused (the voice speaks English only); letters of scripts
+   the English voice can only name ("Chinese letter") are left out, and `left_out` says which.
 2. `normalize_text`: money, decimals, clock times and abbreviations with inner dots are spelled
    out, so that a dot inside "12.50" or "Dr." is never read as the end of a sentence.
 3. `split_text`: sentences, then phrases at , ; : and dashes, then balanced word groups, until
@@ -127,7 +128,24 @@ def clean_text(text: str) -> str:
         raise TextError("The text is empty: type a sentence to synthesise.")
     if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
         raise TextError("The embedded voice speaks English: the text has no Latin letters or digits to read.")
+    if any(_unreadable(ch) for ch in text):
+        text = " ".join("".join(" " if _unreadable(ch) else ch for ch in text).split())
     return text
+
+
+#: Scripts whose letters eSpeak NG's English voice reads by name, or spells, well enough to keep.
+READABLE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC")
+
+
+def _unreadable(ch: str) -> bool:
+    """A letter of another script (CJK, kana, Arabic, Hebrew, Thai, ...): eSpeak's English voice would say
+    "Chinese letter" or "Hebrew shin" for it, or switch language mid-sentence, so it is left out."""
+    return ch.isalpha() and not unicodedata.name(ch, "").startswith(READABLE_SCRIPTS)
+
+
+def left_out(text: str) -> str:
+    """The distinct letters `clean_text` leaves out of `text`, in order of appearance ("" when none)."""
+    return "".join(dict.fromkeys(ch for ch in unicodedata.normalize("NFC", text) if _unreadable(ch)))
 
 
 def normalize_text(text: str) -> str:

@@ -56,6 +56,14 @@ def test_text_with_some_latin_letters_is_read():
     assert len(text.phonemes("Tokyo 東京 is big.")) > 5
 
 
+def test_letters_of_scripts_the_voice_would_only_name_are_left_out_and_reported():
+    # eSpeak's English voice says "Chinese letter" for 你, "Hebrew shin" for ש: such letters are not spoken
+    assert text.clean_text("Hello 你好 world, שלום and こんにちは!") == "Hello world, and !"
+    assert text.left_out("Hello 你好 world, 你 שלום") == "你好של" + "ום"
+    assert text.clean_text("alpha α, Moscow Москва") == "alpha α, Moscow Москва"  # named / spelled: kept
+    assert text.left_out("plain English") == ""
+
+
 def test_long_numbers_and_words_are_spoken_whole():
     # eSpeak drops what follows the first ~30 digits or ~100 letters of one token: nothing typed may go unspoken
     code = "1234567890" * 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -208,6 +210,8 @@ def test_stats_and_details_agree_with_the_results(comparison):
     assert markdown.startswith("| | Autoregressive | Speculative |") and "seed 7" in markdown
     assert "**Reading the table.**" in markdown and "*α* is the expected acceptance" in markdown
     assert "draft heads" not in markdown  # the heads' note only where they drafted
+    assert "Not spoken" not in markdown and comparison.left_out == ""
+    assert "**Not spoken:** 你好" in app_logic.stats_markdown(dataclasses.replace(comparison, left_out="你好"))
 
     details = json.loads(json.dumps(app_logic.details(comparison)))  # JSON-safe
     assert details["seed"] == 7 and details["draft"] == "small"

@@ -86,6 +86,10 @@ class EmbeddedBackend:
         chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.chunk_phonemes)
         return [TextChunk(c.text, c.pause_after_ms) for c in chunks]
 
+    def left_out(self, text: str) -> str:
+        """Characters of `text` this voice does not speak (the app tells the visitor)."""
+        return text_frontend.left_out(text)
+
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         if voice_prompt is not None:
             raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
