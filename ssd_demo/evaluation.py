@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--buckets", default=None,
                         help=f"comma-separated subset of the length buckets ({', '.join(BUCKETS)})")
     parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
-    parser.add_argument("--drafts", default="distilled,layers", help="drafts to evaluate")
+    parser.add_argument("--drafts", default="heads,distilled,layers", help="drafts to evaluate")
     parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature (default: the voice's; 0 = greedy)")
@@ -214,11 +214,11 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             "eos_rate": sum(x["finish"] == "eos" for x in r) / len(r),
         }
         if system.mode == "speculative":
-            row["predicted_strict"] = median([x["predicted_strict"] for x in r])
+            row["per_vs_ar"] = paired_difference(per, [x["per"] for x in ar_rows])
             row["cost_ratio"] = median([x["cost_ratio"] for x in r])
             row["verify_ratio"] = median([x["verify_ratio"] for x in r])
-        if system.mode == "speculative":
-            row["per_vs_ar"] = paired_difference(per, [x["per"] for x in ar_rows])
+            # with adaptive K the rounds' K varies, and the formula's one K would not describe them
+            row["predicted_strict"] = None if base.adaptive_draft_len else median([x["predicted_strict"] for x in r])
         table.append(row)
     return {
         "texts": texts,

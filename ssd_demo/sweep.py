@@ -251,7 +251,9 @@ def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
     for family in dict.fromkeys(p.family for p in points):
         group = [p for p in points if p.family == family]
         rule, style = group[0].rule, styles.get(group[0].draft, "o-")
-        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], style if rule != "exact-adaptive" else style[0],
+        if rule == "exact-adaptive":  # one point per draft: a marker of its own
+            style = {"o-": "D", "s--": "P", "^:": "X"}.get(style, "*")
+        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], style,
                 color=colours.get(rule, "#8c564b"), label=family, alpha=0.85, markersize=6)
     frontier = sorted((p for p in points if p.pareto), key=lambda p: p.lm_speedup)
     if frontier:
@@ -285,7 +287,7 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
                      f"{p.per:.3f} | {p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
     reference = next((p for p in points if p.label == reference_label), None)
     if reference is not None:
-        lines += ["", f"Fastest setting of each rule at the fidelity of {reference.label} (MCD-DTW at most 1% above "
+        lines += ["", f"Fastest setting of each rule (per draft, where several) at the fidelity of {reference.label} (MCD-DTW at most 1% above "
                   f"its {reference.mcd:.2f} dB), speed relative to it:", "",
                   "| rule | setting | LM speedup | relative to reference | MCD-DTW dB | MCD-DTW - reference, mean "
                   "per sentence [95% CI] | NLL |", "|---|---|---|---|---|---|---|"]
@@ -323,10 +325,12 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
 
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
-    synth = load_synthesizer(draft=drafts[0] if drafts else None)
+    if not drafts:
+        raise ValueError(f"--draft names no draft ({args.draft!r})")
+    synth = load_synthesizer(draft=drafts[0])
     unknown = [d for d in drafts if d not in synth.drafts]
-    if not drafts or unknown:
-        raise ValueError(f"unknown draft(s) {unknown or args.draft!r}; the voice has {', '.join(synth.drafts)}")
+    if unknown:
+        raise ValueError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
     recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
     references = [render(check_text(s)) for s in sentences]
@@ -347,7 +351,8 @@ def main(args: argparse.Namespace) -> int:
     points: list[SweepPoint] = []
     for index, draft in enumerate(drafts):  # each draft's speedups against AR timed within its own pass
         result = run_sweep(synth, sentences, references, settings, seed=args.seed, draft=draft,
-                           progress=lambda f, m: progress((index + f) / len(drafts), f"{draft}: {m}"),
+                           progress=lambda f, m, index=index, draft=draft: progress((index + f) / len(drafts),
+                                                                                    f"{draft}: {m}"),
                            cost_ratio=args.cost_ratio, repeats=args.repeats, recognizer=recognizer)
         for p in result.points:
             if len(drafts) > 1:
@@ -360,7 +365,7 @@ def main(args: argparse.Namespace) -> int:
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{cpu_name()}, {args.threads} torch threads", "sentences": len(sentences),
-        "repeats": args.repeats,
+        "repeats": args.repeats, "drafts": drafts,
     }
     (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
     figure = pareto_figure(points, ar_row["mcd"])

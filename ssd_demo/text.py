@@ -30,6 +30,10 @@ MAX_TEXT_CHARS = 3000
 #: Default chunk budget in phoneme tokens (pauses included); see docs/benchmarks.md for how it was chosen.
 CHUNK_PHONEMES = 90
 
+#: Most chunks one text may take: 3,000 characters of prose take about 70, but spelled-out digits take
+#: several phonemes per character, and the character limit alone would no longer bound the work.
+MAX_CHUNKS = 120
+
 PAUSE = "_"
 PAUSE_MARKS = ",.?!;:"
 PAUSES = (PAUSE,) + tuple(PAUSE + mark for mark in PAUSE_MARKS)
@@ -76,9 +80,9 @@ def _split_long_word(match: re.Match) -> str:
     return " ".join(word[i : i + LONG_WORD] for i in range(0, len(word), LONG_WORD))
 
 
-#: eSpeak NG reads numbers of up to about 30 digits and words of up to about 100 letters, and silently
-#: drops the rest of longer ones; longer digit runs are read digit by digit (as people read codes), longer
-#: words in pieces of this many characters, so that nothing typed goes unspoken.
+#: Digit runs longer than LONG_NUMBER are read digit by digit, as people read codes (eSpeak NG would name
+#: them in sextillions, and from about 35 digits on it silently drops the rest); words longer than
+#: LONG_WORD letters are read in pieces (eSpeak drops the end of words over about 100 letters).
 LONG_NUMBER = 15
 LONG_WORD = 40
 
@@ -86,13 +90,13 @@ LONG_WORD = 40
 # gives eSpeak plain words to read.
 _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators first: "$1,200.50" is one amount
-    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?"), _money),
+    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?(?![\w.,]*[A-Za-z])"), _money),  # "$5M": left to eSpeak
     (re.compile(rf"\d{{{LONG_NUMBER + 1},}}"), _digit_by_digit),
     (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
     (re.compile(r"\b(\d{1,2}):(\d\d)\b"),
      lambda m: m.group(1) if m.group(2) == "00" else f"{m.group(1)} oh {m.group(2)[1]}" if m.group(2)[0] == "0"
      else f"{m.group(1)} {m.group(2)}"),
-    (re.compile(r"\b([aApP])\.[mM]\.?"), lambda m: f"{m.group(1).upper()}M"),  # eSpeak says "AM" as letters
+    (re.compile(r"\b([aApP])\.[mM]\.?(?![A-Za-z])"), lambda m: f"{m.group(1).upper()}M"),  # eSpeak says "AM" as letters
     (re.compile(r"\bMrs\."), "Missus"),
     (re.compile(r"\bMr\."), "Mister"),
     (re.compile(r"\bMs\."), "Miz"),
@@ -103,7 +107,7 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"\betc\."), "et cetera"),
     (re.compile(r"\bvs\."), "versus"),
     (re.compile(r"\bNo\.(?= ?\d)"), "number"),
-    (re.compile(rf"\S{{{LONG_WORD + 1},}}"), _split_long_word),
+    (re.compile(rf"[^\W_]{{{LONG_WORD + 1},}}"), _split_long_word),
 )
 
 
@@ -129,8 +133,19 @@ def clean_text(text: str) -> str:
     if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
         raise TextError("The embedded voice speaks English: the text has no Latin letters or digits to read.")
     if any(_unreadable(ch) for ch in text):
-        text = " ".join("".join(" " if _unreadable(ch) else ch for ch in text).split())
+        text = " ".join("".join(" " if dropped else ch for ch, dropped in _marked(text)).split())
     return text
+
+
+def _marked(text: str):
+    """(character, left out?) pairs: a letter of another script, and the vowel signs and accents on it."""
+    dropping = False
+    for ch in text:
+        if unicodedata.category(ch).startswith("M"):
+            yield ch, dropping  # a combining mark goes with the letter it sits on
+            continue
+        dropping = _unreadable(ch)
+        yield ch, dropping
 
 
 #: Scripts whose letters eSpeak NG's English voice reads by name, or spells, well enough to keep.
@@ -139,13 +154,17 @@ READABLE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC")
 
 def _unreadable(ch: str) -> bool:
     """A letter of another script (CJK, kana, Arabic, Hebrew, Thai, ...): eSpeak's English voice would say
-    "Chinese letter" or "Hebrew shin" for it, or switch language mid-sentence, so it is left out."""
-    return ch.isalpha() and not unicodedata.name(ch, "").startswith(READABLE_SCRIPTS)
+    "Chinese letter" or "Hebrew shin" for it, or switch language mid-sentence, so it is left out. Judged on
+    its compatibility form, so that "µ" (Greek mu), "ℓ" or bold maths letters count as what they look like;
+    modifier letters ("ʻ" in Hawaiʻi, "ʼ") are punctuation-like and stay."""
+    if not ch.isalpha() or unicodedata.category(ch) == "Lm":
+        return False
+    return not unicodedata.name(unicodedata.normalize("NFKC", ch)[0], "").startswith(READABLE_SCRIPTS)
 
 
 def left_out(text: str) -> str:
-    """The distinct letters `clean_text` leaves out of `text`, in order of appearance ("" when none)."""
-    return "".join(dict.fromkeys(ch for ch in unicodedata.normalize("NFC", text) if _unreadable(ch)))
+    """The distinct letters (with their marks) `clean_text` leaves out of `text`, in order ("" when none)."""
+    return "".join(dict.fromkeys(ch for ch, dropped in _marked(unicodedata.normalize("NFC", text)) if dropped))
 
 
 def normalize_text(text: str) -> str:
@@ -283,7 +302,22 @@ def split_text(text: str, budget: int = CHUNK_PHONEMES, count=None) -> list[Chun
                 words_pieces.append(phrase)
             else:
                 words_pieces.extend(_split_words(phrase, budget, count))
+    words_pieces = _merge_wordless(words_pieces)
     return [Chunk(piece, _pause_for(piece, i == len(words_pieces) - 1)) for i, piece in enumerate(words_pieces)]
+
+
+def _merge_wordless(pieces: list[str]) -> list[str]:
+    """A piece with nothing to read ("!" left after its sentence's letters were dropped) joins its neighbour:
+    on its own it would be refused as text without letters."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and not any(ch.isalnum() for ch in out[-1]):
+            out[-1] = out[-1] + " " + piece
+        elif out and not any(ch.isalnum() for ch in piece):
+            out[-1] = out[-1] + " " + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def _split(text: str, pattern: re.Pattern) -> list[str]:

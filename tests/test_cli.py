@@ -99,11 +99,16 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     assert len(rows["SSD distilled beta=0"]["per_vs_ar"]) == 3
     assert 0 < rows["SSD distilled beta=0"]["acceptance"] <= 1 and report["repeats"] == 2
     spec = rows["SSD distilled beta=0"]  # the strict prediction from its own alpha, K and measured costs
-    assert spec["predicted_strict"] > 0 and spec["cost_ratio"] > 0 and spec["verify_ratio"] > 0
+    assert spec["predicted_strict"] is None  # adaptive K: no single K for the formula
+    assert spec["cost_ratio"] > 0 and spec["verify_ratio"] > 0
     assert "predicted_strict" not in rows["AR"]
     assert report["config"]["adaptive_draft_len"] and report["config"]["draft_len"] == 6
     text = docs.read_text()
     assert "By length" in text and "| PER |" in text and "--repeats 2" in text and "| predicted (strict) |" in text
+    fixed = main(["eval", "--per-bucket", "2", "--buckets", "3-8 words", "--betas", "0", "--drafts", "heads",
+                  "--threads", "1", "--out", str(out), "--docs", ""])
+    heads = {row["system"]: row for row in json.loads((out / "eval.json").read_text())["systems"]}["SSD heads beta=0"]
+    assert fixed == 0 and heads["predicted_strict"] > 0
     assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 0..6" in text
     assert main(["eval", "--buckets", "huge", "--docs", ""]) == 2
 

@@ -80,6 +80,12 @@ def test_bad_inputs_raise_text_error(synth, bad):
         synth.synthesize(bad, mode="ar", config=_config(synth))
 
 
+def test_text_that_would_take_too_many_chunks_is_refused_before_decoding(synth):
+    # 2,990 characters of digits are read digit by digit: far more to say than 3,000 characters of prose
+    with pytest.raises(TextError, match="chunks to speak"):
+        synth.backend.split_text("7" * 2990)
+
+
 PARAGRAPH = (
     "Last summer we rented a small cottage near the mountains, far from the noise of the city. Every morning my "
     "brother went out early to photograph the birds, while I stayed behind with a cup of coffee and a good book. "

@@ -59,9 +59,17 @@ def test_text_with_some_latin_letters_is_read():
 def test_letters_of_scripts_the_voice_would_only_name_are_left_out_and_reported():
     # eSpeak's English voice says "Chinese letter" for 你, "Hebrew shin" for ש: such letters are not spoken
     assert text.clean_text("Hello 你好 world, שלום and こんにちは!") == "Hello world, and !"
-    assert text.left_out("Hello 你好 world, 你 שלום") == "你好של" + "ום"
+    assert text.left_out("Hello 你好 world, 你 שלום") == "你好שלום"
     assert text.clean_text("alpha α, Moscow Москва") == "alpha α, Moscow Москва"  # named / spelled: kept
     assert text.left_out("plain English") == ""
+    # vowel signs and points go with their letters; look-alikes of Latin or Greek letters stay
+    assert text.clean_text("नमस्ते and שָׁלוֹם, hi") == "and , hi"
+    assert text.clean_text("10 µg in Hawaiʻi, 𝐛𝐨𝐥𝐝") == "10 µg in Hawaiʻi, 𝐛𝐨𝐥𝐝" and text.left_out("10 µg, ℓ") == ""
+    # a sentence left without letters joins its neighbour instead of being refused as a chunk of its own
+    long = "This sentence is long enough to fill a whole chunk of the voice on its own, more or less. 你好! Then more."
+    chunks = [c.text for c in text.split_text(text.check_text(long))]
+    assert all(any(ch.isalnum() for ch in c) for c in chunks) and " ".join(chunks) == text.check_text(long)
+    assert len(text.phonemes(long)) > 10
 
 
 def test_long_numbers_and_words_are_spoken_whole():
@@ -93,6 +101,7 @@ def test_non_string_is_refused():
         ("It cost $1,000.50, or £1,250.75.", "It cost 1000 dollars 50, or 1250 pounds 75."),
         ("Coffee is €3.50 and tea $1.", "Coffee is 3 euros 50 and tea 1 dollar."),
         ("A $1.50 fee, $2.5 per unit, €12.00.", "A 1 dollar 50 fee, 2 point 5 dollars per unit, 12 euros."),
+        ("J.P.Morgan met A.Mitchell, worth $5M.", "J.P.Morgan met A.Mitchell, worth $5M."),  # not money, not AM
     ],
 )
 def test_inner_dots_are_spelled_out(raw, spoken):

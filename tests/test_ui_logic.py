@@ -211,7 +211,9 @@ def test_stats_and_details_agree_with_the_results(comparison):
     assert "**Reading the table.**" in markdown and "*α* is the expected acceptance" in markdown
     assert "draft heads" not in markdown  # the heads' note only where they drafted
     assert "Not spoken" not in markdown and comparison.left_out == ""
-    assert "**Not spoken:** 你好" in app_logic.stats_markdown(dataclasses.replace(comparison, left_out="你好"))
+    with_left_out = dataclasses.replace(comparison, left_out="你好")
+    assert "**Not spoken:** 你好" in app_logic.stats_markdown(with_left_out)
+    assert app_logic.details(with_left_out)["not_spoken"] == "你好" and app_logic.details(comparison)["not_spoken"] == ""
 
     details = json.loads(json.dumps(app_logic.details(comparison)))  # JSON-safe
     assert details["seed"] == 7 and details["draft"] == "small"

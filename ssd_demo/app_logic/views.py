@@ -174,6 +174,7 @@ def details(comparison: Comparison) -> dict:
     report = comparison.report
     return {
         "text": comparison.ar.text,
+        "not_spoken": comparison.left_out,  # letters of other scripts the voice left out ("" when none)
         "preset": comparison.preset,
         "draft": comparison.draft,
         "seed": comparison.seed,
