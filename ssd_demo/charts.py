@@ -82,9 +82,11 @@ def accepted_length_figure(spec: GenerationResult) -> Figure:
         return figure
     rounds = np.arange(1, len(steps) + 1)
     accepted = np.array([step.accepted for step in steps])
+    draft_len = spec.stats.draft_len or max((len(step.drafted) for step in steps), default=0)
+    if len(steps) > MAX_BARS:
+        return _accepted_length_trend(figure, axes, rounds, accepted, draft_len)
     colours = [_round_colour(step) for step in steps]
     axes.bar(rounds, accepted, width=0.85, color=colours, linewidth=0)
-    draft_len = spec.stats.draft_len or max((len(step.drafted) for step in steps), default=0)
     axes.axhline(draft_len, color=TEXT_COLOUR, linestyle=":", linewidth=1, label=f"K = {draft_len}")
     axes.axhline(float(accepted.mean()), color=SPEC_COLOUR, linestyle="--", linewidth=1.2,
                  label=f"mean = {accepted.mean():.2f}")
@@ -95,6 +97,23 @@ def accepted_length_figure(spec: GenerationResult) -> Figure:
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     _legend(axes, loc="upper right", ncol=2)
+    return figure
+
+
+#: Beyond this many rounds (a paragraph has hundreds) one bar per round is a barcode: a running mean instead.
+MAX_BARS = 150
+
+
+def _accepted_length_trend(figure: Figure, axes, rounds: np.ndarray, accepted: np.ndarray, draft_len: int) -> Figure:
+    window = max(5, len(rounds) // 50)
+    running = np.convolve(accepted, np.ones(window) / window, mode="valid")  # mean over `window` rounds
+    axes.plot(rounds[window - 1 :], running, color=SPEC_COLOUR, linewidth=1.4, label=f"mean of {window} rounds")
+    axes.axhline(draft_len, color=TEXT_COLOUR, linestyle=":", linewidth=1, label=f"K = {draft_len}")
+    axes.axhline(float(accepted.mean()), color=THEORY_COLOUR, linestyle="--", linewidth=1.2,
+                 label=f"overall mean = {accepted.mean():.2f}")
+    axes.set_ylim(0, draft_len + 0.9)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(axes, loc="upper center", ncol=3)
     return figure
 
 

@@ -89,6 +89,20 @@ def _assert_readable(figure: Figure) -> None:
     assert buffer.getvalue().startswith(b"\x89PNG")
 
 
+def test_accepted_length_of_hundreds_of_rounds_is_a_running_mean_not_a_barcode():
+    one = spec_result()
+    steps = one.steps * 100  # 400 rounds, as a paragraph has
+    spec = GenerationResult(tokens=[], steps=steps, stats=_stats("speculative", steps, 3))
+    figure = charts.accepted_length_figure(spec)
+    _assert_readable(figure)
+    axes = figure.axes[0]
+    assert not [p for p in axes.patches if np.isfinite(p.get_height())]
+    labels = [line.get_label() for line in axes.lines]
+    assert any(label.startswith("mean of ") for label in labels) and "overall mean = 1.50" in labels
+    trend = next(line for line in axes.lines if line.get_label().startswith("mean of "))
+    assert np.allclose(trend.get_ydata(), 1.5)  # the window spans whole repeats of 1, 3, 0, 2
+
+
 def test_accepted_length_bars_match_rounds():
     spec = spec_result()
     figure = charts.accepted_length_figure(spec)

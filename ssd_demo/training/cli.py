@@ -58,7 +58,7 @@ class Recipe:
     # hidden state 8 tokens forward. Why 8 and not K = 4: at decode time the heads first step over the
     # round's pending tokens (the target's new token and its inserted phoneme) and then over each drafted
     # token and its inserted ones, so the K-th proposal sits 5-8 steps from the target's state; heads
-    # trained on 4 steps lost 5-13 points of acceptance at steps 5-8 (docs/benchmarks.md).
+    # trained on 4 steps lost 4-11 points of acceptance at steps 5-8 (docs/benchmarks.md).
     heads: HeadsConfig = HeadsConfig(hidden=256, inner=1024, blocks=2)
     heads_unroll: int = 8
     heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
