@@ -115,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
     if stats.finish_reason == "length":
         print(f"note: stopped at the length limit ({result.config.max_new_tokens} tokens) before the end token; "
               "the audio may be cut off", file=sys.stderr)
-    left_out = getattr(synthesizer.backend, "left_out", None)
-    if left_out is not None and left_out(args.text):
-        print(f"note: not spoken: {left_out(args.text)} (letters of other scripts are left out)", file=sys.stderr)
+    left_out = synthesizer.left_out(args.text)
+    if left_out:
+        print(f"note: not spoken: {left_out} (letters of other scripts are left out)", file=sys.stderr)
     return 0

@@ -247,14 +247,14 @@ def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")  # no pyplot: no global state, no display needed
     ax = fig.subplots()
     colours = {"ssd": "#1f77b4", "pcg": "#d62728", "topk": "#2ca02c", "exact-K": "#7f7f7f", "exact-adaptive": "#9467bd"}
-    styles = {draft: style for draft, style in zip(dict.fromkeys(p.draft for p in points), ("o-", "s--", "^:", "v-."))}
+    # per draft: (line style of a rule's settings, marker of its single adaptive point)
+    styles = dict(zip(dict.fromkeys(p.draft for p in points), (("o-", "D"), ("s--", "P"), ("^:", "X"), ("v-.", "*"))))
     for family in dict.fromkeys(p.family for p in points):
         group = [p for p in points if p.family == family]
-        rule, style = group[0].rule, styles.get(group[0].draft, "o-")
-        if rule == "exact-adaptive":  # one point per draft: a marker of its own
-            style = {"o-": "D", "s--": "P", "^:": "X"}.get(style, "*")
-        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group], style,
-                color=colours.get(rule, "#8c564b"), label=family, alpha=0.85, markersize=6)
+        line, marker = styles.get(group[0].draft, ("o-", "D"))
+        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group],
+                marker if group[0].rule == "exact-adaptive" else line,
+                color=colours.get(group[0].rule, "#8c564b"), label=family, alpha=0.85, markersize=6)
     frontier = sorted((p for p in points if p.pareto), key=lambda p: p.lm_speedup)
     if frontier:
         ax.plot([p.lm_speedup for p in frontier], [y_of(p) for p in frontier], "--", color="#888888", lw=1,

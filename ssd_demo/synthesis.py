@@ -152,6 +152,11 @@ class Synthesizer:
             return self._acoustic
         return self.target.get_input_embeddings().weight.detach()
 
+    def left_out(self, text: str) -> str:
+        """What of `text` the voice will not speak, where its backend can tell ("" otherwise)."""
+        tell = getattr(self.backend, "left_out", None)  # optional, like `acoustic_embeddings`
+        return tell(text) if tell is not None else ""
+
     def rule(self, config: DecodingConfig) -> AcceptanceRule:
         """The acceptance rule `config` names, built with this voice's grouping table when it needs one."""
         return make_rule(config, embeddings=self.grouping_embeddings() if RULES[config.acceptance].needs_embeddings else None)

@@ -132,9 +132,7 @@ def clean_text(text: str) -> str:
         raise TextError("The text is empty: type a sentence to synthesise.")
     if not any(ch.isdigit() or ("LATIN" in unicodedata.name(ch, "") and ch.isalpha()) for ch in text):
         raise TextError("The embedded voice speaks English: the text has no Latin letters or digits to read.")
-    if any(_unreadable(ch) for ch in text):
-        text = " ".join("".join(" " if dropped else ch for ch, dropped in _marked(text)).split())
-    return text
+    return " ".join("".join(" " if dropped else ch for ch, dropped in _marked(text)).split())
 
 
 def _marked(text: str):
@@ -311,13 +309,15 @@ def _merge_wordless(pieces: list[str]) -> list[str]:
     on its own it would be refused as text without letters."""
     out: list[str] = []
     for piece in pieces:
-        if out and not any(ch.isalnum() for ch in out[-1]):
-            out[-1] = out[-1] + " " + piece
-        elif out and not any(ch.isalnum() for ch in piece):
+        if out and not (_has_words(out[-1]) and _has_words(piece)):
             out[-1] = out[-1] + " " + piece
         else:
             out.append(piece)
     return out
+
+
+def _has_words(piece: str) -> bool:
+    return any(ch.isalnum() for ch in piece)
 
 
 def _split(text: str, pattern: re.Pattern) -> list[str]:

@@ -37,8 +37,7 @@ def test_assets_load_with_all_three_drafts(synth):
     assert isinstance(synth.backend, Backend)
     assert set(synth.drafts) == {"distilled", "layers", "heads"}
     assert synth.draft_name == "heads"  # the preferred draft where the voice has heads
-    from ssd_demo.app_logic.settings import left_out
-    assert left_out(synth, "Tokyo 東京 is big.") == "東京" and left_out(synth, "Tokyo is big.") == ""
+    assert synth.left_out("Tokyo 東京 is big.") == "東京" and synth.left_out("Tokyo is big.") == ""
     vocab = synth.target.config.vocab_size
     for name, draft in synth.drafts.items():
         if name == "heads":

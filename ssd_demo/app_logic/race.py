@@ -31,8 +31,7 @@ from ..synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
 from .runner import (Comparison, compare, cpu_threads_for, decodes_in_gpu_worker, load, token_label_for,
                      warm_up)
-from .settings import (Request, build_config, check_text, left_out, request_seed, resolve_draft,
-                       resolve_voice_prompt)
+from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 from .views import end_to_end_speedup
 
 LANES = ("autoregressive", "speculative")
@@ -114,7 +113,7 @@ def run_race(request: Request, race: Race, on_piece: PieceSink, should_stop: Sto
         config=config.with_(cost_ratio=spec.config.cost_ratio, verify_costs=spec.config.verify_costs),
         ar=ar, spec=spec, report=compare_runs(ar.generation, spec.generation), token_label=token_label_for(synthesizer),
         costs=costs, requested_draft=request.draft if request.draft and request.draft != draft else None,
-        left_out=left_out(synthesizer, text),
+        left_out=synthesizer.left_out(text),
     )
 
 

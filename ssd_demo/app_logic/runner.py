@@ -23,8 +23,7 @@ from .. import model_memory
 from ..presets import MODEL_JOB_LOCK, Preset, get_preset, load_preset
 from ..results import SpeedupReport, compare_runs
 from ..synthesis import SynthesisResult, Synthesizer, VoicePrompt
-from .settings import (Request, build_config, check_text, left_out, request_seed, resolve_draft,
-                       resolve_voice_prompt)
+from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]
@@ -217,7 +216,7 @@ def compare(request: Request, progress: ProgressFn | None = None, should_stop: S
         token_label=token_label_for(synthesizer),
         costs=costs,
         requested_draft=request.draft if request.draft and request.draft != draft else None,
-        left_out=left_out(synthesizer, text),
+        left_out=synthesizer.left_out(text),
     )
 
 

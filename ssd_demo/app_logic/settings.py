@@ -298,12 +298,6 @@ def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -
     return preset.default_draft if preset.default_draft in synthesizer.drafts else synthesizer.draft_name
 
 
-def left_out(synthesizer: Synthesizer, text: str) -> str:
-    """What of `text` the preset's voice will not speak, where its backend can tell ("" otherwise)."""
-    tell = getattr(synthesizer.backend, "left_out", None)
-    return tell(text) if tell is not None else ""
-
-
 def check_text(synthesizer: Synthesizer, text: str | None) -> str:
     """Reject empty or over-long text before any model runs (TextError with a readable message)."""
     if text is not None and not isinstance(text, str):

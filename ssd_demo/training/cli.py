@@ -134,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
         recipe = replace(recipe, heads_unroll=args.heads_unroll)
     if args.heads_inner is not None:
+        if args.heads_inner < 1:
+            raise ValueError(f"--heads-inner must be at least 1, got {args.heads_inner}")
         recipe = replace(recipe, heads=replace(recipe.heads, inner=args.heads_inner))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
