@@ -17,6 +17,10 @@ forward with a DynamicCache (`decoding.CachedLM`).
 
 from __future__ import annotations
 
+import os
+import statistics
+import threading
+import time
 import weakref
 from dataclasses import dataclass
 
@@ -46,25 +50,57 @@ def supports(model) -> bool:
 # Packed weights cost a second copy of the model, so they are built only for CPU models up to this
 # size (the small models whose decode steps are dominated by how each matmul is called).
 PACK_MAX_PARAMETERS = 300_000_000
+#: Below this size a forward is all per-call overhead and the matmul kernel makes no difference: no probe.
+PROBE_MIN_PARAMETERS = 1_000_000
+#: Rows timed by the kernel probe; a call with more rows than the last uses the last one's choice.
+PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+#: "auto" (default): the faster kernel for each row count, measured on this machine; "blas" or "onednn": always that one.
+KERNEL_ENV = "SSD_DEMO_MATMUL"
+NEVER = 1 << 30  # a row count no call reaches
+
+
+@dataclass
+class _Linear:
+    """One projection, packed twice: [in, out] for the BLAS matmul, and oneDNN's own blocked layout.
+
+    Why two: on a CPU whose BLAS is tuned for one row (a decode step) but slow for the 4-16 rows of a
+    verify call, oneDNN's packed matmul can be much faster there (AMD EPYC, one thread: a 12 x 256
+    Llama's 8-token verify 1.56 -> 1.37 AR steps), and slower for one row. Which kernel serves which
+    row count is measured per machine (`kernel_threshold`), so the AR baseline gets the faster kernel too.
+    """
+
+    weight_t: torch.Tensor  # [in, out]
+    bias: torch.Tensor | None
+    onednn: torch.Tensor | None  # oneDNN-packed [out, in]; None where oneDNN is not available
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "_Linear":
+        weight = weight.detach()
+        onednn = None
+        if torch.backends.mkldnn.is_available() and weight.dtype == torch.float32:
+            onednn = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+        return cls(weight.T.contiguous(), None if bias is None else bias.detach(), onednn)
+
+    def __call__(self, x: torch.Tensor, onednn_from: int) -> torch.Tensor:
+        """x [n, in] -> [n, out], through oneDNN when n >= onednn_from."""
+        if x.shape[0] >= onednn_from and self.onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
+        return x @ self.weight_t if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
 
 
 @dataclass
 class _PackedLayer:
-    """One decoder layer's projections, transposed to [in, out] and fused (q|k|v, gate|up).
+    """One decoder layer's projections, fused (q|k|v, gate|up).
 
-    Why: on a CPU, `x @ W_t` with a contiguous [in, out] matrix runs 1.3-2x faster than
+    Why: on a CPU, BLAS's `x @ W_t` with a contiguous [in, out] matrix runs 1.3-2x faster than
     `F.linear(x, W)` for the 1-9 rows a decode or verify call has (measured with one thread,
     512-1408 wide), and one fused matmul replaces three (or two) small calls.
     """
 
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
-    o_bias: torch.Tensor | None
-    gate_up: torch.Tensor
-    gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
-    down_bias: torch.Tensor | None
+    qkv: _Linear
+    o: _Linear
+    gate_up: _Linear
+    down: _Linear
 
 
 def _cat_bias(*linears) -> torch.Tensor | None:
@@ -74,33 +110,35 @@ def _cat_bias(*linears) -> torch.Tensor | None:
                       for linear in linears])
 
 
-def _pack(model) -> tuple[list[_PackedLayer], torch.Tensor]:
+def _pack(model) -> tuple[list[_PackedLayer], _Linear]:
     layers = []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         layers.append(_PackedLayer(
-            qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).T.contiguous(),
-            qkv_bias=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-            o=attn.o_proj.weight.T.contiguous(),
-            o_bias=attn.o_proj.bias,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).T.contiguous(),
-            gate_up_bias=_cat_bias(mlp.gate_proj, mlp.up_proj),
-            down=mlp.down_proj.weight.T.contiguous(),
-            down_bias=mlp.down_proj.bias,
+            qkv=_Linear.of(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                           _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
+            o=_Linear.of(attn.o_proj.weight, attn.o_proj.bias),
+            gate_up=_Linear.of(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                               _cat_bias(mlp.gate_proj, mlp.up_proj)),
+            down=_Linear.of(mlp.down_proj.weight, mlp.down_proj.bias),
         ))
-    return layers, model.lm_head.weight.T.contiguous()
+    return layers, _Linear.of(model.lm_head.weight, model.lm_head.bias)
 
 
 # model -> (fingerprint of its weights, packed copy); rebuilt when any weight is replaced or updated in place.
 _PACKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def packed_weights(model) -> tuple[list[_PackedLayer], torch.Tensor] | None:
+def _fingerprint(model) -> tuple:
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def packed_weights(model) -> tuple[list[_PackedLayer], _Linear] | None:
     """The model's packed weights (cached per model), or None where packing does not pay."""
     weight = model.lm_head.weight
     if weight.device.type != "cpu" or sum(p.numel() for p in model.parameters()) > PACK_MAX_PARAMETERS:
         return None
-    fingerprint = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    fingerprint = _fingerprint(model)
     cached = _PACKED.get(model)
     if cached is None or cached[0] != fingerprint:
         cached = (fingerprint, _pack(model))
@@ -108,14 +146,75 @@ def packed_weights(model) -> tuple[list[_PackedLayer], torch.Tensor] | None:
     return cached[1]
 
 
-def _matmul(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return x @ weight_t if bias is None else torch.addmm(bias, x, weight_t)
+# model -> {(fingerprint, threads): rows from which oneDNN serves}; measured once per model and thread count.
+_THRESHOLDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PROBE_LOCK = threading.Lock()
+
+
+def kernel_threshold(model) -> int:
+    """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always).
+
+    `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes the choice; by default ("auto") it is measured on this
+    machine once per model, weights and thread count (`measure_kernel_threshold`, about a second for a
+    10 M-parameter model); models under `PROBE_MIN_PARAMETERS` keep BLAS.
+    """
+    choice = os.environ.get(KERNEL_ENV, "auto")
+    if choice not in ("auto", "blas", "onednn"):
+        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {choice!r}")
+    packed = packed_weights(model)
+    if choice == "blas" or packed is None or packed[1].onednn is None:
+        return NEVER
+    if choice == "onednn":
+        return 1
+    if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
+        return NEVER
+    key = (_fingerprint(model), torch.get_num_threads())
+    with _PROBE_LOCK:
+        per_model = _THRESHOLDS.setdefault(model, {})
+        if key not in per_model:
+            per_model[key] = measure_kernel_threshold(model)
+        return per_model[key]
+
+
+def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: tuple[int, ...] = PROBE_ROWS) -> int:
+    """Time the model's forward over 1..16 new tokens (after `context` cached ones) with each kernel,
+    interleaved so that a machine slowing down slows both; the threshold is the smallest row count
+    from which oneDNN is faster at every measured size (medians), `NEVER` if it is not at the largest."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (context + max(rows),), generator=torch.Generator().manual_seed(0))
+    lms = {kernel: StaticCacheLM(model, context + max(rows), onednn_from=kernel) for kernel in (NEVER, 1)}
+    for lm in lms.values():
+        lm.forward(ids[:context])
+    times: dict[tuple[int, int], list[float]] = {(n, kernel): [] for n in rows for kernel in lms}
+    for repeat in range(repeats + 1):  # the first round warms up and is not kept
+        for n in rows:
+            for kernel, lm in (lms.items() if repeat % 2 else reversed(lms.items())):
+                lm.truncate(context)
+                started = time.perf_counter()
+                lm.forward(ids[context : context + n])
+                if repeat:
+                    times[(n, kernel)].append(time.perf_counter() - started)
+    return threshold_from({n: (statistics.median(times[(n, NEVER)]), statistics.median(times[(n, 1)]))
+                           for n in rows})
+
+
+def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
+    """{rows: (BLAS time, oneDNN time)} -> the smallest row count from which oneDNN is faster at every
+    measured size, `NEVER` if it is not faster at the largest (a size where it wins among sizes where it
+    loses is noise, not a reason to switch back and forth)."""
+    threshold = NEVER
+    for n in sorted(seconds, reverse=True):
+        blas, onednn = seconds[n]
+        if onednn >= blas:
+            break
+        threshold = n
+    return threshold
 
 
 class StaticCacheLM:
     """Implements `decoding.CachedForward` (like `decoding.CachedLM`): `length`, `forward`, `truncate`, `calls`."""
 
-    def __init__(self, model, capacity: int = 512, pack: bool = True):
+    def __init__(self, model, capacity: int = 512, pack: bool = True, onednn_from: int | None = None):
         self.model = model
         self.calls = 0
         self._pos = 0
@@ -129,6 +228,9 @@ class StaticCacheLM:
         self._kv_heads = config.num_key_value_heads
         self._head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self._packed = packed_weights(model) if pack else None
+        # Calls with at least this many rows use the oneDNN kernel (None: as measured for this machine).
+        self._onednn_from = NEVER if self._packed is None else (
+            kernel_threshold(model) if onednn_from is None else onednn_from)
         # Rotary tables depend on the position only (unless the scaling adapts to the sequence length, as
         # "dynamic" rope does), so they are computed once per capacity instead of once per call.
         self._static_rope = getattr(core.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES
@@ -202,7 +304,7 @@ class StaticCacheLM:
             x = self._norm(layer.input_layernorm, hidden)
             if self._packed is not None:
                 packed = self._packed[0][index]
-                qk, v = _matmul(x, packed.qkv, packed.qkv_bias).split([q_width + kv_width, kv_width], dim=-1)
+                qk, v = packed.qkv(x, self._onednn_from).split([q_width + kv_width, kv_width], dim=-1)
             else:
                 qk, v = torch.cat([attn.q_proj(x), attn.k_proj(x)], dim=-1), attn.v_proj(x)
             # Queries and keys rotated together: one rotary application per layer instead of two.
@@ -219,10 +321,10 @@ class StaticCacheLM:
             )
             out = out[0].transpose(0, 1).reshape(n, q_width)
             if self._packed is not None:
-                hidden = hidden + _matmul(out, packed.o, packed.o_bias)
+                hidden = hidden + packed.o(out, self._onednn_from)
                 x = self._norm(layer.post_attention_layernorm, hidden)
-                gate, up = _matmul(x, packed.gate_up, packed.gate_up_bias).chunk(2, dim=-1)
-                hidden = hidden + _matmul(layer.mlp.act_fn(gate) * up, packed.down, packed.down_bias)
+                gate, up = packed.gate_up(x, self._onednn_from).chunk(2, dim=-1)
+                hidden = hidden + packed.down(layer.mlp.act_fn(gate) * up, self._onednn_from)
             else:
                 hidden = hidden + attn.o_proj(out)
                 hidden = hidden + layer.mlp(self._norm(layer.post_attention_layernorm, hidden))
@@ -231,5 +333,5 @@ class StaticCacheLM:
         self.calls += 1
         self.hidden, self.hidden_from = hidden, end - hidden.shape[0]
         if self._packed is not None:
-            return _matmul(hidden, self._packed[1], self.model.lm_head.bias)
+            return self._packed[1](hidden, self._onednn_from)
         return self.model.lm_head(hidden)

@@ -101,3 +101,47 @@ def test_scaled_rotary_embeddings_match_transformers(rope):
     for begin, end, last in [(0, 6, False), (6, 7, True), (7, 20, False), (20, 30, False)]:
         expected = reference.forward(sequence[begin:end], last_only=last)
         assert torch.allclose(expected, lean.forward(sequence[begin:end], last_only=last), atol=1e-5), (rope, begin)
+
+
+def test_onednn_kernel_computes_what_transformers_computes():
+    model = _llama_with_biases(seed=9)
+    sequence = list(range(2, 32))
+    steps = [(0, 7, False), (7, 8, True), ("cut", 5), (5, 13, False), (13, 30, True)]
+    for onednn_from in (1, 4):  # every call, or only the multi-row ones
+        check_same_logits(CachedLM(model), StaticCacheLM(model, capacity=8, onednn_from=onednn_from), sequence,
+                          steps, atol=1e-5)
+
+
+def test_kernel_threshold_picks_the_smallest_size_from_which_onednn_always_wins():
+    from ssd_demo.static_cache import NEVER, threshold_from
+
+    assert threshold_from({1: (1.0, 1.2), 2: (1.1, 1.15), 4: (1.5, 1.2), 8: (2.0, 1.3)}) == 4
+    assert threshold_from({1: (1.0, 0.9), 2: (1.1, 1.2), 4: (1.5, 1.2)}) == 4  # a win below a loss is noise
+    assert threshold_from({1: (1.0, 0.9), 4: (1.2, 1.1)}) == 1  # faster everywhere: AR steps use it too
+    assert threshold_from({1: (1.0, 0.9), 4: (1.2, 1.3)}) == NEVER
+
+
+def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatch):
+    from ssd_demo import static_cache
+    from ssd_demo.static_cache import NEVER, kernel_threshold
+
+    small = tiny_llama(seed=4, vocab=40, layers=1, width=16)
+    assert kernel_threshold(small) == NEVER  # no probe: under PROBE_MIN_PARAMETERS
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model: 5)
+    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
+    assert kernel_threshold(small) == 5 and StaticCacheLM(small, 8)._onednn_from == 5
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "blas")
+    assert kernel_threshold(small) == NEVER
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
+    assert kernel_threshold(small) == (1 if torch.backends.mkldnn.is_available() else NEVER)
+    assert StaticCacheLM(small, 8, pack=False)._onednn_from == NEVER  # nothing packed, nothing to choose
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "fast")
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL"):
+        kernel_threshold(small)
+
+
+def test_kernel_probe_runs_on_a_real_model():
+    from ssd_demo.static_cache import NEVER, PROBE_ROWS, measure_kernel_threshold
+
+    model = tiny_llama(seed=4, vocab=40, layers=2, width=32)
+    assert measure_kernel_threshold(model, context=8, repeats=1) in (*PROBE_ROWS, NEVER)
