@@ -37,6 +37,7 @@ from .calibration import calibrated_costs
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .reporting import git_commit
+from .static_cache import describe_kernels
 from .results import compare_runs
 
 METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
@@ -227,6 +228,8 @@ def markdown_table(result: dict) -> str:
         )
     if "calibration" in result:
         lines.append(f"calibrated on this machine: {result['calibration']['described']}")
+    if "machine" in result:
+        lines.append(f"target forward: {result['machine']['kernels']}")
     return "\n".join(lines)
 
 
@@ -275,6 +278,7 @@ def main(args: argparse.Namespace) -> int:
         "device": args.device,
         "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         "torch": torch.__version__,
+        "kernels": describe_kernels(target),
     }
     result["commit"] = git_commit()
     print(markdown_table(result))

@@ -43,6 +43,7 @@ from .codec.metrics import mcd_dtw
 from .recognizer import Recognizer
 from .results import compare_runs
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
+from .static_cache import describe_kernels
 from .synthesis import synthesize_fastest
 from .text import check_text
 from .training.render import render
@@ -231,7 +232,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "per_text": rows,
         "floor_per": floor_per,
         "floor_mcd": floor_mcd,
-        "machine": f"{cpu_name()}, {args.threads} torch threads, torch {torch.__version__}",
+        "machine": f"{cpu_name()}, {args.threads} torch threads, torch {torch.__version__}, "
+                   f"{describe_kernels(synth.target)}",
         "repeats": repeats,
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

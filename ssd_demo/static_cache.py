@@ -176,10 +176,20 @@ def kernel_threshold(model) -> int:
         return per_model[key]
 
 
+def describe_kernels(model) -> str:
+    """Which matmul kernel serves which calls of this model here, for reports ("oneDNN from 3 rows")."""
+    if not supports(model) or packed_weights(model) is None:
+        return "the model's own matmuls"
+    threshold = kernel_threshold(model)
+    if threshold == NEVER:
+        return "BLAS matmuls"
+    return "oneDNN matmuls" if threshold == 1 else f"BLAS matmuls below {threshold} rows, oneDNN from {threshold}"
+
+
 def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: tuple[int, ...] = PROBE_ROWS) -> int:
     """Time the model's forward over 1..16 new tokens (after `context` cached ones) with each kernel,
-    interleaved so that a machine slowing down slows both; the threshold is the smallest row count
-    from which oneDNN is faster at every measured size (medians), `NEVER` if it is not at the largest."""
+    interleaved so that a machine slowing down slows both, and pick the switch point from the medians
+    (`threshold_from`)."""
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (context + max(rows),), generator=torch.Generator().manual_seed(0))
     lms = {kernel: StaticCacheLM(model, context + max(rows), onednn_from=kernel) for kernel in (NEVER, 1)}
@@ -199,16 +209,15 @@ def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: t
 
 
 def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
-    """{rows: (BLAS time, oneDNN time)} -> the smallest row count from which oneDNN is faster at every
-    measured size, `NEVER` if it is not faster at the largest (a size where it wins among sizes where it
-    loses is noise, not a reason to switch back and forth)."""
-    threshold = NEVER
-    for n in sorted(seconds, reverse=True):
-        blas, onednn = seconds[n]
-        if onednn >= blas:
-            break
-        threshold = n
-    return threshold
+    """{rows: (BLAS time, oneDNN time)} -> the row count from which oneDNN serves: the one that makes the
+    measured calls cheapest in total (`NEVER` when BLAS alone does). One switch point, not a choice per
+    size, so that one noisy size can neither flip a single row count nor push the switch far up."""
+    sizes = sorted(seconds)
+
+    def total(threshold: int) -> float:
+        return sum(seconds[n][1] if n >= threshold else seconds[n][0] for n in sizes)
+
+    return min([NEVER, *reversed(sizes)], key=total)  # ties go to the later switch (BLAS)
 
 
 class StaticCacheLM:

@@ -41,6 +41,7 @@ from .errors import InvalidSettingError, ModelLoadError
 from .evaluation import target_nll
 from .recognizer import Recognizer
 from .reporting import cpu_name, git_commit, median, paired_difference, write_section
+from .static_cache import describe_kernels
 from .synthesis import synthesize_fastest
 from .text import check_text
 from .training.render import render
@@ -364,7 +365,8 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{cpu_name()}, {args.threads} torch threads", "sentences": len(sentences),
+        "machine": f"{cpu_name()}, {args.threads} torch threads, {describe_kernels(synth.target)}",
+        "sentences": len(sentences),
         "repeats": args.repeats, "drafts": drafts,
     }
     (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
