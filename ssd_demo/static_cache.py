@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers import PreTrainedConfig
 from transformers.models.llama.modeling_llama import rotate_half
 
 # Qwen2 is Llama's maths plus biases on the query/key/value projections (and, for CosyVoice 2's speech
@@ -47,8 +48,9 @@ def supports(model) -> bool:
     )
 
 
-# Packed weights cost a second copy of the model, so they are built only for CPU models up to this
-# size (the small models whose decode steps are dominated by how each matmul is called).
+# Packed weights cost two more copies of the model (the BLAS and the oneDNN layout), so they are built only
+# for CPU models up to this size (the small models whose decode steps are dominated by how each matmul is
+# called; 1.2 GB a copy at the limit in float32).
 PACK_MAX_PARAMETERS = 300_000_000
 #: Below this size a forward is all per-call overhead and the matmul kernel makes no difference: no probe.
 PROBE_MIN_PARAMETERS = 1_000_000
@@ -65,7 +67,7 @@ class _Linear:
 
     Why two: on a CPU whose BLAS is tuned for one row (a decode step) but slow for the 4-16 rows of a
     verify call, oneDNN's packed matmul can be much faster there (AMD EPYC, one thread: a 12 x 256
-    Llama's 8-token verify 1.56 -> 1.37 AR steps), and slower for one row. Which kernel serves which
+    Llama's 8-token verify 1.56 -> 1.42 AR steps), and slower for one row. Which kernel serves which
     row count is measured per machine (`kernel_threshold`), so the AR baseline gets the faster kernel too.
     """
 
@@ -151,6 +153,14 @@ _THRESHOLDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PROBE_LOCK = threading.Lock()
 
 
+def kernel_setting() -> str:
+    """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset), "blas" or "onednn"."""
+    choice = os.environ.get(KERNEL_ENV, "auto")
+    if choice not in ("auto", "blas", "onednn"):
+        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {choice!r}")
+    return choice
+
+
 def kernel_threshold(model) -> int:
     """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always).
 
@@ -158,9 +168,7 @@ def kernel_threshold(model) -> int:
     machine once per model, weights and thread count (`measure_kernel_threshold`, about a second for a
     10 M-parameter model); models under `PROBE_MIN_PARAMETERS` keep BLAS.
     """
-    choice = os.environ.get(KERNEL_ENV, "auto")
-    if choice not in ("auto", "blas", "onednn"):
-        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {choice!r}")
+    choice = kernel_setting()
     packed = packed_weights(model)
     if choice == "blas" or packed is None or packed[1].onednn is None:
         return NEVER
@@ -174,6 +182,14 @@ def kernel_threshold(model) -> int:
         if key not in per_model:
             per_model[key] = measure_kernel_threshold(model)
         return per_model[key]
+
+
+def prepare_kernels(*models) -> None:
+    """Run the kernel probe now for the models the lean forward will serve, so that no timed call pays for
+    it (a no-op once measured; models it does not serve are skipped)."""
+    for model in models:
+        if isinstance(getattr(model, "config", None), PreTrainedConfig) and supports(model):
+            kernel_threshold(model)
 
 
 def describe_kernels(model) -> str:

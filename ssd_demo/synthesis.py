@@ -25,6 +25,7 @@ from .decoding import RoundCallback, autoregressive_generate, speculative_genera
 from .errors import TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
+from .static_cache import prepare_kernels
 from .streaming import AudioPiece, SynthesisStream
 
 
@@ -296,6 +297,8 @@ class Synthesizer:
         make_forced = getattr(self.backend, "forced_tokens", None)
         forced = make_forced(prompt) if make_forced is not None else None
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        # the first call's kernel probe is not LM time
+        prepare_kernels(self.target, *([self.drafts[draft_name]] if mode == "speculative" else []))
         start = time.perf_counter()
         if mode == "ar":
             generation = autoregressive_generate(self.target, input_ids, config, forced=forced,

@@ -19,6 +19,7 @@ from .benchmark_tab import build_benchmark_tab
 from .compare_tab import build_compare_tab
 from .race_view import PRESENTER_FROM_URL_JS
 from .presets import list_presets
+from .static_cache import kernel_setting
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
     """The whole app. `default_preset` (the first registered preset when None) is loaded at build
     time to read its defaults, unless `load_default` is False or loading fails."""
     ui_jobs.distrust_forwarded_headers()  # before launch: uvicorn reads it when the server starts
+    kernel_setting()  # a mistyped SSD_DEMO_MATMUL stops the start, not a visitor's first click
     default_preset = default_preset or list_presets()[0].key
     try:
         defaults = app_logic.preset_defaults(default_preset, load_models=load_default)

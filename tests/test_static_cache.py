@@ -160,3 +160,26 @@ def test_reports_name_the_kernels(monkeypatch):
     assert describe_kernels(model) == "BLAS matmuls below 3 rows, oneDNN from 3"
     model.train()
     assert describe_kernels(model) == "the model's own matmuls"
+
+
+def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
+    from ssd_demo.ui import build_demo
+
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn ")
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'onednn '"):
+        build_demo(load_default=False)
+
+
+def test_the_probe_runs_before_the_timed_call(monkeypatch):
+    from ssd_demo import static_cache
+    from ssd_demo.draft_heads import DraftHeads, HeadsConfig
+    from ssd_demo.static_cache import prepare_kernels
+
+    probed = []
+    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model: probed.append(model) or 2)
+    model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
+    prepare_kernels(model, DraftHeads(HeadsConfig(hidden=16, inner=8)), object())  # heads: not a model it serves
+    assert probed == [model]
+    prepare_kernels(model)
+    assert probed == [model]  # measured once

@@ -140,8 +140,8 @@ def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
 
 
 #: The draft used unless one is chosen, first present wins: the heads accept more than the one-layer draft
-#: and cost less per round (docs/benchmarks.md, "Embedded voice evaluation"; measured on an Intel Xeon, where
-#: they were 19% faster; on an AVX2-only EPYC the previous heads were within 4% of the distilled draft).
+#: and cost less per round (docs/benchmarks.md, "Embedded voice evaluation": 19% faster on an Intel Xeon,
+#: 10% on an AVX-512 EPYC; on an AVX2-only EPYC the previous heads were within 4% of the distilled draft).
 PREFERRED_DRAFTS = ("heads", "distilled", "layers")
 
 
