@@ -21,6 +21,7 @@ import torch
 
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
+from .static_cache import describe_kernels
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class StepCosts:
     draft: float
     verify: tuple[float, ...]
     target_step_seconds: float
+    kernels: str = ""  # the target forward's matmul kernels the costs were measured with (`describe_kernels`)
 
     def round_cost(self, k: int) -> float:
         """Target steps a round of K = k costs: k draft steps and one verify of k + 1 tokens."""
@@ -42,7 +44,8 @@ class StepCosts:
 
     def describe(self) -> str:
         shown = ", ".join(f"{v:.2f}" for v in self.verify[1:])
-        return f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps"
+        kernels = f" ({self.kernels})" if self.kernels else ""
+        return f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps{kernels}"
 
 
 #: Block sizes timed; costs in between are interpolated and beyond the last extrapolated linearly.
@@ -90,7 +93,7 @@ def measure_costs(target, draft, context: int = 32, tokens: int = 32, repeats: i
             value = verify_at[b] + (verify_at[b] - verify_at[a]) / (b - a) * (k - b)
         verify.append(max(value, verify[-1]))
     return StepCosts(draft=max(statistics.median(draft_ratios), 1e-3), verify=tuple(verify),
-                     target_step_seconds=statistics.median(steps))
+                     target_step_seconds=statistics.median(steps), kernels=describe_kernels(target))
 
 
 _CACHE: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()

@@ -44,6 +44,19 @@ def test_greedy_speculative_equals_greedy_ar(target, unrelated, draft_len):
     assert other.stats.acceptance_rate < 0.5
 
 
+@pytest.mark.parametrize("draft_len", [1, 4, 8])
+def test_greedy_equality_holds_with_verify_calls_on_onednn(target, unrelated, draft_len, monkeypatch):
+    from ssd_demo import static_cache
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN in this torch build")
+    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)  # one-row steps stay on BLAS
+    config = greedy(draft_len=draft_len)
+    reference = autoregressive_generate(target, PROMPT, config).tokens
+    assert speculative_generate(target, unrelated, PROMPT, config).tokens == reference
+    assert speculative_generate(target, target, PROMPT, config).tokens == reference
+
+
 def test_all_rejected_still_exact(target):
     # A draft that always proposes token 0, which the target is pushed never to prefer.
     biased_target = with_logit_bias(tiny_llama(seed=11, vocab=VOCAB, layers=2, width=16, init=0.3), {0: -50.0})

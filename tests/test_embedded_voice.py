@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from ssd_demo import Backend, TextError
 from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
@@ -156,3 +157,20 @@ def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
     assert timed.total_seconds == min(r.total_seconds for r in runs)
     with pytest.raises(ValueError, match="fixed seed"):  # unseeded repeats would time different outputs
         synthesize_fastest(synth, "Good night.", 2, mode="ar", config=_config(synth, seed=None))
+
+
+def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kernel(synth, monkeypatch):
+    # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
+    # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.
+    from ssd_demo import static_cache
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN in this torch build")
+    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)
+    config = _config(synth, temperature=0.0)
+    ar = synth.synthesize(UNSEEN, mode="ar", config=config)
+    assert ar.generation.stats.finish_reason == "eos"
+    for draft in ("heads", "distilled"):
+        spec = synth.synthesize(UNSEEN, mode="speculative", config=config, draft=draft)
+        assert spec.generation.tokens == ar.generation.tokens, draft
+        assert spec.generation.stats.accepted_tokens > 0

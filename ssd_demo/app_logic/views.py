@@ -65,6 +65,7 @@ def _calibration(comparison: Comparison) -> dict | None:
         return None
     best_k, best = best_draft_len(comparison.report.alpha, costs, comparison.config.draft_len)
     return {"cost_ratio": costs.draft, "verify_costs": list(costs.verify), "target_step_seconds": costs.target_step_seconds,
+            "kernels": costs.kernels,
             "best_draft_len": best_k, "predicted_speedup_at_best": best}
 
 
@@ -80,6 +81,7 @@ def _calibration_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     at_used = predicted_with(comparison.report.alpha, costs, used)  # same formula and costs, K as used
     return [
         ("Calibrated here: draft step c; verify of K = 1.. (target steps)", "–", f"{costs.draft:.3f}; {verify}"),
+        *([("Target's matmul kernels here (fastest per row count)", "–", costs.kernels)] if costs.kernels else []),
         ("Best K on this machine (at this α; 0 = plain AR)", "–",
          f"{best_k}: predicted {best:.2f}× (K = {used}: {at_used:.2f}×)"),
     ]
