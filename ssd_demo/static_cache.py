@@ -17,6 +17,7 @@ forward with a DynamicCache (`decoding.CachedLM`).
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import threading
@@ -28,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedConfig
 from transformers.models.llama.modeling_llama import rotate_half
+
+log = logging.getLogger(__name__)
 
 # Qwen2 is Llama's maths plus biases on the query/key/value projections (and, for CosyVoice 2's speech
 # LM, on the output layer), which the step below adds where a layer has them.
@@ -80,7 +83,10 @@ class _Linear:
         weight = weight.detach()
         onednn = None
         if torch.backends.mkldnn.is_available() and weight.dtype == torch.float32:
-            onednn = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+            try:
+                onednn = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+            except (AttributeError, RuntimeError) as error:  # a build whose oneDNN lacks the op: BLAS only
+                log.info("no oneDNN packing here (%s): BLAS serves every call", error)
         return cls(weight.T.contiguous(), None if bias is None else bias.detach(), onednn)
 
     def __call__(self, x: torch.Tensor, onednn_from: int) -> torch.Tensor:
@@ -180,7 +186,11 @@ def kernel_threshold(model) -> int:
     with _PROBE_LOCK:
         per_model = _THRESHOLDS.setdefault(model, {})
         if key not in per_model:
-            per_model[key] = measure_kernel_threshold(model)
+            try:
+                per_model[key] = measure_kernel_threshold(model)
+            except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS, as before the probe
+                log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
+                per_model[key] = NEVER
         return per_model[key]
 
 

@@ -183,3 +183,18 @@ def test_the_probe_runs_before_the_timed_call(monkeypatch):
     assert probed == [model]
     prepare_kernels(model)
     assert probed == [model]  # measured once
+
+
+def test_a_failing_onednn_falls_back_to_blas(monkeypatch):
+    from ssd_demo import static_cache
+    from ssd_demo.static_cache import NEVER, kernel_threshold
+
+    def broken(model):
+        raise RuntimeError("could not create a primitive")
+
+    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold", broken)
+    model = tiny_llama(seed=7, vocab=40, layers=1, width=16)
+    assert kernel_threshold(model) == NEVER
+    lm = StaticCacheLM(model, 8)
+    assert torch.allclose(lm.forward([1, 2, 3]), CachedLM(model).forward([1, 2, 3]), atol=1e-5)
