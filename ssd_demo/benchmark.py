@@ -214,9 +214,10 @@ def markdown_table(result: dict) -> str:
     spec = result.get("speculative")
     if spec:
         lines.append("")
+        versus = result.get("speculative_vs_hf_assisted")  # only when hf_assisted ran too
         lines.append(
-            f"speculative vs hf_assisted: {result.get('speculative_vs_hf_assisted', float('nan')):.2f}x; "
-            f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
+            (f"speculative vs hf_assisted: {versus:.2f}x; " if versus is not None else "speculative: ")
+            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
             f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
             f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
             f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"

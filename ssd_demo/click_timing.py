@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from . import app_logic
-from .reporting import git_commit, median, write_section
+from .reporting import add_docs_argument, docs_target, git_commit, median, write_section
 
 SECTION = "## App: one click on the embedded voice"
 
@@ -95,8 +95,7 @@ def markdown(clicks: list[Click], command: str, meta: dict) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="embedded", help="model preset (default: the embedded voice)")
     parser.add_argument("--clicks", type=int, default=7, help="clicks to time; the first also loads (default 7)")
-    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
-                        help="markdown file whose app section is rewritten ('' to skip)")
+    add_docs_argument(parser, "app")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -108,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     command = ("python -m ssd_demo clicks " + " ".join(sys.argv[2:])).strip()
     text = markdown(clicks, command, meta)
     print(text)
-    if args.docs and str(args.docs) not in ("", "."):
-        write_section(args.docs, SECTION, text)
-        print(f"updated {args.docs}")
+    if docs_target(args) is not None:
+        write_section(docs_target(args), SECTION, text)
+        print(f"updated {docs_target(args)}")
     return 0

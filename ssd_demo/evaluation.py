@@ -42,7 +42,8 @@ from .calibration import calibrated_costs
 from .codec.metrics import mcd_dtw
 from .recognizer import Recognizer
 from .results import compare_runs
-from .reporting import cpu_name, git_commit, median, paired_difference, write_section
+from .reporting import (add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference,
+                        write_section)
 from .static_cache import describe_kernels
 from .synthesis import synthesize_fastest
 from .text import check_text
@@ -82,8 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/eval"))
-    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
-                        help="markdown file whose 'Embedded voice evaluation' section is rewritten ('' to skip)")
+    add_docs_argument(parser, "'Embedded voice evaluation'")
 
 
 def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int]) -> tuple[float, int]:
@@ -353,6 +353,6 @@ def main(args: argparse.Namespace) -> int:
     section = markdown(report, command)
     (args.out / "eval.md").write_text(section)
     print(section)
-    if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path("") is ".")
-        write_section(Path(args.docs), SECTION, section)
+    if docs_target(args) is not None:
+        write_section(docs_target(args), SECTION, section)
     return 0

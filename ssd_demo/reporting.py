@@ -64,6 +64,20 @@ def git_commit() -> str:
         return "unknown"
 
 
+def add_docs_argument(parser, section: str) -> None:
+    """`--docs FILE`: the markdown file whose `section` the command rewrites. Opt-in: a run on a new machine
+    or with other settings must not replace the project's recorded numbers by accident."""
+    parser.add_argument("--docs", type=Path, default=None,
+                        help=f"markdown file whose {section} section is rewritten with this run (default: none; "
+                             "the project records its numbers with --docs docs/benchmarks.md)")
+
+
+def docs_target(args) -> Path | None:
+    """The `--docs` file to rewrite, or None (not given, or '' / '-' as older commands wrote it)."""
+    docs = getattr(args, "docs", None)
+    return None if docs is None or str(docs) in ("", ".", "-") else Path(docs)
+
+
 def write_section(path: Path, heading: str, generated: str) -> None:
     """Put `generated` (which starts with `heading`) into the markdown file at `path`.
 

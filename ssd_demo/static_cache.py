@@ -160,10 +160,11 @@ _PROBE_LOCK = threading.Lock()
 
 
 def kernel_setting() -> str:
-    """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset), "blas" or "onednn"."""
-    choice = os.environ.get(KERNEL_ENV, "auto")
+    """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset or empty), "blas" or "onednn", in any case."""
+    raw = os.environ.get(KERNEL_ENV, "")
+    choice = raw.strip().lower() or "auto"
     if choice not in ("auto", "blas", "onednn"):
-        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {choice!r}")
+        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {raw!r}")
     return choice
 
 
@@ -171,8 +172,8 @@ def kernel_threshold(model) -> int:
     """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always).
 
     `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes the choice; by default ("auto") it is measured on this
-    machine once per model, weights and thread count (`measure_kernel_threshold`, about a second for a
-    10 M-parameter model); models under `PROBE_MIN_PARAMETERS` keep BLAS.
+    machine once per model, weights and thread count (`measure_kernel_threshold`, 1-2 s for a 10 M-parameter
+    model); models under `PROBE_MIN_PARAMETERS` keep BLAS.
     """
     choice = kernel_setting()
     packed = packed_weights(model)
@@ -203,13 +204,21 @@ def prepare_kernels(*models) -> None:
 
 
 def describe_kernels(model) -> str:
-    """Which matmul kernel serves which calls of this model here, for reports ("oneDNN from 3 rows")."""
+    """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports."""
     if not supports(model) or packed_weights(model) is None:
         return "the model's own matmuls"
     threshold = kernel_threshold(model)
     if threshold == NEVER:
-        return "BLAS matmuls"
-    return "oneDNN matmuls" if threshold == 1 else f"BLAS matmuls below {threshold} rows, oneDNN from {threshold}"
+        described = "BLAS matmuls"
+    elif threshold == 1:
+        described = "oneDNN matmuls"
+    else:
+        described = f"BLAS matmuls below {threshold} rows, oneDNN from {threshold}"
+    if kernel_setting() != "auto":
+        return f"{described} (set by {KERNEL_ENV})"
+    if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
+        return f"{described} (too small a model to time the kernels)"
+    return f"{described} (the faster per row count, timed here)"
 
 
 def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: tuple[int, ...] = PROBE_ROWS) -> int:

@@ -20,11 +20,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from .reporting import cpu_name, git_commit, median, write_section
+from .reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, write_section
 
 SECTION = "## Streaming: time to first audio"
 TEXT = "The quick brown fox jumps over the lazy dog. Speculative decoding lets the small model guess ahead."
@@ -111,8 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text", default=TEXT, help="text to race (default: two sentences)")
     parser.add_argument("--runs", type=int, default=3, help="measured races after the warm-up (default 3)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
-                        help="markdown file to write the section into ('-' prints it only)")
+    add_docs_argument(parser, "streaming")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -147,6 +145,6 @@ def main(args: argparse.Namespace) -> int:
     command = " ".join(part for part in (env, "python -m ssd_demo bench-stream", *sys.argv[2:]) if part)
     table = markdown(runs, command.strip(), meta)
     print(table)
-    if str(args.docs) != "-":
-        write_section(args.docs, SECTION, table)
+    if docs_target(args) is not None:
+        write_section(docs_target(args), SECTION, table)
     return 0

@@ -40,7 +40,8 @@ from .codec.metrics import mcd_dtw
 from .errors import InvalidSettingError, ModelLoadError
 from .evaluation import target_nll
 from .recognizer import Recognizer
-from .reporting import cpu_name, git_commit, median, paired_difference, write_section
+from .reporting import (add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference,
+                        write_section)
 from .static_cache import describe_kernels
 from .synthesis import synthesize_fastest
 from .text import check_text
@@ -318,8 +319,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed runs per setting and sentence (same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
-    parser.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"),
-                        help="markdown file whose speed-fidelity section is rewritten ('' to skip)")
+    add_docs_argument(parser, "speed-fidelity map (and the chart beside it)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -376,12 +376,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  PER {p.per:.3f}  MCD {p.mcd:6.2f}  "
               f"NLL {p.nll:.3f}"
               f"{'  *' if p.pareto else ''}")
-    if args.docs and str(args.docs) not in ("", "."):  # --docs '' skips (Path('') is '.')
+    docs = docs_target(args)
+    if docs is not None:
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
         reference_label = (f"{drafts[0]}: " if len(drafts) > 1 else "") + f"ssd beta={synth.config().beta:g}"
-        write_section(args.docs, SECTION, markdown(points, ar_row, command.strip(), meta, reference_label))
-        figure.savefig(args.docs.parent / "sweep_pareto.png", dpi=120)
-        print(f"updated {args.docs}")
+        write_section(docs, SECTION, markdown(points, ar_row, command.strip(), meta, reference_label))
+        figure.savefig(docs.parent / "sweep_pareto.png", dpi=120)
+        print(f"updated {docs}")
     return 0
 
 

@@ -146,3 +146,16 @@ def test_help_and_unknown_command(capsys):
     assert main([]) == 0
     assert main(["frobnicate"]) == 2
     assert "synth" in capsys.readouterr().out
+
+
+def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
+    from ssd_demo.benchmark import markdown_table
+
+    spec = {"alpha": 0.8, "cost_ratio_c": 0.08, "verify_ratio_v": 1.2, "measured_decode_speedup": 2.0,
+            "predicted_speedup_strict": 2.1, "predicted_speedup_classic": 2.5, "fraction_of_strict_prediction": 0.95}
+    row = {"method": "ar", "median_seconds": 1.0, "median_tokens": 128, "median_tokens_per_second": 128.0,
+           "speedup_vs_ar": 1.0}
+    text = markdown_table({"methods": [row], "speculative": spec})
+    assert "nan" not in text and "speculative: alpha 0.800" in text
+    assert "speculative vs hf_assisted: 1.30x; alpha" in markdown_table(
+        {"methods": [row], "speculative": spec, "speculative_vs_hf_assisted": 1.3})

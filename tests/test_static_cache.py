@@ -139,7 +139,7 @@ def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatc
     assert kernel_threshold(small) == (1 if torch.backends.mkldnn.is_available() else NEVER)
     assert StaticCacheLM(small, 8, pack=False)._onednn_from == NEVER  # nothing packed, nothing to choose
     monkeypatch.setenv("SSD_DEMO_MATMUL", "fast")
-    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL"):
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'fast'"):
         kernel_threshold(small)
 
 
@@ -155,9 +155,15 @@ def test_reports_name_the_kernels(monkeypatch):
     from ssd_demo.static_cache import describe_kernels
 
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
-    assert describe_kernels(model) == "BLAS matmuls"
+    assert describe_kernels(model) == "BLAS matmuls (too small a model to time the kernels)"
+    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
     monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 3)
-    assert describe_kernels(model) == "BLAS matmuls below 3 rows, oneDNN from 3"
+    assert describe_kernels(model) == "BLAS matmuls below 3 rows, oneDNN from 3 (the faster per row count, timed here)"
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "BLAS")  # any case
+    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: static_cache.NEVER)
+    assert describe_kernels(model) == "BLAS matmuls (set by SSD_DEMO_MATMUL)"
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "")  # set but empty: the default
+    assert static_cache.kernel_setting() == "auto"
     model.train()
     assert describe_kernels(model) == "the model's own matmuls"
 
@@ -165,8 +171,8 @@ def test_reports_name_the_kernels(monkeypatch):
 def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
     from ssd_demo.ui import build_demo
 
-    monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn ")
-    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'onednn '"):
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "one-dnn")
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'one-dnn'"):
         build_demo(load_default=False)
 
 

@@ -318,10 +318,10 @@ def test_the_comparison_shows_this_machines_costs_and_adaptive_k_uses_them(toy):
     assert comparison.config.verify_costs == costs.verify and comparison.config.cost_ratio == costs.draft
     text = app_logic.stats_markdown(comparison)
     assert "Calibrated here" in text and "Best K on this machine" in text
-    assert f"| Target's matmul kernels here (fastest per row count) | – | {costs.kernels} |" in text
+    assert f"| Target's matmul kernels here (rows = tokens per call) | {costs.kernels} | {costs.kernels} |" in text
     calibration = app_logic.details(comparison)["calibration"]
     assert 0 <= calibration["best_draft_len"] <= comparison.config.draft_len
-    assert calibration["kernels"] == costs.kernels == "BLAS matmuls"  # the toy's models are too small to probe
+    assert calibration["kernels"] == costs.kernels == "BLAS matmuls (too small a model to time the kernels)"
     fixed = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=3))
     assert fixed.config.verify_costs is None and fixed.costs is not None  # shown, not used, with fixed K
 

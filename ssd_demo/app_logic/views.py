@@ -81,7 +81,8 @@ def _calibration_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
     at_used = predicted_with(comparison.report.alpha, costs, used)  # same formula and costs, K as used
     return [
         ("Calibrated here: draft step c; verify of K = 1.. (target steps)", "–", f"{costs.draft:.3f}; {verify}"),
-        *([("Target's matmul kernels here (fastest per row count)", "–", costs.kernels)] if costs.kernels else []),
+        *([("Target's matmul kernels here (rows = tokens per call)", costs.kernels, costs.kernels)]
+          if costs.kernels else []),
         ("Best K on this machine (at this α; 0 = plain AR)", "–",
          f"{best_k}: predicted {best:.2f}× (K = {used}: {at_used:.2f}×)"),
     ]
@@ -141,7 +142,9 @@ TABLE_LEGEND = (
     "*predicted* speedups are the textbook formula (verifying K + 1 tokens as cheap as one step) and the strict "
     "one with the verify cost measured in this run: a measured speedup close to the strict prediction means no "
     "time is lost outside the model calls. *Calibrated here*: the same costs probed on this machine for "
-    "K = 1, 2, …, and the K they favour at this α."
+    "K = 1, 2, …, and the K they favour at this α (measured once per process: on a busy machine they drift). "
+    "*Matmul kernels*: which library multiplies the target's weights for a call of that many tokens (one for an "
+    "AR step, 5-8 for a verify), in both decoders; the faster one for each count is timed on this machine."
 )
 
 HEADS_NOTE = (" With **draft heads** there is no draft model: *draft calls* are steps of the heads, small blocks "
