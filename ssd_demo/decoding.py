@@ -48,7 +48,7 @@ from .rules import RULES, AcceptanceRule, Block, make_rule
 from .config import DecodingConfig
 from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores, sample
-from .static_cache import StaticCacheLM, supports as static_cache_supports
+from .static_cache import StaticCacheLM, serves as lean_forward_serves
 
 #: A next-token distribution that depends on the generated tokens (repetition-aware sampling):
 #: ([N, V] scores after the mask, each row's generated tokens) -> [N, V] probabilities. It must be a
@@ -506,9 +506,7 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidde
     the forward keeps the final hidden state of its logits rows (draft heads read it); the lean
     step always does, at no cost.
     """
-    if static_cache is None:
-        static_cache = os.environ.get("SSD_DEMO_STATIC_CACHE", "1") != "0"
-    if static_cache and static_cache_supports(model):
+    if lean_forward_serves(model, static_cache):
         return StaticCacheLM(model, capacity)
     return CachedLM(model, keep_hidden=keep_hidden)
 

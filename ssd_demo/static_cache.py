@@ -7,8 +7,9 @@ K draft steps and one verify call per round. This module runs the same weights t
 modules' maths (RMSNorm, rotary embedding, attention, gated MLP) in a few tensor operations, in the
 style of gpt-fast: preallocated key/value buffers, and rollback is just moving the position pointer.
 
-It serves the target as well as the draft, in both decoders, so our autoregressive baseline pays
-exactly what the verify call pays per layer and speedups over it stay honest. Logits match
+It serves the target as well as the draft, in both decoders, so our autoregressive baseline runs the
+same code as the verify call, each call on the matmul kernel timed fastest here for its row count
+(`kernel_choice`), and speedups over it stay honest. Logits match
 transformers' to float rounding (tests check it); exactness of speculative sampling never depends
 on it, since acceptance uses the probabilities each model actually produced. Models it does not
 support (other architectures, sliding windows, training mode) go through transformers' own
@@ -51,7 +52,7 @@ def supports(model) -> bool:
     )
 
 
-# Packed weights cost two more copies of the model (the BLAS and the oneDNN layout), so they are built only
+# Packed weights cost one more copy of the model (two while oneDNN serves some calls), so they are built only
 # for CPU models up to this size (the small models whose decode steps are dominated by how each matmul is
 # called; 1.2 GB a copy at the limit in float32).
 PACK_MAX_PARAMETERS = 300_000_000
@@ -66,28 +67,28 @@ NEVER = 1 << 30  # a row count no call reaches
 
 @dataclass
 class _Linear:
-    """One projection, packed twice: [in, out] for the BLAS matmul, and oneDNN's own blocked layout.
+    """One projection packed for the BLAS matmul ([in, out]) and, on demand, in oneDNN's blocked layout.
 
-    Why two: on a CPU whose BLAS is tuned for one row (a decode step) but slow for the 4-16 rows of a
-    verify call, oneDNN's packed matmul can be much faster there (AMD EPYC, one thread: a 12 x 256
-    Llama's 8-token verify 1.56 -> 1.42 AR steps), and slower for one row. Which kernel serves which
-    row count is measured per machine (`kernel_threshold`), so the AR baseline gets the faster kernel too.
+    Why two: on a CPU whose BLAS is tuned for one row (a decode step) but slow for the 3-16 rows of a
+    verify call, oneDNN's packed matmul can be faster there (AMD EPYC, one thread: a 12 x 256 Llama's
+    5-token verify 9.5 -> 7.6 ms), and slower for one or two rows. Which kernel serves which row count is
+    measured per machine (`kernel_choice`), so the AR baseline gets the faster kernel too. The oneDNN copy
+    is a third copy of the weights, so it exists only while some calls use it.
     """
 
     weight_t: torch.Tensor  # [in, out]
     bias: torch.Tensor | None
-    onednn: torch.Tensor | None  # oneDNN-packed [out, in]; None where oneDNN is not available
+    onednn: torch.Tensor | None = None  # oneDNN-packed [out, in], while some calls use it
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "_Linear":
         weight = weight.detach()
-        onednn = None
-        if torch.backends.mkldnn.is_available() and weight.dtype == torch.float32:
-            try:
-                onednn = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
-            except (AttributeError, RuntimeError) as error:  # a build whose oneDNN lacks the op: BLAS only
-                log.info("no oneDNN packing here (%s): BLAS serves every call", error)
-        return cls(weight.T.contiguous(), None if bias is None else bias.detach(), onednn)
+        return cls(weight.T.contiguous(), None if bias is None else bias.detach())
+
+    def pack_onednn(self) -> None:
+        """Build the oneDNN copy (raises RuntimeError / AttributeError where this build's oneDNN cannot)."""
+        if self.onednn is None:
+            self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.T.contiguous())
 
     def __call__(self, x: torch.Tensor, onednn_from: int) -> torch.Tensor:
         """x [n, in] -> [n, out], through oneDNN when n >= onednn_from."""
@@ -154,9 +155,16 @@ def packed_weights(model) -> tuple[list[_PackedLayer], _Linear] | None:
     return cached[1]
 
 
-# model -> {(fingerprint, threads): rows from which oneDNN serves}; measured once per model and thread count.
-_THRESHOLDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_PROBE_LOCK = threading.Lock()
+#: "0" turns the lean forward off everywhere (`decoding.cached_lm` then uses transformers' own forward).
+STATIC_CACHE_ENV = "SSD_DEMO_STATIC_CACHE"
+
+
+def serves(model, static_cache: bool | None = None) -> bool:
+    """Whether `decoding.cached_lm` runs this model through the lean forward (`static_cache=None`: as
+    `SSD_DEMO_STATIC_CACHE` says)."""
+    if static_cache is None:
+        static_cache = os.environ.get(STATIC_CACHE_ENV, "1") != "0"
+    return static_cache and isinstance(getattr(model, "config", None), PreTrainedConfig) and supports(model)
 
 
 def kernel_setting() -> str:
@@ -168,63 +176,129 @@ def kernel_setting() -> str:
     return choice
 
 
-def kernel_threshold(model) -> int:
-    """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always).
+@dataclass(frozen=True)
+class KernelChoice:
+    """Which matmul serves a model's lean forward calls here, and how that was decided (for reports)."""
 
-    `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes the choice; by default ("auto") it is measured on this
-    machine once per model, weights and thread count (`measure_kernel_threshold`, 1-2 s for a 10 M-parameter
-    model); models under `PROBE_MIN_PARAMETERS` keep BLAS.
+    onednn_from: int  # calls with at least this many rows use oneDNN (`NEVER`: BLAS serves every call)
+    why: str
+
+    def describe(self) -> str:
+        if self.onednn_from == NEVER:
+            kernels = "BLAS matmuls"
+        elif self.onednn_from == 1:
+            kernels = "oneDNN matmuls"
+        else:
+            kernels = f"BLAS matmuls below {self.onednn_from} rows, oneDNN from {self.onednn_from}"
+        return f"{kernels} ({self.why})"
+
+
+# model -> {(threads, dtype): probed switch point}; timing depends on the shapes, not on the weights' values.
+_PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PROBE_LOCK = threading.Lock()
+
+
+def _linears(packed: tuple[list[_PackedLayer], _Linear]) -> list[_Linear]:
+    layers, head = packed
+    return [linear for layer in layers for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [head]
+
+
+def _onednn_copies(packed: tuple[list[_PackedLayer], _Linear], wanted: bool) -> bool:
+    """Build (`wanted`) or drop the oneDNN copies of packed weights; False where this oneDNN cannot pack them."""
+    linears = _linears(packed)
+    if not wanted:
+        for linear in linears:
+            linear.onednn = None
+        return False
+    try:
+        for linear in linears:
+            linear.pack_onednn()
+    except (AttributeError, RuntimeError) as error:  # a build whose oneDNN lacks the op or the shape
+        log.warning("oneDNN could not pack the weights here (%s): BLAS serves every call", error)
+        _onednn_copies(packed, wanted=False)
+        return False
+    return True
+
+
+def _onednn_usable(model) -> str | None:
+    """None where oneDNN can serve this model's matmuls here, else why not."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return "no oneDNN in this torch build, or torch.backends.mkldnn disabled"
+    if model.lm_head.weight.dtype != torch.float32:
+        return f"{model.lm_head.weight.dtype} weights: oneDNN is used for float32 only"
+    return None
+
+
+def kernel_choice(model) -> KernelChoice:
+    """Which kernel serves which calls of this model's lean forward, on this machine.
+
+    `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes it; by default ("auto") it is timed here once per model,
+    thread count and dtype (`measure_kernel_threshold`: 1-2 s for a 10 M-parameter model, fewer repeats
+    for big ones); models under `PROBE_MIN_PARAMETERS` keep BLAS. Any oneDNN failure means BLAS, said so.
+    The oneDNN copies of the weights exist only while the choice uses them.
     """
-    choice = kernel_setting()
+    setting = kernel_setting()
     packed = packed_weights(model)
-    if choice == "blas" or packed is None or packed[1].onednn is None:
-        return NEVER
-    if choice == "onednn":
-        return 1
-    if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
-        return NEVER
-    key = (_fingerprint(model), torch.get_num_threads())
-    with _PROBE_LOCK:
-        per_model = _THRESHOLDS.setdefault(model, {})
-        if key not in per_model:
-            try:
-                per_model[key] = measure_kernel_threshold(model)
-            except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS, as before the probe
-                log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
-                per_model[key] = NEVER
-        return per_model[key]
+    if packed is None:
+        return KernelChoice(NEVER, "no packed weights for this model: its own matmuls")
+    unusable = _onednn_usable(model)
+    parameters = sum(p.numel() for p in model.parameters())
+    if setting == "blas":
+        choice = KernelChoice(NEVER, f"set by {KERNEL_ENV}")
+    elif unusable:
+        choice = KernelChoice(NEVER, unusable)
+    elif setting == "onednn":
+        choice = KernelChoice(1, f"set by {KERNEL_ENV}")
+    elif parameters < PROBE_MIN_PARAMETERS:
+        choice = KernelChoice(NEVER, "too small a model to time the kernels")
+    else:
+        key = (torch.get_num_threads(), model.lm_head.weight.dtype)
+        with _PROBE_LOCK:
+            per_model = _PROBED.setdefault(model, {})
+            if key not in per_model:
+                try:
+                    per_model[key] = KernelChoice(
+                        measure_kernel_threshold(model, repeats=7 if parameters < 50_000_000 else 3),
+                        "the faster per row count, timed here")
+                except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS
+                    log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
+                    per_model[key] = KernelChoice(NEVER, "oneDNN failed here")
+            choice = per_model[key]
+    if choice.onednn_from != NEVER and not _onednn_copies(packed, wanted=True):
+        return KernelChoice(NEVER, "oneDNN could not pack the weights here")
+    if choice.onednn_from == NEVER:
+        _onednn_copies(packed, wanted=False)
+    return choice
 
 
-def prepare_kernels(*models) -> None:
+def kernel_threshold(model) -> int:
+    """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always)."""
+    return kernel_choice(model).onednn_from
+
+
+def prepare_kernels(*models, static_cache: bool | None = None) -> None:
     """Run the kernel probe now for the models the lean forward will serve, so that no timed call pays for
     it (a no-op once measured; models it does not serve are skipped)."""
     for model in models:
-        if isinstance(getattr(model, "config", None), PreTrainedConfig) and supports(model):
-            kernel_threshold(model)
+        if serves(model, static_cache):
+            kernel_choice(model)
 
 
-def describe_kernels(model) -> str:
+def describe_kernels(model, static_cache: bool | None = None) -> str:
     """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports."""
-    if not supports(model) or packed_weights(model) is None:
-        return "the model's own matmuls"
-    threshold = kernel_threshold(model)
-    if threshold == NEVER:
-        described = "BLAS matmuls"
-    elif threshold == 1:
-        described = "oneDNN matmuls"
-    else:
-        described = f"BLAS matmuls below {threshold} rows, oneDNN from {threshold}"
-    if kernel_setting() != "auto":
-        return f"{described} (set by {KERNEL_ENV})"
-    if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
-        return f"{described} (too small a model to time the kernels)"
-    return f"{described} (the faster per row count, timed here)"
+    if not serves(model, static_cache):
+        return "transformers' own forward" if isinstance(getattr(model, "config", None), PreTrainedConfig) else (
+            "its own forward")
+    return kernel_choice(model).describe()
 
 
 def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: tuple[int, ...] = PROBE_ROWS) -> int:
     """Time the model's forward over 1..16 new tokens (after `context` cached ones) with each kernel,
     interleaved so that a machine slowing down slows both, and pick the switch point from the medians
-    (`threshold_from`)."""
+    (`threshold_from`). Raises RuntimeError where oneDNN cannot pack or run this model here."""
+    packed = packed_weights(model)
+    if packed is None or not _onednn_copies(packed, wanted=True):
+        raise RuntimeError("no oneDNN copy of the weights to time")
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (context + max(rows),), generator=torch.Generator().manual_seed(0))
     lms = {kernel: StaticCacheLM(model, context + max(rows), onednn_from=kernel) for kernel in (NEVER, 1)}
@@ -273,8 +347,11 @@ class StaticCacheLM:
         self._head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self._packed = packed_weights(model) if pack else None
         # Calls with at least this many rows use the oneDNN kernel (None: as measured for this machine).
-        self._onednn_from = NEVER if self._packed is None else (
-            kernel_threshold(model) if onednn_from is None else onednn_from)
+        self._onednn_from = NEVER
+        if self._packed is not None:
+            wanted = kernel_threshold(model) if onednn_from is None else onednn_from
+            if wanted == NEVER or _onednn_copies(self._packed, wanted=True):  # (a no-op when they are there)
+                self._onednn_from = wanted
         # Rotary tables depend on the position only (unless the scaling adapts to the sequence length, as
         # "dynamic" rope does), so they are computed once per capacity instead of once per call.
         self._static_rope = getattr(core.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES

@@ -8,6 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("SSD_DEMO_DATA_DIR", tempfile.mkdtemp(prefix="ssd-demo-test-data-"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# Settings a developer may have exported for the app would change which code the tests run.
+for _setting in ("SSD_DEMO_MATMUL", "SSD_DEMO_STATIC_CACHE"):
+    os.environ.pop(_setting, None)
 
 import torch  # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, compare_runs, predicted_speedup, speculative_generate
-from tiny_models import tiny_llama, with_logit_bias
+from tiny_models import onednn_call_rows, tiny_llama, with_logit_bias
 
 PROMPT = torch.tensor([[3, 1, 4, 1, 5]])
 VOCAB = 32
@@ -51,10 +51,14 @@ def test_greedy_equality_holds_with_verify_calls_on_onednn(target, unrelated, dr
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
     monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)  # one-row steps stay on BLAS
+    onednn_rows = onednn_call_rows(monkeypatch)
     config = greedy(draft_len=draft_len)
     reference = autoregressive_generate(target, PROMPT, config).tokens
+    assert onednn_rows and min(onednn_rows) >= 2  # the prompt's prefill (one-row steps: BLAS)
+    onednn_rows.clear()
     assert speculative_generate(target, unrelated, PROMPT, config).tokens == reference
     assert speculative_generate(target, target, PROMPT, config).tokens == reference
+    assert draft_len + 1 in onednn_rows  # verify calls ran on oneDNN
 
 
 def test_all_rejected_still_exact(target):

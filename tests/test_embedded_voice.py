@@ -8,6 +8,7 @@ from ssd_demo import Backend, TextError
 from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
 from ssd_demo.text import check_text
 from ssd_demo.training.corpus import build_corpus
+from tiny_models import onednn_call_rows
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
 
@@ -167,6 +168,7 @@ def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kern
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
     monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)
+    onednn_rows = onednn_call_rows(monkeypatch)
     config = _config(synth, temperature=0.0)
     ar = synth.synthesize(UNSEEN, mode="ar", config=config)
     assert ar.generation.stats.finish_reason == "eos"
@@ -174,3 +176,4 @@ def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kern
         spec = synth.synthesize(UNSEEN, mode="speculative", config=config, draft=draft)
         assert spec.generation.tokens == ar.generation.tokens, draft
         assert spec.generation.stats.accepted_tokens > 0
+    assert onednn_rows and min(onednn_rows) >= 2 and max(onednn_rows) >= 5  # verify calls ran on oneDNN

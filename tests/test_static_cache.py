@@ -6,7 +6,7 @@ import torch
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.decoding import CachedLM, cached_lm
 from ssd_demo.static_cache import StaticCacheLM, supports
-from tiny_models import check_same_logits, tiny_llama
+from tiny_models import check_same_logits, onednn_call_rows, tiny_llama
 
 
 def test_same_logits_as_transformers_through_prefill_steps_rollback_and_growth():
@@ -103,13 +103,21 @@ def test_scaled_rotary_embeddings_match_transformers(rope):
         assert torch.allclose(expected, lean.forward(sequence[begin:end], last_only=last), atol=1e-5), (rope, begin)
 
 
-def test_onednn_kernel_computes_what_transformers_computes():
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+@needs_onednn
+def test_onednn_kernel_computes_what_transformers_computes(monkeypatch):
     model = _llama_with_biases(seed=9)
     sequence = list(range(2, 32))
     steps = [(0, 7, False), (7, 8, True), ("cut", 5), (5, 13, False), (13, 30, True)]
+    onednn_rows = onednn_call_rows(monkeypatch)
     for onednn_from in (1, 4):  # every call, or only the multi-row ones
+        onednn_rows.clear()
         check_same_logits(CachedLM(model), StaticCacheLM(model, capacity=8, onednn_from=onednn_from), sequence,
                           steps, atol=1e-5)
+        assert onednn_rows and min(onednn_rows) >= onednn_from  # it did run, and only from that row count
+        assert (1 in onednn_rows) == (onednn_from == 1)
 
 
 def test_kernel_threshold_is_the_switch_point_that_costs_least():
@@ -124,48 +132,99 @@ def test_kernel_threshold_is_the_switch_point_that_costs_least():
     assert threshold_from({1: (1.0, 1.0), 4: (1.2, 1.2)}) == NEVER  # a tie keeps BLAS
 
 
+def _onednn_copies_of(model) -> list:
+    from ssd_demo.static_cache import _linears, packed_weights
+
+    return [linear.onednn for linear in _linears(packed_weights(model))]
+
+
+@needs_onednn
 def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatch):
     from ssd_demo import static_cache
-    from ssd_demo.static_cache import NEVER, kernel_threshold
+    from ssd_demo.static_cache import NEVER, kernel_choice, kernel_threshold
 
     small = tiny_llama(seed=4, vocab=40, layers=1, width=16)
-    assert kernel_threshold(small) == NEVER  # no probe: under PROBE_MIN_PARAMETERS
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model: 5)
+    assert kernel_choice(small) == static_cache.KernelChoice(NEVER, "too small a model to time the kernels")
+    assert all(copy is None for copy in _onednn_copies_of(small))  # no third copy of weights nobody uses
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model, repeats: 5)
     monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
     assert kernel_threshold(small) == 5 and StaticCacheLM(small, 8)._onednn_from == 5
+    assert all(copy is not None for copy in _onednn_copies_of(small))
     monkeypatch.setenv("SSD_DEMO_MATMUL", "blas")
-    assert kernel_threshold(small) == NEVER
+    assert kernel_choice(small) == static_cache.KernelChoice(NEVER, "set by SSD_DEMO_MATMUL")
+    assert all(copy is None for copy in _onednn_copies_of(small))  # dropped once nothing uses them
     monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
-    assert kernel_threshold(small) == (1 if torch.backends.mkldnn.is_available() else NEVER)
+    assert kernel_threshold(small) == 1
     assert StaticCacheLM(small, 8, pack=False)._onednn_from == NEVER  # nothing packed, nothing to choose
     monkeypatch.setenv("SSD_DEMO_MATMUL", "fast")
     with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'fast'"):
         kernel_threshold(small)
 
 
-def test_kernel_probe_runs_on_a_real_model():
-    from ssd_demo.static_cache import NEVER, PROBE_ROWS, measure_kernel_threshold
+@needs_onednn
+def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
+    from ssd_demo import static_cache
+    from ssd_demo.static_cache import NEVER, kernel_choice
+
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
+    model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert kernel_choice(model).onednn_from == NEVER and "disabled" in kernel_choice(model).why
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
+
+    def cannot_pack(self):
+        raise RuntimeError("unsupported layout")
+
+    monkeypatch.setattr(static_cache._Linear, "pack_onednn", cannot_pack)
+    assert kernel_choice(model) == static_cache.KernelChoice(NEVER, "oneDNN could not pack the weights here")
+    assert "BLAS matmuls (oneDNN could not pack" in static_cache.describe_kernels(model)
+    half = tiny_llama(seed=4, vocab=40, layers=1, width=16).to(torch.bfloat16)
+    assert "float32 only" in kernel_choice(half).why
+
+
+@needs_onednn
+def test_kernel_probe_runs_on_a_real_model_once_and_leaves_the_random_state_alone(monkeypatch):
+    from ssd_demo import static_cache
+    from ssd_demo.static_cache import NEVER, PROBE_ROWS, kernel_choice, measure_kernel_threshold
 
     model = tiny_llama(seed=4, vocab=40, layers=2, width=32)
     assert measure_kernel_threshold(model, context=8, repeats=1) in (*PROBE_ROWS, NEVER)
+    probes = []
+    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold",
+                        lambda model, repeats: probes.append(model) or measure_kernel_threshold(model, 8, 1))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = kernel_choice(model)
+    assert torch.equal(torch.rand(3), expected)  # the probe's random tokens come from its own generator
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.0)  # weights updated in place: the timing stands
+    assert kernel_choice(model) == first and probes == [model]
+    torch.set_num_threads(2)
+    kernel_choice(model)
+    assert probes == [model, model]  # another thread count: timed again
 
 
 def test_reports_name_the_kernels(monkeypatch):
     from ssd_demo import static_cache
-    from ssd_demo.static_cache import describe_kernels
+    from ssd_demo.static_cache import KernelChoice, describe_kernels
 
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     assert describe_kernels(model) == "BLAS matmuls (too small a model to time the kernels)"
-    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 3)
-    assert describe_kernels(model) == "BLAS matmuls below 3 rows, oneDNN from 3 (the faster per row count, timed here)"
+    assert KernelChoice(3, "the faster per row count, timed here").describe() == (
+        "BLAS matmuls below 3 rows, oneDNN from 3 (the faster per row count, timed here)")
+    assert KernelChoice(1, "set by SSD_DEMO_MATMUL").describe() == "oneDNN matmuls (set by SSD_DEMO_MATMUL)"
     monkeypatch.setenv("SSD_DEMO_MATMUL", "BLAS")  # any case
-    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: static_cache.NEVER)
     assert describe_kernels(model) == "BLAS matmuls (set by SSD_DEMO_MATMUL)"
     monkeypatch.setenv("SSD_DEMO_MATMUL", "")  # set but empty: the default
     assert static_cache.kernel_setting() == "auto"
+    assert describe_kernels(model, static_cache=False) == "transformers' own forward"
+    monkeypatch.setenv("SSD_DEMO_STATIC_CACHE", "0")
+    assert describe_kernels(model) == "transformers' own forward"
+    monkeypatch.delenv("SSD_DEMO_STATIC_CACHE")
     model.train()
-    assert describe_kernels(model) == "the model's own matmuls"
+    assert describe_kernels(model) == "transformers' own forward"
 
 
 def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
@@ -183,24 +242,28 @@ def test_the_probe_runs_before_the_timed_call(monkeypatch):
 
     probed = []
     monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model: probed.append(model) or 2)
+    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model, repeats: probed.append(model) or 2)
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     prepare_kernels(model, DraftHeads(HeadsConfig(hidden=16, inner=8)), object())  # heads: not a model it serves
     assert probed == [model]
     prepare_kernels(model)
     assert probed == [model]  # measured once
+    other = tiny_llama(seed=5, vocab=40, layers=1, width=16)
+    prepare_kernels(other, static_cache=False)
+    assert probed == [model]  # transformers' forward serves it: nothing to time
 
 
 def test_a_failing_onednn_falls_back_to_blas(monkeypatch):
     from ssd_demo import static_cache
     from ssd_demo.static_cache import NEVER, kernel_threshold
 
-    def broken(model):
+    def broken(model, repeats):
         raise RuntimeError("could not create a primitive")
 
     monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
     monkeypatch.setattr(static_cache, "measure_kernel_threshold", broken)
     model = tiny_llama(seed=7, vocab=40, layers=1, width=16)
     assert kernel_threshold(model) == NEVER
+    assert static_cache.describe_kernels(model) == "BLAS matmuls (oneDNN failed here)"
     lm = StaticCacheLM(model, 8)
     assert torch.allclose(lm.forward([1, 2, 3]), CachedLM(model).forward([1, 2, 3]), atol=1e-5)

@@ -56,3 +56,15 @@ def check_same_logits(reference, lean, sequence: list[int], steps, atol: float, 
         assert reference.length == lean.length == end
         peak = max(peak, expected.abs().max().item())
     return peak
+
+
+def onednn_call_rows(monkeypatch) -> list[int]:
+    """Rows of every call that reaches oneDNN's packed matmul from now on (so a test knows it ran)."""
+    rows, real = [], torch.ops.mkldnn._linear_pointwise
+
+    def spy(x, *args):
+        rows.append(x.shape[0])
+        return real(x, *args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    return rows

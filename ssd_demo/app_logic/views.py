@@ -144,7 +144,8 @@ TABLE_LEGEND = (
     "time is lost outside the model calls. *Calibrated here*: the same costs probed on this machine for "
     "K = 1, 2, …, and the K they favour at this α (measured once per process: on a busy machine they drift). "
     "*Matmul kernels*: which library multiplies the target's weights for a call of that many tokens (one for an "
-    "AR step, 5-8 for a verify), in both decoders; the faster one for each count is timed on this machine."
+    "AR step, 5-8 for a verify), in both decoders, and how that was decided (timed on this machine, set by "
+    "`SSD_DEMO_MATMUL`, or the only one available)."
 )
 
 HEADS_NOTE = (" With **draft heads** there is no draft model: *draft calls* are steps of the heads, small blocks "
