@@ -30,15 +30,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 from tqdm import tqdm
+from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from .calibration import calibrated_costs
 from .config import DecodingConfig
 from .decoding import autoregressive_generate, speculative_generate
 from .reporting import git_commit
-from .static_cache import describe_kernels
 from .results import compare_runs
+from .static_cache import describe_kernels
 
 METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
            "speculative_transformers")

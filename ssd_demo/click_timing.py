@@ -107,7 +107,8 @@ def main(args: argparse.Namespace) -> int:
     command = ("python -m ssd_demo clicks " + " ".join(sys.argv[2:])).strip()
     text = markdown(clicks, command, meta)
     print(text)
-    if docs_target(args) is not None:
-        write_section(docs_target(args), SECTION, text)
-        print(f"updated {docs_target(args)}")
+    docs = docs_target(args)
+    if docs is not None:
+        write_section(docs, SECTION, text)
+        print(f"updated {docs}")
     return 0

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import soundfile as sf
@@ -114,10 +115,11 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
 
 
 @needs_voice
-def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys):
+def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sweep"
-    assert main(["sweep", "--sentences", "1", "--rules", "exact-adaptive", "--threads", "1", "--out", str(out),
-                 "--docs", ""]) == 0
+    monkeypatch.chdir(tmp_path)  # where a default docs path would land
+    assert main(["sweep", "--sentences", "1", "--rules", "exact-adaptive", "--threads", "1", "--out", str(out)]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sweep"]  # no --docs: no docs written
     points = json.loads((out / "sweep.json").read_text())["points"]
     assert [p["rule"] for p in points] == ["exact-adaptive"] and points[0]["lm_speedup"] > 0
     # several drafts on one map: every setting runs with each, labelled by its draft
@@ -140,6 +142,21 @@ def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     assert "old numbers" not in text and "| first click" in text and "| LM speedup shown on the page |" in text
     assert main(["clicks", "--clicks", "1", "--docs", ""]) == 2  # the first click alone says nothing
     assert "at least 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["eval", "sweep", "clicks", "bench-stream"])
+def test_commands_rewrite_docs_only_when_asked(command):
+    # A run on another machine or with other settings must not replace the recorded numbers by accident.
+    import argparse
+    import importlib
+
+    from ssd_demo.__main__ import SUBCOMMANDS
+    from ssd_demo.reporting import docs_target
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
+    assert docs_target(parser.parse_args([])) is None
+    assert docs_target(parser.parse_args(["--docs", "docs/benchmarks.md"])) == Path("docs/benchmarks.md")
 
 
 def test_help_and_unknown_command(capsys):
