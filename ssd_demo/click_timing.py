@@ -103,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as directory:
         clicks = time_clicks(args.preset, args.clicks, texts, Path(directory))
     meta = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} torch threads"}
+            "machine": f"{platform.machine()} CPU, torch threads: {torch.get_num_threads()}"}
     command = ("python -m ssd_demo clicks " + " ".join(sys.argv[2:])).strip()
     text = markdown(clicks, command, meta)
     print(text)

@@ -232,7 +232,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "per_text": rows,
         "floor_per": floor_per,
         "floor_mcd": floor_mcd,
-        "machine": f"{cpu_name()}, {args.threads} torch threads, torch {torch.__version__}, "
+        "machine": f"{cpu_name()}, torch threads: {args.threads}, torch {torch.__version__}, "
                    f"{describe_kernels(synth.target)}",
         "repeats": repeats,
         "commit": git_commit(),

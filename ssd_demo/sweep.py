@@ -365,7 +365,7 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{cpu_name()}, {args.threads} torch threads, {describe_kernels(synth.target)}",
+        "machine": f"{cpu_name()}, torch threads: {args.threads}, {describe_kernels(synth.target)}",
         "sentences": len(sentences),
         "repeats": args.repeats, "drafts": drafts,
     }
