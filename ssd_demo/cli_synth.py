@@ -79,12 +79,19 @@ def main(args: argparse.Namespace) -> int:
     if (args.text is None) == (args.text_file is None):
         raise ValueError("give the text either as an argument or with --text-file (one of them)")
     if args.text_file is not None:
+        if args.text_file.is_dir():
+            raise ValueError(f"--text-file {args.text_file} is a folder: give the path of a UTF-8 text file")
         if not args.text_file.is_file():
             raise FileNotFoundError(f"--text-file {args.text_file} does not exist")
         try:
             args.text = args.text_file.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise ValueError(f"--text-file {args.text_file} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
+    # checked before the synthesis, which can take a minute: it must not end in a failed write
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'out.wav'}")
+    if args.out.suffix and args.out.suffix.lower() != ".wav":
+        raise ValueError(f"--out writes a WAV file: give a name ending in .wav, got {args.out}")
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
@@ -106,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
                                     voice_prompt=voice_prompt)
     pcm = np.clip(result.audio, -1.0, 1.0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, subtype="PCM_16")
+    sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, format="WAV", subtype="PCM_16")
     stats = result.generation.stats
     chunks = f" in {len(result.chunks)} chunks" if len(result.chunks) > 1 else ""
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio{chunks}, {stats.sampled_tokens} tokens, "
@@ -117,5 +124,5 @@ def main(args: argparse.Namespace) -> int:
               "the audio may be cut off", file=sys.stderr)
     left_out = synthesizer.left_out(args.text)
     if left_out:
-        print(f"note: not spoken: {left_out} (letters of other scripts are left out)", file=sys.stderr)
+        print(f"note: not spoken: {left_out} (letters of other scripts and emoji are left out)", file=sys.stderr)
     return 0

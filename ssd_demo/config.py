@@ -68,8 +68,8 @@ class DecodingConfig:
             fail(f"draft_len must be an integer >= 1, got {self.draft_len!r}")
         if self.draft_len > 64:
             fail(f"draft_len must be at most 64, got {self.draft_len}")
-        if not self.beta >= 0:  # also rejects NaN
-            fail(f"beta must be >= 0, got {self.beta!r}")
+        if not 0 <= self.beta <= 1:  # also rejects NaN; 1 already keeps every drafted token
+            fail(f"beta must be between 0 and 1 (1 keeps every drafted token), got {self.beta!r}")
         if not self.temperature >= 0 or self.temperature == float("inf"):
             fail(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:

@@ -82,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("runs/eval"))
+    parser.add_argument("--out", type=Path, default=Path("runs/eval"),
+                        help="folder for eval.json and eval.md (default runs/eval)")
     add_docs_argument(parser, "'Embedded voice evaluation'")
 
 
@@ -126,7 +127,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             raise ValueError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
         items = [(bucket, text) for bucket, text in items if bucket in wanted]
     if len(items) < 2:
-        raise ValueError("the evaluation needs at least two texts")
+        raise ValueError(f"the evaluation needs at least two texts, got {len(items)}: raise --per-bucket or "
+                         "choose more --buckets")
     betas = [float(b) for b in args.betas.split(",") if b.strip()]
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
     base = synth.config(seed=args.seed)

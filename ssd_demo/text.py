@@ -2,7 +2,7 @@
 
 1. `clean_text`: Unicode NFC, control characters (NUL included) become spaces, whitespace collapses;
    text with no Latin letter or digit is refused (the voice speaks English only); letters of scripts
-   the English voice can only name ("Chinese letter") are left out, and `left_out` says which.
+   the English voice can only name ("Chinese letter") and emoji are left out, and `left_out` says which.
 2. `normalize_text`: money, decimals, clock times and abbreviations with inner dots are spelled
    out, so that a dot inside "12.50" or "Dr." is never read as the end of a sentence.
 3. `split_text`: sentences, then phrases at , ; : and dashes, then balanced word groups, until
@@ -136,7 +136,8 @@ def clean_text(text: str) -> str:
 
 
 def _marked(text: str):
-    """(character, left out?) pairs: a letter of another script, and the vowel signs and accents on it."""
+    """(character, left out?) pairs: a letter of another script or an emoji, and the marks on it (vowel signs,
+    accents, emoji variation selectors)."""
     dropping = False
     for ch in text:
         if unicodedata.category(ch).startswith("M"):
@@ -150,18 +151,25 @@ def _marked(text: str):
 READABLE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC")
 
 
+#: Pictograph blocks (emoji, their skin tones and flags, dingbats, miscellaneous symbols).
+EMOJI_BLOCKS = ((0x2600, 0x27BF), (0x2B00, 0x2BFF), (0x1F000, 0x1FAFF))
+
+
 def _unreadable(ch: str) -> bool:
     """A letter of another script (CJK, kana, Arabic, Hebrew, Thai, ...): eSpeak's English voice would say
     "Chinese letter" or "Hebrew shin" for it, or switch language mid-sentence, so it is left out. Judged on
     its compatibility form, so that "µ" (Greek mu), "ℓ" or bold maths letters count as what they look like;
-    modifier letters ("ʻ" in Hawaiʻi, "ʼ") are punctuation-like and stay."""
+    modifier letters ("ʻ" in Hawaiʻi, "ʼ") are punctuation-like and stay. Emoji go too: eSpeak reads 😀
+    as "grinning face" and 🍕 as "pizza", in the middle of the sentence."""
+    if unicodedata.category(ch) in ("So", "Sk") and any(low <= ord(ch) <= high for low, high in EMOJI_BLOCKS):
+        return True
     if not ch.isalpha() or unicodedata.category(ch) == "Lm":
         return False
     return not unicodedata.name(unicodedata.normalize("NFKC", ch)[0], "").startswith(READABLE_SCRIPTS)
 
 
 def left_out(text: str) -> str:
-    """The distinct letters (with their marks) `clean_text` leaves out of `text`, in order ("" when none)."""
+    """The distinct letters and emoji (with their marks) `clean_text` leaves out of `text`, in order ("" when none)."""
     return "".join(dict.fromkeys(ch for ch, dropped in _marked(unicodedata.normalize("NFC", text)) if dropped))
 
 

@@ -46,11 +46,15 @@ def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     (["synth", "   "], "empty"),
     (["synth", "Hello.", "--beta", "-1"], "beta"),
     (["synth", "Hello.", "--preset", "nope"], "unknown preset"),
+    (["synth", "Hello.", "--beta", "5"], "beta must be between 0 and 1"),
+    (["synth", "--text-file", "/"], "is a folder"),
+    (["synth", "Hello.", "--out", "/tmp"], "is a folder"),
+    (["synth", "Hello.", "--out", "hello.mp3"], "ending in .wav"),
 ])
 def test_bad_input_exits_2_with_a_message(argv, message, capsys):
     if "--preset" not in argv and not (DEFAULT_PATH / "voice.json").exists():
         pytest.skip("embedded voice not shipped")
-    assert main(argv + ["--out", "/dev/null"]) == 2
+    assert main(argv + ([] if "--out" in argv else ["--out", "/dev/null"])) == 2
     assert message in capsys.readouterr().err.lower()
 
 

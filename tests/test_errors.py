@@ -21,7 +21,7 @@ def test_every_user_error_is_a_value_error_with_its_own_title():
 
 
 def test_the_modules_raise_the_kinds():
-    with pytest.raises(errors.InvalidSettingError, match="^Invalid decoding setting: beta must be >= 0"):
+    with pytest.raises(errors.InvalidSettingError, match="^Invalid decoding setting: beta must be between 0 and 1"):
         DecodingConfig(beta=-1.0)
     with pytest.raises(errors.InvalidSettingError, match="seed"):
         resolve_seed(1.5, randomize=False)

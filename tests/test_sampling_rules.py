@@ -51,7 +51,7 @@ def test_exact_and_tolerance_acceptance_and_residual():
     ssd = make_rule(DecodingConfig(beta=0.3))
     assert torch.allclose(ssd.accept_probability(block), torch.tensor([0.8, 0.8]))
     assert torch.allclose(ssd.expected_acceptance(block), torch.tensor([0.8, 0.84]))
-    assert torch.allclose(make_rule(DecodingConfig(beta=2.0)).accept_probability(block), torch.ones(2))
+    assert torch.allclose(make_rule(DecodingConfig(beta=1.0)).accept_probability(block), torch.ones(2))
     # Identical distributions leave an all-zero residual: fall back to q instead of dividing by zero.
     same = _block([[0.5, 0.5, 0.0]], [[0.5, 0.5, 0.0], [1, 0, 0]], [0])
     assert torch.allclose(exact.residual(same, 0), torch.tensor([0.5, 0.5, 0.0]))

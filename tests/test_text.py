@@ -62,6 +62,10 @@ def test_letters_of_scripts_the_voice_would_only_name_are_left_out_and_reported(
     assert text.left_out("Hello 你好 world, 你 שלום") == "你好שלום"
     assert text.clean_text("alpha α, Moscow Москва") == "alpha α, Moscow Москва"  # named / spelled: kept
     assert text.left_out("plain English") == ""
+    # emoji too (eSpeak reads them by name: "grinning face"), with their variation selectors and skin tones
+    assert text.clean_text("I love pizza 🍕 and ☀️ days 👍🏽 😀!") == "I love pizza and days !"
+    assert text.left_out("pizza 🍕 and ☀️ 👍🏽") == "🍕☀️👍🏽"
+    assert text.clean_text("5° C, © 2024, ½ cup") == "5° C, © 2024, ½ cup"  # symbols eSpeak reads well stay
     # vowel signs and points go with their letters; look-alikes of Latin or Greek letters stay
     assert text.clean_text("नमस्ते and שָׁלוֹם, hi") == "and , hi"
     assert text.clean_text("10 µg in Hawaiʻi, 𝐛𝐨𝐥𝐝") == "10 µg in Hawaiʻi, 𝐛𝐨𝐥𝐝" and text.left_out("10 µg, ℓ") == ""

@@ -118,7 +118,7 @@ def stats_markdown(comparison: Comparison) -> str:
         lines += ["", note]
     if comparison.left_out:
         lines += ["", f"**Not spoken:** {comparison.left_out} (the voice speaks English; letters of other scripts "
-                      "are left out rather than read by their names)."]
+                      "and emoji are left out rather than read by their names)."]
     if comparison.requested_draft:  # API callers see no pop-up warning: say it where they read
         lines += ["", f"**Draft `{comparison.requested_draft}` is not available for this preset;** "
                       f"`{comparison.draft}` was used."]
@@ -180,7 +180,7 @@ def details(comparison: Comparison) -> dict:
     report = comparison.report
     return {
         "text": comparison.ar.text,
-        "not_spoken": comparison.left_out,  # letters of other scripts the voice left out ("" when none)
+        "not_spoken": comparison.left_out,  # letters of other scripts and emoji the voice left out ("" when none)
         "preset": comparison.preset,
         "draft": comparison.draft,
         "seed": comparison.seed,
