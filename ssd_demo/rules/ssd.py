@@ -12,7 +12,7 @@ class ToleranceRule(ExactRule):
     """SSD (Lin et al. 2025, arXiv 2505.15380): accept x_i iff r_i < min(1, q/p) + beta.
 
     Guarantee: approximate. beta = 0 is exact speculative sampling; beta > 0 keeps more
-    draft tokens (faster) and shifts the output towards the draft; beta >= 1 keeps every
+    draft tokens (faster) and shifts the output towards the draft; beta = 1 (the largest) keeps every
     drafted token. The residual is unchanged by beta. Under greedy decoding beta does not
     apply (greedy is deterministic): a token is kept iff it is the target's argmax.
     """
