@@ -289,6 +289,8 @@ def describe_kernels(model, static_cache: bool | None = None) -> str:
     if not serves(model, static_cache):
         return "transformers' own forward" if isinstance(getattr(model, "config", None), PreTrainedConfig) else (
             "its own forward")
+    if packed_weights(model) is None:
+        return "the model's own matmuls (no packed copy: not on a CPU, or over 300 M parameters)"
     return kernel_choice(model).describe()
 
 

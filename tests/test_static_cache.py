@@ -225,6 +225,9 @@ def test_reports_name_the_kernels(monkeypatch):
     monkeypatch.delenv("SSD_DEMO_STATIC_CACHE")
     model.train()
     assert describe_kernels(model) == "transformers' own forward"
+    model.eval()
+    monkeypatch.setattr(static_cache, "PACK_MAX_PARAMETERS", 10)
+    assert describe_kernels(model).startswith("the model's own matmuls (no packed copy")
 
 
 def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
