@@ -193,7 +193,7 @@ class KernelChoice:
         return f"{kernels} ({self.why})"
 
 
-# model -> {(threads, dtype): probed switch point}; timing depends on the shapes, not on the weights' values.
+# model -> {threads: probed choice}; timing depends on the shapes, not on the weights' values.
 _PROBED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PROBE_LOCK = threading.Lock()
 
@@ -232,8 +232,8 @@ def _onednn_usable(model) -> str | None:
 def kernel_choice(model) -> KernelChoice:
     """Which kernel serves which calls of this model's lean forward, on this machine.
 
-    `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes it; by default ("auto") it is timed here once per model,
-    thread count and dtype (`measure_kernel_threshold`: 1-2 s for a 10 M-parameter model, fewer repeats
+    `SSD_DEMO_MATMUL` = "blas" / "onednn" fixes it; by default ("auto") it is timed here once per model
+    and thread count (`measure_kernel_threshold`: 1-2 s for a 10 M-parameter model, fewer repeats
     for big ones); models under `PROBE_MIN_PARAMETERS` keep BLAS. Any oneDNN failure means BLAS, said so.
     The oneDNN copies of the weights exist only while the choice uses them.
     """
@@ -252,7 +252,7 @@ def kernel_choice(model) -> KernelChoice:
     elif parameters < PROBE_MIN_PARAMETERS:
         choice = KernelChoice(NEVER, "too small a model to time the kernels")
     else:
-        key = (torch.get_num_threads(), model.lm_head.weight.dtype)
+        key = torch.get_num_threads()  # (only float32 weights get this far)
         with _PROBE_LOCK:
             per_model = _PROBED.setdefault(model, {})
             if key not in per_model:
