@@ -3,7 +3,7 @@
 1. `clean_text`: Unicode NFC, control characters (NUL included) become spaces, whitespace collapses;
    text with no Latin letter or digit is refused (the voice speaks English only); letters of scripts
    the English voice can only name ("Chinese letter") and emoji are left out, and `left_out` says which.
-2. `normalize_text`: money, decimals, clock times and abbreviations with inner dots are spelled
+2. `normalize_text`: money, decimals, clock times, numeric dates and abbreviations with inner dots are spelled
    out, so that a dot inside "12.50" or "Dr." is never read as the end of a sentence.
 3. `split_text`: sentences, then phrases at , ; : and dashes, then balanced word groups, until
    every chunk fits a phoneme budget. Joining the chunk texts with single spaces gives back the
@@ -71,6 +71,45 @@ def _money(match: re.Match) -> str:
     return f"{whole} {unit}" + (f" {decimals}" if decimals and decimals != "00" else "")
 
 
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def _ordinal(day: int) -> str:
+    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+def _year(year: str) -> str:
+    """As people say a year: "1999" -> "19 99" (eSpeak would say "nineteen hundred ninety nine"), "1905" ->
+    "19 oh 5"; 2000-2099 and two-digit years are left to eSpeak ("two thousand twenty five")."""
+    if len(year) == 4 and year[:2] != "20" and year[2:] != "00" and year[0] != "0":
+        return f"{year[:2]} {year[2:]}" if year[2] != "0" else f"{year[:2]} oh {year[3]}"
+    return year
+
+
+def _date(month: str, day: str, year: str, fallback: str) -> str:
+    m, d = int(month), int(day)
+    if not (1 <= m <= 12 and 1 <= d <= 31):
+        return fallback
+    return f"{_MONTHS[m - 1]} {_ordinal(d)}, {_year(year)}"
+
+
+def _slash_date(match: re.Match) -> str:
+    """"3/14/2025" -> "March 14th, 2025". Month first, as in the US, unless only day-first makes a date
+    ("14/3/2025"); "4/5/2025" is read as April 5th (the order cannot be told from the digits)."""
+    first, second, year = match.groups()
+    if int(first) > 12 >= int(second):
+        first, second = second, first
+    return _date(first, second, year, match.group(0))
+
+
+def _iso_date(match: re.Match) -> str:
+    """"2025-03-14" -> "March 14th, 2025"."""
+    year, month, day = match.groups()
+    return _date(month, day, year, match.group(0))
+
+
 def _digit_by_digit(match: re.Match) -> str:
     return " ".join(match.group(0))
 
@@ -92,6 +131,8 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators first: "$1,200.50" is one amount
     (re.compile(r"([$£€])(\d+)(?:\.(\d+))?(?![\w.,]*[A-Za-z])"), _money),  # "$5M": left to eSpeak
     (re.compile(rf"\d{{{LONG_NUMBER + 1},}}"), _digit_by_digit),
+    (re.compile(r"(?<![\d/.-])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\d/])"), _slash_date),
+    (re.compile(r"(?<![\d/.-])(\d{4})-(\d{2})-(\d{2})(?![\d-])"), _iso_date),
     (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
     (re.compile(r"\b(\d{1,2}):(\d\d)\b"),
      lambda m: m.group(1) if m.group(2) == "00" else f"{m.group(1)} oh {m.group(2)[1]}" if m.group(2)[0] == "0"
@@ -174,7 +215,7 @@ def left_out(text: str) -> str:
 
 
 def normalize_text(text: str) -> str:
-    """Collapse whitespace and spell out money, decimals, times and abbreviations with inner dots."""
+    """Collapse whitespace and spell out money, decimals, times, dates and abbreviations with inner dots."""
     text = " ".join(text.split())
     for pattern, replacement in _REWRITES:
         text = pattern.sub(replacement, text)

@@ -106,10 +106,17 @@ def test_non_string_is_refused():
         ("Coffee is €3.50 and tea $1.", "Coffee is 3 euros 50 and tea 1 dollar."),
         ("A $1.50 fee, $2.5 per unit, €12.00.", "A 1 dollar 50 fee, 2 point 5 dollars per unit, 12 euros."),
         ("J.P.Morgan met A.Mitchell, worth $5M.", "J.P.Morgan met A.Mitchell, worth $5M."),  # not money, not AM
+        # numeric dates as people say them (month first unless only day first makes a date)
+        ("Due 3/14/2025.", "Due March 14th, 2025."),
+        ("On 03/04/2025 at noon.", "On March 4th, 2025 at noon."),
+        ("Born 21/11/1987 in Leeds", "Born November 21st, 19 87 in Leeds"),
+        ("Released 2024-02-29, patched 1905-12-02.", "Released February 29th, 2024, patched December 2nd, 19 oh 5."),
+        ("Not dates: 13/13/2025, 2025-13-40, 1/2/3, v1.2/3/2025.",
+         "Not dates: 13/13/2025, 2025-13-40, 1/2/3, v1 point 2/3/2025."),
     ],
 )
-def test_inner_dots_are_spelled_out(raw, spoken):
-    # A dot inside a number or an abbreviation must not end a chunk.
+def test_amounts_times_dates_and_abbreviations_are_spelled_out(raw, spoken):
+    # A dot inside a number or an abbreviation must not end a chunk; dates are read as words, not slashes.
     assert text.normalize_text(raw) == spoken
 
 
