@@ -7,13 +7,6 @@ Public API:
     UserError and its kinds (InvalidSettingError, UnknownPresetError, TextError, ModelLoadError).
 """
 
-from .config import DecodingConfig
-from .presets import list_presets, load_custom_pair, load_preset
-from .decoding import autoregressive_generate, speculative_generate
-from .results import GenerationResult, GenerationStats, RoundRecord, SpeedupReport, compare_runs, predicted_speedup
-from .errors import InvalidSettingError, ModelLoadError, TextError, UnknownPresetError, UserError
-from .synthesis import Backend, SynthesisResult, Synthesizer, VoicePrompt
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -42,10 +35,30 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # The embedded voice pulls in the codec and text front end; load it only when asked.
-    if name == "load_synthesizer":
-        from .backends.embedded import load_synthesizer
+# Where each public name lives. Imported on first use (PEP 562), so that `python -m ssd_demo --help` and
+# light modules (text, espeak) do not pay for torch and transformers.
+_PUBLIC = {
+    "DecodingConfig": "config",
+    "list_presets": "presets", "load_custom_pair": "presets", "load_preset": "presets",
+    "autoregressive_generate": "decoding", "speculative_generate": "decoding",
+    "GenerationResult": "results", "GenerationStats": "results", "RoundRecord": "results",
+    "SpeedupReport": "results", "compare_runs": "results", "predicted_speedup": "results",
+    "InvalidSettingError": "errors", "ModelLoadError": "errors", "TextError": "errors",
+    "UnknownPresetError": "errors", "UserError": "errors",
+    "Backend": "synthesis", "SynthesisResult": "synthesis", "Synthesizer": "synthesis", "VoicePrompt": "synthesis",
+    "load_synthesizer": "backends.embedded",
+}
 
-        return load_synthesizer
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'ssd_demo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

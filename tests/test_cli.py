@@ -169,6 +169,23 @@ def test_help_and_unknown_command(capsys):
     assert "synth" in capsys.readouterr().out
 
 
+def test_top_level_help_and_the_package_import_leave_torch_unloaded():
+    # `python -m ssd_demo --help` should answer at once: the package's public names load on first use.
+    import subprocess
+    import sys
+
+    code = ("import sys, ssd_demo\n"
+            "from ssd_demo.__main__ import main\n"
+            "main(['--help'])\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import at start'\n"
+            "missing = [n for n in ssd_demo.__all__ if getattr(ssd_demo, n, None) is None]\n"
+            "assert not missing, missing\n"
+            "assert ssd_demo.DecodingConfig.__module__ == 'ssd_demo.config'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "synth" in done.stdout
+
+
 def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
     from ssd_demo.benchmark import markdown_table
 
