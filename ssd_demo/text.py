@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import calendar
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -59,16 +60,28 @@ BASE_PHONEMES: tuple[str, ...] = CONSONANTS + VOWELS
 BASE_TO_INDEX = {symbol: index for index, symbol in enumerate(BASE_PHONEMES)}
 
 _CURRENCIES = {"$": "dollar", "£": "pound", "€": "euro"}
+_SCALES = {"k": "thousand", "m": "million", "b": "billion", "bn": "billion", "t": "trillion"}
 
 
 def _money(match: re.Match) -> str:
-    """"$1" -> "1 dollar", "€3.50" -> "3 euros 50" (cents as a number, as people say them), "$2.5" -> "2.5 dollars"."""
+    """"$1" -> "1 dollar", "€3.50" -> "3 euros 50" (cents as a number, as people say them), "$0.99" ->
+    "99 cents", "$2.5" -> "2.5 dollars"."""
     whole, decimals = match.group(2), match.group(3)
     cents = decimals is None or len(decimals) == 2
+    if whole == "0" and cents and decimals and decimals != "00":
+        one, many = ("penny", "pence") if match.group(1) == "£" else ("cent", "cents")
+        return f"{int(decimals)} {one if int(decimals) == 1 else many}"
     unit = _CURRENCIES[match.group(1)] + ("" if whole == "1" and cents else "s")
     if not cents:
         return f"{whole}.{decimals} {unit}"
     return f"{whole} {unit}" + (f" {decimals}" if decimals and decimals != "00" else "")
+
+
+def _scaled_money(match: re.Match) -> str:
+    """"$5M" / "$5 million" -> "5 million dollars", "€1.5bn" -> "1.5 billion euros"."""
+    scale = match.group(3)
+    scale = _SCALES.get(scale.lower(), scale.lower())
+    return f"{match.group(2)} {scale} {_CURRENCIES[match.group(1)]}s"
 
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
@@ -89,8 +102,10 @@ def _year(year: str) -> str:
 
 
 def _date(month: str, day: str, year: str, fallback: str) -> str:
+    """A real calendar date in words, or `fallback` (the text as written) for "2/30/2025" or "13/13/2025"."""
     m, d = int(month), int(day)
-    if not (1 <= m <= 12 and 1 <= d <= 31):
+    full_year = int(year) if len(year) == 4 else 2000 + int(year)
+    if not (1 <= m <= 12 and 1 <= d <= calendar.monthrange(full_year, m)[1]):
         return fallback
     return f"{_MONTHS[m - 1]} {_ordinal(d)}, {_year(year)}"
 
@@ -104,10 +119,52 @@ def _slash_date(match: re.Match) -> str:
     return _date(first, second, year, match.group(0))
 
 
+def _dotted_date(match: re.Match) -> str:
+    """"14.03.2025" -> "March 14th, 2025": day first, as where dots are written, unless only month-first fits."""
+    first, second, year = match.groups()
+    if int(second) > 12 >= int(first):
+        first, second = second, first
+    return _date(second, first, year, match.group(0))
+
+
 def _iso_date(match: re.Match) -> str:
     """"2025-03-14" -> "March 14th, 2025"."""
     year, month, day = match.groups()
     return _date(month, day, year, match.group(0))
+
+
+def _clock(hours: str, minutes: str) -> str:
+    """"9:05" -> "9 oh 5", "10:00" -> "10", "7:45" -> "7 45"."""
+    if minutes == "00":
+        return hours
+    return f"{hours} oh {minutes[1]}" if minutes[0] == "0" else f"{hours} {minutes}"
+
+
+def _clock_with_seconds(match: re.Match) -> str:
+    """"10:00:30" -> "10 and 30 seconds" (not "10" followed by ":30")."""
+    hours, minutes, seconds = match.groups()
+    spoken = _clock(hours, minutes)
+    if seconds == "00":
+        return spoken
+    return f"{spoken} and {int(seconds)} second{'' if int(seconds) == 1 else 's'}"
+
+
+_DENOMINATORS = {2: ("half", "halves"), 3: ("third", "thirds"), 4: ("quarter", "quarters"), 5: ("fifth", "fifths"),
+                 6: ("sixth", "sixths"), 8: ("eighth", "eighths"), 10: ("tenth", "tenths")}
+
+
+def _fraction(match: re.Match) -> str:
+    """"1/2" -> "1 half", "3/4" -> "3 quarters"; other pairs as two numbers ("24/7" -> "24 7", "50/50")."""
+    top, bottom = int(match.group(1)), int(match.group(2))
+    if bottom in _DENOMINATORS and 0 < top < bottom:
+        return f"{top} {_DENOMINATORS[bottom][top > 1]}"
+    return f"{match.group(1)} {match.group(2)}"
+
+
+def _phone_number(match: re.Match) -> str:
+    """"555-123-4567" / "(555) 123-4567" -> "5 5 5, 1 2 3, 4 5 6 7": digit by digit, a pause per group."""
+    groups = [group for group in match.groups() if group]
+    return ", ".join(" ".join(group) for group in groups)
 
 
 def _digit_by_digit(match: re.Match) -> str:
@@ -119,35 +176,72 @@ def _split_long_word(match: re.Match) -> str:
     return " ".join(word[i : i + LONG_WORD] for i in range(0, len(word), LONG_WORD))
 
 
+_ENDS_SENTENCE = re.compile(r"[\"')\]]*(?:$|\s+[\"'(\[]?[A-Z])")
+
+
+def _with_sentence_end(spoken: str):
+    """A rewrite for an abbreviation whose final dot may also end the sentence ("at 7 p.m. She left", "in the
+    U.S."): the dot is kept when the text ends there or the next word starts with a capital, so that the
+    chunker still sees a sentence end; otherwise it goes ("7 p.m. today", "U.S. troops")."""
+    def rewrite(match: re.Match) -> str:
+        words = spoken(match) if callable(spoken) else spoken
+        ends = match.group(0).endswith(".") and _ENDS_SENTENCE.match(match.string, match.end())
+        return words + ("." if ends else "")
+    return rewrite
+
+
+def _acronym(match: re.Match) -> str:
+    """"U.S." -> "US", "n.y.c." -> "NYC": eSpeak spells capitals it cannot read as a word, letter by letter."""
+    return match.group(0).replace(".", "").upper()
+
+
 #: Digit runs longer than LONG_NUMBER are read digit by digit, as people read codes (eSpeak NG would name
 #: them in sextillions, and from about 35 digits on it silently drops the rest); words longer than
 #: LONG_WORD letters are read in pieces (eSpeak drops the end of words over about 100 letters).
 LONG_NUMBER = 15
 LONG_WORD = 40
 
+_MONTH_ABBREVIATIONS = {month[:3]: month for month in _MONTHS} | {"Sept": "September"}
+
 # A dot inside these is not a sentence end; spelling them out first keeps the chunker honest and
-# gives eSpeak plain words to read.
+# gives eSpeak plain words to read. Order matters: each rule sees the text the earlier ones left.
 _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
-    (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators first: "$1,200.50" is one amount
-    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?(?![\w.,]*[A-Za-z])"), _money),  # "$5M": left to eSpeak
+    (re.compile(r"\*+([^*\s][^*]*?)\*+"), r"\1"),  # *emphasis* as typed in chat: eSpeak would say "asterisk"
+    # years as people say them ("1999" -> "19 99", "1999-2005" -> "19 99 to 2005"), before thousands
+    # separators go ("1,999" stays a quantity)
+    (re.compile(r"(?<![\d.,:/$£€-])(1[1-9]\d\d|20\d\d)[-–](1[1-9]\d\d|20\d\d)(?![\d-])"),
+     lambda m: f"{_year(m.group(1))} to {_year(m.group(2))}"),
+    (re.compile(r"(?<![\d.,:/$£€-])(1[1-9]\d\d)(s?)(?![\d.,:/-]?\d)"), lambda m: _year(m.group(1)) + m.group(2)),
+    (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators: "$1,200.50" is one amount
+    (re.compile(r"(?<![\w$£€.])(\d+(?:\.\d+)?) ?([$£€])(?![\w$£€])"), r"\2\1"),  # "20$" -> "$20"
+    (re.compile(r"([$£€])(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"), _scaled_money),
+    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?(?![\w.,]*[A-Za-z])"), _money),
+    (re.compile(r"(?<![\d-])(?:\((\d{3})\) ?|(\d{3})[-.])(\d{3})[-.](\d{4})(?![\d-]|\.\d)"), _phone_number),
     (re.compile(rf"\d{{{LONG_NUMBER + 1},}}"), _digit_by_digit),
     (re.compile(r"(?<![\d/.-])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\d/])"), _slash_date),
     (re.compile(r"(?<![\d/.-])(\d{4})-(\d{2})-(\d{2})(?![\d-])"), _iso_date),
+    (re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\d|\.\d)"), _dotted_date),
+    (re.compile(r"(?<![\d/.])(\d{1,3})/(\d{1,3})(?![\d/])"), _fraction),
     (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
-    (re.compile(r"\b(\d{1,2}):(\d\d)\b"),
-     lambda m: m.group(1) if m.group(2) == "00" else f"{m.group(1)} oh {m.group(2)[1]}" if m.group(2)[0] == "0"
-     else f"{m.group(1)} {m.group(2)}"),
-    (re.compile(r"\b([aApP])\.[mM]\.?(?![A-Za-z])"), lambda m: f"{m.group(1).upper()}M"),  # eSpeak says "AM" as letters
+    (re.compile(r"\b(\d{1,2}):(\d\d):(\d\d)\b"), _clock_with_seconds),
+    (re.compile(r"\b(\d{1,2}):(\d\d)\b(?!:\d)"), lambda m: _clock(m.group(1), m.group(2))),
+    # eSpeak says "AM" as letters
+    (re.compile(r"\b([aApP])\.[mM]\.?(?![A-Za-z])"), _with_sentence_end(lambda m: f"{m.group(1).upper()}M")),
     (re.compile(r"\bMrs\."), "Missus"),
     (re.compile(r"\bMr\."), "Mister"),
     (re.compile(r"\bMs\."), "Miz"),
     (re.compile(r"\bDr\."), "Doctor"),
+    # "on Elm St." is a street (a name before it, mid-sentence); "St. Louis" a saint
+    (re.compile(r"(?<=[a-z0-9,] )([A-Z][a-z]*) (St|Ave|Rd)\."),
+     _with_sentence_end(lambda m: f"{m.group(1)} {dict(St='Street', Ave='Avenue', Rd='Road')[m.group(2)]}")),
     (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
+    (re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.(?= \d)"), lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(r"\b[Ee]\.g\.", ), "for example"),
     (re.compile(r"\b[Ii]\.e\.", ), "that is"),
-    (re.compile(r"\betc\."), "et cetera"),
+    (re.compile(r"\betc\."), _with_sentence_end("et cetera")),
     (re.compile(r"\bvs\."), "versus"),
     (re.compile(r"\bNo\.(?= ?\d)"), "number"),
+    (re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}(?![A-Za-z])"), _with_sentence_end(_acronym)),  # U.S., N.Y.C.
     (re.compile(rf"[^\W_]{{{LONG_WORD + 1},}}"), _split_long_word),
 )
 
@@ -319,7 +413,8 @@ SENTENCE_PAUSE_MS = 350
 PHRASE_PAUSE_MS = 150
 WORD_PAUSE_MS = 30
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+# After . ! ? and any closing quotes or brackets (kept with the sentence they close): fixed-width lookbehinds.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]])|(?<=[.!?][\"')\]]{2}))\s+")
 _PHRASE_END = re.compile(r"(?<=[,;:])\s+|\s+(?=[-–—]+\s)")
 
 

@@ -105,7 +105,25 @@ def test_non_string_is_refused():
         ("It cost $1,000.50, or £1,250.75.", "It cost 1000 dollars 50, or 1250 pounds 75."),
         ("Coffee is €3.50 and tea $1.", "Coffee is 3 euros 50 and tea 1 dollar."),
         ("A $1.50 fee, $2.5 per unit, €12.00.", "A 1 dollar 50 fee, 2 point 5 dollars per unit, 12 euros."),
-        ("J.P.Morgan met A.Mitchell, worth $5M.", "J.P.Morgan met A.Mitchell, worth $5M."),  # not money, not AM
+        ("J.P.Morgan met A.Mitchell.", "J.P.Morgan met A.Mitchell."),  # not an acronym, not AM
+        ("Worth $5M, $5 million, €1.5bn.", "Worth 5 million dollars, 5 million dollars, 1 point 5 billion euros."),
+        ("It is $0.99, £0.50 or $0.01; pay 20$ now.", "It is 99 cents, 50 pence or 1 cent; pay 20 dollars now."),
+        # clock times with seconds, and a.m./p.m./etc. that also end the sentence keep its full stop
+        ("It ends at 10:00:30, lap 1:23:45.", "It ends at 10 and 30 seconds, lap 1 23 and 45 seconds."),
+        ("We met at 7:30 p.m. She left.", "We met at 7 30 PM. She left."),
+        ("Pears, plums, etc. They rot.", "Pears, plums, et cetera. They rot."),
+        # dotted acronyms and month names are read as such, and end a sentence only where one ends
+        ("The U.S. team met the U.N. in N.Y.C. on Jan. 5, 2025.",
+         "The US team met the UN in NYC on January 5, 2025."),
+        ("He grew up in the U.S. Then he left.", "He grew up in the US. Then he left."),
+        ("She lives on Elm St. near St. Paul, on Oak Ave., and Mill Rd.",
+         "She lives on Elm Street near Saint Paul, on Oak Avenue, and Mill Road."),
+        # phone numbers digit by digit, years as people say them, fractions, *emphasis*
+        ("Call 555-123-4567 or (555) 123-4567.", "Call 5 5 5, 1 2 3, 4 5 6 7 or 5 5 5, 1 2 3, 4 5 6 7."),
+        ("In 1999, the 1990s, 1999-2005; not 1,999 or 1500.",
+         "In 19 99, the 19 90s, 19 99 to 2005; not 1999 or 1500."),
+        ("Add 1/2 cup, 3/4 of it, 50/50, 24/7.", "Add 1 half cup, 3 quarters of it, 50 50, 24 7."),
+        ("This is *really* good.", "This is really good."),
         # numeric dates as people say them (month first unless only day first makes a date)
         ("Due 3/14/2025.", "Due March 14th, 2025."),
         ("On 03/04/2025 at noon.", "On March 4th, 2025 at noon."),
@@ -113,6 +131,8 @@ def test_non_string_is_refused():
         ("Released 2024-02-29, patched 1905-12-02.", "Released February 29th, 2024, patched December 2nd, 19 oh 5."),
         ("Not dates: 13/13/2025, 2025-13-40, 1/2/3, v1.2/3/2025.",
          "Not dates: 13/13/2025, 2025-13-40, 1/2/3, v1 point 2/3/2025."),
+        ("On 14.03.2025, not 2/30/2025 or 2/29/2023, but 2/29/2024.",
+         "On March 14th, 2025, not 2/30/2025 or 2/29/2023, but February 29th, 2024."),
     ],
 )
 def test_amounts_times_dates_and_abbreviations_are_spelled_out(raw, spoken):
@@ -173,3 +193,16 @@ def test_long_phrase_without_punctuation_splits_into_balanced_word_groups():
 def test_decimals_and_abbreviations_do_not_end_a_chunk():
     chunks = text.split_text(text.check_text("Dr. Brown paid $3.50 at 9:30 a.m. yesterday. Then he left."), budget=200)
     assert len(chunks) == 2
+
+
+def test_closing_quotes_and_brackets_stay_with_their_sentence():
+    normalised = text.check_text('(Yes; really.) Next one. "Stop!" He did.')
+    chunks = text.split_text(normalised, budget=6)
+    assert " ".join(c.text for c in chunks) == normalised
+    assert "really.)" in [c.text for c in chunks] and '"Stop!"' in [c.text for c in chunks]
+
+
+def test_abbreviations_that_end_a_sentence_still_end_a_chunk():
+    chunks = text.split_text(text.check_text("We met at 7:30 p.m. She had left the U.S. Then she came back."),
+                             budget=200)
+    assert [c.text for c in chunks] == ["We met at 7 30 PM.", "She had left the US.", "Then she came back."]
