@@ -43,20 +43,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", type=Path, default=None, help="embedded voice folder (default: the shipped voice)")
     parser.add_argument("--voice-prompt", type=Path, help="reference WAV to imitate (Llasa; with --voice-transcript)")
     parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
-    parser.add_argument("--draft-len", type=int, default=None, help="tokens drafted per round (K)")
-    parser.add_argument("--beta", type=float, default=None, help="SSD tolerance; 0 = exact speculative sampling")
-    parser.add_argument("--acceptance", default=None, help="acceptance rule: ssd, exact, topk, pcg")
-    parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    # Decoding settings default to the preset's own (embedded voice: K 4, beta 0.2, temperature 0.3, top-k 50).
+    parser.add_argument("--draft-len", type=int, default=None, help="tokens drafted per round (K; default: the preset's)")
+    parser.add_argument("--beta", type=float, default=None,
+                        help="SSD tolerance; 0 = exact speculative sampling (default: the preset's)")
+    parser.add_argument("--acceptance", default=None, help="acceptance rule: ssd, exact, topk, pcg (default ssd)")
+    parser.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the preset's)")
+    parser.add_argument("--top-k", type=int, default=None, help="0 = off (default: the preset's)")
+    parser.add_argument("--top-p", type=float, default=None, help="1 = off (default: the preset's)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="speech-token limit; the embedded voice applies it to each chunk (default: the preset's)")
+    parser.add_argument("--seed", type=int, default=0, help="chunk i uses seed + i (default 0)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
 
 
 def _load(args: argparse.Namespace):
     device = None if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this machine has no usable CUDA GPU (or torch was built without CUDA); "
+                         "use --device cpu or auto")
 
     def report(fraction: float, message: str) -> None:
         print(f"[{fraction:4.0%}] {message}", file=sys.stderr)
@@ -71,8 +77,28 @@ def _load(args: argparse.Namespace):
     if args.voice is not None:
         if args.preset != "embedded":
             raise ValueError("--voice selects an embedded-voice folder; it cannot be combined with another preset")
+        if not args.voice.is_dir():
+            raise FileNotFoundError(f"--voice {args.voice} " + ("is a file: give the voice's folder" if args.voice.exists()
+                                                               else "does not exist"))
         return load_synthesizer(path=args.voice, device=device)
     return presets.load_preset(args.preset, device=device, progress=report)
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before a synthesis that can take minutes, not after it: the folder exists or can be made, and a
+    file can be created there (an empty file made here is removed again)."""
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--out {out}: {parent} is a file, not a folder")
+    existed = out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "ab"):
+            pass
+    except OSError as error:
+        raise ValueError(f"--out {out} cannot be written: {error.strerror or error}") from None
+    if not existed:
+        out.unlink(missing_ok=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -92,6 +118,7 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'out.wav'}")
     if args.out.suffix and args.out.suffix.lower() != ".wav":
         raise ValueError(f"--out writes a WAV file: give a name ending in .wav, got {args.out}")
+    _check_writable(args.out)
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
@@ -112,8 +139,10 @@ def main(args: argparse.Namespace) -> int:
     result = synthesizer.synthesize(args.text, mode=args.mode, config=config, draft=args.draft,
                                     voice_prompt=voice_prompt)
     pcm = np.clip(result.audio, -1.0, 1.0)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, format="WAV", subtype="PCM_16")
+    try:
+        sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, format="WAV", subtype="PCM_16")
+    except (OSError, RuntimeError) as error:  # soundfile's LibsndfileError is a RuntimeError (disk full, ...)
+        raise ValueError(f"--out {args.out} could not be written: {error}") from None
     stats = result.generation.stats
     chunks = f" in {len(result.chunks)} chunks" if len(result.chunks) > 1 else ""
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio{chunks}, {stats.sampled_tokens} tokens, "

@@ -50,6 +50,10 @@ def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     (["synth", "--text-file", "/"], "is a folder"),
     (["synth", "Hello.", "--out", "/tmp"], "is a folder"),
     (["synth", "Hello.", "--out", "hello.mp3"], "ending in .wav"),
+    (["synth", "Hello.", "--out", "/proc/no-such-dir/x.wav"], "cannot be written"),
+    (["synth", "Hello.", "--out", "/dev/null/x.wav"], "is a file, not a folder"),
+    (["synth", "Hello.", "--voice", "/no/such/voice"], "--voice /no/such/voice does not exist"),
+    (["synth", "Hello.", "--voice", "/dev/null"], "is a file"),
 ])
 def test_bad_input_exits_2_with_a_message(argv, message, capsys):
     if "--preset" not in argv and not (DEFAULT_PATH / "voice.json").exists():
@@ -197,3 +201,10 @@ def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
     assert "nan" not in text and "speculative: alpha 0.800" in text
     assert "speculative vs hf_assisted: 1.30x; alpha" in markdown_table(
         {"methods": [row], "speculative": spec, "speculative_vs_hf_assisted": 1.3})
+
+
+def test_synth_on_a_gpu_the_machine_lacks_says_so(monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(["synth", "Hello.", "--device", "cuda", "--out", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert "no usable CUDA GPU" in err and "Traceback" not in err
