@@ -86,7 +86,8 @@ class EmbeddedBackend:
         chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.chunk_phonemes)
         if len(chunks) > text_frontend.MAX_CHUNKS:
             raise TextError(f"The text takes {len(chunks)} chunks to speak; the embedded voice speaks at most "
-                            f"{text_frontend.MAX_CHUNKS} at a time (long numbers are read digit by digit): shorten it.")
+                            f"{text_frontend.MAX_CHUNKS} at a time (numbers and codes take many sounds per character): "
+                            "shorten it.")
         return [TextChunk(c.text, c.pause_after_ms) for c in chunks]
 
     def left_out(self, text: str) -> str:
