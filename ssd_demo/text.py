@@ -59,33 +59,39 @@ SYMBOL_TO_INDEX = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 BASE_PHONEMES: tuple[str, ...] = CONSONANTS + VOWELS
 BASE_TO_INDEX = {symbol: index for index, symbol in enumerate(BASE_PHONEMES)}
 
-_CURRENCIES = {"$": "dollar", "£": "pound", "€": "euro"}
+_CURRENCIES = {"$": ("dollar", "dollars"), "£": ("pound", "pounds"), "€": ("euro", "euros"), "¥": ("yen", "yen")}
+_CURRENCY = "[$£€¥]"
 _SCALES = {"k": "thousand", "m": "million", "b": "billion", "bn": "billion", "t": "trillion"}
 
 
 def _money(match: re.Match) -> str:
-    """"$1" -> "1 dollar", "€3.50" -> "3 euros 50" (cents as a number, as people say them), "$0.99" ->
-    "99 cents", "$2.5" -> "2.5 dollars"."""
-    whole, decimals = match.group(2), match.group(3)
+    """"$1" -> "1 dollar", "€3.50" -> "3 euros 50" (cents as a number, as people say them), "$0.99" / "$.99" ->
+    "99 cents", "$1.05" -> "1 dollar and 5 cents", "$2.5" -> "2.5 dollars", "¥500" -> "500 yen"."""
+    symbol, whole, decimals = match.group(1), match.group(2) or "0", match.group(3)
     cents = decimals is None or len(decimals) == 2
+    one, many = ("penny", "pence") if symbol == "£" else ("cent", "cents")
     if whole == "0" and cents and decimals and decimals != "00":
-        one, many = ("penny", "pence") if match.group(1) == "£" else ("cent", "cents")
         return f"{int(decimals)} {one if int(decimals) == 1 else many}"
-    unit = _CURRENCIES[match.group(1)] + ("" if whole == "1" and cents else "s")
+    unit = _CURRENCIES[symbol][0 if whole == "1" and cents else 1]
     if not cents:
         return f"{whole}.{decimals} {unit}"
-    return f"{whole} {unit}" + (f" {decimals}" if decimals and decimals != "00" else "")
+    if not decimals or decimals == "00":
+        return f"{whole} {unit}"
+    if decimals[0] == "0":  # "1 dollar 05" would be read "1 dollar zero 5"
+        return f"{whole} {unit} and {int(decimals)} {one if int(decimals) == 1 else many}"
+    return f"{whole} {unit} {decimals}"
 
 
 def _scaled_money(match: re.Match) -> str:
     """"$5M" / "$5 million" -> "5 million dollars", "€1.5bn" -> "1.5 billion euros"."""
     scale = match.group(3)
     scale = _SCALES.get(scale.lower(), scale.lower())
-    return f"{match.group(2)} {scale} {_CURRENCIES[match.group(1)]}s"
+    return f"{match.group(2)} {scale} {_CURRENCIES[match.group(1)][1]}"
 
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
+_MONTH_NAMES = "|".join(_MONTHS)
 
 
 def _ordinal(day: int) -> str:
@@ -95,28 +101,62 @@ def _ordinal(day: int) -> str:
 
 def _year(year: str) -> str:
     """As people say a year: "1999" -> "19 99" (eSpeak would say "nineteen hundred ninety nine"), "1905" ->
-    "19 oh 5"; 2000-2099 and two-digit years are left to eSpeak ("two thousand twenty five")."""
-    if len(year) == 4 and year[:2] != "20" and year[2:] != "00" and year[0] != "0":
-        return f"{year[:2]} {year[2:]}" if year[2] != "0" else f"{year[:2]} oh {year[3]}"
-    return year
+    "19 oh 5", "1800" -> "18 hundred"; 2000-2099 and two-digit years are left to eSpeak ("two thousand twenty
+    five")."""
+    if len(year) != 4 or year[:2] == "20" or year[0] == "0":
+        return year
+    if year[2:] == "00":
+        return f"{year[:2]} hundred"
+    return f"{year[:2]} {year[2:]}" if year[2] != "0" else f"{year[:2]} oh {year[3]}"
 
 
-def _date(month: str, day: str, year: str, fallback: str) -> str:
-    """A real calendar date in words, or `fallback` (the text as written) for "2/30/2025" or "13/13/2025"."""
+def _full_year(year: str) -> str:
+    """A two-digit year as written in a date: "25" -> "2025", "87" -> "1987" (the POSIX rule: 69-99 are 19xx)."""
+    if len(year) != 2:
+        return year
+    return ("19" if int(year) >= 69 else "20") + year
+
+
+#: Words after which a number of 1100-1999 is a year ("in 1999", "since 1850", "the 1999 election"); elsewhere
+#: it is a quantity ("1250 people", "1999 euros").
+_YEAR_BEFORE = re.compile(
+    r"(?:\b(?i:in|since|from|by|until|till|before|after|during|around|about|circa|ca\.|of|year|born|built|founded|"
+    r"between|early|late|mid|the|summer|spring|autumn|fall|winter|" + _MONTH_NAMES + r")|\b(?:"
+    + _MONTH_NAMES + r") \d{1,2}(?:st|nd|rd|th)?,?|\(|1[1-9]\d\d (?i:to|and|or|until|till|through)) $")
+
+
+def _year_in_context(match: re.Match) -> str:
+    """"in 1999" -> "in 19 99", "the 1990s" -> "the 19 90s", "(1850)" -> "(18 50)"; "1250 people" stays a number."""
+    year, suffix = match.group(1), match.group(2)
+    before = match.string[max(0, match.start() - 30) : match.start()]
+    if suffix or _YEAR_BEFORE.search(before) or match.string.startswith(")", match.end()):
+        return _year(year) + (suffix.replace("'", "") if suffix else "")
+    return match.group(0)
+
+
+def _date(month: str, day: str, year: str | None, fallback: str) -> str:
+    """A real calendar date in words, or `fallback` (the text as written) for "2/30/2025" or "13/13/2025"; no
+    year: any day that some year has ("on 2/29")."""
     m, d = int(month), int(day)
-    full_year = int(year) if len(year) == 4 else 2000 + int(year)
+    full_year = int(_full_year(year)) if year else 2024
     if not (1 <= m <= 12 and 1 <= d <= calendar.monthrange(full_year, m)[1]):
         return fallback
-    return f"{_MONTHS[m - 1]} {_ordinal(d)}, {_year(year)}"
+    return f"{_MONTHS[m - 1]} {_ordinal(d)}" + (f", {_year(_full_year(year))}" if year else "")
 
 
 def _slash_date(match: re.Match) -> str:
-    """"3/14/2025" -> "March 14th, 2025". Month first, as in the US, unless only day-first makes a date
-    ("14/3/2025"); "4/5/2025" is read as April 5th (the order cannot be told from the digits)."""
+    """"3/14/2025" -> "March 14th, 2025", "3/14/25" too. Month first, as in the US, unless only day-first makes a
+    date ("14/3/2025"); "4/5/2025" is read as April 5th (the order cannot be told from the digits)."""
     first, second, year = match.groups()
     if int(first) > 12 >= int(second):
         first, second = second, first
     return _date(first, second, year, match.group(0))
+
+
+def _slash_date_after_preposition(match: re.Match) -> str:
+    """"on 3/4" -> "on March 4th" (after "on", "by", "until", ... a slash pair is a date, not a fraction)."""
+    word, first, second = match.groups()
+    return f"{word} " + _date(first, second, None, f"{first}/{second}")
 
 
 def _dotted_date(match: re.Match) -> str:
@@ -133,10 +173,19 @@ def _iso_date(match: re.Match) -> str:
     return _date(month, day, year, match.group(0))
 
 
+def _month_day(match: re.Match) -> str:
+    """"January 5" -> "January 5th", "5 January" -> "5th January": a day of the month is an ordinal."""
+    month, day = match.group("month"), int(match.group("day"))
+    if not 1 <= day <= 31:
+        return match.group(0)
+    return f"{month} {_ordinal(day)}" if match.group(0).startswith(month) else f"{_ordinal(day)} {month}"
+
+
 def _clock(hours: str, minutes: str) -> str:
-    """"9:05" -> "9 oh 5", "10:00" -> "10", "7:45" -> "7 45"."""
+    """"9:05" -> "9 oh 5", "10:00" -> "10", "7:45" -> "7 45", "06:45" -> "6 45", "00:00" -> "midnight"."""
+    hours = str(int(hours))
     if minutes == "00":
-        return hours
+        return "midnight" if hours == "0" else hours
     return f"{hours} oh {minutes[1]}" if minutes[0] == "0" else f"{hours} {minutes}"
 
 
@@ -147,6 +196,12 @@ def _clock_with_seconds(match: re.Match) -> str:
     if seconds == "00":
         return spoken
     return f"{spoken} and {int(seconds)} second{'' if int(seconds) == 1 else 's'}"
+
+
+def _timestamp(match: re.Match) -> str:
+    """"2025-03-14T10:30:00Z" -> "2025-03-14 at 10:30:00 UTC" (the date and clock rules then read both parts)."""
+    date, clock, zone = match.groups()
+    return f"{date} at {clock}" + (" U-T-C" if zone == "Z" else "")
 
 
 _DENOMINATORS = {2: ("half", "halves"), 3: ("third", "thirds"), 4: ("quarter", "quarters"), 5: ("fifth", "fifths"),
@@ -161,10 +216,52 @@ def _fraction(match: re.Match) -> str:
     return f"{match.group(1)} {match.group(2)}"
 
 
-def _phone_number(match: re.Match) -> str:
-    """"555-123-4567" / "(555) 123-4567" -> "5 5 5, 1 2 3, 4 5 6 7": digit by digit, a pause per group."""
-    groups = [group for group in match.groups() if group]
-    return ", ".join(" ".join(group) for group in groups)
+def _mixed_number(match: re.Match) -> str:
+    """"1 1/2" -> "1 and a half", "2 3/4" -> "2 and 3 quarters"."""
+    whole, top, bottom = match.group(1), int(match.group(2)), int(match.group(3))
+    if bottom not in _DENOMINATORS or not 0 < top < bottom:
+        return match.group(0)
+    return f"{whole} and {'a' if top == 1 else top} {_DENOMINATORS[bottom][top > 1]}"
+
+
+def _digit_groups(match: re.Match) -> str:
+    """A phone number digit by digit, a pause per group: "555-123-4567" -> "5 5 5, 1 2 3, 4 5 6 7", "+44 20 7946
+    0958" -> "plus 4 4, 2 0, 7 9 4 6, 0 9 5 8"."""
+    groups = re.findall(r"\d+", match.group(0))
+    return ("plus " if match.group(0).startswith("+") else "") + ", ".join(" ".join(group) for group in groups)
+
+
+def _local_phone_or_range(match: re.Match) -> str:
+    """"555-0199" is a phone number; "100-2000", both round, a range ("100 to 2000")."""
+    first, second = match.groups()
+    if first.endswith("0") and second.endswith("0"):
+        return f"{first} to {second}"
+    return _digit_groups(match)
+
+
+def _dotted_numbers(match: re.Match) -> str:
+    """"3.11.4" -> "3 point 11 point 4" (a version); "192.168.1.1" -> "192 dot 168 dot 1 dot 1" (an address)."""
+    parts = match.group(0).split(".")
+    address = len(parts) == 4 and all(int(part) <= 255 for part in parts)
+    return (" dot " if address else " point ").join(parts)
+
+
+_UNITS = {
+    "km": ("kilometer", "kilometers"), "kg": ("kilogram", "kilograms"), "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"), "ml": ("milliliter", "milliliters"), "mg": ("milligram", "milligrams"),
+    "mph": ("mile per hour", "miles per hour"), "km/h": ("kilometer per hour", "kilometers per hour"),
+    "kph": ("kilometer per hour", "kilometers per hour"), "lb": ("pound", "pounds"), "lbs": ("pound", "pounds"),
+    "oz": ("ounce", "ounces"), "ft": ("foot", "feet"), "tsp": ("teaspoon", "teaspoons"),
+    "tbsp": ("tablespoon", "tablespoons"), "KB": ("kilobyte", "kilobytes"), "MB": ("megabyte", "megabytes"),
+    "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"), "MHz": ("megahertz", "megahertz"),
+    "GHz": ("gigahertz", "gigahertz"), "kW": ("kilowatt", "kilowatts"), "kWh": ("kilowatt hour", "kilowatt hours"),
+}
+
+
+def _unit(match: re.Match) -> str:
+    """"5km" / "5 km" -> "5 kilometers", "1 lb" -> "1 pound" (eSpeak spells unit symbols letter by letter)."""
+    number, unit = match.group(1), match.group(2)
+    return f"{number} {_UNITS[unit][0 if number == '1' else 1]}"
 
 
 def _digit_by_digit(match: re.Match) -> str:
@@ -176,23 +273,48 @@ def _split_long_word(match: re.Match) -> str:
     return " ".join(word[i : i + LONG_WORD] for i in range(0, len(word), LONG_WORD))
 
 
-_ENDS_SENTENCE = re.compile(r"[\"')\]]*(?:$|\s+[\"'(\[]?[A-Z])")
+#: Capitalised words that usually open a sentence (pronouns, articles, conjunctions, common adverbs). After an
+#: abbreviation's dot, one of these means the sentence ended there ("in the U.S. Then ..."); another capitalised
+#: word is more likely a name that belongs to the same sentence ("the U.S. Army", "9 a.m. Tuesday").
+_SENTENCE_OPENERS = frozenset("""
+    a an the this that these those there then than but and or so yet now later soon after before when while if
+    i he she it we they you my our his her their its your what why how who where which whose meanwhile however
+    also still today tomorrow yesterday tonight no yes please let lets let's don't do does did is are was were
+    will would can could should may might must have has had in on at for from to with by as of not all some
+    every each many most one two three four five once here thanks thank everyone nobody someone nothing
+""".split())
+
+_NEXT_WORD = re.compile(r"[\"')\]]*(?:$|\s+[\"'(\[]?([A-Z][\w']*))")
 
 
-def _with_sentence_end(spoken: str):
+def _ends_sentence(text: str, position: int) -> bool:
+    """Does a dot at `position` - 1 also end the sentence? Yes at the end of the text or before a word that
+    usually opens one."""
+    after = _NEXT_WORD.match(text, position)
+    return bool(after) and (after.group(1) is None or after.group(1).lower() in _SENTENCE_OPENERS)
+
+
+def _with_sentence_end(spoken, names_follow: bool = True):
     """A rewrite for an abbreviation whose final dot may also end the sentence ("at 7 p.m. She left", "in the
-    U.S."): the dot is kept when the text ends there or the next word starts with a capital, so that the
-    chunker still sees a sentence end; otherwise it goes ("7 p.m. today", "U.S. troops")."""
+    U.S."): the dot is kept when the sentence ends there, so that the chunker still sees its end; otherwise it
+    goes ("7 p.m. today", "U.S. troops", "the U.S. Army"). Where no name can follow (`names_follow=False`:
+    units, "etc."), any capitalised word after the dot starts a new sentence ("5 lbs. See ...")."""
     def rewrite(match: re.Match) -> str:
         words = spoken(match) if callable(spoken) else spoken
-        ends = match.group(0).endswith(".") and _ENDS_SENTENCE.match(match.string, match.end())
+        if names_follow:
+            ends = _ends_sentence(match.string, match.end())
+        else:
+            after = _NEXT_WORD.match(match.string, match.end())
+            ends = bool(after)
+        ends = ends and match.group(0).endswith(".")
         return words + ("." if ends else "")
     return rewrite
 
 
 def _acronym(match: re.Match) -> str:
-    """"U.S." -> "US", "n.y.c." -> "NYC": eSpeak spells capitals it cannot read as a word, letter by letter."""
-    return match.group(0).replace(".", "").upper()
+    """"U.S." -> "U-S", "w.h.o." -> "W-H-O": letters joined by hyphens, which eSpeak names one by one (run
+    together, "WHO" would be read "who", "NYC" "nick" and "AKA" "acka")."""
+    return "-".join(match.group(0).replace(".", "").upper())
 
 
 #: Digit runs longer than LONG_NUMBER are read digit by digit, as people read codes (eSpeak NG would name
@@ -202,45 +324,95 @@ LONG_NUMBER = 15
 LONG_WORD = 40
 
 _MONTH_ABBREVIATIONS = {month[:3]: month for month in _MONTHS} | {"Sept": "September"}
+_WEEKDAYS = {"Mon": "Monday", "Tue": "Tuesday", "Tues": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
+             "Thur": "Thursday", "Thurs": "Thursday", "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}
+#: Titles before a name ("Prof. Lee"): the dot never ends the sentence there.
+_TITLES = {"Mrs": "Missus", "Mr": "Mister", "Ms": "Miz", "Dr": "Doctor", "Prof": "Professor", "Gov": "Governor",
+           "Sen": "Senator", "Rep": "Representative", "Gen": "General", "Capt": "Captain", "Lt": "Lieutenant",
+           "Sgt": "Sergeant", "Rev": "Reverend", "Hon": "Honorable"}
+#: Abbreviations after a name or a number that may also end the sentence ("Smith Jr. said", "Acme Inc.").
+_AFTER_WORDS = {"Jr": "Junior", "Sr": "Senior", "Inc": "Inc", "Ltd": "Limited", "Corp": "Corporation",
+                "approx": "approximately", "Ph.D": "P-H-D", "PhD": "P-H-D"}
+#: Abbreviations before a number ("Fig. 3", "pp. 12").
+_BEFORE_NUMBERS = {"No": "number", "no": "number", "Fig": "Figure", "fig": "figure", "p": "page", "pp": "pages",
+                   "Vol": "Volume", "vol": "volume", "ch": "chapter", "Ch": "Chapter", "ca": "circa", "Ca": "Circa", "Nr": "number"}
+_STREETS = {"St": "Street", "Ave": "Avenue", "Rd": "Road", "Dr": "Drive", "Blvd": "Boulevard", "Ln": "Lane"}
+_UNIT_NAMES = "|".join(sorted(map(re.escape, _UNITS), key=len, reverse=True))
+
+
+def _alternatives(words) -> str:
+    return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
+
 
 # A dot inside these is not a sentence end; spelling them out first keeps the chunker honest and
 # gives eSpeak plain words to read. Order matters: each rule sees the text the earlier ones left.
 _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
-    (re.compile(r"\*+([^*\s][^*]*?)\*+"), r"\1"),  # *emphasis* as typed in chat: eSpeak would say "asterisk"
-    # years as people say them ("1999" -> "19 99", "1999-2005" -> "19 99 to 2005"), before thousands
-    # separators go ("1,999" stays a quantity)
-    (re.compile(r"(?<![\d.,:/$£€-])(1[1-9]\d\d|20\d\d)[-–](1[1-9]\d\d|20\d\d)(?![\d-])"),
-     lambda m: f"{_year(m.group(1))} to {_year(m.group(2))}"),
-    (re.compile(r"(?<![\d.,:/$£€-])(1[1-9]\d\d)(s?)(?![\d.,:/-]?\d)"), lambda m: _year(m.group(1)) + m.group(2)),
+    # *emphasis* as typed in chat (eSpeak would say "asterisk"); "2*3" is a product, "* milk" a bullet
+    (re.compile(r"(?<![\w*])\*+([^*\s](?:[^*]*[^*\s])?)\*+(?![\w*])"), r"\1"),
+    (re.compile(r"(?<=\d) ?[*×] ?(?=\d)"), " times "),
+    (re.compile(r"(?:^|(?<= ))[*•#]+(?= )"), ""),
+    (re.compile(r"(?<![\w#])#(?=\d)"), "number "),
+    (re.compile(r"\b(\d{4}-\d\d-\d\d)T(\d\d:\d\d(?::\d\d)?)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?\b"), _timestamp),
+    # years as people say them ("1999-2005" -> "19 99 to 2005", "in 1999" -> "in 19 99", "the 1990s"), before
+    # thousands separators go ("1,999" stays a quantity)
+    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d|20\d\d)(s?)[-–](1[1-9]\d\d|20\d\d)(s?)(?![\d-])"),
+     lambda m: f"{_year(m.group(1))}{m.group(2)} to {_year(m.group(3))}{m.group(4)}"),
+    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d)(s|'s)?(?![\d.,:/-]?\d)"), _year_in_context),
     (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators: "$1,200.50" is one amount
-    (re.compile(r"(?<![\w$£€.])(\d+(?:\.\d+)?) ?([$£€])(?![\w$£€])"), r"\2\1"),  # "20$" -> "$20"
-    (re.compile(r"([$£€])(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"), _scaled_money),
-    (re.compile(r"([$£€])(\d+)(?:\.(\d+))?(?![\w.,]*[A-Za-z])"), _money),
-    (re.compile(r"(?<![\d-])(?:\((\d{3})\) ?|(\d{3})[-.])(\d{3})[-.](\d{4})(?![\d-]|\.\d)"), _phone_number),
+    # money: "$10-20" -> "10 to 20 dollars", "20$" -> "$20", "$5M" -> "5 million dollars", "$ 5", "$.99"
+    (re.compile(rf"({_CURRENCY}) ?(\d+(?:\.\d+)?) ?[-–] ?{_CURRENCY}? ?(\d+(?:\.\d+)?)(?![\d.]*\d)"),
+     r"\2 to \1\3"),
+    (re.compile(rf"(?<![\w$£€¥.])(\d+(?:\.\d+)?) ?({_CURRENCY})(?![\w$£€¥])"), r"\2\1"),
+    (re.compile(rf"({_CURRENCY}) ?(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"),
+     _scaled_money),
+    (re.compile(rf"({_CURRENCY}) ?(\d+)?(?:\.(\d+))?(?<=\d)(?![\w.,]*[A-Za-z])"), _money),
+    # phone numbers, digit by digit: 1-800-555-1234, +44 20 7946 0958, (555) 123-4567, 555-123-4567, 555-0199
+    (re.compile(r"(?<![\d-])1[-. ]\d{3}[-. ]\d{3}[-. ]\d{4}(?![\d-]|\.\d)"), _digit_groups),
+    (re.compile(r"\+\d{1,3}(?:[ -]\(?\d{1,4}\)?){2,5}(?![\d-]|\.\d)"), _digit_groups),
+    (re.compile(r"(?<![\d-])(?:\(\d{3}\) ?|\d{3}[-.])\d{3}[-.]\d{4}(?![\d-]|\.\d)"), _digit_groups),
+    (re.compile(r"(?<![\w.,:/-])(\d{3})-(\d{4})(?![\w-]|[.,:/]\d)"), _local_phone_or_range),
     (re.compile(rf"\d{{{LONG_NUMBER + 1},}}"), _digit_by_digit),
+    # dates: 3/14/2025, 3/14/25, on 3/4, 2025-03-14, 14.03.2025
     (re.compile(r"(?<![\d/.-])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\d/])"), _slash_date),
+    (re.compile(r"\b([Oo]n|[Bb]y|[Uu]ntil|[Tt]ill|[Ss]ince|[Ff]rom|[Bb]efore|[Aa]fter|[Dd]ue) (\d{1,2})/(\d{1,2})"
+                r"(?![\d/])"), _slash_date_after_preposition),
     (re.compile(r"(?<![\d/.-])(\d{4})-(\d{2})-(\d{2})(?![\d-])"), _iso_date),
     (re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\d|\.\d)"), _dotted_date),
+    (re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d]|\.\d)"), _dotted_numbers),  # versions, addresses
+    (re.compile(r"(?<![\d.,/])(\d+) (\d)/(\d{1,2})(?![\d/])"), _mixed_number),
     (re.compile(r"(?<![\d/.])(\d{1,3})/(\d{1,3})(?![\d/])"), _fraction),
+    # "3-4 times", "52-48", "pp. 12-15": a hyphen between numbers is "to", not "dash"
+    (re.compile(r"(?<![\w.,:/-])(\d+(?:\.\d+)?) ?[-–] ?(\d+(?:\.\d+)?)(?![\w-]|[.,:/]\d)"), r"\1 to \2"),
+    (re.compile(rf"(?<![\w.])(\d+(?:\.\d+)?) ?({_UNIT_NAMES})(?![\w/])\.?"),
+     _with_sentence_end(_unit, names_follow=False)),
+    (re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) ?(bn|[MB])\b(?= [a-z])"),
+     lambda m: f"{m.group(1)} {_SCALES[m.group(2).lower()]}"),  # "1.5B parameters"
+    (re.compile(r"\b(\d{1,2})\.([0-5]\d)(?= ?[aApP]\.?[mM]\b)"), r"\1:\2"),  # "6.30 pm" is a time
     (re.compile(r"(\d+)\.(\d+)"), lambda m: f"{m.group(1)} point {' '.join(m.group(2))}"),
-    (re.compile(r"\b(\d{1,2}):(\d\d):(\d\d)\b"), _clock_with_seconds),
-    (re.compile(r"\b(\d{1,2}):(\d\d)\b(?!:\d)"), lambda m: _clock(m.group(1), m.group(2))),
+    (re.compile(r"(?<=\d) ?([aApP])[mM]\b"), lambda m: f" {m.group(1).upper()}M"),  # "7pm", "6 30 pm"
+    (re.compile(r"\b(\d{1,2}):(\d\d):(\d\d)(?!\d)"), _clock_with_seconds),
+    (re.compile(r"\b(\d{1,2}):(\d\d)(?!\d|:\d)"), lambda m: _clock(m.group(1), m.group(2))),  # "7:30pm" too
     # eSpeak says "AM" as letters
     (re.compile(r"\b([aApP])\.[mM]\.?(?![A-Za-z])"), _with_sentence_end(lambda m: f"{m.group(1).upper()}M")),
-    (re.compile(r"\bMrs\."), "Missus"),
-    (re.compile(r"\bMr\."), "Mister"),
-    (re.compile(r"\bMs\."), "Miz"),
-    (re.compile(r"\bDr\."), "Doctor"),
-    # "on Elm St." is a street (a name before it, mid-sentence); "St. Louis" a saint
-    (re.compile(r"(?<=[a-z0-9,] )([A-Z][a-z]*) (St|Ave|Rd)\."),
-     _with_sentence_end(lambda m: f"{m.group(1)} {dict(St='Street', Ave='Avenue', Rd='Road')[m.group(2)]}")),
+    # "on Elm St." / "Mulholland Dr." is a street (a name before it, mid-sentence); "St. Louis" a saint
+    (re.compile(rf"(?:(?<=[a-z0-9,] )|(?<=\d[A-Z] ))([A-Z][a-z]*) ({_alternatives(_STREETS)})\."),
+     _with_sentence_end(lambda m: f"{m.group(1)} {_STREETS[m.group(2)]}")),
+    (re.compile(rf"\b({_alternatives(_TITLES)})\.(?= [A-Z])"), lambda m: _TITLES[m.group(1)]),
+    (re.compile(rf"\b({_alternatives(_AFTER_WORDS)})\.?(?![\w.]|\.\w)"),
+     _with_sentence_end(lambda m: _AFTER_WORDS[m.group(1)])),
     (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
-    (re.compile(r"\b(" + "|".join(_MONTH_ABBREVIATIONS) + r")\.(?= \d)"), lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
+    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.(?= \d)"), lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
+    (re.compile(rf"\b({_alternatives(_WEEKDAYS)})\.?(?=,? (?:\d|{_MONTH_NAMES}))"), lambda m: _WEEKDAYS[m.group(1)]),
+    (re.compile(rf"\b(?P<month>{_MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b)"), _month_day),
+    (re.compile(rf"(?<![\w.,])(?P<day>\d{{1,2}}) (?P<month>{_MONTH_NAMES})\b"), _month_day),
     (re.compile(r"\b[Ee]\.g\.", ), "for example"),
     (re.compile(r"\b[Ii]\.e\.", ), "that is"),
-    (re.compile(r"\betc\."), _with_sentence_end("et cetera")),
+    (re.compile(r"\betc\."), _with_sentence_end("et cetera", names_follow=False)),
     (re.compile(r"\bvs\."), "versus"),
-    (re.compile(r"\bNo\.(?= ?\d)"), "number"),
+    (re.compile(rf"\b({_alternatives(_BEFORE_NUMBERS)})\.(?= ?\d)"), lambda m: _BEFORE_NUMBERS[m.group(1)] + " "),
+    # a middle initial ("John D. Rockefeller") is not a sentence end
+    (re.compile(r"\b([A-Z][a-z]+) ([A-Z])\. (?=[A-Z][a-z])"),
+     lambda m: m.group(0) if _ends_sentence(m.string, m.end() - 1) else f"{m.group(1)} {m.group(2)} "),
     (re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}(?![A-Za-z])"), _with_sentence_end(_acronym)),  # U.S., N.Y.C.
     (re.compile(rf"[^\W_]{{{LONG_WORD + 1},}}"), _split_long_word),
 )
@@ -313,7 +485,7 @@ def normalize_text(text: str) -> str:
     text = " ".join(text.split())
     for pattern, replacement in _REWRITES:
         text = pattern.sub(replacement, text)
-    return text
+    return " ".join(text.split())  # a dropped bullet or "*" leaves two spaces
 
 
 def check_text(text: str) -> str:

@@ -114,8 +114,8 @@ def test_non_string_is_refused():
         ("Pears, plums, etc. They rot.", "Pears, plums, et cetera. They rot."),
         # dotted acronyms and month names are read as such, and end a sentence only where one ends
         ("The U.S. team met the U.N. in N.Y.C. on Jan. 5, 2025.",
-         "The US team met the UN in NYC on January 5, 2025."),
-        ("He grew up in the U.S. Then he left.", "He grew up in the US. Then he left."),
+         "The U-S team met the U-N in N-Y-C on January 5th, 2025."),
+        ("He grew up in the U.S. Then he left.", "He grew up in the U-S. Then he left."),
         ("She lives on Elm St. near St. Paul, on Oak Ave., and Mill Rd.",
          "She lives on Elm Street near Saint Paul, on Oak Avenue, and Mill Road."),
         # phone numbers digit by digit, years as people say them, fractions, *emphasis*
@@ -133,6 +133,35 @@ def test_non_string_is_refused():
          "Not dates: 13/13/2025, 2025-13-40, 1/2/3, v1 point 2/3/2025."),
         ("On 14.03.2025, not 2/30/2025 or 2/29/2023, but 2/29/2024.",
          "On March 14th, 2025, not 2/30/2025 or 2/29/2023, but February 29th, 2024."),
+        # a year only where a year is meant; "1800" is "18 hundred"
+        ("1250 people paid 1999 euros in 1999, the 1800s, between 1850 and 1900 (1215).",
+         "1250 people paid 1999 euros in 19 99, the 18 hundreds, between 18 50 and 19 hundred (12 15)."),
+        ("The 1960s-1970s, since 1850, born 1987.", "The 19 60s to 19 70s, since 18 50, born 19 87."),
+        # products, bullets and headings are not "asterisk" or "hash"; "#1" is a number
+        ("2*3*4 is 24, 2 * 3 is 6; *bold* stays.", "2 times 3 times 4 is 24, 2 times 3 is 6; bold stays."),
+        ("# Shopping * milk * eggs #1", "Shopping milk eggs number 1"),
+        # phone layouts digit by digit; a hyphen between numbers is "to"
+        ("Call 1-800-555-1234, 555-0199 or +44 20 7946 0958.",
+         "Call 1, 8 0 0, 5 5 5, 1 2 3 4, 5 5 5, 0 1 9 9 or plus 4 4, 2 0, 7 9 4 6, 0 9 5 8."),
+        ("Won 52-48, 3-4 times, pp. 12-15, $10-20, 100-2000.",
+         "Won 52 to 48, 3 to 4 times, pages 12 to 15, 10 to 20 dollars, 100 to 2000."),
+        # streets after a name, titles before one, initials, acronyms that would form words
+        ("On Mulholland Dr. near Dr. Lee, 221B Baker St. London.",
+         "On Mulholland Drive near Doctor Lee, 221B Baker Street London."),
+        ("Prof. John D. Rockefeller Jr. of the W.H.O., a.k.a. Acme Inc. today.",
+         "Professor John D Rockefeller Junior of the W-H-O, A-K-A Acme Inc today."),
+        # versions, addresses, timestamps, clock times with leading zeros or a dot, am/pm run in
+        ("Python 3.11.4 at 192.168.1.1 on 2025-03-14T10:30:00Z.",
+         "Python 3 point 11 point 4 at 192 dot 168 dot 1 dot 1 on March 14th, 2025 at 10 30 U-T-C."),
+        ("At 6.30 pm, 7:30pm, 09:05:30, 06:45 or 00:00; I am here.",
+         "At 6 30 PM, 7 30 PM, 9 oh 5 and 30 seconds, 6 45 or midnight; I am here."),
+        # two-digit years, a date after "on", days of the month as ordinals
+        ("Due 3/14/25, on 3/4, Jan. 5, 5 January, Tue. 5 March.",
+         "Due March 14th, 2025, on March 4th, January 5th, 5th January, Tuesday 5th March."),
+        # mixed numbers, cents with a leading zero, money written loosely, scales and units
+        ("Add 1 1/2 cups; $1.05, $.99, $ 5, ¥500; 1.5B parameters; 5km, 2 tsp, 1 lb, 3 GB.",
+         "Add 1 and a half cups; 1 dollar and 5 cents, 99 cents, 5 dollars, 500 yen; 1 point 5 billion parameters; "
+         "5 kilometers, 2 teaspoons, 1 pound, 3 gigabytes."),
     ],
 )
 def test_amounts_times_dates_and_abbreviations_are_spelled_out(raw, spoken):
@@ -202,7 +231,15 @@ def test_closing_quotes_and_brackets_stay_with_their_sentence():
     assert "really.)" in [c.text for c in chunks] and '"Stop!"' in [c.text for c in chunks]
 
 
+def test_an_abbreviation_before_a_name_does_not_end_the_sentence():
+    # "the U.S. Army" and "9 a.m. Tuesday" are one sentence; "5 lbs. See" and "the U.S. Then" are two
+    chunks = text.split_text(text.check_text(
+        "The U.S. Army woke at 9 a.m. Tuesday with 5 lbs. See the U.S. Then leave."), budget=200)
+    assert [c.text for c in chunks] == [
+        "The U-S Army woke at 9 AM Tuesday with 5 pounds.", "See the U-S.", "Then leave."]
+
+
 def test_abbreviations_that_end_a_sentence_still_end_a_chunk():
     chunks = text.split_text(text.check_text("We met at 7:30 p.m. She had left the U.S. Then she came back."),
                              budget=200)
-    assert [c.text for c in chunks] == ["We met at 7 30 PM.", "She had left the US.", "Then she came back."]
+    assert [c.text for c in chunks] == ["We met at 7 30 PM.", "She had left the U-S.", "Then she came back."]
