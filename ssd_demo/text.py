@@ -3,8 +3,9 @@
 1. `clean_text`: Unicode NFC, control characters (NUL included) become spaces, whitespace collapses;
    text with no Latin letter or digit is refused (the voice speaks English only); letters of scripts
    the English voice can only name ("Chinese letter") and emoji are left out, and `left_out` says which.
-2. `normalize_text`: money, decimals, clock times, numeric dates and abbreviations with inner dots are spelled
-   out, so that a dot inside "12.50" or "Dr." is never read as the end of a sentence.
+2. `normalize_text`: money, decimals, clock times, dates, years, phone numbers, ranges, units and abbreviations
+   are spelled out as people say them, so that eSpeak reads words (not "dash" or "asterisk") and a dot inside
+   "12.50" or "Dr." is never read as the end of a sentence.
 3. `split_text`: sentences, then phrases at , ; : and dashes, then balanced word groups, until
    every chunk fits a phoneme budget. Joining the chunk texts with single spaces gives back the
    normalised text exactly: nothing is dropped.
