@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import torch
 from . import presets
 from .backends.embedded import load_synthesizer
 from .backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from .config import DecodingConfig
 from .synthesis import VoicePrompt
 
 
@@ -56,6 +58,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="chunk i uses seed + i (default 0)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
+
+
+def _decoding_overrides(args: argparse.Namespace) -> dict:
+    """The decoding settings given on the command line (the preset supplies the rest)."""
+    overrides = {"seed": args.seed}
+    for name in ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    return overrides
 
 
 def _load(args: argparse.Namespace):
@@ -122,16 +134,15 @@ def main(args: argparse.Namespace) -> int:
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise ValueError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        cpus = os.cpu_count() or 1
+        if not 1 <= args.threads <= cpus:
+            raise ValueError(f"--threads must be between 1 and {cpus} (this machine's CPUs), got {args.threads}")
         torch.set_num_threads(args.threads)
+    # decoding settings are checked before the model loads (seconds to minutes), as the backend's defaults
+    # are not needed to refuse an impossible value
+    DecodingConfig(**_decoding_overrides(args))
     synthesizer = _load(args)
-    overrides = {"seed": args.seed}
-    for name in ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None:
-            overrides[name] = value
-    config = synthesizer.config(**overrides)
+    config = synthesizer.config(**_decoding_overrides(args))
     voice_prompt = None
     if args.voice_prompt:
         audio, rate = sf.read(str(args.voice_prompt), dtype="float32", always_2d=True)

@@ -16,6 +16,10 @@ from .rules.registry import RULE_NAMES
 #: Acceptance rules that `speculative_generate` knows (`ssd_demo.rules.registry` is the one list).
 ACCEPTANCE_RULES = RULE_NAMES
 
+#: Most tokens one generation may ask for: far beyond any supported model's context (the embedded voice
+#: 1,024 positions, Llasa 2,048), yet small enough that the key/value cache sized from it can be allocated.
+MAX_NEW_TOKENS = 100_000
+
 
 @dataclass(frozen=True)
 class DecodingConfig:
@@ -76,8 +80,8 @@ class DecodingConfig:
             fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
             fail(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            fail(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            fail(f"max_new_tokens must be an integer from 1 to {MAX_NEW_TOKENS:,}, got {self.max_new_tokens!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
             fail(f"seed must be a non-negative integer or None, got {self.seed!r}")
         if self.acceptance not in ACCEPTANCE_RULES:

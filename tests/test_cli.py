@@ -54,6 +54,9 @@ def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     (["synth", "Hello.", "--out", "/dev/null/x.wav"], "is a file, not a folder"),
     (["synth", "Hello.", "--voice", "/no/such/voice"], "--voice /no/such/voice does not exist"),
     (["synth", "Hello.", "--voice", "/dev/null"], "is a file"),
+    # checked before the model loads: a cache for 10^11 tokens, or 10^5 threads, would fail with a traceback
+    (["synth", "Hello.", "--max-new-tokens", "99999999999"], "from 1 to 100,000"),
+    (["synth", "Hello.", "--threads", "100000"], "this machine's cpus"),
 ])
 def test_bad_input_exits_2_with_a_message(argv, message, capsys):
     if "--preset" not in argv and not (DEFAULT_PATH / "voice.json").exists():
@@ -201,6 +204,12 @@ def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
     assert "nan" not in text and "speculative: alpha 0.800" in text
     assert "speculative vs hf_assisted: 1.30x; alpha" in markdown_table(
         {"methods": [row], "speculative": spec, "speculative_vs_hf_assisted": 1.3})
+
+
+def test_a_voice_folder_without_a_voice_says_what_a_voice_folder_holds(tmp_path, capsys):
+    assert main(["synth", "Hello.", "--voice", str(tmp_path), "--out", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert "not an embedded voice folder" in err and "voice.json, target, codec" in err and "Traceback" not in err
 
 
 def test_synth_on_a_gpu_the_machine_lacks_says_so(monkeypatch, capsys):

@@ -161,6 +161,10 @@ def load_synthesizer(draft: str | None = None, device: str | None = None, path: 
     path: a voice folder (default assets/embedded).
     """
     root = Path(path) if path is not None else DEFAULT_PATH
+    missing = [name for name in (META_NAME, "target", "codec") if not (root / name).exists()]
+    if missing:  # say what a voice folder is, not just the first file that failed to open
+        raise FileNotFoundError(f"{root} is not an embedded voice folder: it has no {', '.join(missing)} (a voice "
+                                f"folder holds {META_NAME}, target/, codec/ and at least one draft)")
     available = available_drafts(root)
     draft = draft or default_draft(root)
     if draft not in available:
