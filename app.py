@@ -1,6 +1,6 @@
 """Hugging Face Space / local entry point: `python app.py`.
 
-Builds the page from `ssd_demo.ui` and launches it. Honours GRADIO_SERVER_NAME and
+Builds the page from `ssd_demo.app.page` and launches it. Honours GRADIO_SERVER_NAME and
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
@@ -13,7 +13,7 @@ try:  # ZeroGPU Spaces want `spaces` imported before torch initialises CUDA.
 except ImportError:
     pass
 
-from ssd_demo.ui import build_demo, launch_options  # noqa: E402
+from ssd_demo.app.page import build_demo, launch_options  # noqa: E402
 
 demo = build_demo()
 

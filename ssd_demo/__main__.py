@@ -1,6 +1,6 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,train,train-recognizer,stimuli,sweep,clicks,bench-stream,train-draft,cosyvoice2-smoke} ...
+"""Command line: python -m ssd_demo {synth,bench,eval,sweep,stimuli,train,train-recognizer,train-draft} ...
 
-Each subcommand lives in the module that does the work; that module provides
+Each subcommand lives in the tool module that does the work (`ssd_demo.tools`); that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
 their subcommand runs, so `--help` stays fast.
 """
@@ -12,19 +12,15 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "synth": ("ssd_demo.cli_synth", "synthesise text to a WAV file (AR or speculative)"),
-    "bench": ("ssd_demo.benchmark", "time AR vs speculative vs transformers' assisted generation"),
-    "eval": ("ssd_demo.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
-    "train": ("ssd_demo.training.cli", "build the corpus and train the embedded voice"),
-    "train-recognizer": ("ssd_demo.training.recognizer", "train the phoneme recognizer that measures intelligibility"),
-    "stimuli": ("ssd_demo.listening.stimuli", "render a listening-test stimulus set"),
-    "sweep": ("ssd_demo.sweep", "map speed against fidelity for every acceptance rule"),
-    "clicks": ("ssd_demo.click_timing", "time one click of the app's compare button (handler code, no browser)"),
-    "bench-stream": ("ssd_demo.stream_bench", "time to first audio of the app's race, through gradio_client streaming"),
-    "train-draft": ("ssd_demo.training.cosyvoice2_draft",
+    "synth": ("ssd_demo.tools.synth", "synthesise text to a WAV file (AR or speculative)"),
+    "bench": ("ssd_demo.tools.bench", "time AR vs speculative vs transformers' assisted generation"),
+    "eval": ("ssd_demo.tools.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
+    "train": ("ssd_demo.tools.training.cli", "build the corpus and train the embedded voice"),
+    "train-recognizer": ("ssd_demo.tools.training.recognizer", "train the phoneme recognizer that measures intelligibility"),
+    "stimuli": ("ssd_demo.tools.stimuli", "render a listening-test stimulus set"),
+    "sweep": ("ssd_demo.tools.sweep", "map speed against fidelity for every acceptance rule"),
+    "train-draft": ("ssd_demo.tools.training.cosyvoice2_draft",
                     "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),
-    "cosyvoice2-smoke": ("ssd_demo.backends.cosyvoice2.smoke",
-                         "CosyVoice 2's whole path in the real shapes with random weights: time and memory per stage"),
 }
 
 

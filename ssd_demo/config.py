@@ -43,7 +43,7 @@ class DecodingConfig:
     cost_ratio:       c, one draft step / one target step, for the adaptive choice (measure it with
                       `python -m ssd_demo bench`); a fixed number keeps runs reproducible.
     verify_costs:     v_k, one target call over k + 1 tokens / one target step, for k = 0, 1, ... (measured by
-                      `ssd_demo.calibration`); None counts every verify as one step. Given, the adaptive
+                      `ssd_demo.engine.calibration`); None counts every verify as one step. Given, the adaptive
                       choice may also pick K = 0 (plain AR steps) when no K pays on this machine.
     """
 

@@ -21,11 +21,11 @@ import torch
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
 from .config import DecodingConfig
-from .decoding import RoundCallback, autoregressive_generate, speculative_generate
+from .engine.generate import RoundCallback, autoregressive_generate, speculative_generate
 from .errors import TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
-from .static_cache import prepare_kernels
+from .engine.static_cache import prepare_kernels
 from .streaming import AudioPiece, SynthesisStream
 
 

@@ -11,7 +11,7 @@ import torch
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from ssd_demo.decoding import autoregressive_generate, speculative_generate
+from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.presets import load_preset
 from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
 
@@ -20,7 +20,7 @@ OUTPUTS = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "break
 
 
 def _launch(default_preset: str):
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     demo = build_demo(default_preset=default_preset)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
@@ -185,7 +185,7 @@ def test_queue_and_events_are_configured(launched):
 
 def test_app_starts_even_when_the_default_preset_cannot_load():
     from ssd_demo.presets import Preset, register
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     def broken(device):
         raise FileNotFoundError("no voice files here")
@@ -262,7 +262,7 @@ PUBLISHED_PARAMETERS = ["text", "preset", "draft", "draft_len", "beta", "accepta
 
 
 def test_synthesize_parameters_come_from_the_settings_table(client):
-    from ssd_demo.app_logic import COMPARE_SETTINGS
+    from ssd_demo.app.compare import COMPARE_SETTINGS
 
     names = [p["parameter_name"] for p in client.view_api(print_info=False, return_format="dict")
              ["named_endpoints"]["/synthesize"]["parameters"]]

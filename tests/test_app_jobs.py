@@ -11,8 +11,8 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from ssd_demo import ui_jobs
-from ssd_demo.listening.app import close_listening_apps
+from ssd_demo.app import jobs as ui_jobs
+from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.presets import Preset, register
 from ssd_demo.synthesis import Synthesizer
@@ -49,7 +49,7 @@ def target_calls() -> list[int]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, target_calls):
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     data = make_data(tmp_path_factory.mktemp("jobs") / "data")
     patch = pytest.MonkeyPatch()
@@ -196,7 +196,7 @@ def test_an_hour_long_voice_prompt_is_refused_from_its_header(tmp_path):
     import numpy as np
     import soundfile
 
-    from ssd_demo.app_logic import VoiceUpload, read_voice_upload
+    from ssd_demo.app.compare import VoiceUpload, read_voice_upload
 
     hour = tmp_path / "hour.flac"  # silence compresses to almost nothing: small upload, 1 h of samples
     with soundfile.SoundFile(hour, "w", samplerate=8000, channels=1, format="FLAC") as out:

@@ -3,7 +3,9 @@
 import gradio as gr
 import pytest
 
-from ssd_demo import benchmark_tab, presets, sweep
+from ssd_demo.app.benchmark import tab as benchmark_tab
+from ssd_demo import presets
+from ssd_demo.tools import sweep
 from toy_backend import build_toy_synthesizer
 
 

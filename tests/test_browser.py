@@ -24,7 +24,7 @@ EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
 
 def _launch(preset: str):
-    from ssd_demo.ui import build_demo, launch_options
+    from ssd_demo.app.page import build_demo, launch_options
 
     demo = build_demo(default_preset=preset)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from ssd_demo import charts
+from ssd_demo.app.compare import charts
 from ssd_demo.config import DecodingConfig
 from ssd_demo.results import GenerationResult, GenerationStats, RoundRecord
 from ssd_demo.synthesis import SynthesisResult
@@ -193,5 +193,5 @@ def test_empty_runs_still_give_labelled_figures():
 
 
 def test_charts_module_does_not_import_gradio():
-    code = "import sys, ssd_demo.charts; sys.exit(1 if 'gradio' in sys.modules else 0)"
+    code = "import sys, ssd_demo.app.compare.charts; sys.exit(1 if 'gradio' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

@@ -29,7 +29,7 @@ def client(tmp_path_factory):
 
     register(Preset(key=KEY, label="CosyVoice 2 (tiny, tests)", description="", licence="Apache-2.0",
                     drafts=("layers",), default_draft="layers", loader=load, sample_rate=24_000))
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     demo = build_demo(default_preset=KEY)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)

@@ -1,7 +1,7 @@
 """CosyVoice 2's flow model (tokens -> mel): shapes, determinism, conditioning, strict loading, layout.
 
 Numerical parity with the official implementation needs its code and packages we do not ship; it is
-checked by `python -m ssd_demo.backends.cosyvoice2.parity_flow`. Here: tiny random models, and the
+checked by `python -m scripts.cosyvoice2_parity_flow`. Here: tiny random models, and the
 full-size module's parameter layout against the official one's (recorded by that script).
 """
 

@@ -16,8 +16,8 @@ from ssd_demo.backends.cosyvoice2.llm import (
     unified_to_official,
 )
 from ssd_demo.errors import ModelLoadError
-from ssd_demo.repetition_aware import RepetitionAwareSampling
-from ssd_demo.static_cache import StaticCacheLM, supports
+from ssd_demo.engine.repetition_aware import RepetitionAwareSampling
+from ssd_demo.engine.static_cache import StaticCacheLM, supports
 from test_exactness import chi_square_p, marginal
 
 LAYOUT = SpeechVocabLayout(text_rows=10, speech_tokens=3)  # 6 output ids: 3 speech, end, 2 more stops

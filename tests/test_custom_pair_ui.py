@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from llasa_fixtures import build_llasa_family, sine_clip
-from ssd_demo import app_logic, presets
-from ssd_demo.app_logic import Request
+from ssd_demo.app import compare as app_logic
+from ssd_demo import presets
+from ssd_demo.app.compare import Request
 from ssd_demo.hub import ModelLoadError
 
 

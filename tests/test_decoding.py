@@ -46,7 +46,7 @@ def test_greedy_speculative_equals_greedy_ar(target, unrelated, draft_len):
 
 @pytest.mark.parametrize("draft_len", [1, 4, 8])
 def test_greedy_equality_holds_with_verify_calls_on_onednn(target, unrelated, draft_len, monkeypatch):
-    from ssd_demo import static_cache
+    from ssd_demo.engine import static_cache
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.decoding import cached_lm
-from ssd_demo.draft_heads import DraftHeads, HeadsConfig
-from ssd_demo.training.heads import evaluate_heads, train_heads_on_sequences
+from ssd_demo.engine.generate import cached_lm
+from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
+from ssd_demo.tools.training.heads import evaluate_heads, train_heads_on_sequences
 from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, marginal
 from test_forced_tokens import FREE, Markers, SAMPLED, sampled_only
 from test_forced_tokens import VOCAB as FORCED_VOCAB
@@ -143,7 +143,7 @@ def test_heads_refuse_a_target_they_were_not_trained_on(tmp_path):
     and in the decoder), and the record survives a float16 save as the voice export does."""
     trained_on = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
     other = tiny_llama(seed=12, vocab=32, layers=2, width=16, init=0.3)
-    from ssd_demo.draft_heads import target_fingerprint
+    from ssd_demo.engine.draft_heads import target_fingerprint
     heads = random_heads(16)
     heads.made_for = target_fingerprint(trained_on)
     heads.to(torch.float16).save(tmp_path / "heads")
@@ -161,7 +161,7 @@ def test_heads_refuse_a_target_they_were_not_trained_on(tmp_path):
 
 def test_the_shipped_heads_were_trained_on_the_shipped_target():
     from pathlib import Path
-    from ssd_demo.draft_heads import target_fingerprint
+    from ssd_demo.engine.draft_heads import target_fingerprint
     from transformers import AutoModelForCausalLM
     voice = Path(__file__).resolve().parents[1] / "assets" / "embedded"
     if not (voice / "draft_heads").exists():
@@ -190,7 +190,7 @@ def test_training_raises_the_heads_expected_acceptance(target):
 def test_fast_step_computes_the_module_step():
     heads = random_heads(16)
     embedding = torch.randn(32, 16)
-    from ssd_demo.draft_heads import fast_step
+    from ssd_demo.engine.draft_heads import fast_step
     fast = fast_step(heads, embedding)
     assert fast_step(heads, embedding) is fast  # built once
     state = torch.randn(16)

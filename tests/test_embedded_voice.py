@@ -7,7 +7,7 @@ import torch
 from ssd_demo import Backend, TextError
 from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
 from ssd_demo.text import check_text
-from ssd_demo.training.corpus import build_corpus
+from ssd_demo.tools.training.corpus import build_corpus
 from tiny_models import onednn_call_rows
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
@@ -34,7 +34,7 @@ def _assert_speech(result, low=0.8, high=6.0):
 
 
 def test_assets_load_with_all_three_drafts(synth):
-    from ssd_demo.draft_heads import DraftHeads
+    from ssd_demo.engine.draft_heads import DraftHeads
 
     assert isinstance(synth.backend, Backend)
     assert set(synth.drafts) == {"distilled", "layers", "heads"}
@@ -163,7 +163,7 @@ def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
 def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kernel(synth, monkeypatch):
     # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
     # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.
-    from ssd_demo import static_cache
+    from ssd_demo.engine import static_cache
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")

@@ -4,11 +4,11 @@ import gradio as gr
 import pytest
 
 from ssd_demo import DecodingConfig, errors
-from ssd_demo.app_logic import build_config, resolve_seed
+from ssd_demo.app.compare import build_config, resolve_seed
 from ssd_demo.hub import ModelNotFoundError
 from ssd_demo.presets import get_preset
 from ssd_demo.text import check_text
-from ssd_demo.ui_errors import to_gradio_error as _user_error
+from ssd_demo.app.errors import to_gradio_error as _user_error
 
 
 def test_every_user_error_is_a_value_error_with_its_own_title():
@@ -51,7 +51,7 @@ def test_the_app_does_not_classify_by_message_text():
 
 
 def test_build_config_reports_a_non_number_as_an_invalid_setting():
-    from ssd_demo.app_logic import Request
+    from ssd_demo.app.compare import Request
 
     class Defaults:
         def config(self, **changes):

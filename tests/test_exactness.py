@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chisquare
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.sampling import allowed_mask, probabilities, processed_scores
+from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores
 from tiny_models import tiny_llama
 
 VOCAB = 4

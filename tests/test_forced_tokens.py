@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.sampling import allowed_mask, probabilities, processed_scores
+from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores
 from test_exactness import chi_square_p, marginal
 from tiny_models import tiny_llama
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssd_demo.app_logic import audio_files
-from ssd_demo.listening import app as listening_app
-from ssd_demo.listening.app import browser_secret
+from ssd_demo.app.compare import audio_files
+from ssd_demo.app.listening import service as listening_app
+from ssd_demo.app.listening.service import browser_secret
 from ssd_demo.listening.store import ListeningStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -369,7 +369,7 @@ def test_default_codec_is_pinned_everywhere():
 def test_readme_ui_and_cli_name_the_same_pinned_codec():
     import argparse
 
-    from ssd_demo import cli_synth
+    from ssd_demo.tools import synth as cli_synth
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()

@@ -24,7 +24,8 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             for _ in range(node.level - 1):
                 base = base.rsplit(".", 1)[0]
             target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
-            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules]
+            candidates = submodules or [target]  # `from . import charts` imports charts, not the package again
         elif isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         else:
@@ -56,3 +57,48 @@ def test_no_import_cycle_in_the_package():
         if module not in state:
             visit(module)
     assert graph["ssd_demo.config"] >= {"ssd_demo.rules.registry"}  # the walk sees real edges
+
+
+def _layer(module: str) -> str:
+    if module.startswith("ssd_demo.app"):
+        return "app"
+    if module.startswith("ssd_demo.tools") or module == "ssd_demo.__main__":
+        return "tools"
+    return "library"
+
+
+def _all_imports(path: Path, modules: set[str]) -> set[str]:
+    """ssd_demo modules imported anywhere in the file, deferred imports included."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rsplit(".", 1)[0]
+            target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+            submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules]
+            candidates = submodules or [target]  # `from . import charts` imports charts, not the package again
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in modules and c != name}
+    return found
+
+
+def test_layers_import_downwards_only():
+    # library <- tools <- app: the library never imports the app or the tools, the tools never the app.
+    allowed = {"library": {"library"}, "tools": {"library", "tools"}, "app": {"library", "tools", "app"}}
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    wrong = [f"{_module_name(p)} -> {imported}" for p in paths for imported in sorted(_all_imports(p, modules))
+             if _layer(imported) not in allowed[_layer(_module_name(p))]]
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+    assert {_layer(m) for m in modules} == {"library", "tools", "app"}
+
+
+def test_developer_scripts_stay_outside_the_package():
+    names = {p.stem for p in PACKAGE.rglob("*.py")}
+    assert not names & {"click_timing", "stream_bench", "smoke"} and not any(n.startswith("parity") for n in names)

@@ -17,12 +17,12 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from ssd_demo.listening.export import read_votes_csv
-from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.stimulus_sets import load_stimulus_set
 from ssd_demo.listening.store import ListeningStore
-from ssd_demo.listening.app import close_listening_apps
-from ssd_demo.listening.ui import build_listening_tab
-from ssd_demo.ui import QUEUE_MAX_SIZE
+from ssd_demo.app.listening.service import close_listening_apps
+from ssd_demo.app.listening.tab import build_listening_tab
+from ssd_demo.app.page import QUEUE_MAX_SIZE
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
@@ -236,7 +236,7 @@ def test_an_unusable_database_leaves_a_message_not_a_crash(tmp_path, monkeypatch
 def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
     from toy_backend import TOY_KEY, register_toy_preset
 
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     monkeypatch.setenv("SSD_DEMO_DATA_DIR", str(data))
     register_toy_preset()

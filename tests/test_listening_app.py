@@ -14,19 +14,11 @@ import soundfile as sf
 
 from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening.export import read_votes_csv
-from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningError, ListeningStore
-from ssd_demo.listening.app import (
-    CURRENT_SET,
-    EXPORTS_KEPT,
-    ListeningApp,
-    ListeningSettings,
-    browser_secret,
-    check_build_allowed,
-    close_listening_apps,
-    public_message,
-)
-from ssd_demo.listening.ui import build_listening_tab
+from ssd_demo.app.listening.service import (CURRENT_SET, EXPORTS_KEPT, ListeningApp, ListeningSettings, browser_secret,
+    check_build_allowed, close_listening_apps, public_message)
+from ssd_demo.app.listening.tab import build_listening_tab
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = ("The birch canoe slid on the smooth planks.", "Rice is often served in round bowls.")
@@ -215,7 +207,7 @@ def test_building_on_a_space_needs_a_results_token(tmp_path, monkeypatch):
     def must_not_render(*args, **kwargs):
         raise AssertionError("refused requests must not render")
 
-    monkeypatch.setattr("ssd_demo.listening.app.build_small_set", must_not_render)
+    monkeypatch.setattr("ssd_demo.app.listening.service.build_small_set", must_not_render)
     monkeypatch.setenv("SPACE_ID", "user/demo")
     build_fn = handler(build(tmp_path), "listening_build_set").fn
     with pytest.raises(gr.Error, match="no results token is configured"):

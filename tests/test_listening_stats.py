@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ssd_demo.listening.charts import results_figure
+from ssd_demo.app.listening.charts import results_figure
 from ssd_demo.listening.stats import (
     MOS_NOTE,
     mos_summary,

@@ -41,7 +41,7 @@ STATE_JS = """() => {
 
 @pytest.fixture(scope="module")
 def app_url():
-    from ssd_demo.ui import build_demo, launch_options
+    from ssd_demo.app.page import build_demo, launch_options
 
     demo = build_demo(default_preset="embedded")
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import soundfile
 
-from ssd_demo import app_logic
-from ssd_demo.app_logic import Race, Request, headline, lane_markdown, run_race, write_replay_files
+from ssd_demo.app import compare as app_logic
+from ssd_demo.app.compare import Race, Request, headline, lane_markdown, run_race, write_replay_files
 from toy_backend import TOY_KEY, register_toy_preset
 
 
@@ -32,8 +32,8 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
-    from ssd_demo.app_logic import race as race_module
-    from ssd_demo.app_logic import runner
+    from ssd_demo.app.compare import race as race_module
+    from ssd_demo.app.compare import runner
     from test_streaming import TEXT, ChunkingToy
     from ssd_demo.synthesis import Synthesizer
     from toy_backend import build_toy_synthesizer

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.repetition_aware import RepetitionAwareSampling
+from ssd_demo.engine.repetition_aware import RepetitionAwareSampling
 from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, make_draft, marginal
 from tiny_models import tiny_llama
 

@@ -5,7 +5,7 @@ import pytest
 from ssd_demo import DecodingConfig
 from ssd_demo.config import ACCEPTANCE_RULES
 from ssd_demo.rules import RULE_NAMES, RULES, AcceptanceRule, make_rule
-from ssd_demo.app_logic import SETTINGS_BY_NAME
+from ssd_demo.app.compare import SETTINGS_BY_NAME
 from tiny_models import tiny_llama
 
 

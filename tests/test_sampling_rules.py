@@ -5,7 +5,7 @@ import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.rules import Block, make_rule
-from ssd_demo.sampling import allowed_mask, probabilities, processed_scores, sample
+from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores, sample
 from tiny_models import tiny_llama
 
 LOGITS = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]]))

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.decoding import CachedLM, cached_lm
-from ssd_demo.static_cache import StaticCacheLM, supports
+from ssd_demo.engine.generate import CachedLM, cached_lm
+from ssd_demo.engine.static_cache import StaticCacheLM, supports
 from tiny_models import check_same_logits, onednn_call_rows, tiny_llama
 
 
@@ -121,7 +121,7 @@ def test_onednn_kernel_computes_what_transformers_computes(monkeypatch):
 
 
 def test_kernel_threshold_is_the_switch_point_that_costs_least():
-    from ssd_demo.static_cache import NEVER, threshold_from
+    from ssd_demo.engine.static_cache import NEVER, threshold_from
 
     assert threshold_from({1: (1.0, 1.2), 2: (1.1, 1.15), 4: (1.5, 1.2), 8: (2.0, 1.3)}) == 4
     # one noisy size above the switch does not push it up, one below it does not pull it down
@@ -133,15 +133,15 @@ def test_kernel_threshold_is_the_switch_point_that_costs_least():
 
 
 def _onednn_copies_of(model) -> list:
-    from ssd_demo.static_cache import _linears, packed_weights
+    from ssd_demo.engine.static_cache import _linears, packed_weights
 
     return [linear.onednn for linear in _linears(packed_weights(model))]
 
 
 @needs_onednn
 def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.static_cache import NEVER, kernel_choice, kernel_threshold
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.static_cache import NEVER, kernel_choice, kernel_threshold
 
     small = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     assert kernel_choice(small) == static_cache.KernelChoice(NEVER, "too small a model to time the kernels")
@@ -163,8 +163,8 @@ def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatc
 
 @needs_onednn
 def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.static_cache import NEVER, kernel_choice
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.static_cache import NEVER, kernel_choice
 
     monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
@@ -184,8 +184,8 @@ def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
 
 @needs_onednn
 def test_kernel_probe_runs_on_a_real_model_once_and_leaves_the_random_state_alone(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.static_cache import NEVER, PROBE_ROWS, kernel_choice, measure_kernel_threshold
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.static_cache import NEVER, PROBE_ROWS, kernel_choice, measure_kernel_threshold
 
     model = tiny_llama(seed=4, vocab=40, layers=2, width=32)
     assert measure_kernel_threshold(model, context=8, repeats=1) in (*PROBE_ROWS, NEVER)
@@ -207,8 +207,8 @@ def test_kernel_probe_runs_on_a_real_model_once_and_leaves_the_random_state_alon
 
 
 def test_reports_name_the_kernels(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.static_cache import KernelChoice, describe_kernels
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.static_cache import KernelChoice, describe_kernels
 
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     assert describe_kernels(model) == "BLAS matmuls (too small a model to time the kernels)"
@@ -231,7 +231,7 @@ def test_reports_name_the_kernels(monkeypatch):
 
 
 def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
-    from ssd_demo.ui import build_demo
+    from ssd_demo.app.page import build_demo
 
     monkeypatch.setenv("SSD_DEMO_MATMUL", "one-dnn")
     with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'one-dnn'"):
@@ -239,9 +239,9 @@ def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
 
 
 def test_the_probe_runs_before_the_timed_call(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.draft_heads import DraftHeads, HeadsConfig
-    from ssd_demo.static_cache import prepare_kernels
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
+    from ssd_demo.engine.static_cache import prepare_kernels
 
     probed = []
     monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
@@ -257,8 +257,8 @@ def test_the_probe_runs_before_the_timed_call(monkeypatch):
 
 
 def test_a_failing_onednn_falls_back_to_blas(monkeypatch):
-    from ssd_demo import static_cache
-    from ssd_demo.static_cache import NEVER, kernel_threshold
+    from ssd_demo.engine import static_cache
+    from ssd_demo.engine.static_cache import NEVER, kernel_threshold
 
     def broken(model, repeats):
         raise RuntimeError("could not create a primitive")

@@ -3,7 +3,7 @@
 import pytest
 
 from ssd_demo import TextError
-from ssd_demo import espeak
+from ssd_demo.text import espeak
 from ssd_demo import text
 
 

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from ssd_demo.training import cli
+from ssd_demo.tools.training import cli
 
 
 def _args(out, **overrides):
@@ -46,7 +46,7 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
         assert next(model.parameters()).dtype == torch.float32
     layers = AutoModelForCausalLM.from_pretrained(export / "draft_layers")
     assert layers.config.num_hidden_layers == 2  # bottom 1 + top 1 of the 3-layer smoke target
-    from ssd_demo.draft_heads import DraftHeads
+    from ssd_demo.engine.draft_heads import DraftHeads
     from ssd_demo.backends.embedded import load_synthesizer
     assert DraftHeads.load(export / "draft_heads").config.hidden == 32
     voice = load_synthesizer(draft="heads", path=export)  # the exported voice speaks with its heads
@@ -57,7 +57,7 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
 
 
 def test_heads_stage_options_and_a_warm_start_of_another_shape(tmp_path, capsys):
-    from ssd_demo.draft_heads import DraftHeads
+    from ssd_demo.engine.draft_heads import DraftHeads
 
     out = tmp_path / "run"
     assert cli.main(_args(out, heads_unroll=3)) == 0
@@ -77,7 +77,7 @@ def test_heads_stage_options_and_a_warm_start_of_another_shape(tmp_path, capsys)
 
 def test_layer_subset_draft_copies_the_right_layers():
     from ssd_demo.backends.vocab import VocabLayout
-    from ssd_demo.training.train import ModelSpec, layer_subset_draft, make_llama
+    from ssd_demo.tools.training.train import ModelSpec, layer_subset_draft, make_llama
 
     layout = VocabLayout(n_phonemes=5, n_speech=7)
     target = make_llama(layout, ModelSpec(layers=4, hidden=16, intermediate=32, heads=2, kv_heads=1))
@@ -96,7 +96,7 @@ def test_layer_subset_draft_copies_the_right_layers():
 
 def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
     from ssd_demo.recognizer import Recognizer
-    from ssd_demo.training import recognizer as recipe
+    from ssd_demo.tools.training import recognizer as recipe
 
     parser = argparse.ArgumentParser()
     recipe.add_arguments(parser)
@@ -115,7 +115,7 @@ def test_warm_start_keeps_every_row_when_the_layout_is_the_same():
     # A continued run (same vocabulary layout) must keep the learned phoneme and NEXT rows: re-initialising
     # them would make the model relearn how every phoneme sounds.
     from ssd_demo.backends.vocab import VocabLayout
-    from ssd_demo.training.train import ModelSpec, make_llama, warm_start
+    from ssd_demo.tools.training.train import ModelSpec, make_llama, warm_start
 
     layout = VocabLayout(n_phonemes=6, n_speech=16)
     spec = ModelSpec(layers=2, hidden=16, intermediate=32, heads=2, kv_heads=1, max_positions=64)

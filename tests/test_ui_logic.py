@@ -1,4 +1,4 @@
-"""The app's handler logic (ssd_demo.app_logic) on the toy voice, plus the embedded voice when present."""
+"""The app's handler logic (ssd_demo.app.compare) on the toy voice, plus the embedded voice when present."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 import soundfile
 import torch
 
-from ssd_demo import app_logic
-from ssd_demo.app_logic import Request, runner
+from ssd_demo.app import compare as app_logic
+from ssd_demo import cpu_threads
+from ssd_demo.app.compare import Request, runner
 from ssd_demo.errors import ModelLoadError
-from ssd_demo.decoding import autoregressive_generate, speculative_generate
+from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.presets import Preset, get_preset, load_preset, register
 from ssd_demo.results import GenerationResult, GenerationStats, RoundRecord
 from ssd_demo.synthesis import TextError
@@ -279,9 +280,9 @@ def test_cpu_threads_follow_model_size(toy, monkeypatch):
     assert app_logic.cpu_threads_for(toy) == 1  # a tiny model: overhead-bound
     monkeypatch.setenv("SSD_TORCH_THREADS", "3")
     assert app_logic.cpu_threads_for(toy) == 3
-    monkeypatch.setattr(runner, "SMALL_MODEL_PARAMETERS", 10)
+    monkeypatch.setattr(cpu_threads, "SMALL_MODEL_PARAMETERS", 10)
     monkeypatch.delenv("SSD_TORCH_THREADS")
-    assert app_logic.cpu_threads_for(toy) == runner._DEFAULT_THREADS
+    assert app_logic.cpu_threads_for(toy) == cpu_threads._DEFAULT_THREADS
 
 
 def test_example_texts_are_short_enough_for_every_voice():

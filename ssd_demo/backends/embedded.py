@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 
 from ..codec import Codec
 from ..config import DecodingConfig
-from ..draft_heads import DraftHeads, check_fits
+from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import TextError
 from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend

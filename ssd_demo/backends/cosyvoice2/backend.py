@@ -22,7 +22,7 @@ import torch
 from ... import text as text_frontend
 from ...config import DecodingConfig
 from ...errors import InvalidSettingError, ModelLoadError, TextError
-from ...repetition_aware import RepetitionAwareSampling
+from ...engine.repetition_aware import RepetitionAwareSampling
 from ...synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout

@@ -91,7 +91,7 @@ def preflight(revision: str | None = None, options: LoadOptions = LoadOptions())
 
 def default_voice(encoders: PromptEncoders, tokenizer) -> VoiceFeatures:
     """The features of the eSpeak NG clip of DEFAULT_PROMPT_TEXT, through the checkpoint's encoders."""
-    from ... import espeak
+    from ...text import espeak
     from .backend import spell_out_numbers
 
     rendering = espeak.synthesize(DEFAULT_PROMPT_TEXT)

@@ -1,0 +1,35 @@
+"""What the web app's Compare tab does, as plain functions with no Gradio inside, by job:
+
+    settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click,
+                 and its checks (text, seed, config, draft)
+    runner       load the preset, warm up, run AR then speculative (`compare` -> `Comparison`)
+    race         the same, streamed: each decoder's audio pieces and live counters as they happen
+    views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
+    audio_files  both clips as named 16-bit WAV files
+    page         example texts, a preset's control defaults and description, the device note
+
+The Gradio layer (`ssd_demo.app.page`) only wires these to components and turns `UserError`s into messages.
+"""
+
+from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
+from .page import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
+    MAX_EXAMPLES)
+from .race import (LANES, Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
+    write_replay_files)
+from .runner import Comparison, compare, cpu_threads_for, load, preferred_device, token_label_for, warm_up
+from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, build_config,
+    check_text, read_voice_upload, resolve_draft, resolve_seed, resolve_voice_prompt, voice_prompt_from_upload,
+    voice_upload)
+from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_speedup, figures, length_limit_note,
+    stats_markdown, stats_rows, token_view)
+
+__all__ = [
+    "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
+    "write_replay_files",
+    "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",
+    "Comparison", "PresetDefaults", "Request", "Setting", "VoiceUpload", "audio_directory", "build_config", "check_text",
+    "compare", "comparison_token_view", "cpu_threads_for", "details", "device_note", "end_to_end_speedup",
+    "example_texts", "figures", "length_limit_note", "load", "preferred_device", "preset_defaults",
+    "preset_markdown", "read_voice_upload", "resolve_draft", "resolve_voice_prompt", "resolve_seed", "stats_markdown", "stats_rows", "to_int16", "token_label_for",
+    "token_view", "voice_prompt_from_upload", "voice_upload", "warm_up", "write_audio_files", "write_wav",
+]

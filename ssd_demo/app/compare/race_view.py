@@ -1,0 +1,229 @@
+"""The Compare tab's race: a thin Gradio layer over `compare.run_race`.
+
+`build_race_view` lays out both decoders' lanes (live counters and a streaming player each) and the
+replay at measured speed; `race_handler` returns the `/race` event's generator, which runs the race in a
+worker thread and relays each audio piece to its streaming player as it is decoded, the counters every
+`LIVE_EVERY` seconds, then the results of `/synthesize` (charts last). Presenter mode is a class on the
+page (`PRESENTER_JS`; the CSS is in `ui.CSS`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gradio as gr
+
+from .. import compare, jobs
+from . import Request
+from ...cancellation import Cancelled
+from ..errors import to_gradio_error
+
+REPLAY_NOTE = (
+    "**Replay at measured speed.** The two runs above went one after the other (one machine cannot run "
+    "both fairly at once). These replays put each on its own measured timeline, from the start of its "
+    "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
+    "decoder a listener would have heard first and longer."
+)
+#: Presenter mode's version (the page must fit a 1280x720 projector).
+REPLAY_NOTE_SHORT = "**Replay at measured speed** (the runs went one after the other)"
+#: Start both replays together (the browser's own players, from the beginning).
+PLAY_BOTH_JS = """() => {
+  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
+    const audio = document.querySelector('#' + id + ' audio');
+    if (audio) { audio.currentTime = 0; audio.play(); }
+  }
+}"""
+#: Presenter mode is a class on the page: CSS (ui.CSS) enlarges the race and hides developer detail.
+PRESENTER_JS = """(on) => {
+  document.body.classList.toggle('ssd-presenter', !!on);
+  const url = new URL(window.location.href);  // a reload keeps what the toggle says
+  if (on) { url.searchParams.set('presenter', '1'); } else { url.searchParams.delete('presenter'); }
+  window.history.replaceState(null, '', url);
+}"""
+#: The page's load: `?presenter=1` in the address turns presenter mode on.
+PRESENTER_FROM_URL_JS = """() => {
+  const on = new URLSearchParams(window.location.search).get('presenter') === '1';
+  document.body.classList.toggle('ssd-presenter', on);
+  return on;
+}"""
+#: The browser's own player (an <audio> element the "replay both" button can start).
+NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
+LANE_LABELS = ("Autoregressive", "Speculative")
+#: How often the live counters are redrawn while a decoder runs (seconds).
+LIVE_EVERY = 0.25
+#: Gradio encodes streamed audio with FFmpeg; without it the live players stay silent and the full clips
+#: (and the replay) arrive when both runs are done.
+LIVE_AUDIO = shutil.which("ffmpeg") is not None
+#: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
+FLUSH_FOR = 2.0
+EMPTY_WAV = compare.empty_wav()
+
+
+@dataclass
+class RaceView:
+    """The race's components; `outputs` come before the `/synthesize` outputs in the `/race` event."""
+
+    status: gr.Markdown
+    headline: gr.Markdown
+    ar_live: gr.Markdown
+    spec_live: gr.Markdown
+    ar_stream: gr.Audio
+    spec_stream: gr.Audio
+    replay_ar: gr.Audio
+    replay_spec: gr.Audio
+    replay_both: gr.Button
+
+    @property
+    def outputs(self) -> list[gr.Component]:
+        return [self.status, self.ar_live, self.spec_live, self.ar_stream, self.spec_stream, self.headline,
+                self.replay_ar, self.replay_spec]
+
+
+def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
+    """Both lanes side by side, then the replay row (inside the caller's layout)."""
+    empty = compare.Race()
+    with gr.Row(elem_id="ssd-race"):
+        with gr.Column():
+            ar_live = gr.Markdown(compare.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
+                                  elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
+            ar_stream = gr.Audio(label="Autoregressive, live", streaming=True, autoplay=True, interactive=False,
+                                 buttons=[], elem_id="ssd-ar-stream")
+        with gr.Column():
+            spec_live = gr.Markdown(compare.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
+                                    elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
+            spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
+                                   buttons=[], elem_id="ssd-spec-stream")
+    with gr.Row(elem_id="ssd-replay"):
+        with gr.Column(scale=1, min_width=160):
+            gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
+            gr.Markdown(REPLAY_NOTE_SHORT, elem_classes=["ssd-presenter-only"])
+            replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
+        replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
+                             buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
+        replay_spec = gr.Audio(label="Replay at measured speed: speculative", type="filepath", interactive=False,
+                               buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
+    replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
+    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both)
+
+
+def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
+                 prepare: Callable[[dict], Request]) -> Callable:
+    """The `/race` generator. `results` names the `/synthesize` outputs (ar_audio, ..., seed_used);
+    `prepare(arguments)` admits the job and builds its `Request` (raising what the user can fix)."""
+    race_outputs = [*view.outputs, *results.values()]
+    status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
+    ar_stream, spec_stream = view.ar_stream, view.spec_stream
+    streams = {"autoregressive": ar_stream, "speculative": spec_stream}
+    lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
+    ar_audio, spec_audio, stats, tokens, details, seed_used = (results[name] for name in (
+        "ar_audio", "spec_audio", "stats", "tokens", "details", "seed_used"))
+    tokens_vs_time, breakdown, accepted_length, by_position = (results[name] for name in (
+        "tokens_vs_time", "breakdown", "accepted_length", "by_position"))
+
+    def frame(changes: dict) -> tuple:
+        """One update of the race's outputs: the given ones, every other left as it is."""
+        return tuple(changes.get(component, gr.skip()) for component in race_outputs)
+
+    def live(race: compare.Race) -> dict:
+        note = "" if LIVE_AUDIO else " (live audio needs FFmpeg on the server; the clips come when both runs end)"
+        return {status: f"**Now:** {race.stage}{note}",
+                **{lives[name]: compare.lane_markdown(race.lanes[name], label)
+                   for name, label in zip(compare.LANES, LANE_LABELS)}}
+
+    def flushes(last_sent: dict[str, float]) -> dict:
+        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
+        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
+        would wait for the next piece (or the end of the race)."""
+        now = time.perf_counter()
+        return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
+
+    def race_run(*args, **kwargs):
+        """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
+        live counters; then the replay at measured speed, the statistics and, last, the charts."""
+        values = signature.bind(*args, **kwargs)
+        values.apply_defaults()
+        chosen = values.arguments
+
+        def refused(error: BaseException):
+            """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
+            message = to_gradio_error(error)
+            yield frame({status: f"**Not run:** {message.message}"})
+            raise message from None
+
+        try:
+            request = prepare(chosen)
+        except Exception as error:  # noqa: BLE001
+            yield from refused(error)
+            return
+        race, events = compare.Race(), queue.Queue()
+        stopped, closed = jobs.stop_check(chosen["request"]), threading.Event()
+        started = time.perf_counter()
+
+        def work() -> None:  # the decoding runs here; the handler only relays what it produces
+            try:
+                comparison = compare.run_race(request, race, lambda lane, piece: events.put(("piece", lane, piece)),
+                                                should_stop=lambda: closed.is_set() or stopped())
+                events.put(("done", comparison))
+            except BaseException as error:  # noqa: BLE001 - handed to the handler, which reports it
+                events.put(("error", error))
+
+        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
+        worker = threading.Thread(target=work, name="ssd-race", daemon=True)
+        worker.start()
+        try:
+            yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
+                         replay_spec: None})
+            while True:
+                try:
+                    kind, *payload = events.get(timeout=LIVE_EVERY)
+                except queue.Empty:
+                    yield frame({**live(race), **flushes(last_sent)})
+                    continue
+                if kind == "piece":
+                    lane, piece = payload
+                    if len(piece.audio) and LIVE_AUDIO:
+                        yield frame({**live(race), streams[lane]: compare.piece_wav(piece)})
+                        last_sent[lane] = time.perf_counter()
+                    continue
+                if kind == "error":
+                    if isinstance(payload[0], Cancelled):
+                        return  # stopped: nobody is waiting for an answer
+                    yield from refused(payload[0])
+                    return
+                comparison = payload[0]
+                break
+            jobs.CLOCK.record(time.perf_counter() - started)
+            if comparison.requested_draft:
+                gr.Warning(f"Draft '{comparison.requested_draft}' is not available for this preset; used "
+                           f"'{comparison.draft}'.")
+            try:  # audio, numbers and the headline first; the charts only after them
+                ar_path, spec_path = compare.write_audio_files(comparison)
+                replay = compare.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
+                race.stage = "Both runs done: drawing the charts and the token view"
+                results = {headline: compare.headline(comparison, race), replay_ar: str(replay[0]),
+                           replay_spec: str(replay[1]), ar_audio: str(ar_path), spec_audio: str(spec_path),
+                           stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
+                           details: {**compare.details(comparison), "race": compare.race_details(race)}}
+                yield frame({**live(race), **results})
+                figures = compare.figures(comparison)
+            except Exception as error:  # noqa: BLE001 - a message, never a traceback
+                yield from refused(error)
+                return
+            race.stage = "Done"
+            # The last update holds every value (what an API client's result is); None ends both streams.
+            yield frame({**live(race), **results, tokens: compare.comparison_token_view(comparison),
+                         tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
+                         accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
+                         ar_stream: None, spec_stream: None})
+        finally:
+            closed.set()  # a closed page or a cancel: the decoding thread stops within one round
+
+    race_run.__signature__ = signature  # the /synthesize parameters
+    race_run.__annotations__ = {"request": gr.Request}
+    return race_run

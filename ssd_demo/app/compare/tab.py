@@ -1,0 +1,337 @@
+"""The app's "Compare" tab: one text, synthesised autoregressively and speculatively, side by side.
+
+A thin Gradio builder around `ssd_demo.app.compare`: the decoding controls are drawn from
+`COMPARE_SETTINGS` (one entry per control: component, default, preset update, `/synthesize`
+parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
+button runs the race (`/race`, `race_view`: both decoders streamed as they decode); `/synthesize`
+returns every result at once for API callers.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import gradio as gr
+
+from .. import compare
+from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Request, Setting
+from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from ...config import DecodingConfig
+from ...presets import get_preset, list_presets, register_custom_pair
+from .. import jobs
+from ...cancellation import Cancelled
+from .race_view import PRESENTER_JS, build_race_view, race_handler
+from ..errors import to_gradio_error
+
+HOW_IT_WORKS = """
+**Speculative decoding** (Leviathan et al. 2023; Chen et al. 2023) makes an autoregressive model
+faster without retraining it. Each round, a small **draft** model proposes *K* speech tokens one
+by one; the large **target** model then scores all of them in **one** forward pass. Drafted tokens
+are kept left to right while they pass an acceptance test; at the first failure the target samples
+a **replacement** from the leftover probability mass, and if all *K* pass it adds a **bonus** token
+for free. Every round therefore yields between 1 and *K*+1 tokens for a single target call.
+
+Write **q** for the target's distribution and **p** for the draft's (both after temperature, top-k
+and top-p, so the test uses exactly what was sampled). With the exact rule (β = 0) a drafted token *x*
+is accepted with probability min(1, q(x)/p(x)), and the output has exactly the target's distribution. **Speech speculative decoding** (SSD; Lin et al.,
+*Accelerating Autoregressive Speech Synthesis Inference With Speech Speculative Decoding*,
+Interspeech 2025, [arXiv 2505.15380](https://arxiv.org/abs/2505.15380)) adds a tolerance **β**:
+accept if r < min(1, q/p) + β. Speech tokens are redundant (many codes sound alike), so a larger
+β accepts more drafted tokens, i.e. more speed, at the cost of drifting from the target's
+distribution (the paper: 1.4× on the LM at β = 0.4, with WER rising from 3.67 % to 5.70 % and naturalness MOS unchanged). The expected speedup is
+(1 − α^(K+1)) / ((1 − α)(K·c + 1)), where α is the per-token acceptance and c the cost of a draft
+step relative to a target step: a draft only helps when α > c.
+
+Other rules: **topk** accepts a drafted token that is among the target's top-k; **pcg** accepts at
+the level of groups of acoustically similar tokens (arXiv 2511.13732). **Adaptive K** picks each
+round's draft length from the running acceptance rate.
+
+**Drafts of the embedded voice.** *heads* (the default): two small blocks that read the target's own last
+hidden state, from its verify call, and roll it forward one token at a time through the target's own
+embedding and output layer, so a round costs one target call plus a few cheap steps; *distilled*: a
+one-layer model trained to imitate the target; *layers*: the paper's kind of draft, a few of the target's
+own layers. At β = 0 all three leave the output distribution exactly the target's; they differ in speed.
+"""
+
+TOKENS_LEGEND = (
+    "**Every speculative round** (rounds separated by `|`): drafted tokens the target "
+    "*accepted*, the first *rejected* one with the target's *replacement* (→), drafted "
+    "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block. "
+    "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
+    "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
+)
+
+PRESENTER_EXAMPLES = 3
+def _short(text: str, limit: int = 48) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+#: The /synthesize outputs, in order (the /race event ends with the same ones).
+OUTPUT_NAMES = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "breakdown", "accepted_length",
+                "by_position", "details", "seed_used")
+
+#: /synthesize parameters that are not decoding settings: before the settings, and after them.
+LEADING_PARAMETERS = ("text", "preset", "draft")
+TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
+
+
+def _upload_path(upload) -> str | None:
+    """The server-side path of an upload as the unprocessed event sends it (a FileData dict), or None."""
+    if isinstance(upload, dict):
+        return upload.get("path") or None
+    return upload or None
+
+
+def _owner(request: gr.Request | None) -> str | None:
+    """Custom pairs belong to the browser session (an API client's session) that added them."""
+    return getattr(request, "session_hash", None) or None
+
+
+def stop_run(request: gr.Request) -> None:
+    """Stop this session's synthesis: the page's run (Gradio also cancels it) or an API client's own run
+    (`client.predict(api_name="/stop")`); the decoders stop within one round."""
+    jobs.request_stop(request)
+
+
+def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
+    """The control for one setting, showing the preset's default."""
+    value = setting.default(config)
+    common = {"label": setting.label, "info": setting.info_for(value) or None,
+              "visible": setting.visible_for(config.acceptance)}
+    if setting.widget == "slider":
+        return gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
+    if setting.widget == "number":
+        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
+                         maximum=setting.maximum, **common)
+    if setting.widget == "dropdown":
+        return gr.Dropdown(choices=list(setting.choices), value=value, **common)
+    return gr.Checkbox(value=value, **common)
+
+
+def setting_update(setting: Setting, config: DecodingConfig) -> dict:
+    """What a preset change sets the control to."""
+    value = setting.default(config)
+    if setting.widget == "slider" and setting.grows:
+        return gr.update(value=value, maximum=setting.top(config))
+    return gr.update(value=value)
+
+
+def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Component]:
+    """The section's controls in table order; consecutive settings that share a `row` sit side by side."""
+    controls: dict[str, gr.Component] = {}
+    settings = [s for s in COMPARE_SETTINGS if s.section == section]
+    index = 0
+    while index < len(settings):
+        group = [settings[index]]
+        while settings[index].row and index + 1 < len(settings) and settings[index + 1].row == settings[index].row:
+            index += 1
+            group.append(settings[index])
+        index += 1
+        if len(group) == 1:
+            controls[group[0].name] = setting_component(group[0], config)
+        else:
+            with gr.Row():
+                for setting in group:
+                    controls[setting.name] = setting_component(setting, config)
+    return controls
+
+
+def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
+    """The `/synthesize` parameters: text, preset, draft, every setting with the preset's default, the
+    voice prompt, then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
+    P = inspect.Parameter
+    parameters = [P("text", P.POSITIONAL_OR_KEYWORD, annotation=str),
+                  P("preset", P.POSITIONAL_OR_KEYWORD, default=defaults.key, annotation=str),
+                  P("draft", P.POSITIONAL_OR_KEYWORD, default=defaults.default_draft, annotation=str)]
+    kinds = {"int": int, "float": float, "choice": str, "bool": bool}
+    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default(defaults.config), annotation=kinds[s.kind])
+                   for s in COMPARE_SETTINGS]
+    parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
+                   P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
+                   P("request", P.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request),
+                   P("progress", P.POSITIONAL_OR_KEYWORD, default=gr.Progress())]
+    return inspect.Signature(parameters)
+
+
+def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrency_id: str) -> gr.Checkbox:
+    """Lay out the tab inside the caller's `with gr.Tab(...)` block and wire its events; returns the
+    presenter-mode toggle (the page sets it from the URL)."""
+    presets = list_presets()
+    config = defaults.config
+    with gr.Row(elem_classes=["ssd-topbar"]):
+        with gr.Accordion("How it works", open=False, elem_classes=["ssd-dev"]):
+            gr.Markdown(HOW_IT_WORKS)
+        presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle", scale=0,
+                                min_width=160, container=False)
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters)",
+                              placeholder="Type an English sentence…", lines=3,
+                              elem_id="ssd-text")  # no max_length: the browser would cut a paste silently;
+                              # the server refuses a longer text with a message, and the text stays here
+            with gr.Column(elem_classes=["ssd-dev"]):
+                gr.Examples(examples=[[t] for t in compare.example_texts()], inputs=[text], cache_examples=False)
+            with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
+                example_buttons = [(gr.Button(_short(t), size="sm", elem_classes=["ssd-example"]), t)
+                                   for t in compare.example_texts()[:PRESENTER_EXAMPLES]]
+            with gr.Row():
+                run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run")
+                stop = gr.Button("Stop", variant="stop")
+            # /synthesize (every output at once) stays for API callers; the page's button runs the race.
+            synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
+            status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
+            headline = gr.Markdown(elem_id="ssd-headline")
+            gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
+                        elem_classes=["ssd-dev"])
+        with gr.Column(scale=2, elem_classes=["ssd-dev"]):
+            # Custom pairs are added per session, so the choices differ between visitors; the key is
+            # checked server-side (an unknown or another session's key gets a clear "unknown preset").
+            preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
+                                 label="Model preset", allow_custom_value=True)
+            preset_info = gr.Markdown(compare.preset_markdown(get_preset(defaults.key)), label="Preset")
+            with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
+                custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
+                custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
+                custom_codec = gr.Textbox(label="Codec (optional)", placeholder=DEFAULT_CODEC,
+                                          info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}")
+                add_pair = gr.Button("Add pair to the presets", size="sm")
+            with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
+                # A path, not samples: the clip is read only after its header passes the length check.
+                voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
+                                       type="filepath", format=None)
+                voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
+            draft = gr.Dropdown(choices=list(defaults.drafts), value=defaults.default_draft, label="Draft model",
+                                info="the small model that proposes tokens",
+                                allow_custom_value=True)  # choices change with the preset; checked server-side
+            controls = setting_controls("speculation", config)
+            with gr.Accordion("Sampling", open=False):
+                controls |= setting_controls("sampling", config)
+
+    race_view = build_race_view(status, headline)
+    with gr.Row(elem_classes=["ssd-dev"]):
+        ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath", interactive=False,
+                            buttons=["download"], elem_id="ssd-ar-audio")
+        spec_audio = gr.Audio(label="Speculative (draft + target)", type="filepath", interactive=False,
+                              buttons=["download"], elem_id="ssd-spec-audio")
+    with gr.Row(elem_classes=["ssd-dev"]):
+        with gr.Column(scale=3):
+            stats = gr.Markdown(label="Statistics", elem_id="ssd-stats")
+        with gr.Column(scale=1, min_width=140):
+            seed_used = gr.Number(label="Seed used", precision=0, interactive=False)
+    gr.Markdown(TOKENS_LEGEND, elem_classes=["ssd-dev"])
+    tokens = gr.HighlightedText(label="Speculative rounds", color_map=TOKEN_COLOURS, show_legend=True,
+                                combine_adjacent=False, elem_classes=["ssd-tokens", "ssd-dev"], elem_id="ssd-tokens")
+    with gr.Row(elem_classes=["ssd-dev"]):
+        tokens_vs_time = gr.Plot(label="Tokens vs wall time", show_label=False, format="png", elem_id="ssd-plot-time")
+        breakdown = gr.Plot(label="Timing breakdown", show_label=False, format="png", elem_id="ssd-plot-breakdown")
+    with gr.Row(elem_classes=["ssd-dev"]):
+        accepted_length = gr.Plot(label="Accepted length per round", show_label=False, format="png",
+                                  elem_id="ssd-plot-accepted")
+        by_position = gr.Plot(label="Acceptance by position", show_label=False, format="png",
+                              elem_id="ssd-plot-position")
+    with gr.Accordion("All numbers (JSON)", open=False, elem_classes=["ssd-dev"]):
+        details = gr.JSON(label="Details")
+
+    setting_inputs = [controls[s.name] for s in COMPARE_SETTINGS]
+    inputs = [text, preset, draft, *setting_inputs, voice_audio, voice_transcript]
+    outputs = [ar_audio, spec_audio, stats, tokens, tokens_vs_time, breakdown, accepted_length, by_position,
+               details, seed_used]
+    signature = synthesize_signature(defaults)
+
+    def synthesize(*args, **kwargs):
+        """Synthesise `text` autoregressively and speculatively; return both WAVs, stats and charts."""
+        values = signature.bind(*args, **kwargs)
+        values.apply_defaults()
+        chosen = values.arguments
+        try:
+            request = prepare(chosen)
+            progress = chosen["progress"]
+            with jobs.timed_job():
+                comparison = compare.compare(request, progress, should_stop=jobs.stop_check(chosen["request"]))
+            progress(0.9, desc="Writing audio and drawing charts")
+            ar_path, spec_path = compare.write_audio_files(comparison)
+            view = compare.comparison_token_view(comparison)
+            figures = compare.figures(comparison)
+        except Cancelled:
+            return tuple(gr.skip() for _ in outputs)  # stopped: nobody is waiting for an answer
+        except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
+            raise to_gradio_error(error) from None
+        if comparison.draft != (chosen["draft"] or comparison.draft):
+            gr.Warning(f"Draft '{chosen['draft']}' is not available for this preset; used '{comparison.draft}'.")
+        return (str(ar_path), str(spec_path), compare.stats_markdown(comparison), view,
+                figures["tokens_vs_time"], figures["timing_breakdown"], figures["accepted_length"],
+                figures["acceptance_by_position"], compare.details(comparison), comparison.seed)
+
+    synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
+    synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
+
+    def prepare(chosen: dict) -> Request:
+        """Admit the job and build its request from the bound parameters (shared by /synthesize and /race)."""
+        jobs.admit(chosen["request"], concurrency_id)
+        return Request(
+            text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
+            voice_prompt=compare.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
+            **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
+        )
+
+    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, prepare)
+
+    def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
+        """Load a preset and reset the controls to its drafts and defaults."""
+        try:
+            jobs.admit(request, concurrency_id)
+            progress(0.0, desc="Loading the model")
+            chosen = compare.preset_defaults(preset_key, progress=progress, owner=_owner(request))
+        except Exception as error:  # noqa: BLE001
+            raise to_gradio_error(error) from None
+        return (
+            compare.preset_markdown(get_preset(chosen.key, _owner(request))),
+            gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
+            gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
+            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
+        )
+
+    rule_dependent = [s for s in COMPARE_SETTINGS if s.rule is not None]
+    acceptance_setting = SETTINGS_BY_NAME["acceptance"]
+
+    def rule_options(acceptance: str):
+        """Show the parameter of the chosen acceptance rule."""
+        return (*[gr.update(visible=s.visible_for(acceptance)) for s in rule_dependent],
+                gr.update(info=acceptance_setting.info_for(acceptance)))
+
+    def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
+        """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
+        first use; other visitors never see it)."""
+        owner = _owner(request)
+        try:
+            added = register_custom_pair(target, draft_ref, codec, owner=owner)
+        except Exception as error:  # noqa: BLE001
+            raise to_gradio_error(error) from None
+        return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
+                compare.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
+
+    # preprocess=False: values reach the handler as sent, and `Setting.coerce` checks each by name ("beta
+    # must be at most 1, got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
+    # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
+    run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
+                                        concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
+    # The race reports progress in one place (the status line), not with a spinner on every output.
+    race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
+                        preprocess=False, show_progress="minimal", show_progress_on=[race_view.status])
+    race_events = [run.click(race_run, api_name="race", **race_options)]
+    for button, sentence in example_buttons:
+        race_events.append(button.click(lambda sentence=sentence: sentence, outputs=[text], queue=False,
+                                        api_visibility="private")
+                           .then(race_run, api_visibility="private", **race_options))
+    presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
+    # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
+    stop.click(stop_run, cancels=[run_event, *race_events], api_name="stop", queue=False)
+    preset.input(select_preset, inputs=[preset],
+                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
+                 api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
+    add_pair.click(add_custom_pair, inputs=[custom_target, custom_draft, custom_codec],
+                   outputs=[preset, preset_info, draft], api_name="add_custom_pair", queue=False)
+    controls["acceptance"].change(rule_options, inputs=[controls["acceptance"]],
+                                  outputs=[*[controls[s.name] for s in rule_dependent], controls["acceptance"]],
+                                  api_name="rule_options", queue=False)
+    return presenter

@@ -1,0 +1,281 @@
+"""The listening test as plain objects, no Gradio: settings from the environment, the app that
+serves trials and records votes, results, exports, stimulus-set building, and the checks that guard
+them (results token, Space build guard, public messages without server paths).
+
+`ssd_demo.app.listening.tab` lays it out as a tab; every rule about votes lives in `ListeningStore`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import secrets
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ...listening.export import prune_exports, write_votes_csv
+from ...listening.sessions import DEFAULT_TRIALS, ListeningTest, TrialView
+from ...listening.stats import set_label, summarize
+from ...tools.stimuli import build_small_set
+from ...listening.stimulus_sets import (StimulusSet, current_stimulus_set, data_dir, manifest_unchanged,
+    stimulus_set_by_checksum)
+from ...listening.store import ListeningError, ListeningStore
+
+CURRENT_SET = "current"  # the results selector's value for "the set now served"
+EXPORTS_KEPT = 5  # CSV exports kept in the export folder; older ones are deleted
+SECRET_ENV = "SSD_DEMO_BROWSER_SECRET"
+SetKey = tuple[str, str | None]  # (stimulus set name, manifest sha256)
+
+# An absolute POSIX path in a message, e.g. "/srv/app/data/stimuli/x/manifest.json"; group 1 is its last part.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:[^\s'\"/:]+/)*([^\s'\"/:]*)")
+
+
+def public_message(error: BaseException | str) -> str:
+    """An error's text with every absolute path cut to its file name: raters must not see server folders."""
+    return _ABSOLUTE_PATH.sub(lambda match: match.group(1) or "/", str(error))
+
+
+def browser_secret(db_path: Path) -> str:
+    """The key that signs the session id kept in the rater's browser.
+
+    $SSD_DEMO_BROWSER_SECRET if set; else a random key stored once in a file next to the
+    database, so a page reload after a server restart still resumes the session (Gradio's
+    default key is random per process).
+    """
+    configured = os.environ.get(SECRET_ENV, "").strip()
+    if configured:
+        return configured
+    path = Path(db_path).with_suffix(".browser_secret")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write a private temporary file, then link it into place: two processes starting at
+        # once agree on one key, and nobody reads a half-written file.
+        handle, temporary = tempfile.mkstemp(prefix=".browser_secret-", dir=path.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="ascii") as out:
+                out.write(secrets.token_hex(32) + "\n")
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process won the race; use its key
+            except OSError:  # a filesystem without hard links: exclusive create instead, 0600 from the start
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "w", encoding="ascii") as out:
+                        out.write(Path(temporary).read_text(encoding="ascii"))
+        finally:
+            os.unlink(temporary)
+    secret = path.read_text(encoding="ascii").strip()
+    if len(secret) < 32:
+        raise ValueError(f"the browser secret file {path.name} is empty or too short; delete it to make a new one")
+    return secret
+
+
+def check_build_allowed(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to build stimulus sets on a Space without a results token: anyone could keep the model busy."""
+    env = os.environ if environ is None else environ
+    if env.get("SPACE_ID") and not env.get("SSD_DEMO_RESULTS_TOKEN", ""):
+        raise ListeningError(
+            "Building stimulus sets is disabled on this Space because no results token is configured: "
+            "set the SSD_DEMO_RESULTS_TOKEN secret in the Space settings, restart, and enter the token here."
+        )
+
+
+@dataclass
+class ListeningSettings:
+    data_dir: Path
+    db_path: Path
+    n_trials: int
+
+    @classmethod
+    def from_env(cls, data_root: Path | None = None) -> ListeningSettings:
+        root = Path(data_root) if data_root is not None else data_dir()
+        db = os.environ.get("SSD_DEMO_LISTENING_DB", "").strip()
+        trials = os.environ.get("SSD_DEMO_LISTENING_TRIALS", "").strip()
+        try:
+            n_trials = int(trials) if trials else DEFAULT_TRIALS
+        except ValueError:
+            raise ValueError(f"SSD_DEMO_LISTENING_TRIALS must be an integer, got {trials!r}") from None
+        return cls(data_dir=root, db_path=Path(db) if db else root / "listening.sqlite3", n_trials=n_trials)
+
+
+class ListeningApp:
+    """The tab's server side: a store, the served stimulus set, and the operations the events call."""
+
+    def __init__(self, settings: ListeningSettings):
+        self.settings = settings
+        self.store = ListeningStore(settings.db_path)
+        self.browser_secret = browser_secret(settings.db_path)
+        self._test: ListeningTest | None = None
+        self._by_set: dict[SetKey, ListeningTest] = {}  # every set a session here has used
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def test(self) -> ListeningTest:
+        """The test of the served set (loaded again if its folder was rebuilt on disk)."""
+        with self._lock:
+            if self._test is not None and not manifest_unchanged(self._test.stimulus_set):
+                self._by_set.pop(_key(self._test.stimulus_set), None)
+                self._test = None
+            if self._test is None:
+                try:
+                    stimulus_set = current_stimulus_set(self.settings.data_dir)
+                except (ValueError, FileNotFoundError) as error:  # a damaged or half-copied set
+                    raise ListeningError(f"The stimulus set cannot be served: {error}") from None
+                if stimulus_set is None:
+                    raise ListeningError(
+                        "No stimulus set yet. Render one with `python -m ssd_demo stimuli --name NAME`, "
+                        "or use 'Build a small stimulus set' below."
+                    )
+                self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
+            return self._test
+
+    def use_set(self, stimulus_set: StimulusSet) -> None:
+        """Serve `stimulus_set` to new sessions; sessions already running keep theirs."""
+        with self._lock:
+            self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
+
+    def served_key(self) -> SetKey | None:
+        """The served set's (name, sha256), or None when no set can be served."""
+        try:
+            return _key(self.test().stimulus_set)
+        except ListeningError:
+            return None
+
+    def session_test(self, session_id: str) -> ListeningTest:
+        """The test of the set this session started with, which may no longer be the served one."""
+        session = self.store.get_session(session_id)
+        key = (session.stimulus_set, session.stimulus_set_sha256)
+        self.served_key()  # loads the served set on first use, so it is found below without a second load
+        with self._lock:
+            found = self._by_set.get(key)
+            if found is not None and not manifest_unchanged(found.stimulus_set):
+                del self._by_set[key]  # rebuilt under the same name: other audio, so not this session's set
+                found = None
+        if found is not None:
+            return found
+        stimulus_set = stimulus_set_by_checksum(self.settings.data_dir, *key)
+        if stimulus_set is None:
+            raise ListeningError(
+                f"The stimulus set changed: set {session.stimulus_set!r} that this session started with was "
+                "replaced or removed. Your votes so far are saved. Reload the page and start a new session."
+            )
+        with self._lock:
+            return self._by_set.setdefault(key, ListeningTest(self.store, stimulus_set))
+
+    def start(self, rater_id: str | None) -> TrialView | None:
+        test = self.test()
+        session = test.start_session(rater_id=rater_id, n_trials=min(self.settings.n_trials, _max_trials(test)))
+        return test.next_view(session.session_id)
+
+    def submit(self, session_id: str, trial_id: str, choice: str, score_a, score_b) -> TrialView | None:
+        return self.session_test(session_id).submit(session_id, trial_id, choice, score_a, score_b)
+
+    def resume(self, session_id: str) -> TrialView | None:
+        return self.session_test(session_id).next_view(session_id)
+
+    def results_key(self, selected: str | None) -> SetKey | None:
+        """The set the results show: `selected` ("name:sha256" or "name"), else the served set,
+        else the most recently voted one; None when there is nothing to show."""
+        selected = (selected or "").strip()
+        if selected and selected != CURRENT_SET:
+            name, _, sha = selected.partition(":")
+            voted = self.store.voted_sets()
+            if not any(n == name and (not sha or s == sha) for n, s, _ in voted):
+                raise ListeningError(f"No votes on stimulus set {selected!r}.")
+            return (name, sha or None)
+        served = self.served_key()
+        if served is not None:
+            return served
+        voted = self.store.voted_sets()
+        return (voted[0][0], voted[0][1]) if voted else None
+
+    def results_choices(self) -> list[tuple[str, str]]:
+        """The results selector's options: the served set, then every set with votes."""
+        choices = [("Currently served set", CURRENT_SET)]
+        for name, sha, n in self.store.voted_sets():
+            choices.append((f"{set_label(name, sha)}: {n} votes", f"{name}:{sha}" if sha else name))
+        return choices
+
+    def progress(self, session_id: str) -> tuple[int, int]:
+        return self.store.progress(session_id)
+
+
+    def results(self, token: str | None, selected: str | None = CURRENT_SET):
+        """(summary of the chosen set's votes, its key); the results token is checked first."""
+        check_results_token(token)
+        key = self.results_key(selected)
+        return summarize(self.store.votes_for_set(*key) if key is not None else []), key
+
+    def export_votes(self, token: str | None) -> Path:
+        """Every vote of every set as a CSV file (the stimulus_set columns tell the sets apart)."""
+        check_results_token(token)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        path = write_votes_csv(self.store.votes(), _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
+        prune_exports(_export_dir(), keep=EXPORTS_KEPT)
+        return path
+
+    def build_set(self, token: str | None) -> StimulusSet:
+        """Render a small stimulus set with the embedded voice and serve it to new sessions."""
+        check_results_token(token)
+        check_build_allowed()
+        stimulus_set = build_small_set(self.settings.data_dir)
+        self.use_set(stimulus_set)
+        return stimulus_set
+
+
+def _key(stimulus_set: StimulusSet) -> SetKey:
+    return (stimulus_set.name, stimulus_set.manifest_sha256)
+
+
+def _max_trials(test: ListeningTest) -> int:
+    return sum(len(item.clips) * (len(item.clips) - 1) // 2 for item in test.stimulus_set.items)
+
+
+def check_results_token(token: str | None) -> None:
+    """Refuse unless SSD_DEMO_RESULTS_TOKEN is unset or `token` matches it (constant-time compare)."""
+    expected = os.environ.get("SSD_DEMO_RESULTS_TOKEN", "")
+    if expected and not hmac.compare_digest((token or "").encode(), expected.encode()):
+        raise ListeningError("Results are protected: enter the results token.")
+
+
+_APPS: list[ListeningApp] = []
+_EXPORTS: list[Path] = []
+
+
+def _export_dir() -> Path:
+    """One private temporary folder per process for CSV exports (Gradio serves a copy from its cache)."""
+    if not _EXPORTS:
+        _EXPORTS.append(Path(tempfile.mkdtemp(prefix="listening-export-")))
+    return _EXPORTS[0]
+
+
+def _private_file(path: Path) -> Path:
+    """`path` created empty with mode 0600 (or set to it), so what is written into it next is private."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
+
+
+def register_app(app: ListeningApp) -> None:
+    """Keep a tab's app so that `close_listening_apps` can close its database connections."""
+    _APPS.append(app)
+
+
+def close_listening_apps() -> None:
+    """Close every tab's database connections (for a clean shutdown or a restart in one process)."""
+    while _APPS:
+        _APPS.pop().close()

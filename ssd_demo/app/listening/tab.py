@@ -1,0 +1,246 @@
+"""The "Listening test" tab: blind A/B preference and naturalness MOS, plus a results view.
+
+Call `build_listening_tab()` inside `with gr.Tab("Listening test"):`. Settings come from
+the environment:
+    SSD_DEMO_DATA_DIR          data directory (stimulus sets and the vote database)
+    SSD_DEMO_LISTENING_DB      database file (default <data dir>/listening.sqlite3)
+    SSD_DEMO_STIMULUS_SET      stimulus set to serve (default: the newest one)
+    SSD_DEMO_LISTENING_TRIALS  trials per session (default 10)
+    SSD_DEMO_RESULTS_TOKEN     when set, results, export and building a set require it; on a
+                               Space (SPACE_ID set), building a set is refused without it
+    SSD_DEMO_BROWSER_SECRET    key that signs the rater's saved session in the browser (default:
+                               a random key kept in a file next to the database)
+
+Every event has an api_name, so the test can be run from `gradio_client` as well as the
+browser. The handlers are thin: all checks live in `ListeningStore`, whose constraints
+refuse a bad or repeated vote whatever the client sends. The rater's view carries the
+sentence, two clips (as samples, so no file name or URL names a system) and opaque ids.
+
+A session keeps the stimulus set it started with, even after another set is served, as long
+as that set's files are unchanged on disk. Results show one stimulus set at a time (by
+default the served one), since a system name means different audio in different sets.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import gradio as gr
+
+from .service import CURRENT_SET, ListeningApp, ListeningSettings, public_message, register_app
+from .charts import results_figure
+from ...listening.sessions import TrialView
+from ...listening.stats import set_label, summary_dict, summary_markdown
+from ...listening.stimulus_sets import storage_warning
+from ...listening.store import ListeningError
+
+INSTRUCTIONS = (
+    "Listen to both clips of each sentence, then choose the one that sounds **more natural** "
+    "(or *no preference*). You may also rate each clip's naturalness from 1 (bad) to 5 (excellent). "
+    "Clips are presented in random order; a vote cannot be changed once submitted."
+)
+CHOICES = [("A", "A"), ("B", "B"), ("No preference", "none")]
+SCORES = ["1", "2", "3", "4", "5"]
+def build_listening_tab(data_root: Path | None = None, concurrency_id: str | None = "model") -> None:
+    """Lay out the listening test in the current Blocks context and wire its events.
+
+    `concurrency_id`: the app's concurrency group for jobs that use the model; building a
+    stimulus set renders with the model, so it queues behind synthesis instead of running beside it.
+    """
+    try:
+        app = ListeningApp(ListeningSettings.from_env(data_root))
+    except (OSError, sqlite3.Error, RuntimeError, ValueError) as error:
+        # An unusable data directory or database must not take the rest of the app down.
+        gr.Markdown(f"## Blind listening test\nThe listening test is unavailable: {public_message(error)}")
+        return
+    register_app(app)
+    # A folder given by the caller is as explicit as SSD_DEMO_DATA_DIR.
+    warning = None if data_root is not None else storage_warning()
+
+    gr.Markdown("## Blind listening test\n" + INSTRUCTIONS)
+    if warning:
+        gr.Markdown(warning, elem_id="listening-storage-warning")
+    session_box = gr.Textbox(visible=False, label="session id")
+    trial_box = gr.Textbox(visible=False, label="trial id")
+    with gr.Column(visible=True) as start_column:
+        rater_box = gr.Textbox(label="Rater id (optional)", placeholder="leave empty to stay anonymous", max_lines=1)
+        start_button = gr.Button("Start listening test", variant="primary", elem_id="listening-start")
+    with gr.Column(visible=False) as trial_column:
+        progress_text = gr.Markdown(elem_id="listening-progress")
+        sentence_text = gr.Markdown()
+        with gr.Row():
+            with gr.Column():
+                audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False)
+                score_a_radio = gr.Radio(
+                    SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-a"
+                )
+            with gr.Column():
+                audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False)
+                score_b_radio = gr.Radio(
+                    SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-b"
+                )
+        choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?", elem_id="listening-choice")
+        submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
+    done = gr.Markdown(elem_id="listening-done")
+    # The session id survives a page reload in the browser's storage, so a reload resumes the
+    # session instead of starting a new one (which would show the rater the same sentences again).
+    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session", secret=app.browser_secret)
+
+    trial_outputs = [
+        session_box,
+        trial_box,
+        progress_text,
+        sentence_text,
+        audio_a,
+        audio_b,
+        choice_radio,
+        score_a_radio,
+        score_b_radio,
+        start_column,
+        trial_column,
+        done,
+        saved_session,
+    ]
+
+    def show(view: TrialView | None, session_id: str) -> tuple:
+        if view is None:
+            finished = f"**Thank you!** All {app.progress(session_id)[1]} trials are done; your votes are saved."
+            return (
+                session_id,
+                "",
+                "",
+                "",
+                None,
+                None,
+                None,
+                None,
+                None,
+                gr.Column(visible=False),
+                gr.Column(visible=False),
+                finished,
+                "",
+            )
+        return (
+            view.session_id,
+            view.trial_id,
+            f"**{view.progress_label}**",
+            f"Sentence: *{view.text}*",
+            view.audio_a,
+            view.audio_b,
+            None,
+            None,
+            None,
+            gr.Column(visible=False),
+            gr.Column(visible=True),
+            "",
+            view.session_id,
+        )
+
+    def start(rater_id: str | None) -> tuple:
+        try:
+            view = app.start(rater_id)
+        except ListeningError as error:
+            raise gr.Error(public_message(error)) from None
+        return show(view, view.session_id if view else "")
+
+    def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
+        if choice is None:
+            raise gr.Error("Choose A, B or no preference before submitting.")
+        try:
+            view = app.submit(session_id, trial_id, choice, score_a, score_b)
+        except ListeningError as error:
+            raise gr.Error(public_message(error)) from None
+        return show(view, session_id)
+
+    def resume(saved: str | None) -> tuple | dict:
+        """On page load: continue the session this browser was in, if it is still open."""
+        if not saved:
+            return gr.skip()
+        try:
+            view = app.resume(saved)
+        except ListeningError:
+            return gr.skip()  # unknown or replaced session: the rater simply starts a new one
+        return show(view, saved) if view is not None else gr.skip()
+
+    root = gr.context.Context.root_block
+    if root is not None:
+        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16)
+
+    # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
+    # UNIQUE(trial_id) makes a second submission harmless anyway.
+    start_button.click(
+        start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
+    )
+    submit_button.click(
+        submit,
+        [session_box, trial_box, choice_radio, score_a_radio, score_b_radio],
+        trial_outputs,
+        api_name="listening_submit",
+        trigger_mode="once",
+        concurrency_limit=16,
+    )
+
+    with gr.Accordion("Results (for the experimenter)", open=False):
+        token_box = gr.Textbox(
+            label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one"
+        )
+        results_set = gr.Dropdown(
+            app.results_choices(),
+            value=CURRENT_SET,
+            label="Stimulus set (results are per set: a system name means different audio in each)",
+            allow_custom_value=True,  # API callers may name a set as "name" or "name:sha256"
+        )
+        with gr.Row():
+            results_button = gr.Button("Show results")
+            export_button = gr.Button("Export votes (CSV)")
+            build_button = gr.Button("Build a small stimulus set")
+        results_text = gr.Markdown()
+        results_plot = gr.Plot(label="Preference and MOS")
+        results_json = gr.JSON(label="Summary (JSON)", visible=False)
+        export_file = gr.File(label="Raw votes")
+        build_status = gr.Markdown()
+
+    def results(token: str | None, selected: str | None = CURRENT_SET) -> tuple:
+        try:
+            summary, key = app.results(token, selected)
+        except ListeningError as error:
+            raise gr.Error(public_message(error)) from None
+        text = summary_markdown(summary)
+        if key is not None and summary.empty:
+            text = f"Stimulus set **{set_label(*key)}**: " + text
+        if warning:
+            text = warning + "\n\n" + text
+        return text, results_figure(summary), summary_dict(summary), gr.Dropdown(choices=app.results_choices())
+
+    def export(token: str | None) -> str:
+        try:
+            return str(app.export_votes(token))
+        except ListeningError as error:
+            raise gr.Error(public_message(error)) from None
+
+    def build(token: str | None) -> str:
+        try:
+            stimulus_set = app.build_set(token)
+        except (ListeningError, ValueError, OSError) as error:
+            raise gr.Error(f"Could not build a stimulus set: {public_message(error)}") from None
+        return (
+            f"Serving stimulus set **{stimulus_set.name}** to new sessions: {len(stimulus_set.items)} sentences x "
+            f"{len(stimulus_set.systems)} systems. Sessions already running keep their set."
+        )
+
+    results_button.click(
+        results,
+        [token_box, results_set],
+        [results_text, results_plot, results_json, results_set],
+        api_name="listening_results",
+    )
+    export_button.click(export, [token_box], [export_file], api_name="listening_export")
+    build_button.click(
+        build,
+        [token_box],
+        [build_status],
+        api_name="listening_build_set",
+        concurrency_limit=1,
+        concurrency_id=concurrency_id,
+    )

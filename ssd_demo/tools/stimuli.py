@@ -1,0 +1,363 @@
+"""Building stimulus sets for listening tests: WAV files plus a manifest, rendered once and reused.
+
+Each sentence is rendered under every system with the same seed, so only the decoding differs;
+the set is written atomically (a half-written set never appears). Rendering needs a synthesizer
+(`render_stimulus_set`, `build_small_set`, the CLI) or any `Renderer` (`tone_renderer` needs no
+model). Where sets live and how they are read back and verified is `ssd_demo.listening.stimulus_sets`.
+
+CLI: python -m ssd_demo stimuli --name pilot --systems "AR" "SSD beta=0.3 K=4" "exact speculative"
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from ..presets import MODEL_JOB_LOCK, load_preset
+from ..listening.stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet,
+    load_stimulus_set, stimuli_root)
+
+
+DEFAULT_SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+
+# Harvard sentences (IEEE 1969, public domain): phonetically balanced, common in listening tests.
+DEFAULT_SENTENCES = (
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It's easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck.",
+    "The hogs were fed chopped corn and garbage.",
+)
+
+
+# ----------------------------------------------------------------------------- systems
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A named decoding setup, e.g. "SSD beta=0.3 K=4"."""
+
+    name: str
+    mode: str  # "ar" | "speculative"
+    overrides: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields to change
+    draft: str | None = None  # draft model name; None = the preset's default
+
+
+_KEY_VALUE = re.compile(r"^([A-Za-z_]+)=(\S+)$")
+
+
+def parse_system(name: str) -> SystemSpec:
+    """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n"; any may add draft=NAME."""
+    words = name.split()
+    if not words:
+        raise ValueError("a system name is empty")
+    head = words[0].lower()
+    rest = words[1:]
+    if head == "exact" and rest and rest[0].lower() == "speculative":
+        rest = rest[1:]
+    options: dict[str, str] = {}
+    for word in rest:
+        match = _KEY_VALUE.match(word)
+        if not match:
+            raise ValueError(f"system {name!r}: cannot read {word!r}; expected KEY=VALUE (beta=0.3, K=4, draft=NAME)")
+        options[match.group(1).lower()] = match.group(2)
+    draft = options.pop("draft", None)
+    overrides: dict[str, Any] = {}
+    try:
+        if "k" in options:
+            overrides["draft_len"] = int(options.pop("k"))
+        if "beta" in options:
+            overrides["beta"] = float(options.pop("beta"))
+    except ValueError:
+        raise ValueError(f"system {name!r}: K must be an integer and beta a number") from None
+    if options:
+        raise ValueError(f"system {name!r}: unknown setting(s) {', '.join(sorted(options))}; known: K, beta, draft")
+    if head == "ar":
+        if overrides or draft:
+            raise ValueError(f"system {name!r}: AR takes no K, beta or draft")
+        return SystemSpec(name=name, mode="ar")
+    if head == "exact":
+        if "beta" in overrides:
+            raise ValueError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
+        return SystemSpec(
+            name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft
+        )
+    if head == "ssd":
+        if "beta" not in overrides:
+            raise ValueError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
+        return SystemSpec(name=name, mode="speculative", overrides={**overrides, "acceptance": "ssd"}, draft=draft)
+    raise ValueError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
+
+
+# ----------------------------------------------------------------------------- writing a set
+
+
+# (audio float32 mono, sample rate, settings to record) for one sentence under one system and seed.
+Renderer = Callable[[str, SystemSpec, int], tuple[np.ndarray, int, dict[str, Any]]]
+
+
+def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1 or audio.size == 0:
+        raise ValueError(f"a clip must be non-empty mono audio, got shape {audio.shape}")
+    if not np.all(np.isfinite(audio)):
+        raise ValueError("a clip contains NaN or infinite samples")
+    buffer = io.BytesIO()
+    # 16-bit PCM: what every browser plays, and the clip is stored exactly as the rater hears it.
+    sf.write(buffer, np.clip(audio, -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def create_stimulus_set(
+    name: str,
+    texts: Sequence[str],
+    systems: Sequence[SystemSpec | str],
+    render: Renderer,
+    *,
+    root: Path | None = None,
+    base_seed: int = 0,
+    preset: str = "",
+    model_revision: str = "unknown",
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> StimulusSet:
+    """Render every text under every system and write the set atomically (a half-written set never appears)."""
+    if not SET_NAME.match(name):
+        raise ValueError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    specs = [parse_system(s) if isinstance(s, str) else s for s in systems]
+    names = [s.name for s in specs]
+    if len(specs) < 2:
+        raise ValueError("a listening test needs at least two systems to compare")
+    if len(set(names)) != len(names):
+        raise ValueError(f"system names must be unique, got {names}")
+    texts = [t.strip() for t in texts]
+    if not texts or any(not t for t in texts):
+        raise ValueError("give at least one sentence, and no empty ones")
+    destination = stimuli_root(root) / name
+    if destination.exists() and not overwrite:
+        raise ValueError(f"stimulus set {name!r} already exists at {destination}; pick another name or overwrite")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=destination.parent))
+    try:
+        (staging / "clips").mkdir()
+        items = []
+        for index, text in enumerate(texts):
+            seed = base_seed + index  # same seed for every system: only the decoding differs
+            clips = []
+            for spec in specs:
+                if progress:
+                    progress(f"[{index + 1}/{len(texts)}] {spec.name}: {text}")
+                audio, sample_rate, settings = render(text, spec, seed)
+                data = _wav_bytes(audio, sample_rate)
+                digest = hashlib.sha256(data).hexdigest()
+                relative = f"clips/{digest[:24]}.wav"
+                (staging / relative).write_bytes(data)
+                clips.append(
+                    {
+                        "system": spec.name,
+                        "path": relative,
+                        "sha256": digest,
+                        "duration_seconds": round(len(audio) / sample_rate, 4),
+                        "sample_rate": int(sample_rate),
+                        "seed": seed,
+                        "settings": settings,
+                    }
+                )
+            items.append({"item_id": f"s{index + 1:03d}", "text": text, "clips": clips})
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_VERSION,
+            "name": name,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "preset": preset,
+            "model_revision": model_revision,
+            "base_seed": base_seed,
+            "systems": [{"name": s.name, "mode": s.mode, "overrides": s.overrides, "draft": s.draft} for s in specs],
+            "items": items,
+        }
+        (staging / MANIFEST_NAME).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        if destination.exists():
+            shutil.rmtree(destination)
+        staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return load_stimulus_set(destination)
+
+
+
+def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
+    """A model-free Renderer: a tone per system plus seeded noise. For trying the app and for tests."""
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        frequency = 220.0 + 40.0 * (int(hashlib.sha256(spec.name.encode()).hexdigest(), 16) % 16)
+        # Length varies a little with the text, like speech does; never with the system.
+        t = np.arange(int(sample_rate * (seconds + 0.001 * (len(text) % 50)))) / sample_rate
+        noise = np.random.default_rng(seed).standard_normal(t.size)
+        audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.02 * noise
+        return audio.astype(np.float32), sample_rate, {"mode": spec.mode, **spec.overrides, "renderer": "tone"}
+
+    return render
+
+
+# ----------------------------------------------------------------------------- rendering with a model
+
+
+def model_revision(synthesizer) -> str:
+    """A short fingerprint of the weights: a declared revision if the model has one, else a hash of the
+    local folders the target and drafts were loaded from; "unknown" for models built in memory."""
+    for owner in (synthesizer, getattr(synthesizer, "backend", None)):
+        revision = getattr(owner, "revision", None)
+        if revision:
+            return str(revision)
+    models = [getattr(synthesizer, "target", None), *getattr(synthesizer, "drafts", {}).values()]
+    folders = []
+    for model in models:
+        source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+        if source and Path(source).is_dir():
+            folders.append(Path(source))
+    if not folders:
+        return "unknown"
+    digest = hashlib.sha256()
+    for folder in folders:
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(f"{folder.name}/{file.relative_to(folder).as_posix()}".encode())
+            with file.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def synthesizer_renderer(synthesizer) -> Renderer:
+    """A Renderer that speaks with `synthesizer` (ssd_demo.Synthesizer)."""
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        config = synthesizer.config(seed=seed, **spec.overrides)
+        result = synthesizer.synthesize(text, mode=spec.mode, config=config, draft=spec.draft)
+        settings = {k: v for k, v in asdict(result.config).items() if k != "allowed_token_ids"}
+        settings["mode"] = spec.mode
+        if spec.mode == "speculative":
+            settings["draft"] = spec.draft or synthesizer.draft_name
+        return result.audio, result.sample_rate, settings
+
+    return render
+
+
+def render_stimulus_set(
+    name: str,
+    texts: Sequence[str],
+    systems: Sequence[str] = DEFAULT_SYSTEMS,
+    *,
+    preset: str = "embedded",
+    synthesizer=None,
+    root: Path | None = None,
+    base_seed: int = 0,
+    overwrite: bool = False,
+    device: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> StimulusSet:
+    """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set."""
+    specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
+    if synthesizer is None:
+        # Rendering with the resident models: one model job at a time (see presets.MODEL_JOB_LOCK).
+        with MODEL_JOB_LOCK:
+            synthesizer = load_preset(preset, device=device)
+            return create_stimulus_set(
+                name, texts, specs, synthesizer_renderer(synthesizer), root=root, base_seed=base_seed,
+                preset=preset, model_revision=model_revision(synthesizer), overwrite=overwrite, progress=progress,
+            )
+    return create_stimulus_set(
+        name,
+        texts,
+        specs,
+        synthesizer_renderer(synthesizer),
+        root=root,
+        base_seed=base_seed,
+        preset=preset,
+        model_revision=model_revision(synthesizer),
+        overwrite=overwrite,
+        progress=progress,
+    )
+
+
+def build_small_set(
+    root: Path | None = None, n_sentences: int = 4, name: str = "quick", synthesizer=None
+) -> StimulusSet:
+    """The app's on-demand set: a few default sentences under the default systems (reused if present)."""
+    existing = stimuli_root(root) / name
+    if (existing / MANIFEST_NAME).is_file():
+        return load_stimulus_set(existing)
+    if not 1 <= n_sentences <= len(DEFAULT_SENTENCES):
+        raise ValueError(f"n_sentences must be between 1 and {len(DEFAULT_SENTENCES)}, got {n_sentences}")
+    return render_stimulus_set(
+        name, DEFAULT_SENTENCES[:n_sentences], DEFAULT_SYSTEMS, synthesizer=synthesizer, root=root
+    )
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", required=True, help="stimulus set name (folder under <data dir>/stimuli)")
+    parser.add_argument("--preset", default="embedded", help="model preset to render with (default: embedded)")
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=list(DEFAULT_SYSTEMS),
+        help='named systems, e.g. "AR" "SSD beta=0.3 K=4" "exact speculative" (optionally draft=NAME)',
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--texts", type=Path, help="UTF-8 file with one sentence per line")
+    source.add_argument("--sentence", action="append", help="a sentence (repeatable)")
+    parser.add_argument(
+        "--count", type=int, default=len(DEFAULT_SENTENCES), help="how many default sentences when none given"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="base seed; sentence i uses seed+i for every system")
+    parser.add_argument("--data-dir", type=Path, help="data directory (default: $SSD_DEMO_DATA_DIR or ./data)")
+    parser.add_argument("--device", default=None, help="torch device (default: automatic)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing set of the same name")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.texts is not None:
+        texts = [line.strip() for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    elif args.sentence:
+        texts = args.sentence
+    else:
+        if not 1 <= args.count <= len(DEFAULT_SENTENCES):
+            raise ValueError(f"--count must be between 1 and {len(DEFAULT_SENTENCES)}")
+        texts = list(DEFAULT_SENTENCES[: args.count])
+    stimulus_set = render_stimulus_set(
+        args.name,
+        texts,
+        args.systems,
+        preset=args.preset,
+        root=args.data_dir.resolve() if args.data_dir else None,
+        base_seed=args.seed,
+        overwrite=args.overwrite,
+        device=args.device,
+        progress=lambda line: print(line, flush=True),
+    )
+    clips = sum(len(item.clips) for item in stimulus_set.items)
+    print(
+        f"wrote {clips} clips ({len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} systems) to {stimulus_set.root}"
+    )
+    return 0
