@@ -26,7 +26,7 @@ from .render import render_many
 DATASET_NAME = "dataset.pt"
 #: The codec the shipped voice uses; the recipe reuses it so that the recognizer's codec round trips
 #: and the voice speak through the same tokenizer.
-SHIPPED_CODEC = Path(__file__).resolve().parents[2] / "assets" / "embedded" / "codec"
+SHIPPED_CODEC = Path(__file__).resolve().parents[3] / "assets" / "embedded" / "codec"
 
 
 @dataclass(frozen=True)
