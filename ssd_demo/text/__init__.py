@@ -14,7 +14,7 @@
    pause, labelled with the punctuation that caused it. Training uses the same events with their
    start times (`phoneme_track`), so training and inference read phonemes the same way.
 
-Every backend imports these names from here; the modules behind them are an implementation detail.
+Callers import these names from `ssd_demo.text` (and eSpeak itself from `ssd_demo.text.espeak`).
 """
 
 from __future__ import annotations
