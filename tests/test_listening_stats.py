@@ -169,7 +169,8 @@ def test_model_free_modules_do_not_import_gradio():
     import subprocess
     import sys
 
-    modules = "charts, export, sessions, stats, stimuli, stimulus_sets, store"
-    code = f"import sys; from ssd_demo.listening import {modules}; sys.exit(1 if 'gradio' in sys.modules else 0)"
+    modules = "export, migrations, sessions, stats, stimulus_sets, store"
+    code = (f"import sys; from ssd_demo.listening import {modules}; import ssd_demo.tools.stimuli, "
+            "ssd_demo.app.listening.charts; sys.exit(1 if 'gradio' in sys.modules else 0)")
     repository = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], check=False, cwd=repository, timeout=120).returncode == 0

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from ssd_demo.listening import stimulus_sets
-from ssd_demo.listening import store as store_module
+from ssd_demo.listening import migrations as migrations_module
 from ssd_demo.listening.export import COLUMNS, prune_exports, read_votes_csv, write_votes_csv
 from ssd_demo.listening.sessions import ClipUnavailableError, ListeningTest, plan_trials
 from ssd_demo.tools.stimuli import create_stimulus_set, parse_system, tone_renderer
@@ -385,8 +385,8 @@ def test_votes_record_the_stimulus_set_checksum(store, stimulus_set, tmp_path):
 
 def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, monkeypatch):
     path = tmp_path / "old.sqlite3"
-    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:1])
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", migrations_module.MIGRATIONS[:1])
+    monkeypatch.setattr(migrations_module, "SCHEMA_VERSION", 1)
     with ListeningStore(path, app_version="old") as old:
         test = ListeningTest(old, stimulus_set)
         session = test.start_session(n_trials=1, seed=1)

@@ -4,14 +4,14 @@ Trust comes from the database, not from the app: WAL journaling with full sync, 
 `BEGIN IMMEDIATE` transaction per vote, CHECK constraints on every value and a UNIQUE
 constraint on the trial a vote answers, so a repeated or concurrent submission of the
 same trial can store at most one row whatever the caller does. The schema is versioned
-in a `schema_migrations` table; opening a database applies any missing migrations.
+in a `schema_migrations` table; opening a database applies any missing migrations (`migrations`).
 
 Every vote row is self-contained (session, rater, trial, systems in their A/B
 positions, choice, scores, timestamps, app version), so the raw table is the study.
 """
 
-# One module, longer than most: the schema's constraints, the records read from it and the
-# transactions that rely on both are one job (the vote database), best read together.
+# The records read from the schema and the transactions that rely on its constraints are one job
+# (the vote database), best read together; the schema itself is in `migrations`.
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
+from .migrations import SCHEMA_VERSION as SCHEMA_VERSION  # the version a store opened here ends at
+from .migrations import apply_migrations
 
 CHOICES = ("A", "B", "none")
 SCORE_RANGE = (1, 5)
@@ -50,77 +52,6 @@ class InvalidVoteError(ListeningError):
 
 class AlreadyVotedError(ListeningError):
     pass
-
-
-# Each migration is (version, description, statements). Append; never edit a released one.
-MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (
-        1,
-        "sessions, trials and votes",
-        (
-            """CREATE TABLE sessions (
-                session_id TEXT PRIMARY KEY,
-                rater_id TEXT,
-                stimulus_set TEXT NOT NULL,
-                stimulus_set_sha256 TEXT NOT NULL,
-                n_trials INTEGER NOT NULL CHECK (n_trials > 0),
-                seed INTEGER NOT NULL,
-                created_at TEXT NOT NULL,
-                app_version TEXT NOT NULL
-            )""",
-            """CREATE TABLE trials (
-                trial_id TEXT PRIMARY KEY,
-                session_id TEXT NOT NULL REFERENCES sessions(session_id),
-                trial_index INTEGER NOT NULL CHECK (trial_index >= 0),
-                item_id TEXT NOT NULL,
-                text TEXT NOT NULL,
-                system_a TEXT NOT NULL,
-                system_b TEXT NOT NULL,
-                clip_a TEXT NOT NULL,
-                clip_b TEXT NOT NULL,
-                presented_at TEXT,
-                UNIQUE (session_id, trial_index),
-                CHECK (system_a <> system_b)
-            )""",
-            """CREATE TABLE votes (
-                vote_id INTEGER PRIMARY KEY AUTOINCREMENT,
-                session_id TEXT NOT NULL REFERENCES sessions(session_id),
-                rater_id TEXT,
-                trial_id TEXT NOT NULL UNIQUE REFERENCES trials(trial_id),
-                trial_index INTEGER NOT NULL,
-                stimulus_set TEXT NOT NULL,
-                item_id TEXT NOT NULL,
-                text TEXT NOT NULL,
-                system_a TEXT NOT NULL,
-                system_b TEXT NOT NULL,
-                choice TEXT NOT NULL CHECK (choice IN ('A', 'B', 'none')),
-                preferred_system TEXT,
-                score_a INTEGER CHECK (score_a IS NULL OR score_a BETWEEN 1 AND 5),
-                score_b INTEGER CHECK (score_b IS NULL OR score_b BETWEEN 1 AND 5),
-                presented_at TEXT,
-                submitted_at TEXT NOT NULL,
-                app_version TEXT NOT NULL,
-                CHECK (system_a <> system_b),
-                CHECK ((choice = 'A' AND preferred_system = system_a)
-                    OR (choice = 'B' AND preferred_system = system_b)
-                    OR (choice = 'none' AND preferred_system IS NULL))
-            )""",
-            "CREATE INDEX trials_by_session ON trials (session_id, trial_index)",
-            "CREATE INDEX votes_by_session ON votes (session_id)",
-        ),
-    ),
-    (
-        2,
-        "votes name the stimulus set's manifest checksum",
-        (
-            # A set name alone is ambiguous: a set rebuilt under the same name holds other audio.
-            "ALTER TABLE votes ADD COLUMN stimulus_set_sha256 TEXT",
-            """UPDATE votes SET stimulus_set_sha256 =
-                (SELECT s.stimulus_set_sha256 FROM sessions s WHERE s.session_id = votes.session_id)""",
-        ),
-    ),
-)
-SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 @dataclass(frozen=True)
@@ -253,20 +184,7 @@ class ListeningStore:
         self._lock = threading.Lock()
         self._closed = False
         with self._transaction() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
-            if current > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} has schema version {current}, newer than this app's {SCHEMA_VERSION}; upgrade the app"
-                )
-            for version, description, statements in MIGRATIONS:
-                if version > current:
-                    for statement in statements:
-                        db.execute(statement)
-                    db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, utc_now()))
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            apply_migrations(db, self.path, now=utc_now)
         if created:
             _make_side_files_private(self.path)
 

@@ -1,0 +1,101 @@
+"""The listening-test database's schema, as the ordered migrations that build it.
+
+A database records the migrations applied to it in a `schema_migrations` table (and the latest version in
+SQLite's `user_version`); opening one with `ListeningStore` applies the missing ones in the same transaction,
+so an old database gains new columns, with their values filled in, and a database newer than the app is refused.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+
+#: Each migration is (version, description, statements). Append; never edit a released one.
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (
+        1,
+        "sessions, trials and votes",
+        (
+            """CREATE TABLE sessions (
+                session_id TEXT PRIMARY KEY,
+                rater_id TEXT,
+                stimulus_set TEXT NOT NULL,
+                stimulus_set_sha256 TEXT NOT NULL,
+                n_trials INTEGER NOT NULL CHECK (n_trials > 0),
+                seed INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                app_version TEXT NOT NULL
+            )""",
+            """CREATE TABLE trials (
+                trial_id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_index INTEGER NOT NULL CHECK (trial_index >= 0),
+                item_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                system_a TEXT NOT NULL,
+                system_b TEXT NOT NULL,
+                clip_a TEXT NOT NULL,
+                clip_b TEXT NOT NULL,
+                presented_at TEXT,
+                UNIQUE (session_id, trial_index),
+                CHECK (system_a <> system_b)
+            )""",
+            """CREATE TABLE votes (
+                vote_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                rater_id TEXT,
+                trial_id TEXT NOT NULL UNIQUE REFERENCES trials(trial_id),
+                trial_index INTEGER NOT NULL,
+                stimulus_set TEXT NOT NULL,
+                item_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                system_a TEXT NOT NULL,
+                system_b TEXT NOT NULL,
+                choice TEXT NOT NULL CHECK (choice IN ('A', 'B', 'none')),
+                preferred_system TEXT,
+                score_a INTEGER CHECK (score_a IS NULL OR score_a BETWEEN 1 AND 5),
+                score_b INTEGER CHECK (score_b IS NULL OR score_b BETWEEN 1 AND 5),
+                presented_at TEXT,
+                submitted_at TEXT NOT NULL,
+                app_version TEXT NOT NULL,
+                CHECK (system_a <> system_b),
+                CHECK ((choice = 'A' AND preferred_system = system_a)
+                    OR (choice = 'B' AND preferred_system = system_b)
+                    OR (choice = 'none' AND preferred_system IS NULL))
+            )""",
+            "CREATE INDEX trials_by_session ON trials (session_id, trial_index)",
+            "CREATE INDEX votes_by_session ON votes (session_id)",
+        ),
+    ),
+    (
+        2,
+        "votes name the stimulus set's manifest checksum",
+        (
+            # A set name alone is ambiguous: a set rebuilt under the same name holds other audio.
+            "ALTER TABLE votes ADD COLUMN stimulus_set_sha256 TEXT",
+            """UPDATE votes SET stimulus_set_sha256 =
+                (SELECT s.stimulus_set_sha256 FROM sessions s WHERE s.session_id = votes.session_id)""",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def apply_migrations(db: sqlite3.Connection, path: Path, now: Callable[[], str]) -> None:
+    """Bring the database open in `db` (inside a transaction) up to SCHEMA_VERSION; `now()` stamps each one."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"{path} has schema version {current}, newer than this app's {SCHEMA_VERSION}; upgrade the app"
+        )
+    for version, description, statements in MIGRATIONS:
+        if version > current:
+            for statement in statements:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (version, description, now()))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,0 +1,144 @@
+"""`python -m ssd_demo train-draft`: the options, and the run that ties the steps together."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import zlib
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ....engine.draft_heads import target_fingerprint
+from .draft import expected_acceptance, export_draft, trainable_draft
+from .generations import default_texts, ensure_generations, read_texts, spoken_chunks
+from .recipe import DRAFT_FILE, PRESETS, SUMMARY_FILE, DraftRecipe, checkpoint_target, smoke_recipe, smoke_target
+from .train_loop import train
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    recipe = DraftRecipe()
+    parser.add_argument("--preset", default="cosyvoice2", help=f"whose draft to train: {', '.join(PRESETS)}")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the CosyVoice 2 checkpoint folder (llm.pt and CosyVoice-BlankEN/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="work directory: generations, checkpoint, the exported draft (default: "
+                             "runs/cosyvoice2-draft, or runs/cosyvoice2-draft-smoke with --smoke)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny random target built in memory, a few steps (seconds)")
+    parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {recipe.stage.steps})")
+    parser.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {recipe.stage.lr})")
+    parser.add_argument("--warmup", type=int, default=None, help=f"warmup steps (default {recipe.stage.warmup})")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"generated sequences per step (default {recipe.batch_size})")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help=f"steps between checkpoints (default {recipe.stage.checkpoint_every})")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="cap on generated tokens per text, under the official 20 per text token (default: none)")
+    parser.add_argument("--texts", type=Path, default=None,
+                        help="a text file, one text per line (default: built-in texts)")
+    parser.add_argument("--num-texts", type=int, default=None,
+                        help=f"how many built-in texts, without --texts (default {recipe.texts})")
+    parser.add_argument("--held-out", type=int, default=None,
+                        help=f"texts kept out of training to measure acceptance (default {recipe.held_out})")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="training precision: bfloat16 autocast over float32 weights (default: bfloat16 on CUDA)")
+    parser.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when there is one)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="wall-time cap for this run (generation and training); the next run continues")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seeds the generations and the batch order (default 0)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+
+
+def recipe_from(args: argparse.Namespace) -> DraftRecipe:
+    recipe = smoke_recipe() if args.smoke else DraftRecipe()
+    stage = recipe.stage
+    for option in ("steps", "lr", "warmup", "checkpoint_every", "max_minutes", "seed"):
+        if getattr(args, option) is not None:
+            stage = replace(stage, **{option: getattr(args, option)})
+    recipe = replace(recipe, stage=stage)
+    for option in ("batch_size", "max_new_tokens", "held_out"):
+        if getattr(args, option) is not None:
+            recipe = replace(recipe, **{option: getattr(args, option)})
+    if args.num_texts is not None:
+        recipe = replace(recipe, texts=args.num_texts)
+    checks = (("--steps", stage.steps, 1), ("--batch-size", recipe.batch_size, 1), ("--warmup", stage.warmup, 0),
+              ("--checkpoint-every", stage.checkpoint_every, 1), ("--held-out", recipe.held_out, 1),
+              ("--max-new-tokens", recipe.max_new_tokens, 0), ("--num-texts", recipe.texts, 2))
+    for flag, value, least in checks:
+        if value < least:
+            raise ValueError(f"{flag} must be at least {least}, got {value}")
+    if not stage.lr > 0:
+        raise ValueError(f"--lr must be positive, got {stage.lr}")
+    return recipe
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.preset not in PRESETS:
+        raise ValueError(f"train-draft knows the preset(s) {', '.join(PRESETS)}, not {args.preset!r}")
+    if args.smoke == (args.checkpoint is not None):
+        raise ValueError("give --checkpoint (a CosyVoice 2 folder) or --smoke (a tiny random target), "
+                         "not both or neither")
+    recipe = recipe_from(args)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    deadline = started + recipe.stage.max_minutes * 60 if recipe.stage.max_minutes else math.inf
+    out: Path = args.out or Path("runs/cosyvoice2-draft-smoke" if args.smoke else "runs/cosyvoice2-draft")
+    out.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        tqdm.write(message)
+
+    texts = read_texts(args.texts) if args.texts is not None else default_texts(recipe.texts, recipe.stage.seed)
+    if len(texts) <= recipe.held_out:
+        raise ValueError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
+    target = smoke_target() if args.smoke else checkpoint_target(args.checkpoint, str(device))
+    target.model.to(device).eval().requires_grad_(False)
+    texts = spoken_chunks(texts, target.tokenize, log)
+    if len(texts) <= recipe.held_out:
+        raise ValueError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
+    log(f"train-draft: {target.source['target']} target ({target.model.config.num_hidden_layers} layers) on {device}, "
+        f"{len(texts)} texts ({recipe.held_out} held out), {str(dtype).removeprefix('torch.')} training")
+
+    items = ensure_generations(target, texts, out, recipe.stage.seed, recipe.max_new_tokens, deadline, log)
+    if items is None:
+        return 0
+    train_items, held_out = items[: -recipe.held_out], items[-recipe.held_out:]
+
+    draft, names = trainable_draft(target.model, recipe.bottom, recipe.top)
+    before = expected_acceptance(draft, target.model, target.layout, held_out, recipe.batch_size)
+    log(f"train-draft: held-out acceptance before training {before['ras']:.3f} (RAS), "
+        f"{before['softmax']:.3f} (softmax)")
+    key = {"target": target_fingerprint(target.model), "texts": zlib.crc32("\n".join(texts).encode()),
+           "max_new_tokens": recipe.max_new_tokens, "held_out": recipe.held_out,
+           "seed": recipe.stage.seed, "bottom": recipe.bottom, "top": recipe.top}
+    summary = train(draft, names, target.model, train_items, recipe, dtype, out, key, deadline, log)
+    after = expected_acceptance(draft, target.model, target.layout, held_out, recipe.batch_size)
+    log(f"train-draft: held-out acceptance after {summary['steps']} steps {after['ras']:.3f} (RAS), "
+        f"{after['softmax']:.3f} (softmax); final loss {summary['final_loss']}")
+
+    export_draft(draft, names, out / DRAFT_FILE)
+    stage_settings = {k: v for k, v in asdict(recipe.stage).items() if k != "batch_tokens"}  # batches count sequences
+    report = {
+        "preset": args.preset, **target.source,
+        "draft": {"bottom": recipe.bottom, "top": recipe.top, "trained": names,
+                  "trained_parameters": sum(p.numel() for n, p in draft.named_parameters() if n in names)},
+        "recipe": {**asdict(recipe), "stage": stage_settings, "dtype": str(dtype).removeprefix("torch."), "device": device.type,
+                   "loss": "KL(target || draft) at temperature 1 over generated positions",
+                   "data": "the target's own generations (RAS, official length bounds) from cross-lingual prompts"},
+        "texts": len(texts), "train_generations": len(train_items), "held_out_generations": len(held_out),
+        "train_speech_tokens": sum(len(i["generated"]) for i in train_items),
+        "training": summary,
+        "acceptance": {"before": before, "after": after},
+        "run_seconds": round(time.perf_counter() - started, 1),
+    }
+    (out / SUMMARY_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    log(f"train-draft: draft written to {out / DRAFT_FILE}")
+    return 0
