@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.engine.generate import CachedLM, cached_lm
+from ssd_demo.engine.kv import CachedLM, cached_lm
 from ssd_demo.engine.static_cache import StaticCacheLM, supports
 from tiny_models import check_same_logits, onednn_call_rows, tiny_llama
 

@@ -6,7 +6,7 @@ than five 1-row ones); the lean forward's kernel choice per row count (`static_c
 lowers it where oneDNN wins (1.55 -> 1.23 on an AVX-512 EPYC core), and the probe here sees the result. `measure_costs` times short real decoding runs (AR and speculative side by side
 for several K) on a random prompt; `calibrated_costs` caches that per model pair and thread count, so
 the probe (a few seconds on the embedded voice) runs once per process. With the
-costs, `decoding.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
+costs, `adaptive.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
 steps) when no K pays.
 """
 
