@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import DecodingConfig
+from ..results import expected_tokens_per_round
 from .generate import autoregressive_generate, speculative_generate
 from .static_cache import describe_kernels
 
@@ -119,8 +120,7 @@ def calibrated_costs(target, draft, refresh: bool = False) -> StepCosts:
 
 def predicted_with(alpha: float, costs: StepCosts, k: int) -> float:
     """The strict prediction of the LM speedup at acceptance `alpha` and K = `k` with these costs."""
-    tokens = float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / costs.round_cost(k)
+    return expected_tokens_per_round(alpha, k) / costs.round_cost(k)
 
 
 def best_draft_len(alpha: float, costs: StepCosts, max_len: int) -> tuple[int, float]:
