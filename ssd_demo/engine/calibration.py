@@ -2,7 +2,7 @@
 
 The choice of K depends on hardware more than on the models: a verify of five tokens costs about 1.5
 target steps on a CPU with AMX and 5-6 on one with AVX2 only (a 5-row matmul is not much cheaper there
-than five 1-row ones); the lean forward's kernel choice per row count (`static_cache.kernel_threshold`)
+than five 1-row ones); the lean forward's kernel choice per row count (`kernels.kernel_threshold`)
 lowers it where oneDNN wins (1.55 -> 1.23 on an AVX-512 EPYC core), and the probe here sees the result. `measure_costs` times short real decoding runs (AR and speculative side by side
 for several K) on a random prompt; `calibrated_costs` caches that per model pair and thread count, so
 the probe (a few seconds on the embedded voice) runs once per process. With the
