@@ -150,6 +150,15 @@ def combine(results: list[GenerationResult]) -> GenerationResult:
     return GenerationResult(tokens=[t for r in results for t in r.tokens], steps=steps, stats=combined)
 
 
+def expected_tokens_per_round(alpha: float, draft_len: int) -> float:
+    """Tokens one speculative round yields on average when each drafted token is accepted with
+    probability `alpha`, independently: 1 + alpha + ... + alpha^K = (1 - alpha^(K+1)) / (1 - alpha),
+    and K + 1 at alpha >= 1 (every block accepted, plus the bonus token)."""
+    if alpha >= 1.0:
+        return draft_len + 1.0
+    return (1 - alpha ** (draft_len + 1)) / (1 - alpha)
+
+
 def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float, verify_ratio: float = 1.0) -> float:
     """Leviathan et al. (2023) / Chen et al. (2023) wall-time speedup over AR.
 
@@ -161,8 +170,7 @@ def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float, verify_ra
     if draft_len < 0 or cost_ratio < 0 or verify_ratio <= 0:
         raise ValueError("draft_len and cost_ratio must be >= 0 and verify_ratio > 0")
     alpha = min(max(alpha, 0.0), 1.0)
-    tokens_per_round = draft_len + 1.0 if alpha >= 1.0 else (1 - alpha ** (draft_len + 1)) / (1 - alpha)
-    return tokens_per_round / (draft_len * cost_ratio + verify_ratio)
+    return expected_tokens_per_round(alpha, draft_len) / (draft_len * cost_ratio + verify_ratio)
 
 
 @dataclass

@@ -46,11 +46,11 @@ def test_greedy_speculative_equals_greedy_ar(target, unrelated, draft_len):
 
 @pytest.mark.parametrize("draft_len", [1, 4, 8])
 def test_greedy_equality_holds_with_verify_calls_on_onednn(target, unrelated, draft_len, monkeypatch):
-    from ssd_demo.engine import static_cache
+    from ssd_demo.engine import kernels
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
-    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)  # one-row steps stay on BLAS
+    monkeypatch.setattr(kernels, "kernel_threshold", lambda model: 2)  # one-row steps stay on BLAS
     onednn_rows = onednn_call_rows(monkeypatch)
     config = greedy(draft_len=draft_len)
     reference = autoregressive_generate(target, PROMPT, config).tokens

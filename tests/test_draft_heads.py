@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.engine.generate import cached_lm
+from ssd_demo.engine.kv import cached_lm
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
 from ssd_demo.tools.training.heads import evaluate_heads, train_heads_on_sequences
 from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, marginal

@@ -163,11 +163,11 @@ def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
 def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kernel(synth, monkeypatch):
     # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
     # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.
-    from ssd_demo.engine import static_cache
+    from ssd_demo.engine import kernels
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
-    monkeypatch.setattr(static_cache, "kernel_threshold", lambda model: 2)
+    monkeypatch.setattr(kernels, "kernel_threshold", lambda model: 2)
     onednn_rows = onednn_call_rows(monkeypatch)
     config = _config(synth, temperature=0.0)
     ar = synth.synthesize(UNSEEN, mode="ar", config=config)

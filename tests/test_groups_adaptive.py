@@ -135,7 +135,7 @@ def test_a_backends_acoustic_embeddings_define_the_groups():
 
 
 def test_adaptive_choice_uses_per_position_acceptance():
-    from ssd_demo.engine.generate import AcceptanceHistory, choose_draft_len
+    from ssd_demo.engine.adaptive import AcceptanceHistory, choose_draft_len
 
     steady = AcceptanceHistory()
     for _ in range(200):  # a draft that stays right: long blocks pay
@@ -151,7 +151,7 @@ def test_adaptive_choice_uses_per_position_acceptance():
 def test_a_rarely_tried_block_length_is_not_stuck_at_the_prior():
     # Rounds mostly drafted 2 tokens (positions 3-4 reached by only a few early rounds): positions 3-4 take
     # the estimate of position 2, not the prior of 0.6, so K = 4 wins where its verify costs little more.
-    from ssd_demo.engine.generate import AcceptanceHistory, choose_draft_len
+    from ssd_demo.engine.adaptive import AcceptanceHistory, choose_draft_len
 
     history = AcceptanceHistory()
     for _ in range(3):
@@ -163,7 +163,7 @@ def test_a_rarely_tried_block_length_is_not_stuck_at_the_prior():
 
 
 def test_measured_verify_costs_choose_k_and_fall_back_to_ar_steps():
-    from ssd_demo.engine.generate import AcceptanceHistory, choose_draft_len
+    from ssd_demo.engine.adaptive import AcceptanceHistory, choose_draft_len
 
     history = AcceptanceHistory()
     for _ in range(50):
@@ -190,7 +190,7 @@ def test_measured_verify_costs_choose_k_and_fall_back_to_ar_steps():
 def test_probes_back_off_while_no_k_pays():
     """Where no K pays, the K = 1 probes come ever less often (16, 32, 64, ... rounds apart, at most 256):
     a machine where drafting does not pay loses next to nothing to them. Exactness is the test above's."""
-    from ssd_demo.engine.generate import PROBE_EVERY, PROBE_MAX_EVERY
+    from ssd_demo.engine.adaptive import PROBE_EVERY, PROBE_MAX_EVERY
 
     target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
     unrelated = tiny_llama(seed=12, vocab=32, width=16, init=0.3)

@@ -35,7 +35,7 @@ from llasa_fixtures import (  # noqa: E402
 
 from ssd_demo import hub, model_memory, presets  # noqa: E402
 from ssd_demo.backends.llasa_loading import load_llasa_pair  # noqa: E402
-from ssd_demo.engine.generate import CachedLM  # noqa: E402
+from ssd_demo.engine.kv import CachedLM  # noqa: E402
 from ssd_demo.engine.static_cache import StaticCacheLM  # noqa: E402
 from ssd_demo.synthesis import VoicePrompt  # noqa: E402
 from tiny_models import check_same_logits  # noqa: E402

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
-from ssd_demo.engine.generate import CachedLM, cached_lm
+from ssd_demo.engine.kv import CachedLM, cached_lm
 from ssd_demo.engine.static_cache import StaticCacheLM, supports
 from tiny_models import check_same_logits, onednn_call_rows, tiny_llama
 
@@ -121,7 +121,7 @@ def test_onednn_kernel_computes_what_transformers_computes(monkeypatch):
 
 
 def test_kernel_threshold_is_the_switch_point_that_costs_least():
-    from ssd_demo.engine.static_cache import NEVER, threshold_from
+    from ssd_demo.engine.kernels import NEVER, threshold_from
 
     assert threshold_from({1: (1.0, 1.2), 2: (1.1, 1.15), 4: (1.5, 1.2), 8: (2.0, 1.3)}) == 4
     # one noisy size above the switch does not push it up, one below it does not pull it down
@@ -133,25 +133,25 @@ def test_kernel_threshold_is_the_switch_point_that_costs_least():
 
 
 def _onednn_copies_of(model) -> list:
-    from ssd_demo.engine.static_cache import _linears, packed_weights
+    from ssd_demo.engine.kernels import packed_linears, packed_weights
 
-    return [linear.onednn for linear in _linears(packed_weights(model))]
+    return [linear.onednn for linear in packed_linears(packed_weights(model))]
 
 
 @needs_onednn
 def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatch):
-    from ssd_demo.engine import static_cache
-    from ssd_demo.engine.static_cache import NEVER, kernel_choice, kernel_threshold
+    from ssd_demo.engine import kernels
+    from ssd_demo.engine.kernels import NEVER, kernel_choice, kernel_threshold
 
     small = tiny_llama(seed=4, vocab=40, layers=1, width=16)
-    assert kernel_choice(small) == static_cache.KernelChoice(NEVER, "too small a model to time the kernels")
+    assert kernel_choice(small) == kernels.KernelChoice(NEVER, "too small a model to time the kernels")
     assert all(copy is None for copy in _onednn_copies_of(small))  # no third copy of weights nobody uses
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model, repeats: 5)
-    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(kernels, "measure_kernel_threshold", lambda model, repeats: 5)
+    monkeypatch.setattr(kernels, "PROBE_MIN_PARAMETERS", 0)
     assert kernel_threshold(small) == 5 and StaticCacheLM(small, 8)._onednn_from == 5
     assert all(copy is not None for copy in _onednn_copies_of(small))
     monkeypatch.setenv("SSD_DEMO_MATMUL", "blas")
-    assert kernel_choice(small) == static_cache.KernelChoice(NEVER, "set by SSD_DEMO_MATMUL")
+    assert kernel_choice(small) == kernels.KernelChoice(NEVER, "set by SSD_DEMO_MATMUL")
     assert all(copy is None for copy in _onednn_copies_of(small))  # dropped once nothing uses them
     monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
     assert kernel_threshold(small) == 1
@@ -163,8 +163,8 @@ def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatc
 
 @needs_onednn
 def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
-    from ssd_demo.engine import static_cache
-    from ssd_demo.engine.static_cache import NEVER, kernel_choice
+    from ssd_demo.engine import kernels, static_cache
+    from ssd_demo.engine.kernels import NEVER, kernel_choice
 
     monkeypatch.setenv("SSD_DEMO_MATMUL", "onednn")
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
@@ -175,8 +175,8 @@ def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
     def cannot_pack(self):
         raise RuntimeError("unsupported layout")
 
-    monkeypatch.setattr(static_cache._Linear, "pack_onednn", cannot_pack)
-    assert kernel_choice(model) == static_cache.KernelChoice(NEVER, "oneDNN could not pack the weights here")
+    monkeypatch.setattr(kernels.PackedLinear, "pack_onednn", cannot_pack)
+    assert kernel_choice(model) == kernels.KernelChoice(NEVER, "oneDNN could not pack the weights here")
     assert "BLAS matmuls (oneDNN could not pack" in static_cache.describe_kernels(model)
     half = tiny_llama(seed=4, vocab=40, layers=1, width=16).to(torch.bfloat16)
     assert "float32 only" in kernel_choice(half).why
@@ -184,14 +184,14 @@ def test_kernel_choice_says_when_onednn_cannot_serve(monkeypatch):
 
 @needs_onednn
 def test_kernel_probe_runs_on_a_real_model_once_and_leaves_the_random_state_alone(monkeypatch):
-    from ssd_demo.engine import static_cache
-    from ssd_demo.engine.static_cache import NEVER, PROBE_ROWS, kernel_choice, measure_kernel_threshold
+    from ssd_demo.engine import kernels
+    from ssd_demo.engine.kernels import NEVER, PROBE_ROWS, kernel_choice, measure_kernel_threshold
 
     model = tiny_llama(seed=4, vocab=40, layers=2, width=32)
     assert measure_kernel_threshold(model, context=8, repeats=1) in (*PROBE_ROWS, NEVER)
     probes = []
-    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold",
+    monkeypatch.setattr(kernels, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(kernels, "measure_kernel_threshold",
                         lambda model, repeats: probes.append(model) or measure_kernel_threshold(model, 8, 1))
     torch.manual_seed(123)
     expected = torch.rand(3)
@@ -207,8 +207,9 @@ def test_kernel_probe_runs_on_a_real_model_once_and_leaves_the_random_state_alon
 
 
 def test_reports_name_the_kernels(monkeypatch):
-    from ssd_demo.engine import static_cache
-    from ssd_demo.engine.static_cache import KernelChoice, describe_kernels
+    from ssd_demo.engine import kernels
+    from ssd_demo.engine.kernels import KernelChoice
+    from ssd_demo.engine.static_cache import describe_kernels
 
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     assert describe_kernels(model) == "BLAS matmuls (too small a model to time the kernels)"
@@ -218,7 +219,7 @@ def test_reports_name_the_kernels(monkeypatch):
     monkeypatch.setenv("SSD_DEMO_MATMUL", "BLAS")  # any case
     assert describe_kernels(model) == "BLAS matmuls (set by SSD_DEMO_MATMUL)"
     monkeypatch.setenv("SSD_DEMO_MATMUL", "")  # set but empty: the default
-    assert static_cache.kernel_setting() == "auto"
+    assert kernels.kernel_setting() == "auto"
     assert describe_kernels(model, static_cache=False) == "transformers' own forward"
     monkeypatch.setenv("SSD_DEMO_STATIC_CACHE", "0")
     assert describe_kernels(model) == "transformers' own forward"
@@ -226,7 +227,7 @@ def test_reports_name_the_kernels(monkeypatch):
     model.train()
     assert describe_kernels(model) == "transformers' own forward"
     model.eval()
-    monkeypatch.setattr(static_cache, "PACK_MAX_PARAMETERS", 10)
+    monkeypatch.setattr(kernels, "PACK_MAX_PARAMETERS", 10)
     assert describe_kernels(model).startswith("the model's own matmuls (no packed copy")
 
 
@@ -239,13 +240,13 @@ def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
 
 
 def test_the_probe_runs_before_the_timed_call(monkeypatch):
-    from ssd_demo.engine import static_cache
+    from ssd_demo.engine import kernels
     from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
     from ssd_demo.engine.static_cache import prepare_kernels
 
     probed = []
-    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold", lambda model, repeats: probed.append(model) or 2)
+    monkeypatch.setattr(kernels, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(kernels, "measure_kernel_threshold", lambda model, repeats: probed.append(model) or 2)
     model = tiny_llama(seed=4, vocab=40, layers=1, width=16)
     prepare_kernels(model, DraftHeads(HeadsConfig(hidden=16, inner=8)), object())  # heads: not a model it serves
     assert probed == [model]
@@ -257,14 +258,14 @@ def test_the_probe_runs_before_the_timed_call(monkeypatch):
 
 
 def test_a_failing_onednn_falls_back_to_blas(monkeypatch):
-    from ssd_demo.engine import static_cache
-    from ssd_demo.engine.static_cache import NEVER, kernel_threshold
+    from ssd_demo.engine import kernels, static_cache
+    from ssd_demo.engine.kernels import NEVER, kernel_threshold
 
     def broken(model, repeats):
         raise RuntimeError("could not create a primitive")
 
-    monkeypatch.setattr(static_cache, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(static_cache, "measure_kernel_threshold", broken)
+    monkeypatch.setattr(kernels, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(kernels, "measure_kernel_threshold", broken)
     model = tiny_llama(seed=7, vocab=40, layers=1, width=16)
     assert kernel_threshold(model) == NEVER
     assert static_cache.describe_kernels(model) == "BLAS matmuls (oneDNN failed here)"

@@ -19,7 +19,7 @@ from .benchmark.tab import build_benchmark_tab
 from .compare.tab import build_compare_tab
 from .compare.race_view import PRESENTER_FROM_URL_JS
 from ..presets import list_presets
-from ..engine.static_cache import kernel_setting
+from ..engine.kernels import kernel_setting
 
 log = logging.getLogger(__name__)
 

@@ -109,7 +109,7 @@ class VocabLayout:
 
 @dataclass(frozen=True)
 class PhonemeSchedule:
-    """The forced-token schedule of one chunk (see `ssd_demo.engine.generate.ForcedTokens`).
+    """The forced-token schedule of one chunk (see `ssd_demo.engine.run_state.ForcedTokens`).
 
     State: (index of the phoneme being spoken, frames spoken for it). After NEXT the next phoneme is
     inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too.

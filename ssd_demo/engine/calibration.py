@@ -2,11 +2,11 @@
 
 The choice of K depends on hardware more than on the models: a verify of five tokens costs about 1.5
 target steps on a CPU with AMX and 5-6 on one with AVX2 only (a 5-row matmul is not much cheaper there
-than five 1-row ones); the lean forward's kernel choice per row count (`static_cache.kernel_threshold`)
+than five 1-row ones); the lean forward's kernel choice per row count (`kernels.kernel_threshold`)
 lowers it where oneDNN wins (1.55 -> 1.23 on an AVX-512 EPYC core), and the probe here sees the result. `measure_costs` times short real decoding runs (AR and speculative side by side
 for several K) on a random prompt; `calibrated_costs` caches that per model pair and thread count, so
 the probe (a few seconds on the embedded voice) runs once per process. With the
-costs, `decoding.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
+costs, `adaptive.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
 steps) when no K pays.
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import DecodingConfig
+from ..results import expected_tokens_per_round
 from .generate import autoregressive_generate, speculative_generate
 from .static_cache import describe_kernels
 
@@ -119,8 +120,7 @@ def calibrated_costs(target, draft, refresh: bool = False) -> StepCosts:
 
 def predicted_with(alpha: float, costs: StepCosts, k: int) -> float:
     """The strict prediction of the LM speedup at acceptance `alpha` and K = `k` with these costs."""
-    tokens = float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / costs.round_cost(k)
+    return expected_tokens_per_round(alpha, k) / costs.round_cost(k)
 
 
 def best_draft_len(alpha: float, costs: StepCosts, max_len: int) -> tuple[int, float]:
