@@ -189,7 +189,7 @@ def test_espeak_leaves_no_copy_of_its_library_in_the_temp_folder(tmp_path):
     temp.mkdir()
     code = (
         "import espeakng_loader, os\n"
-        "from ssd_demo import espeak\n"
+        "from ssd_demo.text import espeak\n"
         "rendering = espeak.synthesize('Hello there, 1.5 times.')\n"
         "assert rendering.audio.size and rendering.events\n"
         "assert espeak._library().lib._name == espeakng_loader.get_library_path()\n"

@@ -379,7 +379,7 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
     cli_synth.add_arguments(parser)
     codec_help = next(a.help for a in parser._actions if a.dest == "codec")
     assert DEFAULT_CODEC in codec_help and DEFAULT_CODEC_REVISION[:7] in codec_help
-    ui_source = (root / "ssd_demo" / "compare_tab.py").read_text()
+    ui_source = (root / "ssd_demo" / "app" / "compare" / "tab.py").read_text()
     assert "placeholder=DEFAULT_CODEC" in ui_source
     for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
         assert "hf-audio/xcodec2" not in path.read_text(), path  # the conversion with older tensor names
