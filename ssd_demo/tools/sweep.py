@@ -38,6 +38,7 @@ from ..cpu_threads import cpu_threads_for
 from ..backends.embedded import load_synthesizer
 from ..codec.metrics import mcd_dtw
 from ..errors import InvalidSettingError, ModelLoadError
+from .decoding_flags import add_decoding_arguments, decoding_arguments
 from .evaluation import target_nll
 from ..recognizer import Recognizer
 from .reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference, write_section
@@ -312,8 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs with each, on one map; the first draft's SSD point at the voice's beta is the reference")
     parser.add_argument("--rules", default=None,
                         help="comma-separated subset of the grid's rules (ssd, pcg, topk, exact-K, exact-adaptive)")
-    parser.add_argument("--cost-ratio", type=float, default=None, help="c for adaptive K (default: the config's)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_decoding_arguments(parser, ("cost_ratio",), unset="the config's")
+    add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per setting and sentence (same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
@@ -322,6 +323,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    decoding_arguments(args, ("cost_ratio", "seed"))  # checked before the voice loads
     torch.set_num_threads(args.threads)
 
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]

@@ -22,6 +22,11 @@ from ..backends.embedded import load_synthesizer
 from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ..config import DecodingConfig
 from ..synthesis import VoicePrompt
+from .decoding_flags import add_decoding_arguments, decoding_arguments
+
+
+#: The decoding settings synth takes as flags (the preset supplies the rest).
+DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,28 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice-prompt", type=Path, help="reference WAV to imitate (Llasa; with --voice-transcript)")
     parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
     # Decoding settings default to the preset's own (embedded voice: K 4, beta 0.2, temperature 0.3, top-k 50).
-    parser.add_argument("--draft-len", type=int, default=None, help="tokens drafted per round (K; default: the preset's)")
-    parser.add_argument("--beta", type=float, default=None,
-                        help="SSD tolerance; 0 = exact speculative sampling (default: the preset's)")
-    parser.add_argument("--acceptance", default=None, help="acceptance rule: ssd, exact, topk, pcg (default ssd)")
-    parser.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the preset's)")
-    parser.add_argument("--top-k", type=int, default=None, help="0 = off (default: the preset's)")
-    parser.add_argument("--top-p", type=float, default=None, help="1 = off (default: the preset's)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="speech-token limit; the embedded voice applies it to each chunk (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0, help="chunk i uses seed + i (default 0)")
+    add_decoding_arguments(parser, DECODING_FLAGS, defaults={"seed": 0})
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
-    """The decoding settings given on the command line (the preset supplies the rest)."""
-    overrides = {"seed": args.seed}
-    for name in ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None:
-            overrides[name] = value
-    return overrides
+    """The decoding settings given on the command line, checked (the preset supplies the rest)."""
+    return decoding_arguments(args, DECODING_FLAGS)
 
 
 def _load(args: argparse.Namespace):
