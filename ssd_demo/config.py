@@ -202,12 +202,17 @@ def check_setting(name: str, value: object) -> None:
     SETTINGS[name].check(value)
 
 
+def draw_seed() -> int:
+    """A fresh random seed, in 0..MAX_SEED so that it can be shown, typed in again and reproduce the run."""
+    return secrets.randbelow(MAX_SEED + 1)
+
+
 def resolve_seed(seed: object, randomize: bool = False) -> int:
     """The seed to decode with, the one rule for the app and the command line: a fresh random one in
     0..MAX_SEED when asked (or when none is given), else `seed` as an int (integral floats are fine:
     sliders send them); InvalidSettingError for anything else or outside the library's range."""
     if randomize or seed is None or (isinstance(seed, float) and math.isnan(seed)):
-        return secrets.randbelow(MAX_SEED + 1)
+        return draw_seed()
     if isinstance(seed, float) and seed.is_integer():
         seed = int(seed)
     SETTINGS["seed"].check(seed)

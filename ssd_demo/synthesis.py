@@ -9,7 +9,6 @@ piece by piece as it is decoded (`ssd_demo.streaming`); `synthesize()` is that s
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from collections.abc import Generator, Iterator
@@ -20,7 +19,7 @@ import torch
 
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
-from .config import DecodingConfig
+from .config import DecodingConfig, resolve_seed
 from .engine.generate import RoundCallback, autoregressive_generate, speculative_generate
 from .errors import TextError
 from .results import GenerationResult, combine
@@ -219,7 +218,7 @@ class Synthesizer:
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
                 should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,
                 chunks: list[TextChunk], prompts: list[list[int]], started: float) -> Generator[AudioPiece, None, SynthesisResult]:
-        base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
+        base_seed = resolve_seed(config.seed)  # None: a fresh one, reported in the result's stats
         windowed = getattr(self.backend, "audio_windows", None) if windows else None
         results: list[ChunkResult] = []
         played: list[np.ndarray] = []
