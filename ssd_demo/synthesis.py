@@ -21,7 +21,7 @@ from .cancellation import StopCheck
 from .cancellation import check as check_stop
 from .config import DecodingConfig, resolve_seed
 from .engine.generate import RoundCallback, autoregressive_generate, speculative_generate
-from .errors import TextError
+from .errors import InputError, TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
 from .engine.static_cache import prepare_kernels
@@ -127,7 +127,7 @@ class Synthesizer:
         self.draft_name = default_draft or next(iter(self.drafts))
         self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
-            raise ValueError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
+            raise InputError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
 
     @property
     def device(self) -> torch.device:
@@ -198,10 +198,10 @@ class Synthesizer:
 
         Text and settings are checked here, before the first piece is asked for."""
         if mode not in ("ar", "speculative"):
-            raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
+            raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         draft_name = draft or self.draft_name
         if mode == "speculative" and draft_name not in self.drafts:
-            raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+            raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
         started = time.perf_counter()
         config = config or self.config()
         # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at

@@ -26,13 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
+from ..errors import UserError
 
 CHOICES = ("A", "B", "none")
 SCORE_RANGE = (1, 5)
 MAX_RATER_ID_CHARS = 64
 
 
-class ListeningError(ValueError):
+class ListeningError(UserError):
     """A request the listening test must refuse; the message is meant for the rater."""
 
 

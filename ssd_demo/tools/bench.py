@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from ..errors import InputError
 from ..engine.calibration import calibrated_costs
 from ..config import DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
@@ -69,7 +70,7 @@ def load_pair(target: str | None, draft: str | None, device: str):
     if target is None and draft is None:
         return random_pair()
     if not (target and draft):
-        raise ValueError("give both --target and --draft (model directories), or neither for the random pair")
+        raise InputError("give both --target and --draft (model directories), or neither for the random pair")
     models = []
     for path in (target, draft):
         if not Path(path).is_dir():
@@ -261,7 +262,7 @@ def main(args: argparse.Namespace) -> int:
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+        raise InputError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
     target, draft = load_pair(args.target, args.draft, args.device)
     target, draft = target.to(args.device), draft.to(args.device)
     vocab = target.get_output_embeddings().weight.shape[0]

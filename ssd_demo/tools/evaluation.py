@@ -41,7 +41,7 @@ from ..backends.embedded import load_synthesizer
 from ..engine.calibration import calibrated_costs
 from ..codec.metrics import mcd_dtw
 from ..config import check_setting
-from ..errors import InvalidSettingError
+from ..errors import InputError, InvalidSettingError
 from ..recognizer import Recognizer
 from ..results import compare_runs
 from .decoding_flags import add_decoding_arguments, decoding_arguments
@@ -132,7 +132,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     backend = synth.backend
     if args.chunk_phonemes is not None:
         if args.chunk_phonemes < 10:
-            raise ValueError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
+            raise InputError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
         backend.chunk_phonemes = args.chunk_phonemes
     voice_dir = Path(args.voice) if args.voice else None
     meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
@@ -142,10 +142,10 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         wanted = [b.strip() for b in args.buckets.split(",") if b.strip()]
         unknown = [b for b in wanted if b not in BUCKETS]
         if unknown:
-            raise ValueError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
+            raise InputError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
         items = [(bucket, text) for bucket, text in items if bucket in wanted]
     if len(items) < 2:
-        raise ValueError(f"the evaluation needs at least two texts, got {len(items)}: raise --per-bucket or "
+        raise InputError(f"the evaluation needs at least two texts, got {len(items)}: raise --per-bucket or "
                          "choose more --buckets")
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
     base = synth.config(**settings)

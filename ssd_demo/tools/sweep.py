@@ -37,7 +37,7 @@ from .. import presets  # as a module: `presets.load_preset` is looked up per ca
 from ..cpu_threads import cpu_threads_for
 from ..backends.embedded import load_synthesizer
 from ..codec.metrics import mcd_dtw
-from ..errors import InvalidSettingError, ModelLoadError
+from ..errors import InputError, InvalidSettingError, ModelLoadError
 from .decoding_flags import add_decoding_arguments, decoding_arguments
 from .evaluation import target_nll
 from ..recognizer import Recognizer
@@ -328,11 +328,11 @@ def main(args: argparse.Namespace) -> int:
 
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
     if not drafts:
-        raise ValueError(f"--draft names no draft ({args.draft!r})")
+        raise InputError(f"--draft names no draft ({args.draft!r})")
     synth = load_synthesizer(draft=drafts[0])
     unknown = [d for d in drafts if d not in synth.drafts]
     if unknown:
-        raise ValueError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
+        raise InputError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
     recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
     references = [render(check_text(s)) for s in sentences]
@@ -341,7 +341,7 @@ def main(args: argparse.Namespace) -> int:
         wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
         unknown = wanted - {s.rule for s in settings}
         if unknown:
-            raise ValueError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
+            raise InputError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
         settings = [s for s in settings if s.rule in wanted]
     bar = tqdm(total=100, desc="sweep")
 
@@ -391,7 +391,7 @@ def held_out_sentences(count: int) -> list[str]:
     """`count` sentences a visitor would type (never trained on), the length buckets taken in turn."""
     interleaved = [text for group in zip(SHORT, MEDIUM, LONG) for text in group]
     if count < 1:
-        raise ValueError("the sweep needs at least one sentence")
+        raise InputError("the sweep needs at least one sentence")
     return interleaved[:count]
 
 
