@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..backends.embedded import load_synthesizer
+from ..backends.embedded import DEFAULT_PATH, load_synthesizer
 from ..engine.calibration import calibrated_costs
 from ..codec.metrics import mcd_dtw
 from ..config import check_setting
@@ -135,7 +135,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             raise InputError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
         backend.chunk_phonemes = args.chunk_phonemes
     voice_dir = Path(args.voice) if args.voice else None
-    meta_path = (voice_dir or Path(__file__).resolve().parents[1] / "assets" / "embedded") / "voice.json"
+    meta_path = (voice_dir or DEFAULT_PATH) / "voice.json"
     meta = json.loads(meta_path.read_text())
     items = visitor_texts(args.per_bucket)
     if args.buckets:

@@ -15,7 +15,7 @@ from ...backends.embedded import available_drafts
 from ...presets import MODEL_JOB_LOCK
 from ..errors import to_gradio_error
 
-DOCS_CHART = Path(__file__).resolve().parents[1] / "docs" / "sweep_pareto.png"
+DOCS_CHART = Path(__file__).resolve().parents[3] / "docs" / "sweep_pareto.png"
 
 
 def run_quick_sweep(sentences: int, draft: str, seed: int, progress: gr.Progress | None = None):
