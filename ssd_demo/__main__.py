@@ -2,7 +2,9 @@
 
 Each subcommand lives in the tool module that does the work (`ssd_demo.tools`); that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
-their subcommand runs, so `--help` stays fast.
+their subcommand runs, so `--help` stays fast. A `UserError` (or a file the user named that does not
+exist) ends with a one-line message and exit status 2; any other exception is a bug: its traceback and
+exit status 1.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
+
+from .errors import UserError
 
 SUBCOMMANDS = {
     "synth": ("ssd_demo.tools.synth", "synthesise text to a WAV file (AR or speculative)"),
@@ -41,10 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     args = command_parser.parse_args(argv[1:])
     try:
         return int(module.main(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as error:
-        # Bad input is the user's to fix: a one-line message, not a traceback.
+    except (UserError, FileNotFoundError) as error:
+        # Bad input (a setting, an option, a file the user named) is the user's to fix: one line, no traceback.
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception:  # anything else is a bug: the traceback is what a report needs
+        traceback.print_exc()
+        print(f"internal error in 'python -m ssd_demo {name}' (a bug, not your input): the traceback is above",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,14 +1,25 @@
-"""Decoding settings shared by autoregressive and speculative generation.
+"""Decoding settings shared by autoregressive and speculative generation, each defined once.
 
-One frozen dataclass, validated on construction, so that a bad setting fails
-loudly where it is made (CLI flag, UI slider, API call) instead of deep inside
-the decoding loop.
+`SETTINGS` holds every scalar setting's type, default, bounds, help text and UI hint; the frozen
+`DecodingConfig` takes its defaults from it and validates with it on construction, so that a bad
+setting fails loudly where it is made (CLI flag, UI slider, API call) instead of deep inside the
+decoding loop. The app's controls and the command-line flags are generated from the same table.
+
+Bounds: a `SettingSpec`'s minimum and maximum are the library's (and the command line's). The app
+may take a narrower part of that range, declared in the same spec's `ControlHint` (a slider's top
+is also the highest value the app's API accepts, as the page cannot show more).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import numbers
+import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
 
 from .errors import InvalidSettingError
 from .rules.registry import RULE_NAMES
@@ -20,91 +31,246 @@ ACCEPTANCE_RULES = RULE_NAMES
 #: 1,024 positions, Llasa 2,048), yet small enough that the key/value cache sized from it can be allocated.
 MAX_NEW_TOKENS = 100_000
 
+#: Seeds the library accepts: below 2**63, as chunk i of a long text decodes with (seed + i) % 2**63 and a
+#: torch.Generator takes any of them.
+SEED_LIMIT = 2**63
+
+#: Seeds the app accepts and every randomly drawn seed: small enough for any number box (a JavaScript
+#: number holds integers exactly only up to 2**53) and short enough to read back and type in again.
+MAX_SEED = 2**31 - 1
+
+Kind = Literal["int", "float", "choice", "bool"]
+
+
+@dataclass(frozen=True)
+class ControlHint:
+    """How the app draws a setting, and which part of the setting's range the app accepts.
+
+    minimum/maximum: the lowest and highest value the app accepts (None: the setting's own bound);
+                     a slider is drawn between them. `grows`: a preset whose default is larger raises the maximum.
+    slider_minimum:  a slider's lowest drawn value when it is above the accepted minimum (values between
+                     are still accepted from the API, e.g. top-p 0.01).
+    info:            the control's short help (None: the setting's help).
+    row:             settings sharing a row sit side by side; `rule`: shown only with this acceptance rule.
+    """
+
+    label: str
+    section: Literal["speculation", "sampling"]
+    widget: Literal["slider", "number", "dropdown", "checkbox"]
+    info: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    slider_minimum: float | None = None
+    step: float | None = None
+    grows: bool = False
+    row: str | None = None
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One decoding setting: what it is, its default, the values it takes, how it is shown and typed.
+
+    minimum/maximum: the bounds the library validates (None: unbounded), inclusive unless
+    `min_exclusive`/`max_exclusive`; floats must also be finite. `note` follows the bounds in the error
+    message; `requirement` replaces the generated description of the bounds. `flag`: the command-line
+    flag (default --name-with-dashes); `control`: None when the app has no control for it.
+    """
+
+    name: str
+    kind: Kind
+    default: object
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    min_exclusive: bool = False
+    max_exclusive: bool = False
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+    note: str = ""
+    requirement: str | None = None
+    flag: str | None = None
+    control: ControlHint | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def requirement_text(self) -> str:
+        """What a valid value is, in words: 'an integer from 1 to 64', 'in (0, 1]', ..."""
+        if self.requirement is not None:
+            return self.requirement
+        if self.kind == "choice":
+            return f"one of {', '.join(self.choices)}"
+        if self.kind == "bool":
+            return "true or false"
+        low, high = self.minimum, self.maximum
+        noun = "an integer" if self.kind == "int" else "a finite number"
+        if low is not None and high is not None:
+            if self.min_exclusive or self.max_exclusive:
+                return f"in {'(' if self.min_exclusive else '['}{_show(low)}, {_show(high)}{')' if self.max_exclusive else ']'}"
+            return f"{noun} from {_show(low)} to {_show(high)}" if self.kind == "int" else f"between {_show(low)} and {_show(high)}"
+        if low is not None:
+            return f"{noun} {'>' if self.min_exclusive else '>='} {_show(low)}"
+        if high is not None:
+            return f"{noun} {'<' if self.max_exclusive else '<='} {_show(high)}"
+        return noun
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` is not valid for this setting (None: it is)."""
+        if value is None:
+            return None if self.nullable else "missing"
+        if self.kind == "choice":
+            return None if value in self.choices else "choice"
+        if self.kind == "bool":
+            return None if isinstance(value, (bool, np.bool_)) else "kind"
+        if self.kind == "int" and not isinstance(value, int):
+            return "kind"
+        if self.kind == "float" and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                     or not math.isfinite(value)):
+            return "kind"
+        if self.minimum is not None and not (value > self.minimum if self.min_exclusive else value >= self.minimum):
+            return "low"
+        if self.maximum is not None and not (value < self.maximum if self.max_exclusive else value <= self.maximum):
+            return "high"
+        return None
+
+    def check(self, value: object) -> None:
+        """InvalidSettingError, naming the setting and its valid values, when `value` is not one."""
+        problem = self.problem(value)
+        if problem is None:
+            return
+        joiner = "; got" if self.kind == "choice" else ", got"
+        raise InvalidSettingError(f"{self.name} must be {self.requirement_text()}{self.note}{joiner} {value!r}")
+
+
+def _show(number: float) -> str:
+    """A bound as people read it: 100,000 and 0.05, never 100000.0."""
+    if float(number).is_integer():
+        return f"{int(number):,}" if abs(number) >= 10_000 else str(int(number))
+    return f"{number:g}"
+
+
+#: Every scalar decoding setting, in the order the app's `/synthesize` endpoint takes them where it has them.
+SETTINGS: Mapping[str, SettingSpec] = {spec.name: spec for spec in (
+    SettingSpec("draft_len", "int", 4, "K, tokens the draft proposes per round (speculative only)", minimum=1, maximum=64,
+                control=ControlHint("Draft length K", "speculation", "slider", info="tokens proposed per round",
+                                    maximum=16, step=1, row="draft")),
+    SettingSpec("beta", "float", 0.0, "SSD tolerance added to the acceptance ratio; 0 = exact speculative sampling",
+                minimum=0.0, maximum=1.0, note=" (1 keeps every drafted token)",
+                control=ControlHint("Tolerance β", "speculation", "slider", info="0 = exact; larger = faster, less faithful",
+                                    step=0.05, row="draft")),
+    SettingSpec("acceptance", "choice", "ssd", f"acceptance rule: {', '.join(ACCEPTANCE_RULES)}", choices=ACCEPTANCE_RULES,
+                control=ControlHint("Acceptance rule", "speculation", "dropdown", info="")),
+    SettingSpec("topk_tolerance", "int", 1, "k for the topk rule: a drafted token in the target's top k is accepted",
+                minimum=1, control=ControlHint("top-k tolerance (topk rule)", "speculation", "slider", info="",
+                                               maximum=64, step=1, rule="topk")),
+    SettingSpec("pcg_theta", "float", 0.9, "cosine threshold for the pcg rule's acoustic groups", minimum=-1.0,
+                control=ControlHint("group similarity θ (pcg rule)", "speculation", "slider",
+                                    info="tokens whose embeddings have cosine > θ count as one",
+                                    minimum=0.0, maximum=1.0, step=0.01, rule="pcg")),
+    SettingSpec("temperature", "float", 1.0, "sampling temperature; 0 = greedy (argmax)", minimum=0.0,
+                control=ControlHint("Temperature", "sampling", "slider", info="0 = greedy", maximum=2.0, step=0.05)),
+    SettingSpec("top_k", "int", 0, "keep the k most likely tokens; 0 = off", minimum=0, note=" (0 = off)",
+                control=ControlHint("Top-k", "sampling", "number", info="0 = off", maximum=1_000_000, row="filters")),
+    SettingSpec("top_p", "float", 1.0, "nucleus: the probability mass to keep; 1 = off", minimum=0.0, maximum=1.0,
+                min_exclusive=True, note=" (1 = off)",
+                control=ControlHint("Top-p", "sampling", "slider", info="1 = off", slider_minimum=0.05, step=0.05,
+                                    row="filters")),
+    SettingSpec("seed", "int", 0, "seeds sampling; chunk i of a text spoken in chunks uses seed + i", minimum=0,
+                maximum=SEED_LIMIT, max_exclusive=True, nullable=True,
+                requirement="a non-negative integer below 2**63, or None (a fresh random seed)",
+                control=ControlHint("Seed", "sampling", "number", info="", maximum=MAX_SEED, row="seed")),
+    SettingSpec("max_new_tokens", "int", 256, "token limit per generation (per chunk for a text spoken in chunks; "
+                "the end token counts)", minimum=1, maximum=MAX_NEW_TOKENS,
+                control=ControlHint("Max length (tokens per chunk)", "sampling", "slider",
+                                    info="long text is spoken in chunks; each may use this many",
+                                    maximum=2048, slider_minimum=8, step=8, grows=True)),
+    SettingSpec("adaptive_draft_len", "bool", False, "choose K each round (1..draft_len) from the running acceptance "
+                "estimate and the draft/target cost ratio", flag="--adaptive-k",
+                control=ControlHint("Adaptive K", "speculation", "checkbox",
+                                    info="choose K each round (up to the draft length) from the running acceptance rate")),
+    SettingSpec("adaptive_threshold", "float", 0.0, "stop drafting early when the draft's top probability falls below "
+                "this; 0 = off", minimum=0.0, maximum=1.0, max_exclusive=True),
+    SettingSpec("cost_ratio", "float", 0.1, "c, one draft step / one target step, for adaptive K (measure it with "
+                "`python -m ssd_demo bench`)", minimum=0.0, maximum=10.0, max_exclusive=True),
+)}
+
+
+def check_setting(name: str, value: object) -> None:
+    """InvalidSettingError when `value` is not valid for the setting `name` (the library's bounds)."""
+    SETTINGS[name].check(value)
+
+
+def draw_seed() -> int:
+    """A fresh random seed, in 0..MAX_SEED so that it can be shown, typed in again and reproduce the run."""
+    return secrets.randbelow(MAX_SEED + 1)
+
+
+def resolve_seed(seed: object, randomize: bool = False) -> int:
+    """The seed to decode with, the one rule for the app and the command line: a fresh random one in
+    0..MAX_SEED when asked (or when none is given), else `seed` as an int (integral floats are fine:
+    sliders send them); InvalidSettingError for anything else or outside the library's range."""
+    if randomize or seed is None or (isinstance(seed, float) and math.isnan(seed)):
+        return draw_seed()
+    if isinstance(seed, float) and seed.is_integer():
+        seed = int(seed)
+    SETTINGS["seed"].check(seed)
+    return int(seed)
+
+
+def _default(name: str):
+    return SETTINGS[name].default
+
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    """How to decode.
+    """How to decode. The scalar settings (draft_len, beta, temperature, top_k, top_p, max_new_tokens, seed,
+    acceptance, topk_tolerance, pcg_theta, adaptive_threshold, adaptive_draft_len, cost_ratio) are described,
+    bounded and defaulted in `SETTINGS`; seed None draws a fresh random seed. The others:
 
-    draft_len:        K, tokens the draft proposes per round (speculative only).
-    beta:             SSD tolerance added to the acceptance ratio; 0 = exact speculative sampling.
-    temperature:      0 = greedy (argmax); otherwise logits are divided by it.
-    top_k:            keep the k most likely tokens; 0 = off.
-    top_p:            nucleus mass to keep; 1.0 = off.
-    max_new_tokens:   hard cap on generated tokens (the end token counts).
     eos_token_id:     end token id(s); generation stops right after one is emitted.
     allowed_token_ids: restrict sampling to these ids (e.g. speech tokens + end of speech).
-    seed:             seeds a private torch.Generator; None draws a fresh random seed.
-    acceptance:       acceptance rule name, one of ACCEPTANCE_RULES.
-    topk_tolerance:   k for the "topk" rule (accept a drafted token in the target's top-k).
-    pcg_theta:        cosine threshold for the "pcg" rule's acoustic groups.
-    adaptive_threshold: stop drafting early when the draft's top probability falls below this (0 = off).
-    adaptive_draft_len: choose K each round (1..draft_len) to maximise the predicted speedup from the
-                      running acceptance estimate and `cost_ratio`.
-    cost_ratio:       c, one draft step / one target step, for the adaptive choice (measure it with
-                      `python -m ssd_demo bench`); a fixed number keeps runs reproducible.
     verify_costs:     v_k, one target call over k + 1 tokens / one target step, for k = 0, 1, ... (measured by
                       `ssd_demo.engine.calibration`); None counts every verify as one step. Given, the adaptive
                       choice may also pick K = 0 (plain AR steps) when no K pays on this machine.
     """
 
-    draft_len: int = 4
-    beta: float = 0.0
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    max_new_tokens: int = 256
+    draft_len: int = _default("draft_len")
+    beta: float = _default("beta")
+    temperature: float = _default("temperature")
+    top_k: int = _default("top_k")
+    top_p: float = _default("top_p")
+    max_new_tokens: int = _default("max_new_tokens")
     eos_token_id: int | Sequence[int] | None = None
     allowed_token_ids: Sequence[int] | None = field(default=None, repr=False)
-    seed: int | None = 0
-    acceptance: str = "ssd"
-    topk_tolerance: int = 1
-    pcg_theta: float = 0.9
-    adaptive_threshold: float = 0.0
-    adaptive_draft_len: bool = False
-    cost_ratio: float = 0.1
+    seed: int | None = _default("seed")
+    acceptance: str = _default("acceptance")
+    topk_tolerance: int = _default("topk_tolerance")
+    pcg_theta: float = _default("pcg_theta")
+    adaptive_threshold: float = _default("adaptive_threshold")
+    adaptive_draft_len: bool = _default("adaptive_draft_len")
+    cost_ratio: float = _default("cost_ratio")
     verify_costs: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        def fail(message: str) -> None:
-            raise InvalidSettingError(message)
-
-        if not isinstance(self.draft_len, int) or self.draft_len < 1:
-            fail(f"draft_len must be an integer >= 1, got {self.draft_len!r}")
-        if self.draft_len > 64:
-            fail(f"draft_len must be at most 64, got {self.draft_len}")
-        if not 0 <= self.beta <= 1:  # also rejects NaN; 1 already keeps every drafted token
-            fail(f"beta must be between 0 and 1 (1 keeps every drafted token), got {self.beta!r}")
-        if not self.temperature >= 0 or self.temperature == float("inf"):
-            fail(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            fail(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not 0 < self.top_p <= 1:
-            fail(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            fail(f"max_new_tokens must be an integer from 1 to {MAX_NEW_TOKENS:,}, got {self.max_new_tokens!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
-            fail(f"seed must be a non-negative integer or None, got {self.seed!r}")
-        if self.acceptance not in ACCEPTANCE_RULES:
-            fail(f"acceptance must be one of {', '.join(ACCEPTANCE_RULES)}; got {self.acceptance!r}")
-        if not isinstance(self.topk_tolerance, int) or self.topk_tolerance < 1:
-            fail(f"topk_tolerance must be an integer >= 1, got {self.topk_tolerance!r}")
-        if not 0 <= self.adaptive_threshold < 1:
-            fail(f"adaptive_threshold must be in [0, 1), got {self.adaptive_threshold!r}")
-        if not 0 <= self.cost_ratio < 10:
-            fail(f"cost_ratio must be in [0, 10), got {self.cost_ratio!r}")
+        for spec in SETTINGS.values():
+            spec.check(getattr(self, spec.name))
         if self.verify_costs is not None:
-            costs = tuple(float(v) for v in self.verify_costs)
+            try:
+                costs = tuple(float(v) for v in self.verify_costs)
+            except (TypeError, ValueError):
+                costs = ()
             if not costs or not all(0 < v < 1000 for v in costs):
-                fail(f"verify_costs must be positive numbers (target steps per verify call), got {self.verify_costs!r}")
+                raise InvalidSettingError("verify_costs must be positive numbers (target steps per verify call), "
+                                          f"got {self.verify_costs!r}")
             object.__setattr__(self, "verify_costs", costs)
-        if not -1 <= self.pcg_theta:
-            fail(f"pcg_theta must be >= -1, got {self.pcg_theta!r}")
         for token in self.eos_ids:
             if not isinstance(token, int) or token < 0:
-                fail(f"eos_token_id must hold non-negative integers, got {token!r}")
+                raise InvalidSettingError(f"eos_token_id must hold non-negative integers, got {token!r}")
         if self.allowed_token_ids is not None:
             if len(self.allowed_token_ids) == 0:
-                fail("allowed_token_ids is empty: nothing could ever be sampled")
+                raise InvalidSettingError("allowed_token_ids is empty: nothing could ever be sampled")
             # Store as a tuple so the frozen config stays hashable and immutable.
             object.__setattr__(self, "allowed_token_ids", tuple(int(t) for t in self.allowed_token_ids))
             # An end token outside allowed_token_ids is fine: a forced-token schedule may insert it

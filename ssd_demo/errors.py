@@ -2,7 +2,8 @@
 
 Every `UserError` is a `ValueError` (so code that catches ValueError keeps working) whose `str()` is
 the sentence to show; `title` is the heading the app gives it. Anything else that escapes a request
-is a bug: the app logs its traceback and says that synthesis failed.
+is a bug: the app logs its traceback and says an internal error happened; the command line prints the
+traceback and exits 1.
 """
 
 from __future__ import annotations
@@ -37,10 +38,17 @@ class TextError(UserError):
     """The text cannot be synthesised (empty, too long, nothing pronounceable)."""
 
 
+class InputError(UserError):
+    """An input other than the text and the decoding settings cannot be used: a draft or mode name, a
+    voice prompt, a file, a command-line option."""
+
+    title = "Cannot run these settings"
+
+
 class ModelLoadError(UserError):
     """A model or pair cannot be loaded; the message says why and what to do."""
 
     title = "Cannot load the models"
 
 
-__all__ = ["InvalidSettingError", "ModelLoadError", "TextError", "UnknownPresetError", "UserError"]
+__all__ = ["InputError", "InvalidSettingError", "ModelLoadError", "TextError", "UnknownPresetError", "UserError"]

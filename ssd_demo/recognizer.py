@@ -25,6 +25,7 @@ import torchaudio
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .errors import ModelLoadError
 from . import text as text_frontend
 from .codec import CodecConfig, MelFeatures
 
@@ -122,7 +123,7 @@ class Recognizer:
         meta = json.loads(meta_path.read_text())
         config = RecognizerConfig(**meta["config"])
         if config.n_classes != len(text_frontend.BASE_PHONEMES) + 1:
-            raise ValueError(f"the recognizer in {path} has {config.n_classes - 1} phoneme classes but the text "
+            raise ModelLoadError(f"the recognizer in {path} has {config.n_classes - 1} phoneme classes but the text "
                              f"front end {len(text_frontend.BASE_PHONEMES)}: retrain it")
         model = PhonemeRecognizer(config)
         state = {k: v.float() for k, v in load_file(str(path / WEIGHTS_NAME)).items()}

@@ -9,7 +9,6 @@ piece by piece as it is decoded (`ssd_demo.streaming`); `synthesize()` is that s
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from collections.abc import Generator, Iterator
@@ -20,9 +19,9 @@ import torch
 
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
-from .config import DecodingConfig
+from .config import DecodingConfig, resolve_seed
 from .engine.generate import RoundCallback, autoregressive_generate, speculative_generate
-from .errors import TextError
+from .errors import InputError, TextError
 from .results import GenerationResult, combine
 from .rules import RULES, AcceptanceRule, make_rule
 from .engine.static_cache import prepare_kernels
@@ -128,7 +127,7 @@ class Synthesizer:
         self.draft_name = default_draft or next(iter(self.drafts))
         self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
-            raise ValueError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
+            raise InputError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
 
     @property
     def device(self) -> torch.device:
@@ -199,10 +198,10 @@ class Synthesizer:
 
         Text and settings are checked here, before the first piece is asked for."""
         if mode not in ("ar", "speculative"):
-            raise ValueError(f"mode must be 'ar' or 'speculative', got {mode!r}")
+            raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         draft_name = draft or self.draft_name
         if mode == "speculative" and draft_name not in self.drafts:
-            raise ValueError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+            raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
         started = time.perf_counter()
         config = config or self.config()
         # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
@@ -219,7 +218,7 @@ class Synthesizer:
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
                 should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,
                 chunks: list[TextChunk], prompts: list[list[int]], started: float) -> Generator[AudioPiece, None, SynthesisResult]:
-        base_seed = config.seed if config.seed is not None else int.from_bytes(os.urandom(7), "little")
+        base_seed = resolve_seed(config.seed)  # None: a fresh one, reported in the result's stats
         windowed = getattr(self.backend, "audio_windows", None) if windows else None
         results: list[ChunkResult] = []
         played: list[np.ndarray] = []

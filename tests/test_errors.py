@@ -12,7 +12,8 @@ from ssd_demo.app.errors import to_gradio_error as _user_error
 
 
 def test_every_user_error_is_a_value_error_with_its_own_title():
-    kinds = [errors.InvalidSettingError, errors.UnknownPresetError, errors.TextError, errors.ModelLoadError]
+    kinds = [errors.InvalidSettingError, errors.UnknownPresetError, errors.TextError, errors.ModelLoadError,
+             errors.InputError]
     for kind in kinds:
         assert issubclass(kind, errors.UserError) and issubclass(kind, ValueError)
     assert len({kind.title for kind in kinds}) == len(kinds)
@@ -47,7 +48,8 @@ def test_the_app_shows_a_user_error_as_its_message_under_its_title(error, title)
 def test_the_app_does_not_classify_by_message_text():
     # An internal error that happens to start like a settings error is not shown as one.
     shown = _user_error(RuntimeError("Invalid decoding setting: from deep inside a library"))
-    assert shown.title == "Error" and "Synthesis failed" in shown.message
+    assert shown.title == "Error" and "internal error" in shown.message
+    assert "deep inside" not in shown.message  # an internal message stays in the log
 
 
 def test_build_config_reports_a_non_number_as_an_invalid_setting():

@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 from ..codec import Codec
 from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
-from ..errors import TextError
+from ..errors import InputError, ModelLoadError, TextError
 from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from .vocab import PhonemeSchedule, VocabLayout
@@ -55,9 +55,9 @@ class EmbeddedBackend:
 
     def __init__(self, layout: VocabLayout, codec: Codec, default: DecodingConfig = DEFAULT_CONFIG):
         if layout.n_speech != codec.config.codebook_size:
-            raise ValueError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
+            raise ModelLoadError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
         if layout.n_phonemes != len(text_frontend.SYMBOLS):
-            raise ValueError(f"vocabulary has {layout.n_phonemes} phonemes but the text front end "
+            raise ModelLoadError(f"vocabulary has {layout.n_phonemes} phonemes but the text front end "
                              f"{len(text_frontend.SYMBOLS)}: voice and code do not match")
         self.layout = layout
         self.codec = codec
@@ -96,7 +96,7 @@ class EmbeddedBackend:
 
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         if voice_prompt is not None:
-            raise ValueError("the embedded voice has a single speaker and does not take a voice prompt")
+            raise InputError("the embedded voice has a single speaker and does not take a voice prompt")
         return self.layout.prompt(text_frontend.phonemes(text))
 
     def forced_tokens(self, prompt: list[int]) -> PhonemeSchedule:
@@ -168,7 +168,7 @@ def load_synthesizer(draft: str | None = None, device: str | None = None, path: 
     available = available_drafts(root)
     draft = draft or default_draft(root)
     if draft not in available:
-        raise ValueError(f"unknown draft {draft!r}; available: {', '.join(available)}")
+        raise InputError(f"unknown draft {draft!r}; available: {', '.join(available)}")
     backend = EmbeddedBackend.from_directory(root)
     device = device or "cpu"
 

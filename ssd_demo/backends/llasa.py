@@ -30,7 +30,7 @@ import torchaudio
 
 from ..config import DecodingConfig
 from .. import text as text_frontend
-from ..errors import TextError
+from ..errors import InputError, ModelLoadError, TextError
 from ..streaming import CodecWindows, decode_windows
 from ..synthesis import TextChunk, VoicePrompt
 
@@ -90,7 +90,7 @@ def speech_vocab(tokenizer, codebook_size: int) -> SpeechVocab:
     """Locate the speech tokens; raises ValueError unless `<|s_0|>`..`<|s_{n-1}|>` are contiguous ids."""
     missing = missing_llasa_tokens(tokenizer)
     if missing:
-        raise ValueError(
+        raise ModelLoadError(
             "this tokenizer is not a Llasa tokenizer: it lacks " + ", ".join(missing[:5])
             + (" ..." if len(missing) > 5 else "")
         )
@@ -98,7 +98,7 @@ def speech_vocab(tokenizer, codebook_size: int) -> SpeechVocab:
     first = vocab[speech_token(0)]
     last_name = speech_token(codebook_size - 1)
     if vocab.get(last_name) != first + codebook_size - 1:
-        raise ValueError(
+        raise ModelLoadError(
             f"the tokenizer's speech tokens do not match the codec: expected {last_name} at id "
             f"{first + codebook_size - 1} (codebook of {codebook_size} codes starting at {first}), "
             f"found {vocab.get(last_name)}"
@@ -117,7 +117,7 @@ def to_mono_float(audio: np.ndarray) -> np.ndarray:
         channel_axis = 0 if audio.shape[0] < audio.shape[1] else 1
         audio = audio.mean(axis=channel_axis)
     elif audio.ndim != 1:
-        raise ValueError(f"voice prompt audio must be 1-D or 2-D, got shape {audio.shape}")
+        raise InputError(f"voice prompt audio must be 1-D or 2-D, got shape {audio.shape}")
     if np.issubdtype(audio.dtype, np.integer):
         audio = audio.astype(np.float32) / float(np.iinfo(audio.dtype).max)
     return np.clip(audio.astype(np.float32), -1.0, 1.0)
@@ -157,7 +157,7 @@ class LlasaBackend:
     def __post_init__(self) -> None:
         self.vocab = speech_vocab(self.tokenizer, codec_codebook_size(self.codec))
         if getattr(self.tokenizer, "chat_template", None) is None:
-            raise ValueError("the Llasa tokenizer has no chat template; the prompt format cannot be built")
+            raise ModelLoadError("the Llasa tokenizer has no chat template; the prompt format cannot be built")
 
     # -- Backend protocol -------------------------------------------------------------
 
@@ -275,15 +275,15 @@ class LlasaBackend:
         """Mono float32 at the codec's rate, after checking the length limits."""
         audio = to_mono_float(voice_prompt.audio)
         if voice_prompt.sample_rate <= 0:
-            raise ValueError(f"voice prompt sample rate must be positive, got {voice_prompt.sample_rate}")
+            raise InputError(f"voice prompt sample rate must be positive, got {voice_prompt.sample_rate}")
         seconds = len(audio) / voice_prompt.sample_rate
         if seconds > self.max_prompt_seconds:
-            raise ValueError(
+            raise InputError(
                 f"the voice prompt is {seconds:.1f} s long; the limit is {self.max_prompt_seconds:g} s "
                 "(trim it to one or two sentences and give the matching transcript)"
             )
         if seconds < self.min_prompt_seconds:
-            raise ValueError(
+            raise InputError(
                 f"the voice prompt is {seconds:.2f} s long; it needs at least {self.min_prompt_seconds:g} s"
             )
         if voice_prompt.sample_rate != self.sample_rate:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import ModelLoadError, TextError
+
 #: A phoneme that has lasted this many frames (2.4 s at 50 frames/s) is ended by the decoder, so a
 #: model stuck on one sound cannot run to the length limit. Longer than any phoneme or pause eSpeak
 #: produces at the rates the voice was trained on.
@@ -48,7 +50,7 @@ class VocabLayout:
     def prompt(self, symbols: list[int]) -> list[int]:
         """[BOS] phonemes [SPEECH_START] first phoneme: everything before the first generated token."""
         if not symbols:
-            raise ValueError("a prompt needs at least one phoneme")
+            raise TextError("a prompt needs at least one phoneme")
         ids = self.phoneme_ids(symbols)
         return [self.bos_id, *ids, self.speech_start_id, ids[0]]
 
@@ -103,7 +105,7 @@ class VocabLayout:
                   "next_phoneme_id", "phoneme_offset")
         missing = [k for k in fields if k not in data]
         if missing:
-            raise ValueError(f"voice layout lacks {missing}: it was made by an older version; retrain or update it")
+            raise ModelLoadError(f"voice layout lacks {missing}: it was made by an older version; retrain or update it")
         return cls(**{k: int(data[k]) for k in fields})
 
 

@@ -21,6 +21,8 @@ import torch
 import torchaudio
 from safetensors.torch import load_file, save_file
 
+from ..errors import ModelLoadError
+
 CONFIG_NAME = "codec_config.json"
 CODEBOOK_NAME = "codebook.safetensors"
 
@@ -86,7 +88,7 @@ class Codec:
     def __init__(self, config: CodecConfig, codebook: np.ndarray):
         codebook = np.asarray(codebook, dtype=np.float32)
         if codebook.shape != (config.codebook_size, config.n_mels):
-            raise ValueError(f"codebook shape {codebook.shape} does not match the config "
+            raise ModelLoadError(f"codebook shape {codebook.shape} does not match the config "
                              f"({config.codebook_size}, {config.n_mels})")
         self.config = config
         self.codebook = codebook

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import itertools
 import random
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
+from ..config import draw_seed
 from .stimulus_sets import StimulusSet, read_clip
 from .store import ListeningError, ListeningStore, PlannedTrial, SessionRecord, TrialRecord
 
@@ -82,7 +82,7 @@ class ListeningTest:
     def start_session(
         self, rater_id: str | None = None, n_trials: int = DEFAULT_TRIALS, seed: int | None = None
     ) -> SessionRecord:
-        seed = secrets.randbits(63) if seed is None else seed
+        seed = draw_seed() if seed is None else seed
         trials = plan_trials(self.stimulus_set, n_trials, seed)
         return self.store.create_session(
             trials,

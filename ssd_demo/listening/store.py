@@ -28,13 +28,14 @@ from pathlib import Path
 from .. import __version__
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION  # the version a store opened here ends at
 from .migrations import apply_migrations
+from ..errors import UserError
 
 CHOICES = ("A", "B", "none")
 SCORE_RANGE = (1, 5)
 MAX_RATER_ID_CHARS = 64
 
 
-class ListeningError(ValueError):
+class ListeningError(UserError):
     """A request the listening test must refuse; the message is meant for the rater."""
 
 

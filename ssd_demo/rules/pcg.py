@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..errors import InvalidSettingError
 from .base import TINY, Block
 from .exact import ExactRule
 
@@ -71,7 +72,7 @@ def build_groups(embeddings: torch.Tensor, theta: float, token_ids: list[int] | 
         rows.append(ids[r + start])
         cols.append(ids[c])
         if sum(x.numel() for x in rows) > MAX_PAIRS:
-            raise ValueError(
+            raise InvalidSettingError(
                 f"pcg_theta={theta} puts more than {MAX_PAIRS:,} token pairs in groups; raise theta"
             )
     row = torch.cat(rows)

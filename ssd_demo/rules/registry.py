@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..errors import InvalidSettingError
 from .base import AcceptanceRule
 from .exact import ExactRule
 from .pcg import GroupRule
@@ -46,7 +47,7 @@ def make_rule(config: DecodingConfig, embeddings: torch.Tensor | None = None) ->
     """The rule named by config.acceptance. "exact" ignores beta; "pcg" needs `embeddings` [V, d]."""
     spec = RULES.get(config.acceptance)
     if spec is None:
-        raise ValueError(f"unknown acceptance rule {config.acceptance!r}; choose from {', '.join(RULE_NAMES)}")
+        raise InvalidSettingError(f"unknown acceptance rule {config.acceptance!r}; choose from {', '.join(RULE_NAMES)}")
     if config.acceptance == "exact" and config.beta != 0:
         config = config.with_(beta=0.0)
     if spec.needs_embeddings:

@@ -33,9 +33,11 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from ..errors import InputError
 from ..engine.calibration import calibrated_costs
 from ..config import DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
+from .decoding_flags import add_decoding_arguments, decoding_arguments
 from .reporting import git_commit
 from ..results import compare_runs
 from ..engine.static_cache import describe_kernels
@@ -68,7 +70,7 @@ def load_pair(target: str | None, draft: str | None, device: str):
     if target is None and draft is None:
         return random_pair()
     if not (target and draft):
-        raise ValueError("give both --target and --draft (model directories), or neither for the random pair")
+        raise InputError("give both --target and --draft (model directories), or neither for the random pair")
     models = []
     for path in (target, draft):
         if not Path(path).is_dir():
@@ -234,42 +236,39 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+#: The decoding settings bench takes as flags, and its defaults (a fixed, exact configuration to time).
+DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
+DECODING_DEFAULTS = {"draft_len": 4, "beta": 0.0, "acceptance": "ssd", "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                     "max_new_tokens": 128, "seed": 0}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="target model directory (save_pretrained); default: random 12x512 Llama")
     parser.add_argument("--draft", help="draft model directory; default: random 2x256 Llama")
-    parser.add_argument("--draft-len", type=int, default=4, help="K, tokens drafted per round (default 4)")
-    parser.add_argument("--beta", type=float, default=0.0, help="SSD tolerance (default 0 = exact)")
-    parser.add_argument("--acceptance", default="ssd", help="acceptance rule (default ssd)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    add_decoding_arguments(parser, DECODING_FLAGS, defaults=DECODING_DEFAULTS)
     parser.add_argument("--prompt-len", type=int, default=32, help="random prompt length in tokens")
     parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per method (median reported)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the results here")
 
 
 def main(args: argparse.Namespace) -> int:
+    settings = decoding_arguments(args, DECODING_FLAGS)  # checked before the models load
     if args.threads:
         torch.set_num_threads(args.threads)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+        raise InputError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
     target, draft = load_pair(args.target, args.draft, args.device)
     target, draft = target.to(args.device), draft.to(args.device)
     vocab = target.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, vocab, (1, args.prompt_len), generator=generator).to(args.device)
-    config = DecodingConfig(
-        draft_len=args.draft_len, beta=args.beta, acceptance=args.acceptance, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
-    )
+    config = DecodingConfig(**settings)
     result = run_benchmark(target, draft, prompt, config, repeats=args.repeats, warmup=args.warmup, methods=methods)
     result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result["machine"] = {

@@ -37,11 +37,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..backends.embedded import DEFAULT_PATH as EMBEDDED_VOICE, load_synthesizer
+from ..backends.embedded import DEFAULT_PATH, load_synthesizer
 from ..engine.calibration import calibrated_costs
 from ..codec.metrics import mcd_dtw
+from ..config import check_setting
+from ..errors import InputError, InvalidSettingError
 from ..recognizer import Recognizer
 from ..results import compare_runs
+from .decoding_flags import add_decoding_arguments, decoding_arguments
 from .reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference, write_section
 from ..engine.static_cache import describe_kernels
 from ..synthesis import synthesize_fastest
@@ -60,6 +63,10 @@ class System:
     beta: float = 0.0
 
 
+#: The decoding settings eval takes as flags (the voice supplies the rest; --betas lists the drafts' betas).
+DECODING_FLAGS = ("draft_len", "temperature", "adaptive_draft_len", "seed")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", type=Path, default=None, help="voice folder (default: the shipped voice)")
     parser.add_argument("--per-bucket", type=int, default=None,
@@ -68,16 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated subset of the length buckets ({', '.join(BUCKETS)})")
     parser.add_argument("--betas", default="0,0.2,0.3,0.5", help="comma-separated beta values for the drafts")
     parser.add_argument("--drafts", default="heads,distilled,layers", help="drafts to evaluate")
-    parser.add_argument("--draft-len", type=int, default=None, help="K (default: the voice's default)")
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature (default: the voice's; 0 = greedy)")
-    parser.add_argument("--adaptive-k", action="store_true",
-                        help="choose K each round, 0..K, from the acceptance measured so far and this machine's "
-                             "measured draft and verify costs (exact at beta 0)")
+    add_decoding_arguments(parser, ("draft_len", "temperature", "adaptive_draft_len"), unset="the voice's")
     parser.add_argument("--chunk-phonemes", type=int, default=None,
                         help="phoneme budget per chunk (default: the voice's; to measure how long a chunk can be)")
     parser.add_argument("--recognizer", type=Path, default=None, help="recognizer folder (default: the shipped one)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
@@ -106,37 +108,47 @@ def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int])
     return float(-picked.sum()), int(sampled.sum())
 
 
+def parse_betas(text: str) -> list[float]:
+    """--betas as numbers, each checked against beta's bounds (InvalidSettingError names the bad one)."""
+    betas = []
+    for item in (b.strip() for b in text.split(",")):
+        if not item:
+            continue
+        try:
+            beta = float(item)
+        except ValueError:
+            raise InvalidSettingError(f"--betas: beta must be a number, got {item!r}") from None
+        check_setting("beta", beta)
+        betas.append(beta)
+    return betas
+
+
 def run_evaluation(args: argparse.Namespace) -> dict:
+    settings = decoding_arguments(args, DECODING_FLAGS)  # checked before any model loads
+    betas = parse_betas(args.betas)
     torch.set_num_threads(args.threads)
     synth = load_synthesizer(path=args.voice)
     recognizer = Recognizer.load(args.recognizer)
     backend = synth.backend
     if args.chunk_phonemes is not None:
         if args.chunk_phonemes < 10:
-            raise ValueError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
+            raise InputError(f"--chunk-phonemes must be at least 10, got {args.chunk_phonemes}")
         backend.chunk_phonemes = args.chunk_phonemes
     voice_dir = Path(args.voice) if args.voice else None
-    meta_path = (voice_dir or EMBEDDED_VOICE) / "voice.json"
+    meta_path = (voice_dir or DEFAULT_PATH) / "voice.json"
     meta = json.loads(meta_path.read_text())
     items = visitor_texts(args.per_bucket)
     if args.buckets:
         wanted = [b.strip() for b in args.buckets.split(",") if b.strip()]
         unknown = [b for b in wanted if b not in BUCKETS]
         if unknown:
-            raise ValueError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
+            raise InputError(f"unknown bucket(s) {unknown}; choose from {', '.join(BUCKETS)}")
         items = [(bucket, text) for bucket, text in items if bucket in wanted]
     if len(items) < 2:
-        raise ValueError(f"the evaluation needs at least two texts, got {len(items)}: raise --per-bucket or "
+        raise InputError(f"the evaluation needs at least two texts, got {len(items)}: raise --per-bucket or "
                          "choose more --buckets")
-    betas = [float(b) for b in args.betas.split(",") if b.strip()]
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
-    base = synth.config(seed=args.seed)
-    if args.draft_len is not None:
-        base = base.with_(draft_len=args.draft_len)
-    if args.temperature is not None:
-        base = base.with_(temperature=args.temperature)
-    if args.adaptive_k:
-        base = base.with_(adaptive_draft_len=True)
+    base = synth.config(**settings)
     systems = [System("AR", "ar")] + [
         System(f"SSD {d} beta={b:g}", "speculative", d, b) for d in drafts for b in betas
     ]
@@ -348,7 +360,7 @@ def main(args: argparse.Namespace) -> int:
                ("draft-len", args.draft_len), ("chunk-phonemes", args.chunk_phonemes), ("repeats", args.repeats),
                ("threads", args.threads)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
-    if args.adaptive_k:
+    if args.adaptive_draft_len:
         command += " --adaptive-k"
     (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept
     section = markdown(report, command)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from ..errors import InputError
 from ..presets import MODEL_JOB_LOCK, load_preset
 from ..listening.stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet,
     load_stimulus_set, stimuli_root)
@@ -66,7 +67,7 @@ def parse_system(name: str) -> SystemSpec:
     """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n"; any may add draft=NAME."""
     words = name.split()
     if not words:
-        raise ValueError("a system name is empty")
+        raise InputError("a system name is empty")
     head = words[0].lower()
     rest = words[1:]
     if head == "exact" and rest and rest[0].lower() == "speculative":
@@ -75,7 +76,7 @@ def parse_system(name: str) -> SystemSpec:
     for word in rest:
         match = _KEY_VALUE.match(word)
         if not match:
-            raise ValueError(f"system {name!r}: cannot read {word!r}; expected KEY=VALUE (beta=0.3, K=4, draft=NAME)")
+            raise InputError(f"system {name!r}: cannot read {word!r}; expected KEY=VALUE (beta=0.3, K=4, draft=NAME)")
         options[match.group(1).lower()] = match.group(2)
     draft = options.pop("draft", None)
     overrides: dict[str, Any] = {}
@@ -85,24 +86,24 @@ def parse_system(name: str) -> SystemSpec:
         if "beta" in options:
             overrides["beta"] = float(options.pop("beta"))
     except ValueError:
-        raise ValueError(f"system {name!r}: K must be an integer and beta a number") from None
+        raise InputError(f"system {name!r}: K must be an integer and beta a number") from None
     if options:
-        raise ValueError(f"system {name!r}: unknown setting(s) {', '.join(sorted(options))}; known: K, beta, draft")
+        raise InputError(f"system {name!r}: unknown setting(s) {', '.join(sorted(options))}; known: K, beta, draft")
     if head == "ar":
         if overrides or draft:
-            raise ValueError(f"system {name!r}: AR takes no K, beta or draft")
+            raise InputError(f"system {name!r}: AR takes no K, beta or draft")
         return SystemSpec(name=name, mode="ar")
     if head == "exact":
         if "beta" in overrides:
-            raise ValueError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
+            raise InputError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
         return SystemSpec(
             name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft
         )
     if head == "ssd":
         if "beta" not in overrides:
-            raise ValueError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
+            raise InputError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
         return SystemSpec(name=name, mode="speculative", overrides={**overrides, "acceptance": "ssd"}, draft=draft)
-    raise ValueError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
+    raise InputError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
 
 
 # ----------------------------------------------------------------------------- writing a set
@@ -139,19 +140,19 @@ def create_stimulus_set(
 ) -> StimulusSet:
     """Render every text under every system and write the set atomically (a half-written set never appears)."""
     if not SET_NAME.match(name):
-        raise ValueError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        raise InputError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     specs = [parse_system(s) if isinstance(s, str) else s for s in systems]
     names = [s.name for s in specs]
     if len(specs) < 2:
-        raise ValueError("a listening test needs at least two systems to compare")
+        raise InputError("a listening test needs at least two systems to compare")
     if len(set(names)) != len(names):
-        raise ValueError(f"system names must be unique, got {names}")
+        raise InputError(f"system names must be unique, got {names}")
     texts = [t.strip() for t in texts]
     if not texts or any(not t for t in texts):
-        raise ValueError("give at least one sentence, and no empty ones")
+        raise InputError("give at least one sentence, and no empty ones")
     destination = stimuli_root(root) / name
     if destination.exists() and not overwrite:
-        raise ValueError(f"stimulus set {name!r} already exists at {destination}; pick another name or overwrite")
+        raise InputError(f"stimulus set {name!r} already exists at {destination}; pick another name or overwrite")
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=destination.parent))
     try:
@@ -306,7 +307,7 @@ def build_small_set(
     if (existing / MANIFEST_NAME).is_file():
         return load_stimulus_set(existing)
     if not 1 <= n_sentences <= len(DEFAULT_SENTENCES):
-        raise ValueError(f"n_sentences must be between 1 and {len(DEFAULT_SENTENCES)}, got {n_sentences}")
+        raise InputError(f"n_sentences must be between 1 and {len(DEFAULT_SENTENCES)}, got {n_sentences}")
     return render_stimulus_set(
         name, DEFAULT_SENTENCES[:n_sentences], DEFAULT_SYSTEMS, synthesizer=synthesizer, root=root
     )
@@ -343,7 +344,7 @@ def main(args: argparse.Namespace) -> int:
         texts = args.sentence
     else:
         if not 1 <= args.count <= len(DEFAULT_SENTENCES):
-            raise ValueError(f"--count must be between 1 and {len(DEFAULT_SENTENCES)}")
+            raise InputError(f"--count must be between 1 and {len(DEFAULT_SENTENCES)}")
         texts = list(DEFAULT_SENTENCES[: args.count])
     stimulus_set = render_stimulus_set(
         args.name,

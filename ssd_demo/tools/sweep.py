@@ -37,7 +37,8 @@ from .. import presets  # as a module: `presets.load_preset` is looked up per ca
 from ..cpu_threads import cpu_threads_for
 from ..backends.embedded import load_synthesizer
 from ..codec.metrics import mcd_dtw
-from ..errors import InvalidSettingError, ModelLoadError
+from ..errors import InputError, InvalidSettingError, ModelLoadError
+from .decoding_flags import add_decoding_arguments, decoding_arguments
 from .evaluation import target_nll
 from ..recognizer import Recognizer
 from .reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference, write_section
@@ -312,8 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs with each, on one map; the first draft's SSD point at the voice's beta is the reference")
     parser.add_argument("--rules", default=None,
                         help="comma-separated subset of the grid's rules (ssd, pcg, topk, exact-K, exact-adaptive)")
-    parser.add_argument("--cost-ratio", type=float, default=None, help="c for adaptive K (default: the config's)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_decoding_arguments(parser, ("cost_ratio",), unset="the config's")
+    add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per setting and sentence (same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
@@ -322,15 +323,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    decoding_arguments(args, ("cost_ratio", "seed"))  # checked before the voice loads
     torch.set_num_threads(args.threads)
 
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
     if not drafts:
-        raise ValueError(f"--draft names no draft ({args.draft!r})")
+        raise InputError(f"--draft names no draft ({args.draft!r})")
     synth = load_synthesizer(draft=drafts[0])
     unknown = [d for d in drafts if d not in synth.drafts]
     if unknown:
-        raise ValueError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
+        raise InputError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
     recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
     references = [render(check_text(s)) for s in sentences]
@@ -339,7 +341,7 @@ def main(args: argparse.Namespace) -> int:
         wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
         unknown = wanted - {s.rule for s in settings}
         if unknown:
-            raise ValueError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
+            raise InputError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
         settings = [s for s in settings if s.rule in wanted]
     bar = tqdm(total=100, desc="sweep")
 
@@ -389,7 +391,7 @@ def held_out_sentences(count: int) -> list[str]:
     """`count` sentences a visitor would type (never trained on), the length buckets taken in turn."""
     interleaved = [text for group in zip(SHORT, MEDIUM, LONG) for text in group]
     if count < 1:
-        raise ValueError("the sweep needs at least one sentence")
+        raise InputError("the sweep needs at least one sentence")
     return interleaved[:count]
 
 

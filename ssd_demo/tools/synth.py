@@ -17,11 +17,17 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from ..errors import InputError
 from .. import presets
 from ..backends.embedded import load_synthesizer
 from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ..config import DecodingConfig
 from ..synthesis import VoicePrompt
+from .decoding_flags import add_decoding_arguments, decoding_arguments
+
+
+#: The decoding settings synth takes as flags (the preset supplies the rest).
+DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,34 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice-prompt", type=Path, help="reference WAV to imitate (Llasa; with --voice-transcript)")
     parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
     # Decoding settings default to the preset's own (embedded voice: K 4, beta 0.2, temperature 0.3, top-k 50).
-    parser.add_argument("--draft-len", type=int, default=None, help="tokens drafted per round (K; default: the preset's)")
-    parser.add_argument("--beta", type=float, default=None,
-                        help="SSD tolerance; 0 = exact speculative sampling (default: the preset's)")
-    parser.add_argument("--acceptance", default=None, help="acceptance rule: ssd, exact, topk, pcg (default ssd)")
-    parser.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the preset's)")
-    parser.add_argument("--top-k", type=int, default=None, help="0 = off (default: the preset's)")
-    parser.add_argument("--top-p", type=float, default=None, help="1 = off (default: the preset's)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="speech-token limit; the embedded voice applies it to each chunk (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0, help="chunk i uses seed + i (default 0)")
+    add_decoding_arguments(parser, DECODING_FLAGS, defaults={"seed": 0})
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
-    """The decoding settings given on the command line (the preset supplies the rest)."""
-    overrides = {"seed": args.seed}
-    for name in ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None:
-            overrides[name] = value
-    return overrides
+    """The decoding settings given on the command line, checked (the preset supplies the rest)."""
+    return decoding_arguments(args, DECODING_FLAGS)
 
 
 def _load(args: argparse.Namespace):
     device = None if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: this machine has no usable CUDA GPU (or torch was built without CUDA); "
+        raise InputError("--device cuda: this machine has no usable CUDA GPU (or torch was built without CUDA); "
                          "use --device cpu or auto")
 
     def report(fraction: float, message: str) -> None:
@@ -81,14 +73,14 @@ def _load(args: argparse.Namespace):
 
     if args.target_model or args.draft_model:
         if not (args.target_model and args.draft_model):
-            raise ValueError("a custom pair needs both --target-model and --draft-model")
+            raise InputError("a custom pair needs both --target-model and --draft-model")
         options = {"target_revision": args.revision, "draft_revision": args.revision}
         if args.codec:
             options["codec_ref"] = args.codec
         return presets.load_custom_pair(args.target_model, args.draft_model, device=device, progress=report, **options)
     if args.voice is not None:
         if args.preset != "embedded":
-            raise ValueError("--voice selects an embedded-voice folder; it cannot be combined with another preset")
+            raise InputError("--voice selects an embedded-voice folder; it cannot be combined with another preset")
         if not args.voice.is_dir():
             raise FileNotFoundError(f"--voice {args.voice} " + ("is a file: give the voice's folder" if args.voice.exists()
                                                                else "does not exist"))
@@ -101,42 +93,42 @@ def _check_writable(out: Path) -> None:
     file can be created there (an empty file made here is removed again)."""
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
-            raise ValueError(f"--out {out}: {parent} is a file, not a folder")
+            raise InputError(f"--out {out}: {parent} is a file, not a folder")
     existed = out.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "ab"):
             pass
     except OSError as error:
-        raise ValueError(f"--out {out} cannot be written: {error.strerror or error}") from None
+        raise InputError(f"--out {out} cannot be written: {error.strerror or error}") from None
     if not existed:
         out.unlink(missing_ok=True)
 
 
 def main(args: argparse.Namespace) -> int:
     if (args.text is None) == (args.text_file is None):
-        raise ValueError("give the text either as an argument or with --text-file (one of them)")
+        raise InputError("give the text either as an argument or with --text-file (one of them)")
     if args.text_file is not None:
         if args.text_file.is_dir():
-            raise ValueError(f"--text-file {args.text_file} is a folder: give the path of a UTF-8 text file")
+            raise InputError(f"--text-file {args.text_file} is a folder: give the path of a UTF-8 text file")
         if not args.text_file.is_file():
             raise FileNotFoundError(f"--text-file {args.text_file} does not exist")
         try:
             args.text = args.text_file.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"--text-file {args.text_file} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
+            raise InputError(f"--text-file {args.text_file} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     # checked before the synthesis, which can take a minute: it must not end in a failed write
     if args.out.is_dir():
-        raise ValueError(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'out.wav'}")
+        raise InputError(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'out.wav'}")
     if args.out.suffix and args.out.suffix.lower() != ".wav":
-        raise ValueError(f"--out writes a WAV file: give a name ending in .wav, got {args.out}")
+        raise InputError(f"--out writes a WAV file: give a name ending in .wav, got {args.out}")
     _check_writable(args.out)
     if bool(args.voice_prompt) != bool(args.voice_transcript):
-        raise ValueError("--voice-prompt and --voice-transcript go together")
+        raise InputError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
         cpus = os.cpu_count() or 1
         if not 1 <= args.threads <= cpus:
-            raise ValueError(f"--threads must be between 1 and {cpus} (this machine's CPUs), got {args.threads}")
+            raise InputError(f"--threads must be between 1 and {cpus} (this machine's CPUs), got {args.threads}")
         torch.set_num_threads(args.threads)
     # decoding settings are checked before the model loads (seconds to minutes), as the backend's defaults
     # are not needed to refuse an impossible value
@@ -153,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         sf.write(str(args.out), (pcm * 32767).astype(np.int16), result.sample_rate, format="WAV", subtype="PCM_16")
     except (OSError, RuntimeError) as error:  # soundfile's LibsndfileError is a RuntimeError (disk full, ...)
-        raise ValueError(f"--out {args.out} could not be written: {error}") from None
+        raise InputError(f"--out {args.out} could not be written: {error}") from None
     stats = result.generation.stats
     chunks = f" in {len(result.chunks)} chunks" if len(result.chunks) > 1 else ""
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio{chunks}, {stats.sampled_tokens} tokens, "

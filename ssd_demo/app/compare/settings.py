@@ -1,16 +1,19 @@
-"""What one click asks for: the Compare tab's settings, defined once, and their checks.
+"""What one click asks for: the Compare tab's controls, their checks, and the `Request` of one click.
 
-`COMPARE_SETTINGS` is the single list of the page's decoding controls. Each entry names a
-`DecodingConfig` field (or `randomize_seed`), how to coerce what a slider or an API caller sends,
-and how to draw it; the page builds its components, the preset updates and the `/synthesize`
-parameters from it, and `build_config` turns a `Request` into a `DecodingConfig` with it. Adding a
-control is one entry here.
+`COMPARE_SETTINGS` lists the page's decoding controls in `/synthesize` parameter order. Each is made
+from the setting's one definition in `ssd_demo.config.SETTINGS` (type, default, bounds, help, and the
+`ControlHint` that says how to draw it and which part of the range the app accepts); the page builds
+its components, the preset updates and the `/synthesize` parameters from the list, and `build_config`
+turns a `Request` into a `DecodingConfig` with it. Adding a control is one `ControlHint` in the config
+and one name here.
+
+Which bound is the API's: the app accepts from the hint's minimum (else the setting's) to the hint's
+maximum (else the setting's), the range its controls can show; the library accepts its whole range.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -18,13 +21,11 @@ from typing import Literal
 import numpy as np
 import soundfile
 
-from ...config import DecodingConfig
+from ...config import MAX_SEED, SETTINGS, DecodingConfig, SettingSpec, resolve_seed
 from ...errors import InvalidSettingError, TextError, UserError
 from ...presets import Preset
-from ...rules import RULE_NAMES, RULES
+from ...rules import RULES
 from ...synthesis import Synthesizer, VoicePrompt
-
-MAX_SEED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,11 @@ class Setting:
     name:     the `DecodingConfig` field, the `Request` keyword and the `/synthesize` parameter.
     kind:     how a submitted value is coerced ("int" accepts integral floats: sliders send floats).
     widget:   how the page draws it; `section` and `row` say where (settings sharing a row sit side by side).
-    maximum:  the slider's top; `grows` lets a preset whose default is larger raise it. Values outside
-              [floor (default: minimum), maximum] are refused, from the page and the API alike.
+    minimum:  the control's lowest drawn value; `floor` the lowest accepted when below it (exclusive with
+              `floor_exclusive`).
+    maximum:  the control's top and the highest value accepted (exclusive with `top_exclusive`); `grows`
+              lets a preset whose default is larger raise it. Values outside are refused, from the page
+              and the API alike.
     rule:     shown only while this acceptance rule is chosen.
     describe: the control's help text for its current value (the acceptance rule's own help).
     """
@@ -50,7 +54,9 @@ class Setting:
     maximum: float | None = None
     step: float | None = None
     grows: bool = False
-    floor: float | None = None  # the smallest value accepted when below the slider's own minimum
+    floor: float | None = None
+    floor_exclusive: bool = False
+    top_exclusive: bool = False
     choices: tuple[str, ...] = ()
     row: str | None = None
     rule: str | None = None
@@ -82,15 +88,7 @@ class Setting:
         callers spell it. The page's components pass values through unchecked, so this is the check."""
         if self.kind in ("int", "float"):
             number = _as_int(self.name, value) if self.kind == "int" else _as_float(self.name, value)
-            top = self.top(config) if config is not None else self.maximum
-            def show(x: float) -> str:  # a huge value is shown short, never as 300 digits
-                return str(int(x)) if self.kind == "int" and abs(x) < 1e15 else f"{x:.6g}"
-
-            bottom = self.floor if self.floor is not None else self.minimum
-            if bottom is not None and number < bottom:
-                raise InvalidSettingError(f"{self.name} must be at least {show(bottom)}, got {show(number)}")
-            if top is not None and number > top:
-                raise InvalidSettingError(f"{self.name} must be at most {show(top)}, got {show(number)}")
+            self._check_range(number, self.top(config) if config is not None else self.maximum)
             return number
         if self.kind == "bool":
             if isinstance(value, (bool, np.bool_)) or value in (0, 1):
@@ -98,37 +96,62 @@ class Setting:
             raise InvalidSettingError(f"{self.name} must be true or false, got {value!r}")
         return str(value)
 
+    def _check_range(self, number: float, top: float | None) -> None:
+        def show(x: float) -> str:  # a huge value is shown short, never as 300 digits
+            return str(int(x)) if self.kind == "int" and abs(x) < 1e15 else f"{x:.6g}"
+
+        bottom = self.floor if self.floor is not None else self.minimum
+        if bottom is not None and (number <= bottom if self.floor_exclusive else number < bottom):
+            relation = "greater than" if self.floor_exclusive else "at least"
+            raise InvalidSettingError(f"{self.name} must be {relation} {show(bottom)}, got {show(number)}")
+        if top is not None and (number >= top if self.top_exclusive else number > top):
+            relation = "less than" if self.top_exclusive else "at most"
+            raise InvalidSettingError(f"{self.name} must be {relation} {show(top)}, got {show(number)}")
+
+
+def control_for(spec: SettingSpec, describe: Callable[[object], str] | None = None) -> Setting:
+    """The Compare-tab control of a setting, from its one definition: the hint's range where it narrows the
+    setting's (the app's bounds), the setting's own bounds elsewhere."""
+    hint = spec.control
+    if hint is None:
+        raise ValueError(f"{spec.name} has no control hint")  # a programming error: the list below names it
+    accepted_min = hint.minimum if hint.minimum is not None else spec.minimum
+    drawn_min = hint.slider_minimum if hint.slider_minimum is not None else accepted_min
+    return Setting(
+        spec.name, hint.label, spec.kind, hint.widget, hint.section,
+        info=hint.info if hint.info is not None else spec.help,
+        minimum=drawn_min, maximum=hint.maximum if hint.maximum is not None else spec.maximum, step=hint.step,
+        grows=hint.grows, floor=accepted_min if accepted_min != drawn_min else None,
+        floor_exclusive=hint.minimum is None and spec.min_exclusive,
+        top_exclusive=hint.maximum is None and spec.max_exclusive,
+        choices=spec.choices, row=hint.row, rule=hint.rule, describe=describe,
+    )
+
 
 def _rule_help(name: object) -> str:
     spec = RULES.get(str(name))
     return spec.help if spec is not None else ""
 
 
+#: The app's own control: not a decoding setting, but the `/synthesize` parameter that asks for a fresh seed.
+RANDOMIZE_SEED = Setting("randomize_seed", "Randomise seed", "bool", "checkbox", "sampling", row="seed",
+                         in_config=False)
+
 #: The Compare tab's controls in `/synthesize` parameter order (new ones go at the end, so
 #: positional API callers keep working up to the voice prompt).
 COMPARE_SETTINGS: tuple[Setting, ...] = (
-    Setting("draft_len", "Draft length K", "int", "slider", "speculation", "tokens proposed per round",
-            minimum=1, maximum=16, step=1, row="draft"),
-    Setting("beta", "Tolerance β", "float", "slider", "speculation", "0 = exact; larger = faster, less faithful",
-            minimum=0.0, maximum=1.0, step=0.05, row="draft"),
-    Setting("acceptance", "Acceptance rule", "choice", "dropdown", "speculation", choices=RULE_NAMES,
-            describe=_rule_help),
-    Setting("topk_tolerance", "top-k tolerance (topk rule)", "int", "slider", "speculation",
-            minimum=1, maximum=64, step=1, rule="topk"),
-    Setting("pcg_theta", "group similarity θ (pcg rule)", "float", "slider", "speculation",
-            "tokens whose embeddings have cosine > θ count as one", minimum=0.0, maximum=1.0, step=0.01, rule="pcg"),
-    Setting("temperature", "Temperature", "float", "slider", "sampling", "0 = greedy",
-            minimum=0.0, maximum=2.0, step=0.05),
-    Setting("top_k", "Top-k", "int", "number", "sampling", "0 = off", minimum=0, maximum=1_000_000, row="filters"),
-    Setting("top_p", "Top-p", "float", "slider", "sampling", "1 = off", minimum=0.05, maximum=1.0, step=0.05,
-            row="filters", floor=0.0),
-    Setting("seed", "Seed", "int", "number", "sampling", minimum=0, maximum=MAX_SEED, row="seed"),
-    Setting("randomize_seed", "Randomise seed", "bool", "checkbox", "sampling", row="seed", in_config=False),
-    Setting("max_new_tokens", "Max length (tokens per chunk)", "int", "slider", "sampling",
-            "long text is spoken in chunks; each may use this many", minimum=8, maximum=2048, step=8, grows=True,
-            floor=1),
-    Setting("adaptive_draft_len", "Adaptive K", "bool", "checkbox", "speculation",
-            "choose K each round (up to the draft length) from the running acceptance rate"),
+    control_for(SETTINGS["draft_len"]),
+    control_for(SETTINGS["beta"]),
+    control_for(SETTINGS["acceptance"], describe=_rule_help),
+    control_for(SETTINGS["topk_tolerance"]),
+    control_for(SETTINGS["pcg_theta"]),
+    control_for(SETTINGS["temperature"]),
+    control_for(SETTINGS["top_k"]),
+    control_for(SETTINGS["top_p"]),
+    control_for(SETTINGS["seed"]),
+    RANDOMIZE_SEED,
+    control_for(SETTINGS["max_new_tokens"]),
+    control_for(SETTINGS["adaptive_draft_len"]),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in COMPARE_SETTINGS}
@@ -260,15 +283,6 @@ def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceUpl
         limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
         return read_voice_upload(voice, max_seconds=min(limit, MAX_UPLOAD_SECONDS))
     return voice
-
-
-def resolve_seed(seed: float | int | None, randomize: bool) -> int:
-    """The seed to use: a fresh random one when asked (or when none is given), else `seed`."""
-    if randomize or seed is None or (isinstance(seed, float) and math.isnan(seed)):
-        return secrets.randbelow(MAX_SEED + 1)
-    if float(seed) != int(seed) or int(seed) < 0:
-        raise InvalidSettingError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
 
 
 def request_seed(synthesizer: Synthesizer, request: Request) -> int:

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...errors import ModelLoadError
 from .flow_decoder import CausalConditionalDecoder, EstimatorConfig
 from .flow_encoder import EncoderConfig, UpsampleConformerEncoder
 
@@ -230,7 +231,7 @@ def check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor], shown:
             more = f" ... and {len(names) - shown} more" if len(names) > shown else ""
             problems.append(f"{len(names)} {label}: " + ", ".join(names[:shown]) + more)
     if problems:
-        raise ValueError("flow state dict does not match CosyVoice2Flow: " + "; ".join(problems))
+        raise ModelLoadError("flow state dict does not match CosyVoice2Flow: " + "; ".join(problems))
 
 
 def load_flow(path_or_state_dict: str | Path | Mapping[str, torch.Tensor], config: FlowConfig = FlowConfig(),

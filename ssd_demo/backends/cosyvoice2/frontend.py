@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torchaudio
 
-from ...errors import ModelLoadError
+from ...errors import InputError, ModelLoadError
 from .llm import ADDED_SPECIAL_TOKENS, BACKBONE_FOLDER
 
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2.onnx"
@@ -166,7 +166,7 @@ class PromptEncoders:
 
     def speech_tokens(self, audio_16k: torch.Tensor) -> list[int]:
         if audio_16k.numel() > MAX_PROMPT_SECONDS * ENCODER_RATE:
-            raise ValueError(f"the voice prompt is longer than {MAX_PROMPT_SECONDS} s, the speech tokenizer's limit")
+            raise InputError(f"the voice prompt is longer than {MAX_PROMPT_SECONDS} s, the speech tokenizer's limit")
         feats = whisper_log_mel(audio_16k)[None]  # [1, 128, frames]
         session = self._session(SPEECH_TOKENIZER_FILE)
         names = [i.name for i in session.get_inputs()]
@@ -182,21 +182,21 @@ class PromptEncoders:
         """A clip (mono float, any rate >= 16 kHz) and its transcript's tokens -> the prompt's features."""
         samples = np.asarray(audio, dtype=np.float32)
         if samples.squeeze().ndim > 1:
-            raise ValueError(f"the voice prompt must be mono (one channel); got samples shaped {samples.shape}")
+            raise InputError(f"the voice prompt must be mono (one channel); got samples shaped {samples.shape}")
         clip = torch.from_numpy(samples.reshape(-1).copy())
         if sample_rate < ENCODER_RATE:
-            raise ValueError(f"the voice prompt is sampled at {sample_rate} Hz; at least {ENCODER_RATE} Hz is needed")
+            raise InputError(f"the voice prompt is sampled at {sample_rate} Hz; at least {ENCODER_RATE} Hz is needed")
         if clip.numel() > MAX_PROMPT_SECONDS * sample_rate:  # the same test as on the 16 kHz samples, made early
-            raise ValueError(f"the voice prompt is longer than {MAX_PROMPT_SECONDS} s, the speech tokenizer's limit")
+            raise InputError(f"the voice prompt is longer than {MAX_PROMPT_SECONDS} s, the speech tokenizer's limit")
         if clip.numel() < MIN_PROMPT_SECONDS * sample_rate:
-            raise ValueError(f"the voice prompt is {clip.numel() / sample_rate:.3f} s long; at least "
+            raise InputError(f"the voice prompt is {clip.numel() / sample_rate:.3f} s long; at least "
                              f"{MIN_PROMPT_SECONDS} s (one speech token) is needed")
         at_16k = resample(clip, sample_rate, ENCODER_RATE)
         mel = prompt_mel(resample(clip, sample_rate, SAMPLE_RATE))
         tokens, embedding = self.speech_tokens(at_16k), self.speaker_embedding(at_16k)
         features = VoiceFeatures.aligned(transcript_tokens, tokens, mel, embedding)
         if not features.speech_tokens:
-            raise ValueError("the voice prompt is too short: it gives no speech tokens")
+            raise InputError("the voice prompt is too short: it gives no speech tokens")
         return features
 
 

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
+from ...errors import ModelLoadError
+
 #: What the reference loader strips from every key (a HiFi-GAN training checkpoint nests the generator).
 CHECKPOINT_PREFIX = "generator."
 # Weight norm as `torch.nn.utils.parametrizations` stores it (g, v); the released file uses this layout.
@@ -368,7 +370,7 @@ def check_state_dict(model: nn.Module, state: Mapping[str, torch.Tensor]) -> Non
         if keys:
             more = f", and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
             parts.append(f"{len(keys)} {label}: {', '.join(keys[:_SHOWN])}{more}")
-    raise ValueError("HiFT weights do not match the vocoder (is the config right?): " + "; ".join(parts))
+    raise ModelLoadError("HiFT weights do not match the vocoder (is the config right?): " + "; ".join(parts))
 
 
 def load_hift(source: str | os.PathLike | Mapping[str, torch.Tensor], config: HiFTConfig = HiFTConfig(),

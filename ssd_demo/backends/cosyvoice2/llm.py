@@ -105,7 +105,7 @@ def layout_of(model) -> SpeechVocabLayout:
     """The layout a unified model was built with (recorded in its config)."""
     recorded = getattr(model.config, "cosyvoice2_layout", None)
     if not recorded:
-        raise ValueError("not a CosyVoice 2 speech LM (its config records no speech vocabulary layout)")
+        raise ModelLoadError("not a CosyVoice 2 speech LM (its config records no speech vocabulary layout)")
     return SpeechVocabLayout(**recorded)
 
 
@@ -158,12 +158,12 @@ def official_to_unified(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch
                 "llm_decoder.weight", "llm_decoder.bias")
     missing = [name for name in required if name not in state]
     if missing:
-        raise ValueError(f"not a CosyVoice 2 llm.pt: no {', '.join(missing)}")
+        raise ModelLoadError(f"not a CosyVoice 2 llm.pt: no {', '.join(missing)}")
     speech, start_task = state["speech_embedding.weight"], state["llm_embedding.weight"]
     text = state[_BACKBONE_PREFIX + "embed_tokens.weight"]
     layout = SpeechVocabLayout(text_rows=text.shape[0], speech_tokens=speech.shape[0] - 3)
     if start_task.shape[0] != 2 or state["llm_decoder.weight"].shape[0] != speech.shape[0]:
-        raise ValueError(
+        raise ModelLoadError(
             f"not a CosyVoice 2 llm.pt: {start_task.shape[0]} start/task vectors (2 expected), decoder "
             f"{state['llm_decoder.weight'].shape[0]} wide for {speech.shape[0]} speech rows"
         )
@@ -181,7 +181,7 @@ def official_to_unified(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch
         else:
             unexpected.append(name)
     if unexpected:
-        raise ValueError(f"llm.pt holds tensors a CosyVoice 2 speech LM does not have: {', '.join(sorted(unexpected)[:5])}")
+        raise ModelLoadError(f"llm.pt holds tensors a CosyVoice 2 speech LM does not have: {', '.join(sorted(unexpected)[:5])}")
     return mapped, layout
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from ...errors import InputError
 from ...backends.vocab import VocabLayout
 from ...engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from .heads import evaluate_heads, heads_loss
@@ -131,11 +132,11 @@ def main(args: argparse.Namespace) -> int:
                          heads_stage=replace(recipe.heads_stage, lr=args.draft_lr))
     if args.heads_unroll is not None:
         if args.heads_unroll < 1:
-            raise ValueError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
+            raise InputError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
         recipe = replace(recipe, heads_unroll=args.heads_unroll)
     if args.heads_inner is not None:
         if args.heads_inner < 1:
-            raise ValueError(f"--heads-inner must be at least 1, got {args.heads_inner}")
+            raise InputError(f"--heads-inner must be at least 1, got {args.heads_inner}")
         recipe = replace(recipe, heads=replace(recipe.heads, inner=args.heads_inner))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
@@ -147,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        raise ValueError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+        raise InputError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(recipe.data.seed)
     out: Path = args.out

@@ -1,0 +1,132 @@
+"""Each decoding setting is defined once: the config, the app's check and every CLI flag refuse the same values,
+and a bug (any exception that is not a UserError) is reported as one by the CLI and the app alike."""
+
+import argparse
+import math
+
+import pytest
+
+from ssd_demo import DecodingConfig
+from ssd_demo.__main__ import main
+from ssd_demo.app.compare import COMPARE_SETTINGS, SETTINGS_BY_NAME
+from ssd_demo.app.errors import INTERNAL_ERROR_MESSAGE, to_gradio_error
+from ssd_demo.config import MAX_SEED, SETTINGS, resolve_seed
+from ssd_demo.errors import InvalidSettingError, UserError
+from ssd_demo.listening.store import ListeningError
+from ssd_demo.tools import bench, evaluation, sweep, synth
+
+#: Each tool's parser and the shortest argv that reaches its decoding-setting check (no model is loaded first).
+CLIS = {"synth": (synth, ["synth", "Hello.", "--out", "/dev/null"]), "bench": (bench, ["bench"]),
+        "eval": (evaluation, ["eval"]), "sweep": (sweep, ["sweep"])}
+
+
+def _out_of_bounds(spec) -> list[object]:
+    """Values just outside the spec's own bounds (and a wrong kind)."""
+    if spec.kind == "choice":
+        return ["no-such-choice"]
+    if spec.kind == "bool":
+        return ["maybe"]
+    values: list[object] = ["abc"]
+    step = 1 if spec.kind == "int" else 0.5
+    if spec.minimum is not None:
+        values.append(spec.minimum if spec.min_exclusive else spec.minimum - step)
+    if spec.maximum is not None:
+        values.append(spec.maximum if spec.max_exclusive else spec.maximum + step)
+    return [int(v) if spec.kind == "int" and isinstance(v, float) else v for v in values]
+
+
+def _flags(tool) -> set[str]:
+    parser = argparse.ArgumentParser()
+    tool.add_arguments(parser)
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+CASES = [(spec, value) for spec in SETTINGS.values() for value in _out_of_bounds(spec)]
+
+
+@pytest.mark.parametrize(("spec", "value"), CASES, ids=[f"{s.name}={v!r}" for s, v in CASES])
+def test_a_value_out_of_the_specs_bounds_is_refused_everywhere_alike(spec, value, capsys):
+    with pytest.raises(InvalidSettingError, match=f"^Invalid decoding setting: {spec.name} must be"):
+        DecodingConfig(**{spec.name: value})
+    if spec.name in SETTINGS_BY_NAME and spec.kind in ("int", "float"):
+        with pytest.raises(InvalidSettingError, match=spec.name):  # the app's range lies within the spec's
+            SETTINGS_BY_NAME[spec.name].coerce(value, DecodingConfig())
+    if spec.kind == "bool" or isinstance(value, str):
+        return  # a switch takes no value; argparse itself refuses a word where a number goes
+    for name, (tool, argv) in CLIS.items():
+        if spec.cli_flag in _flags(tool):
+            assert main(argv + [spec.cli_flag, str(value)]) == 2, name
+            err = capsys.readouterr().err
+            assert f"Invalid decoding setting: {spec.name} must be {spec.requirement_text()}" in err, (name, err)
+            assert "Traceback" not in err
+
+
+def test_every_cli_flag_of_a_setting_is_the_specs_flag():
+    taken = {name: {s.name for s in SETTINGS.values() if s.cli_flag in _flags(tool)} for name, (tool, _) in CLIS.items()}
+    assert taken == {
+        "synth": {"draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed"},
+        "bench": {"draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed"},
+        "eval": {"draft_len", "temperature", "adaptive_draft_len", "seed"},
+        "sweep": {"cost_ratio", "seed"},
+    }
+
+
+@pytest.mark.parametrize("setting", [s for s in COMPARE_SETTINGS if s.in_config and s.kind in ("int", "float")],
+                         ids=lambda s: s.name)
+def test_the_apps_range_lies_within_the_specs_and_its_bounds_are_accepted_by_both(setting):
+    spec = SETTINGS[setting.name]
+    low = setting.floor if setting.floor is not None else setting.minimum
+    high = setting.maximum
+    for value in (low, high):
+        if value == low and setting.floor_exclusive:
+            value = value + (setting.step or 0.01) / 10
+        assert spec.problem(int(value) if spec.kind == "int" else float(value)) is None
+        DecodingConfig(**{setting.name: setting.coerce(value, DecodingConfig())})
+    assert spec.default == getattr(DecodingConfig(), setting.name)
+
+
+def test_the_app_keeps_its_narrower_ranges():
+    defaults = DecodingConfig()
+    for name, value in (("draft_len", 17), ("seed", MAX_SEED + 1), ("pcg_theta", -0.5), ("temperature", 2.5)):
+        DecodingConfig(**{name: value})  # the library takes it ...
+        with pytest.raises(InvalidSettingError, match=f"{name} must be at"):  # ... the app does not, as before
+            SETTINGS_BY_NAME[name].coerce(value, defaults)
+    assert SETTINGS_BY_NAME["top_p"].coerce(0.01) == 0.01  # below the slider, within the spec: accepted as before
+    with pytest.raises(InvalidSettingError, match="top_p must be greater than 0"):
+        SETTINGS_BY_NAME["top_p"].coerce(0)
+
+
+def test_one_seed_rule():
+    assert resolve_seed(7) == 7 and resolve_seed(7.0) == 7
+    assert all(0 <= resolve_seed(None) <= MAX_SEED for _ in range(20))
+    assert 0 <= resolve_seed(7, randomize=True) <= MAX_SEED
+    assert resolve_seed(2**40) == 2**40  # the library (and the CLI) accept more than the app shows
+    for bad in (1.5, -1, 2**63, "abc", math.inf):
+        with pytest.raises(InvalidSettingError, match="seed"):
+            resolve_seed(bad)
+
+
+def test_listening_errors_are_user_errors():
+    assert issubclass(ListeningError, UserError) and issubclass(ListeningError, ValueError)
+
+
+def test_an_internal_fault_is_a_traceback_and_exit_1_in_the_cli(monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("a bug deep inside")
+
+    monkeypatch.setattr(bench, "main", broken)
+    assert main(["bench"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a bug deep inside" in err and "internal error" in err
+
+
+def test_a_plain_value_error_is_an_internal_fault_too(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "main", lambda args: int("not a number"))
+    assert main(["bench"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_an_internal_fault_is_the_internal_error_message_in_the_app(caplog):
+    shown = to_gradio_error(RuntimeError("a bug deep inside"))
+    assert shown.message == INTERNAL_ERROR_MESSAGE and "a bug deep inside" not in shown.message
+    assert any(record.exc_info and "a bug deep inside" in str(record.exc_info[1]) for record in caplog.records)
