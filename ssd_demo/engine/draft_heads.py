@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+from ..errors import ModelLoadError
 
 CONFIG_NAME = "heads.json"
 WEIGHTS_NAME = "heads.safetensors"
@@ -169,9 +170,9 @@ def check_fits(heads: DraftHeads, target) -> None:
     """The heads must have been made for a target of this width and, where they record it, this target."""
     width = target.get_output_embeddings().weight.shape[1]
     if heads.config.hidden != width:
-        raise ValueError(f"the draft heads work on {heads.config.hidden}-wide hidden states but the target's are {width}")
+        raise ModelLoadError(f"the draft heads work on {heads.config.hidden}-wide hidden states but the target's are {width}")
     if heads.made_for is not None and heads.made_for != target_fingerprint(target):
-        raise ValueError(f"the draft heads were trained on another target (fingerprint {heads.made_for}, this "
+        raise ModelLoadError(f"the draft heads were trained on another target (fingerprint {heads.made_for}, this "
                          f"target's is {target_fingerprint(target)}): retrain them on this one "
                          f"(python -m ssd_demo train --stages heads)")
 

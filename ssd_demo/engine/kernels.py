@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 import torch
+from ..errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def kernel_setting() -> str:
     raw = os.environ.get(KERNEL_ENV, "")
     choice = raw.strip().lower() or "auto"
     if choice not in ("auto", "blas", "onednn"):
-        raise ValueError(f"{KERNEL_ENV} must be auto, blas or onednn; got {raw!r}")
+        raise InputError(f"{KERNEL_ENV} must be auto, blas or onednn; got {raw!r}")
     return choice
 
 

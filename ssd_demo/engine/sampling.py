@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..config import DecodingConfig
+from ..errors import InvalidSettingError
 
 
 def allowed_mask(config: DecodingConfig, vocab_size: int, device: torch.device) -> torch.Tensor | None:
@@ -20,7 +21,7 @@ def allowed_mask(config: DecodingConfig, vocab_size: int, device: torch.device) 
         return None
     ids = torch.tensor(config.allowed_token_ids, dtype=torch.long)
     if int(ids.max()) >= vocab_size:
-        raise ValueError(f"allowed_token_ids contains id {int(ids.max())}, but the model's vocabulary has {vocab_size} ids")
+        raise InvalidSettingError(f"allowed_token_ids contains id {int(ids.max())}, but the model's vocabulary has {vocab_size} ids")
     mask = torch.zeros(vocab_size, dtype=torch.bool)
     mask[ids] = True
     return mask.to(device)

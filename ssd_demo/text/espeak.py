@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.signal import resample_poly  # exact rational ratio, far cheaper than a sinc resampler
+from ..errors import InputError
 
 SAMPLE_RATE = 16_000
 DEFAULT_VOICE = "en-us"
@@ -111,7 +112,7 @@ class _Library:
         data = text.encode("utf-8")
         with self.lock:
             if self.lib.espeak_SetVoiceByName(voice.encode()) != 0:
-                raise ValueError(f"eSpeak NG has no voice {voice!r}")
+                raise InputError(f"eSpeak NG has no voice {voice!r}")
             self.lib.espeak_SetParameter(_PARAM_RATE, int(rate_wpm), 0)
             self.lib.espeak_SetParameter(_PARAM_PITCH, int(pitch), 0)
             self._chunks, self._events, self._keep_audio, self._samples = [], [], keep_audio, 0

@@ -14,6 +14,7 @@ import functools
 import random
 import re
 from dataclasses import dataclass
+from ...errors import InputError
 
 NAMES = (
     "Anna", "Ben", "Clara", "David", "Elena", "Felix", "Grace", "Hugo", "Iris", "Jonas", "Kate", "Leo",
@@ -268,7 +269,7 @@ def build_corpus(config: CorpusConfig = CorpusConfig()) -> list[str]:
 def split_corpus(sentences: list[str], test_size: int, seed: int = 0) -> tuple[list[str], list[str]]:
     """Deterministic train/test split; test sentences are never trained on."""
     if not 0 <= test_size < len(sentences):
-        raise ValueError(f"test_size must be in [0, {len(sentences)}), got {test_size}")
+        raise InputError(f"test_size must be in [0, {len(sentences)}), got {test_size}")
     order = list(range(len(sentences)))
     random.Random(seed).shuffle(order)
     test_idx = set(order[:test_size])

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ...engine.draft_heads import DraftHeads, OutputInputCapture
 from .train import optimizer_step
+from ...errors import InputError
 
 IGNORE = -100
 FEATURE_WEIGHT = 0.1
@@ -47,7 +48,7 @@ def heads_loss(heads: DraftHeads, target, batch: dict[str, torch.Tensor], unroll
     bias = output.bias.detach().float() if getattr(output, "bias", None) is not None else None
     n = ids.shape[1] - unroll - 1  # start positions t = 0..n-1 with t + unroll + 1 inside the sequence
     if n < 1:
-        raise ValueError(f"sequences of {ids.shape[1]} tokens are too short to unroll {unroll} steps")
+        raise InputError(f"sequences of {ids.shape[1]} tokens are too short to unroll {unroll} steps")
     state = hidden[:, :n]
     total = logits.new_zeros(())
     for j in range(1, unroll + 1):

@@ -28,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ...backends.vocab import VocabLayout
 from .precision import autocast
+from ...errors import InputError
 
 IGNORE = -100
 
@@ -80,7 +81,7 @@ def layer_subset_draft(target: LlamaForCausalLM, bottom: int, top: int) -> tuple
     """
     n = target.config.num_hidden_layers
     if bottom < 1 or top < 0 or bottom + top > n:
-        raise ValueError(f"cannot take bottom {bottom} + top {top} layers from a {n}-layer target")
+        raise InputError(f"cannot take bottom {bottom} + top {top} layers from a {n}-layer target")
     config = LlamaConfig.from_dict(target.config.to_dict())
     config.num_hidden_layers = bottom + top
     if getattr(config, "layer_types", None):

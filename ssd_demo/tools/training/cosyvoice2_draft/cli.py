@@ -18,6 +18,7 @@ from .draft import expected_acceptance, export_draft, trainable_draft
 from .generations import default_texts, ensure_generations, read_texts, spoken_chunks
 from .recipe import DRAFT_FILE, PRESETS, SUMMARY_FILE, DraftRecipe, checkpoint_target, smoke_recipe, smoke_target
 from .train_loop import train
+from ....errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,17 +73,17 @@ def recipe_from(args: argparse.Namespace) -> DraftRecipe:
               ("--max-new-tokens", recipe.max_new_tokens, 0), ("--num-texts", recipe.texts, 2))
     for flag, value, least in checks:
         if value < least:
-            raise ValueError(f"{flag} must be at least {least}, got {value}")
+            raise InputError(f"{flag} must be at least {least}, got {value}")
     if not stage.lr > 0:
-        raise ValueError(f"--lr must be positive, got {stage.lr}")
+        raise InputError(f"--lr must be positive, got {stage.lr}")
     return recipe
 
 
 def main(args: argparse.Namespace) -> int:
     if args.preset not in PRESETS:
-        raise ValueError(f"train-draft knows the preset(s) {', '.join(PRESETS)}, not {args.preset!r}")
+        raise InputError(f"train-draft knows the preset(s) {', '.join(PRESETS)}, not {args.preset!r}")
     if args.smoke == (args.checkpoint is not None):
-        raise ValueError("give --checkpoint (a CosyVoice 2 folder) or --smoke (a tiny random target), "
+        raise InputError("give --checkpoint (a CosyVoice 2 folder) or --smoke (a tiny random target), "
                          "not both or neither")
     recipe = recipe_from(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -98,12 +99,12 @@ def main(args: argparse.Namespace) -> int:
 
     texts = read_texts(args.texts) if args.texts is not None else default_texts(recipe.texts, recipe.stage.seed)
     if len(texts) <= recipe.held_out:
-        raise ValueError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
+        raise InputError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
     target = smoke_target() if args.smoke else checkpoint_target(args.checkpoint, str(device))
     target.model.to(device).eval().requires_grad_(False)
     texts = spoken_chunks(texts, target.tokenize, log)
     if len(texts) <= recipe.held_out:
-        raise ValueError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
+        raise InputError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
     log(f"train-draft: {target.source['target']} target ({target.model.config.num_hidden_layers} layers) on {device}, "
         f"{len(texts)} texts ({recipe.held_out} held out), {str(dtype).removeprefix('torch.')} training")
 

@@ -22,6 +22,7 @@ from ....engine.generate import autoregressive_generate
 from ....engine.repetition_aware import RepetitionAwareSampling
 from ..corpus import CorpusConfig, build_corpus
 from .recipe import GENERATIONS_FILE, Target, save_atomic
+from ....errors import InputError
 
 
 SAVE_GENERATIONS_EVERY_S = 30.0  # how much generation an interruption can cost at most
@@ -42,7 +43,7 @@ def default_texts(count: int, seed: int = 0) -> list[str]:
         texts.append(" ".join(sentences[position: position + take]))
         position += take
     if len(texts) < count:
-        raise ValueError(f"the built-in corpus gives {len(texts)} texts, fewer than the {count} asked for")
+        raise InputError(f"the built-in corpus gives {len(texts)} texts, fewer than the {count} asked for")
     return texts
 
 
@@ -109,7 +110,7 @@ def ensure_generations(target: Target, texts: list[str], out: Path, seed: int, c
     if path.exists():
         cache = torch.load(path, map_location="cpu", weights_only=False)
         if cache.get("key") != key:
-            raise ValueError(f"{path} holds generations of other texts, settings or target; "
+            raise InputError(f"{path} holds generations of other texts, settings or target; "
                              "use another --out or delete that file")
     items = cache["items"]
     if len(items) == len(texts):

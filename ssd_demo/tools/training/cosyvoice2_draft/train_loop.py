@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ..train import lr_at, optimizer_step
 from .draft import collate, distillation_kl
 from .recipe import CHECKPOINT_FILE, DraftRecipe, save_atomic
+from ....errors import InputError
 
 
 def batch_at(step: int, count: int, batch_size: int, seed: int) -> list[int]:
@@ -44,7 +45,7 @@ def train(draft, names: list[str], target_model, examples: list[dict], recipe: D
     if path.exists():
         state = torch.load(path, map_location="cpu", weights_only=False)
         if state.get("key") != key or sorted(state["trainable"]) != sorted(names):
-            raise ValueError(f"{path} is a checkpoint of another target, data or draft; use another --out or delete it")
+            raise InputError(f"{path} is a checkpoint of another target, data or draft; use another --out or delete it")
         with torch.no_grad():
             for name in names:
                 trained[name].copy_(state["trainable"][name])
