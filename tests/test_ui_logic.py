@@ -308,7 +308,8 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
 
     checked = []
     monkeypatch.setattr(model_memory, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
-    session.decode_job(session.Job(TOY_KEY, None, TEXT, toy.config(max_new_tokens=4, seed=1), "small", None))
+    session.decode_job(session.Job(TOY_KEY, None, TEXT, toy.config(max_new_tokens=4, seed=1), "small", None,
+                                   toy.script(TEXT)))
     assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs
 
 

@@ -1,9 +1,9 @@
 """One click's pipeline: prepare the request once, then run both decoders and tell the caller as they go.
 
 `prepare` does every step a comparison needs, each once and in this order: load the preset, check the
-text, resolve the seed, the settings, the draft and the voice prompt, then, on the machine that
-decodes, check the GPU memory, set the CPU threads, warm up and measure this machine's draft and
-verify costs. `run` decodes autoregressively and then speculatively with what was prepared and returns
+text, resolve the seed, the settings, the draft and the voice prompt, split the text into its chunks
+and prompts (the `Script` both runs decode), then, on the machine that decodes, check the GPU memory,
+set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes autoregressively and then speculatively with what was prepared and returns
 the `Comparison`; given a `LaneSink` it streams each decoder's audio pieces and round counts to it.
 `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model job
 at a time (`model_turn`).
@@ -32,7 +32,7 @@ from ...engine.calibration import StepCosts, calibrated_costs, is_calibrated
 from ...presets import MODEL_JOB_LOCK, Preset, load_preset
 from ...results import compare_runs
 from ...streaming import AudioPiece
-from ...synthesis import SynthesisResult, Synthesizer, VoicePrompt
+from ...synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .runner import Comparison, ProgressFn, load, preferred_device, token_label_for, warm_up
 from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 
@@ -63,6 +63,7 @@ class Job:
     config: DecodingConfig
     draft: str
     voice_prompt: VoicePrompt | None
+    script: Script  # the text's chunks and prompts, built once for both runs
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def prepare(request: Request, progress: ProgressFn | None = None,
     config = build_config(synthesizer, request, seed)
     draft = resolve_draft(preset, synthesizer, request.draft)
     voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
-    job = Job(preset.key, request.owner, text, config, draft, voice_prompt)
+    job = Job(preset.key, request.owner, text, config, draft, voice_prompt, synthesizer.script(text, voice_prompt))
     costs = None
     if not decodes_in_gpu_worker():
         job, costs = get_ready(synthesizer, job, progress or _no_progress)
@@ -190,7 +191,7 @@ def _decode(synthesizer: Synthesizer, job: Job, lane: str, should_stop: StopChec
     """One lane's run: decoded at once, or streamed piece by piece to `lanes`."""
     mode = "ar" if lane == "autoregressive" else "speculative"
     common = dict(mode=mode, config=job.config, draft=job.draft, voice_prompt=job.voice_prompt,
-                  should_stop=should_stop)
+                  should_stop=should_stop, script=job.script)
     if lanes is None:
         return synthesizer.synthesize(job.text, **common)
     lanes.started(lane)
