@@ -3,10 +3,10 @@
 `prepare` does every step a comparison needs, each once and in this order: load the preset, check the
 text, resolve the seed, the settings, the draft and the voice prompt, split the text into its chunks
 and prompts (the `Script` both runs decode), then, on the machine that decodes, check the GPU memory,
-set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes autoregressively and then speculatively with what was prepared and returns
-the `Comparison`; given a `LaneSink` it streams each decoder's audio pieces and round counts to it.
-`compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model job
-at a time (`model_turn`).
+set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes
+autoregressively and then speculatively with what was prepared and returns the `Comparison`; given a
+`LaneSink` it streams each decoder's audio pieces and round counts to it. `compare` (the `/synthesize`
+path) and the race (`/race`) are both `run(prepare(...))`, one model job at a time (`model_turn`).
 
 On a Hugging Face ZeroGPU Space the models reach a GPU only inside one decorated call, in a worker
 process that nothing can stream out of: there the device steps and both timed runs happen in that one
@@ -196,7 +196,8 @@ def _decode(synthesizer: Synthesizer, job: Job, lane: str, should_stop: StopChec
         return synthesizer.synthesize(job.text, **common)
     lanes.started(lane)
     started = time.perf_counter()
-    stream = synthesizer.stream(job.text, **common, on_progress=lambda tokens, calls: lanes.counted(lane, tokens, calls))
+    stream = synthesizer.stream(job.text, **common,
+                                on_progress=lambda tokens, calls: lanes.counted(lane, tokens, calls))
     for piece in stream:
         lanes.piece(lane, piece)
     seconds = time.perf_counter() - started
