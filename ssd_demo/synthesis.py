@@ -73,6 +73,15 @@ class TextChunk:
     pause_after_ms: int = 0
 
 
+@dataclass(frozen=True)
+class Script:
+    """A text as its backend speaks it: the chunks, and each chunk's prompt ids (voice prompt included).
+    Built once (`Synthesizer.script`), it can be decoded any number of times: AR and speculative alike."""
+
+    chunks: list[TextChunk]
+    prompts: list[list[int]]
+
+
 @dataclass
 class ChunkResult:
     text: str
@@ -170,6 +179,7 @@ class Synthesizer:
         voice_prompt: VoicePrompt | None = None,
         should_stop: StopCheck | None = None,
         on_progress: RoundCallback | None = None,
+        script: Script | None = None,
     ) -> SynthesisResult:
         """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
         decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses.
@@ -177,7 +187,7 @@ class Synthesizer:
         `on_progress(tokens, target calls)` hears the whole text's counts so far after every round.
         The same work as `stream()`, each chunk's codes decoded at once."""
         return self.stream(text, mode, config, draft, voice_prompt, should_stop, windows=False,
-                           on_progress=on_progress).run()
+                           on_progress=on_progress, script=script).run()
 
     def stream(
         self,
@@ -189,6 +199,7 @@ class Synthesizer:
         should_stop: StopCheck | None = None,
         windows: bool = True,
         on_progress: RoundCallback | None = None,
+        script: Script | None = None,
     ) -> SynthesisStream:
         """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
         chunk, or (`windows`, for a backend with `audio_windows`, e.g. Llasa's codec) one per codec
@@ -196,7 +207,9 @@ class Synthesizer:
         `SynthesisResult`. The tokens are those of `synthesize` for the same seed; so are the samples,
         except that codec windows blend at their joins (`ssd_demo.streaming`).
 
-        Text and settings are checked here, before the first piece is asked for."""
+        Text and settings are checked here, before the first piece is asked for. `script`: the text
+        already split and prompted (`script()`, with the same voice prompt), so that runs of the same
+        text build it once; each piece's ready time then counts from the decoding, not the text work."""
         if mode not in ("ar", "speculative"):
             raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         draft_name = draft or self.draft_name
@@ -207,13 +220,18 @@ class Synthesizer:
         # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
         # the backend's end token, or the codec would receive ids it cannot decode.
         config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
+        if script is None:
+            script = self.script(text, voice_prompt)
+        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
+                              script.chunks, script.prompts, started)
+        return SynthesisStream(pieces)
+
+    def script(self, text: str, voice_prompt: VoicePrompt | None = None) -> Script:
+        """`text` split into the backend's chunks, with every chunk's prompt built first: a chunk that
+        cannot be spoken fails (TextError) before any decoding."""
         split = getattr(self.backend, "split_text", None)
         chunks = split(text) if split is not None else [TextChunk(text)]
-        # Every chunk's prompt first: a chunk that cannot be spoken fails before any decoding.
-        prompts = [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks]
-        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
-                              chunks, prompts, started)
-        return SynthesisStream(pieces)
+        return Script(list(chunks), [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks])
 
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
                 should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,

@@ -1,21 +1,37 @@
 """The race's logic without Gradio: AR streamed before speculative, lanes that match the comparison,
-replays of equal length, the headline's wording."""
+replays of equal length, the headline's wording, and the race as events (what the page's handler maps)."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import soundfile
 
 from ssd_demo.app import compare as app_logic
-from ssd_demo.app.compare import Race, Request, headline, lane_markdown, run_race, write_replay_files
+from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Tick, headline, lane_markdown,
+    race_events, run_race, write_replay_files)
+from ssd_demo.errors import TextError
 from toy_backend import TOY_KEY, register_toy_preset
+
+
+class Recorder(Race):
+    """A race that also notes each piece's lane, in the order they come."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def piece(self, lane, piece) -> None:
+        super().piece(lane, piece)
+        self.seen.append(lane)
 
 
 def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     register_toy_preset()
-    race, seen = Race(), []
-    comparison = run_race(Request(text="A toy race.", preset=TOY_KEY, seed=9), race,
-                          lambda lane, piece: seen.append((lane, piece.index)))
-    lanes = [lane for lane, _ in seen]
+    race = Recorder()
+    comparison = run_race(Request(text="A toy race.", preset=TOY_KEY, seed=9), race)
+    lanes = race.seen
     assert lanes == sorted(lanes) and set(lanes) == {"autoregressive", "speculative"}  # AR's pieces first
     same = app_logic.compare(Request(text="A toy race.", preset=TOY_KEY, seed=9))
     for name, result, again in (("autoregressive", comparison.ar, same.ar), ("speculative", comparison.spec, same.spec)):
@@ -32,8 +48,7 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
-    from ssd_demo.app.compare import race as race_module
-    from ssd_demo.app.compare import runner
+    from ssd_demo.app.compare import session
     from test_streaming import TEXT, ChunkingToy
     from ssd_demo.synthesis import Synthesizer
     from toy_backend import build_toy_synthesizer
@@ -42,16 +57,75 @@ def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     synth = Synthesizer(ChunkingToy(24), toy.target, toy.drafts, default_draft="small")
     stream = synth.stream(TEXT, mode="speculative", config=synth.config(seed=2))
     streamed = list(stream)
-    replayed = race_module.replayed_pieces(stream.result)
+    replayed = session.replayed_pieces(stream.result)
     assert [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in replayed] == \
         [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in streamed]
     assert [p.ready_seconds for p in replayed] == sorted(p.ready_seconds for p in replayed)
 
     # With the GPU path in place, the race takes it and still reports both lanes.
     register_toy_preset()
-    monkeypatch.setattr(runner, "run_both", lambda *args, **kwargs: runner._run_both(*args, **kwargs))
-    race, seen = Race(), []
-    comparison = run_race(Request(text="On the GPU.", preset=TOY_KEY, seed=3), race,
-                          lambda lane, piece: seen.append(lane))
-    assert seen and seen == sorted(seen)
+    monkeypatch.setattr(session, "_decode_on_gpu", session.decode_job)
+    race = Recorder()
+    comparison = run_race(Request(text="On the GPU.", preset=TOY_KEY, seed=3), race)
+    assert race.seen and race.seen == sorted(race.seen)
     assert race.lanes["speculative"].tokens == len(comparison.spec.generation.tokens)
+
+
+def test_race_events_come_in_order_and_end_with_the_comparison():
+    register_toy_preset()
+    events = list(race_events(Request(text="Events, in order.", preset=TOY_KEY, seed=4), live_every=0.001))
+    kinds = [type(event) for event in events if not isinstance(event, Tick)]
+    assert kinds[0] is Started and kinds[-1] is Done and Failed not in kinds
+    lanes = [(type(e).__name__, e.lane) for e in events if isinstance(e, (Started, Piece))]
+    starts = [lane for kind, lane in lanes if kind == "Started"]
+    assert starts == ["autoregressive", "speculative"]
+    second = lanes.index(("Started", "speculative"))
+    assert all(lane == "autoregressive" for _, lane in lanes[:second])  # AR's pieces, then the speculative run's
+    assert all(lane == "speculative" for _, lane in lanes[second:])
+    done = events[-1]
+    assert [e.piece for e in events if isinstance(e, Piece) and e.lane == "speculative"] == \
+        done.race.lanes["speculative"].pieces
+    same = app_logic.compare(Request(text="Events, in order.", preset=TOY_KEY, seed=4))
+    assert done.comparison.spec.generation.tokens == same.spec.generation.tokens
+    assert done.comparison.ar.generation.tokens == same.ar.generation.tokens
+    assert all(isinstance(e.race, Race) for e in events if isinstance(e, Tick))
+
+
+def test_a_race_that_cannot_run_ends_with_failed():
+    register_toy_preset()
+    events = list(race_events(Request(text="   ", preset=TOY_KEY)))
+    assert isinstance(events[-1], Failed) and isinstance(events[-1].error, TextError)
+    assert not any(isinstance(e, (Started, Piece, Done)) for e in events)
+    events = list(race_events(Request(text="Hi.", preset="no-such-preset")))
+    assert isinstance(events[-1], Failed)
+
+
+def test_a_stopped_race_ends_without_an_answer():
+    register_toy_preset()
+    stop = threading.Event()
+    events = []
+    for event in race_events(Request(text="Stop me after the first piece.", preset=TOY_KEY, seed=1),
+                             should_stop=stop.is_set):
+        events.append(event)
+        if isinstance(event, Piece):
+            stop.set()
+    assert any(isinstance(e, Piece) for e in events)
+    assert not any(isinstance(e, (Done, Failed)) for e in events)
+
+
+def test_closing_the_events_stops_the_decoding():
+    register_toy_preset()
+    race = Race()
+
+    def slow_rounds() -> bool:  # every round takes a while, so the race still runs when the events close
+        time.sleep(0.02)
+        return False
+
+    events = race_events(Request(text="Closed early, stopped early.", preset=TOY_KEY, seed=2), slow_rounds, race)
+    next(event for event in events if isinstance(event, Piece))  # AR's audio: the speculative run comes next
+    events.close()
+    deadline = time.monotonic() + 5
+    while any(t.name == "ssd-race" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "ssd-race" for t in threading.enumerate())
+    assert race.lanes["speculative"].seconds is None  # stopped within a round, never finished

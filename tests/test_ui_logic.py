@@ -14,7 +14,7 @@ import torch
 
 from ssd_demo.app import compare as app_logic
 from ssd_demo import cpu_threads
-from ssd_demo.app.compare import Request, runner
+from ssd_demo.app.compare import Request, session
 from ssd_demo.errors import ModelLoadError
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.presets import Preset, get_preset, load_preset, register
@@ -308,7 +308,8 @@ def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
 
     checked = []
     monkeypatch.setattr(model_memory, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))
-    runner._run_both(TOY_KEY, TEXT, toy.config(max_new_tokens=4, seed=1), "small")
+    session.decode_job(session.Job(TOY_KEY, None, TEXT, toy.config(max_new_tokens=4, seed=1), "small", None,
+                                   toy.script(TEXT)))
     assert [synthesizer.backend.name for synthesizer in checked] == ["toy"]  # the pair that then runs
 
 

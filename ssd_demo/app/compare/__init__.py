@@ -2,8 +2,11 @@
 
     settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click,
                  and its checks (text, seed, config, draft)
-    runner       load the preset, warm up, run AR then speculative (`compare` -> `Comparison`)
-    race         the same, streamed: each decoder's audio pieces and live counters as they happen
+    arguments    an API call's arguments -> an admitted `Request` (shared by /synthesize and /race)
+    runner       the models behind a click: load a preset, warm it up; the `Comparison` a click returns
+    session      the pipeline: `prepare` a request once, `run` AR then speculative (`compare` is both)
+    race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
+    events       the race as events (`race_events`: started, piece, tick, done, failed) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
     audio_files  both clips as named 16-bit WAV files
     page         example texts, a preset's control defaults and description, the device note
@@ -11,12 +14,16 @@
 The Gradio layer (`ssd_demo.app.page`) only wires these to components and turns `UserError`s into messages.
 """
 
+from .arguments import admitted_request, owner_of, upload_path
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .page import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
     MAX_EXAMPLES)
-from .race import (LANES, Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
+from .events import Done, Event, Failed, Piece, Started, Tick, race_events
+from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
     write_replay_files)
-from .runner import Comparison, compare, cpu_threads_for, load, preferred_device, token_label_for, warm_up
+from .runner import Comparison, load, preferred_device, token_label_for, warm_up
+from .session import LANES, Job, LaneSink, Prepared, compare, prepare, replayed_pieces, run
+from ...cpu_threads import cpu_threads_for
 from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, build_config,
     check_text, read_voice_upload, resolve_draft, resolve_seed, resolve_voice_prompt, voice_prompt_from_upload,
     voice_upload)
@@ -26,6 +33,9 @@ from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_sp
 __all__ = [
     "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
     "write_replay_files",
+    "Done", "Event", "Failed", "Piece", "Started", "Tick", "race_events",
+    "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",
+    "admitted_request", "owner_of", "upload_path",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",
     "Comparison", "PresetDefaults", "Request", "Setting", "VoiceUpload", "audio_directory", "build_config", "check_text",
     "compare", "comparison_token_view", "cpu_threads_for", "details", "device_note", "end_to_end_speedup",

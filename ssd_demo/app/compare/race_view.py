@@ -1,27 +1,24 @@
-"""The Compare tab's race: a thin Gradio layer over `compare.run_race`.
+"""The Compare tab's race: a thin Gradio layer over the race's events (`compare.race_events`).
 
 `build_race_view` lays out both decoders' lanes (live counters and a streaming player each) and the
-replay at measured speed; `race_handler` returns the `/race` event's generator, which runs the race in a
-worker thread and relays each audio piece to its streaming player as it is decoded, the counters every
-`LIVE_EVERY` seconds, then the results of `/synthesize` (charts last). Presenter mode is a class on the
+replay at measured speed; `race_handler` returns the `/race` event's generator, which maps each event
+to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
+counters, then the results of `/synthesize` (charts last). Presenter mode is a class on the
 page (`PRESENTER_JS`; the CSS is in `ui.CSS`).
 """
 
 from __future__ import annotations
 
 import inspect
-import queue
 import shutil
-import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 
 import gradio as gr
 
 from .. import compare, jobs
-from . import Request
-from ...cancellation import Cancelled
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -55,8 +52,6 @@ PRESENTER_FROM_URL_JS = """() => {
 #: The browser's own player (an <audio> element the "replay both" button can start).
 NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
 LANE_LABELS = ("Autoregressive", "Speculative")
-#: How often the live counters are redrawn while a decoder runs (seconds).
-LIVE_EVERY = 0.25
 #: Gradio encodes streamed audio with FFmpeg; without it the live players stay silent and the full clips
 #: (and the replay) arrive when both runs are done.
 LIVE_AUDIO = shutil.which("ffmpeg") is not None
@@ -112,10 +107,17 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
     return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both)
 
 
+def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
+    """A toast when the preset had no draft of the requested name and its default ran instead."""
+    if comparison.requested_draft:
+        gr.Warning(f"Draft '{comparison.requested_draft}' is not available for this preset; used "
+                   f"'{comparison.draft}'.")
+
+
 def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
-                 prepare: Callable[[dict], Request]) -> Callable:
-    """The `/race` generator. `results` names the `/synthesize` outputs (ar_audio, ..., seed_used);
-    `prepare(arguments)` admits the job and builds its `Request` (raising what the user can fix)."""
+                 concurrency_id: str) -> Callable:
+    """The `/race` generator: the race's events (`events.race_events`) as updates of the page. `results`
+    names the `/synthesize` outputs (ar_audio, ..., seed_used)."""
     race_outputs = [*view.outputs, *results.values()]
     status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
     ar_stream, spec_stream = view.ar_stream, view.spec_stream
@@ -143,86 +145,64 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         now = time.perf_counter()
         return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
 
+    def refused(error: BaseException):
+        """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
+        message = to_gradio_error(error)
+        yield frame({status: f"**Not run:** {message.message}"})
+        raise message from None
+
+    def finish(comparison: compare.Comparison, race: compare.Race):
+        """Audio, numbers and the headline first; the charts only after them. The last update holds every
+        value (what an API client's result is); None ends both streams."""
+        warn_if_draft_replaced(comparison)
+        try:
+            ar_path, spec_path = compare.write_audio_files(comparison)
+            replay = compare.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
+            race.stage = "Both runs done: drawing the charts and the token view"
+            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay[0]),
+                     replay_spec: str(replay[1]), ar_audio: str(ar_path), spec_audio: str(spec_path),
+                     stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
+                     details: {**compare.details(comparison), "race": compare.race_details(race)}}
+            yield frame({**live(race), **shown})
+            figures = compare.figures(comparison)
+        except Exception as error:  # noqa: BLE001 - a message, never a traceback
+            yield from refused(error)
+            return
+        race.stage = "Done"
+        yield frame({**live(race), **shown, tokens: compare.comparison_token_view(comparison),
+                     tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
+                     accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
+                     ar_stream: None, spec_stream: None})
+
     def race_run(*args, **kwargs):
         """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
         live counters; then the replay at measured speed, the statistics and, last, the charts."""
         values = signature.bind(*args, **kwargs)
         values.apply_defaults()
         chosen = values.arguments
-
-        def refused(error: BaseException):
-            """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
-            message = to_gradio_error(error)
-            yield frame({status: f"**Not run:** {message.message}"})
-            raise message from None
-
         try:
-            request = prepare(chosen)
+            request = compare.admitted_request(chosen, concurrency_id)
         except Exception as error:  # noqa: BLE001
             yield from refused(error)
             return
-        race, events = compare.Race(), queue.Queue()
-        stopped, closed = jobs.stop_check(chosen["request"]), threading.Event()
-        started = time.perf_counter()
-
-        def work() -> None:  # the decoding runs here; the handler only relays what it produces
-            try:
-                comparison = compare.run_race(request, race, lambda lane, piece: events.put(("piece", lane, piece)),
-                                                should_stop=lambda: closed.is_set() or stopped())
-                events.put(("done", comparison))
-            except BaseException as error:  # noqa: BLE001 - handed to the handler, which reports it
-                events.put(("error", error))
-
+        race, started = compare.Race(), time.perf_counter()
         last_sent: dict[str, float] = {}  # lane -> when its last piece went out
-        worker = threading.Thread(target=work, name="ssd-race", daemon=True)
-        worker.start()
-        try:
+        # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
+        with closing(compare.race_events(request, jobs.stop_check(chosen["request"]), race)) as events:
             yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
                          replay_spec: None})
-            while True:
-                try:
-                    kind, *payload = events.get(timeout=LIVE_EVERY)
-                except queue.Empty:
+            for event in events:
+                if isinstance(event, compare.Tick):
                     yield frame({**live(race), **flushes(last_sent)})
-                    continue
-                if kind == "piece":
-                    lane, piece = payload
-                    if len(piece.audio) and LIVE_AUDIO:
-                        yield frame({**live(race), streams[lane]: compare.piece_wav(piece)})
-                        last_sent[lane] = time.perf_counter()
-                    continue
-                if kind == "error":
-                    if isinstance(payload[0], Cancelled):
-                        return  # stopped: nobody is waiting for an answer
-                    yield from refused(payload[0])
-                    return
-                comparison = payload[0]
-                break
-            jobs.CLOCK.record(time.perf_counter() - started)
-            if comparison.requested_draft:
-                gr.Warning(f"Draft '{comparison.requested_draft}' is not available for this preset; used "
-                           f"'{comparison.draft}'.")
-            try:  # audio, numbers and the headline first; the charts only after them
-                ar_path, spec_path = compare.write_audio_files(comparison)
-                replay = compare.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
-                race.stage = "Both runs done: drawing the charts and the token view"
-                results = {headline: compare.headline(comparison, race), replay_ar: str(replay[0]),
-                           replay_spec: str(replay[1]), ar_audio: str(ar_path), spec_audio: str(spec_path),
-                           stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
-                           details: {**compare.details(comparison), "race": compare.race_details(race)}}
-                yield frame({**live(race), **results})
-                figures = compare.figures(comparison)
-            except Exception as error:  # noqa: BLE001 - a message, never a traceback
-                yield from refused(error)
-                return
-            race.stage = "Done"
-            # The last update holds every value (what an API client's result is); None ends both streams.
-            yield frame({**live(race), **results, tokens: compare.comparison_token_view(comparison),
-                         tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
-                         accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
-                         ar_stream: None, spec_stream: None})
-        finally:
-            closed.set()  # a closed page or a cancel: the decoding thread stops within one round
+                elif isinstance(event, compare.Piece):
+                    if len(event.piece.audio) and LIVE_AUDIO:
+                        yield frame({**live(race), streams[event.lane]: compare.piece_wav(event.piece)})
+                        last_sent[event.lane] = time.perf_counter()
+                elif isinstance(event, compare.Failed):
+                    yield from refused(event.error)
+                elif isinstance(event, compare.Done):
+                    jobs.CLOCK.record(time.perf_counter() - started)
+                    yield from finish(event.comparison, race)
 
     race_run.__signature__ = signature  # the /synthesize parameters
     race_run.__annotations__ = {"request": gr.Request}

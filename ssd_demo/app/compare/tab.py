@@ -14,13 +14,13 @@ import inspect
 import gradio as gr
 
 from .. import compare
-from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Request, Setting
+from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Setting
 from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import PRESENTER_JS, build_race_view, race_handler
+from .race_view import PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
 from ..errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -73,18 +73,6 @@ OUTPUT_NAMES = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "
 #: /synthesize parameters that are not decoding settings: before the settings, and after them.
 LEADING_PARAMETERS = ("text", "preset", "draft")
 TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
-
-
-def _upload_path(upload) -> str | None:
-    """The server-side path of an upload as the unprocessed event sends it (a FileData dict), or None."""
-    if isinstance(upload, dict):
-        return upload.get("path") or None
-    return upload or None
-
-
-def _owner(request: gr.Request | None) -> str | None:
-    """Custom pairs belong to the browser session (an API client's session) that added them."""
-    return getattr(request, "session_hash", None) or None
 
 
 def stop_run(request: gr.Request) -> None:
@@ -244,7 +232,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         values.apply_defaults()
         chosen = values.arguments
         try:
-            request = prepare(chosen)
+            request = compare.admitted_request(chosen, concurrency_id)
             progress = chosen["progress"]
             with jobs.timed_job():
                 comparison = compare.compare(request, progress, should_stop=jobs.stop_check(chosen["request"]))
@@ -256,8 +244,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             return tuple(gr.skip() for _ in outputs)  # stopped: nobody is waiting for an answer
         except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
             raise to_gradio_error(error) from None
-        if comparison.draft != (chosen["draft"] or comparison.draft):
-            gr.Warning(f"Draft '{chosen['draft']}' is not available for this preset; used '{comparison.draft}'.")
+        warn_if_draft_replaced(comparison)
         return (str(ar_path), str(spec_path), compare.stats_markdown(comparison), view,
                 figures["tokens_vs_time"], figures["timing_breakdown"], figures["accepted_length"],
                 figures["acceptance_by_position"], compare.details(comparison), comparison.seed)
@@ -265,27 +252,18 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
     synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
-    def prepare(chosen: dict) -> Request:
-        """Admit the job and build its request from the bound parameters (shared by /synthesize and /race)."""
-        jobs.admit(chosen["request"], concurrency_id)
-        return Request(
-            text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=_owner(chosen["request"]),
-            voice_prompt=compare.voice_upload(_upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
-            **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
-        )
-
-    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, prepare)
+    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id)
 
     def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
         try:
             jobs.admit(request, concurrency_id)
             progress(0.0, desc="Loading the model")
-            chosen = compare.preset_defaults(preset_key, progress=progress, owner=_owner(request))
+            chosen = compare.preset_defaults(preset_key, progress=progress, owner=compare.owner_of(request))
         except Exception as error:  # noqa: BLE001
             raise to_gradio_error(error) from None
         return (
-            compare.preset_markdown(get_preset(chosen.key, _owner(request))),
+            compare.preset_markdown(get_preset(chosen.key, compare.owner_of(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
             gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
             *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
@@ -302,7 +280,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
         """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
         first use; other visitors never see it)."""
-        owner = _owner(request)
+        owner = compare.owner_of(request)
         try:
             added = register_custom_pair(target, draft_ref, codec, owner=owner)
         except Exception as error:  # noqa: BLE001

@@ -1,0 +1,123 @@
+"""The race as a stream of events, for any front end: no Gradio here.
+
+`race_events` runs the race (`run_race`) in a worker thread and yields what happens, in order:
+`Started` when a decoder begins, `Piece` for each audio piece as it is decoded, `Tick` whenever
+`LIVE_EVERY` seconds pass without either (time to redraw the live counters), then `Done` with the
+comparison, or `Failed` with the error. A stopped race (`should_stop`, or the iterator closed early)
+ends without either: nobody is waiting for an answer. Closing the iterator stops the decoding within
+one round.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ...cancellation import Cancelled, StopCheck
+from ...streaming import AudioPiece
+from ...synthesis import SynthesisResult
+from .race import Race, run_race
+from .runner import Comparison
+from .settings import Request
+
+#: How often the live counters are redrawn while nothing else happens (seconds).
+LIVE_EVERY = 0.25
+
+
+@dataclass(frozen=True)
+class Started:
+    """A decoder's run began."""
+
+    lane: str
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a decoder's audio, as soon as it is decoded."""
+
+    lane: str
+    piece: AudioPiece
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Nothing new for `LIVE_EVERY` seconds: the live counters (`race`) may have moved."""
+
+    race: Race
+
+
+@dataclass(frozen=True)
+class Done:
+    """Both runs finished."""
+
+    comparison: Comparison
+    race: Race
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The race could not run or broke off; `error` says why (a `UserError` for what the user can fix)."""
+
+    error: BaseException
+
+
+Event = Started | Piece | Tick | Done | Failed
+
+
+class _Relay:
+    """The pipeline's `LaneSink` for a threaded race: updates the race, and queues what the reader
+    must see in order (starts and pieces; round counts are read from the race on each `Tick`)."""
+
+    def __init__(self, race: Race, events: queue.Queue) -> None:
+        self.race, self.events = race, events
+
+    def started(self, lane: str) -> None:
+        self.race.started(lane)
+        self.events.put(Started(lane))
+
+    def counted(self, lane: str, tokens: int, calls: int) -> None:
+        self.race.counted(lane, tokens, calls)
+
+    def piece(self, lane: str, piece: AudioPiece) -> None:
+        self.race.piece(lane, piece)
+        self.events.put(Piece(lane, piece))
+
+    def finished(self, lane: str, result: SynthesisResult, seconds: float) -> None:
+        self.race.finished(lane, result, seconds)
+
+
+def race_events(request: Request, should_stop: StopCheck | None = None, race: Race | None = None,
+                live_every: float = LIVE_EVERY) -> Iterator[Event]:
+    """Race both decoders on `request` in a worker thread and yield its events (see the module's note).
+
+    `race` is the live state to fill (a fresh one when None); `Tick` and `Done` carry it."""
+    race = race if race is not None else Race()
+    events: queue.Queue = queue.Queue()
+    closed = threading.Event()
+
+    def stop() -> bool:
+        return closed.is_set() or (should_stop is not None and should_stop())
+
+    def work() -> None:  # the decoding runs here; the iterator only relays what it produces
+        try:
+            events.put(Done(run_race(request, race, stop, lanes=_Relay(race, events)), race))
+        except BaseException as error:  # noqa: BLE001 - handed to the reader, which reports it
+            events.put(Failed(error))
+
+    threading.Thread(target=work, name="ssd-race", daemon=True).start()
+    try:
+        while True:
+            try:
+                event = events.get(timeout=live_every)
+            except queue.Empty:
+                yield Tick(race)
+                continue
+            if isinstance(event, Failed) and isinstance(event.error, Cancelled):
+                return  # stopped: nobody is waiting for an answer
+            yield event
+            if isinstance(event, (Done, Failed)):
+                return
+    finally:
+        closed.set()  # a closed page or a cancel: the decoding thread stops within one round

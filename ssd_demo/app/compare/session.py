@@ -1,0 +1,269 @@
+"""One click's pipeline: prepare the request once, then run both decoders and tell the caller as they go.
+
+`prepare` does every step a comparison needs, each once and in this order: load the preset, check the
+text, resolve the seed, the settings, the draft and the voice prompt, split the text into its chunks
+and prompts (the `Script` both runs decode), then, on the machine that decodes, check the GPU memory,
+set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes
+autoregressively and then speculatively with what was prepared and returns the `Comparison`; given a
+`LaneSink` it streams each decoder's audio pieces and round counts to it. `compare` (the `/synthesize`
+path) and the race (`/race`) are both `run(prepare(...))`, one model job at a time (`model_turn`).
+
+On a Hugging Face ZeroGPU Space the models reach a GPU only inside one decorated call, in a worker
+process that nothing can stream out of: there the device steps and both timed runs happen in that one
+call (`decode_job`, on plain picklable data), and a sink is handed each run's pieces afterwards, with
+the times each chunk took (`replayed_pieces`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from ... import model_memory
+from ...cancellation import StopCheck
+from ...config import DecodingConfig
+from ...cpu_threads import cpu_threads_for
+from ...engine.calibration import StepCosts, calibrated_costs, is_calibrated
+from ...presets import MODEL_JOB_LOCK, Preset, load_preset
+from ...results import compare_runs
+from ...streaming import AudioPiece
+from ...synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
+from .runner import Comparison, ProgressFn, load, preferred_device, token_label_for, warm_up
+from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
+
+#: The two runs of a comparison, in the order they decode.
+LANES = ("autoregressive", "speculative")
+
+
+class LaneSink(Protocol):
+    """What a streamed run tells its caller, from the decoding thread, for each lane in turn."""
+
+    def started(self, lane: str) -> None: ...
+
+    def counted(self, lane: str, tokens: int, calls: int) -> None:
+        """After every decoding round: tokens committed and target calls made so far."""
+
+    def piece(self, lane: str, piece: AudioPiece) -> None: ...
+
+    def finished(self, lane: str, result: SynthesisResult, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class Job:
+    """What both runs decode: plain, picklable data (ZeroGPU hands it to its worker process)."""
+
+    preset: str
+    owner: str | None  # whose custom pairs the preset key may name
+    text: str
+    config: DecodingConfig
+    draft: str
+    voice_prompt: VoicePrompt | None
+    script: Script  # the text's chunks and prompts, built once for both runs
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked and resolved once, ready for `run`."""
+
+    preset: Preset
+    synthesizer: Synthesizer
+    job: Job
+    seed: int
+    requested_draft: str | None  # what the request named, when the preset has no such draft
+    costs: StepCosts | None  # this machine's costs; None where the GPU worker measures them (ZeroGPU)
+
+
+def _no_progress(*args, **kwargs) -> None:
+    return None
+
+
+@contextmanager
+def model_turn(progress: ProgressFn) -> Iterator[None]:
+    """One model job at a time (`MODEL_JOB_LOCK`), saying so while another job holds the models."""
+    progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")
+    with MODEL_JOB_LOCK:
+        progress(0.0, desc="Loading the model")
+        yield
+
+
+def prepare(request: Request, progress: ProgressFn | None = None,
+            load_progress: ProgressFn | None = None) -> Prepared:
+    """Load, check and resolve `request`, then get this machine ready for it (unless a GPU worker will).
+
+    `progress(fraction, desc=...)` hears the stages; `load_progress` the loader's own steps. Raises a
+    `UserError` for what the user can change: TextError, InvalidSettingError, UnknownPresetError or
+    ModelLoadError. Call it while holding a `model_turn`."""
+    preset, synthesizer = load(request.preset, load_progress, owner=request.owner)
+    text = check_text(synthesizer, request.text)
+    seed = request_seed(synthesizer, request)
+    config = build_config(synthesizer, request, seed)
+    draft = resolve_draft(preset, synthesizer, request.draft)
+    voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
+    job = Job(preset.key, request.owner, text, config, draft, voice_prompt, synthesizer.script(text, voice_prompt))
+    costs = None
+    if not decodes_in_gpu_worker():
+        job, costs = get_ready(synthesizer, job, progress or _no_progress)
+    return Prepared(preset, synthesizer, job, seed,
+                    requested_draft=request.draft if request.draft and request.draft != draft else None, costs=costs)
+
+
+def get_ready(synthesizer: Synthesizer, job: Job, progress: ProgressFn) -> tuple[Job, StepCosts]:
+    """The device steps: check the GPU memory, set the CPU threads, warm up, and measure this machine's
+    costs; returns the job with adaptive K deciding by those costs, and the costs."""
+    model_memory.check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
+    if synthesizer.device.type == "cpu":
+        # Process-wide, but safe: model jobs run one at a time (`model_turn`).
+        torch.set_num_threads(cpu_threads_for(synthesizer))
+    progress(0.1, desc="Warming up the models (first run only)")
+    warm_up(synthesizer, job.draft)
+    # Measured once per pair: shown next to the measured speedup, and what adaptive K decides with, so
+    # that it drafts nothing where drafting does not pay.
+    draft_model = synthesizer.drafts[job.draft]
+    if not is_calibrated(synthesizer.target, draft_model):
+        progress(0.2, desc="Measuring this machine's draft and verify costs (first run only; up to half a minute "
+                           "on a busy CPU)")
+    costs = calibrated_costs(synthesizer.target, draft_model)
+    if job.config.adaptive_draft_len and job.config.verify_costs is None:
+        job = replace(job, config=job.config.with_(cost_ratio=costs.draft, verify_costs=costs.verify))
+    return job, costs
+
+
+def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: StopCheck | None = None,
+        lanes: LaneSink | None = None) -> Comparison:
+    """Autoregressive, then speculative decoding of the prepared job, back to back on the same text and
+    settings; streamed to `lanes` when given. `should_stop` is asked between chunks and rounds of both
+    runs: `Cancelled` ends the work within one round."""
+    progress = progress or _no_progress
+    if decodes_in_gpu_worker():
+        # Progress and stop checks cannot cross into the GPU worker process; report the stage before it
+        # (a stopped ZeroGPU run ends when its GPU allocation does).
+        follows = "; the audio follows chunk by chunk" if lanes is not None else ""
+        progress(0.2, desc=f"Decoding on the GPU (AR, then speculative){follows}")
+        ar, spec, costs = _decode_on_gpu(prepared.job)
+        if lanes is not None:
+            replay(lanes, ar, spec)
+    else:
+        ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
+        costs = prepared.costs
+    job, synthesizer = prepared.job, prepared.synthesizer
+    return Comparison(
+        preset=prepared.preset.key,
+        draft=job.draft,
+        seed=prepared.seed,
+        # Adaptive K decided with this machine's costs: report them with the settings.
+        config=job.config.with_(cost_ratio=spec.config.cost_ratio, verify_costs=spec.config.verify_costs),
+        ar=ar,
+        spec=spec,
+        report=compare_runs(ar.generation, spec.generation),
+        token_label=token_label_for(synthesizer),
+        costs=costs,
+        requested_draft=prepared.requested_draft,
+        left_out=synthesizer.left_out(job.text),
+    )
+
+
+def compare(request: Request, progress: ProgressFn | None = None, should_stop: StopCheck | None = None) -> Comparison:
+    """Load the preset, validate everything, and run both decoders (every result at once).
+
+    Raises what `prepare` raises, for the UI to show as a message; `Cancelled` when `should_stop` says so."""
+    progress = progress or _no_progress
+    with model_turn(progress):
+        return run(prepare(request, progress, load_progress=progress), progress, should_stop)
+
+
+def decode_both(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should_stop: StopCheck | None = None,
+                lanes: LaneSink | None = None) -> tuple[SynthesisResult, SynthesisResult]:
+    """Both timed runs, AR first; the synthesizer must be ready (`get_ready`)."""
+    progress(0.25, desc="Autoregressive decoding (one target call per token)")
+    ar = _decode(synthesizer, job, "autoregressive", should_stop, lanes)
+    progress(0.6, desc=f"Speculative decoding (draft '{job.draft}', K = {job.config.draft_len})")
+    spec = _decode(synthesizer, job, "speculative", should_stop, lanes)
+    return ar, spec
+
+
+def _decode(synthesizer: Synthesizer, job: Job, lane: str, should_stop: StopCheck | None,
+            lanes: LaneSink | None) -> SynthesisResult:
+    """One lane's run: decoded at once, or streamed piece by piece to `lanes`."""
+    mode = "ar" if lane == "autoregressive" else "speculative"
+    common = dict(mode=mode, config=job.config, draft=job.draft, voice_prompt=job.voice_prompt,
+                  should_stop=should_stop, script=job.script)
+    if lanes is None:
+        return synthesizer.synthesize(job.text, **common)
+    lanes.started(lane)
+    started = time.perf_counter()
+    stream = synthesizer.stream(job.text, **common,
+                                on_progress=lambda tokens, calls: lanes.counted(lane, tokens, calls))
+    for piece in stream:
+        lanes.piece(lane, piece)
+    seconds = time.perf_counter() - started
+    lanes.finished(lane, stream.result, seconds)
+    return stream.result
+
+
+def decode_job(job: Job) -> tuple[SynthesisResult, SynthesisResult, StepCosts]:
+    """Get ready and run both decoders in one call, looking the resident models up by preset key (what
+    ZeroGPU runs in its worker, so that both timed runs share one GPU allocation)."""
+    synthesizer = load_preset(job.preset, device=preferred_device(), owner=job.owner)
+    job, costs = get_ready(synthesizer, job, _no_progress)
+    ar, spec = decode_both(synthesizer, job, _no_progress)
+    return ar, spec, costs
+
+
+def gpu_seconds(job: Job) -> int:
+    """ZeroGPU time to ask for: warm-up + AR + speculative grow with the length limit (the default 60 s
+    would cut off long Llasa-8B runs)."""
+    return int(min(300, 60 + 0.1 * job.config.max_new_tokens))
+
+
+def _zerogpu_decorator() -> Callable | None:
+    """`spaces.GPU` on a Hugging Face ZeroGPU Space, None everywhere else."""
+    try:
+        import spaces  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return spaces.GPU
+
+
+_ZEROGPU = _zerogpu_decorator()
+#: `decode_job` in one GPU allocation on a ZeroGPU Space; None where the models decode in this process.
+_decode_on_gpu: Callable[[Job], tuple[SynthesisResult, SynthesisResult, StepCosts]] | None = (
+    _ZEROGPU(duration=gpu_seconds)(decode_job) if _ZEROGPU is not None else None)
+
+
+def decodes_in_gpu_worker() -> bool:
+    """Whether model work runs in ZeroGPU's worker process (where nothing can stream out of a run)."""
+    return _decode_on_gpu is not None
+
+
+def replay(lanes: LaneSink, ar: SynthesisResult, spec: SynthesisResult) -> None:
+    """Hand decoded-at-once runs to `lanes` as their streams would have: each piece with its counts."""
+    for lane, result in zip(LANES, (ar, spec)):
+        lanes.started(lane)
+        for piece in replayed_pieces(result):
+            lanes.counted(lane, piece.tokens_so_far, piece.target_calls_so_far)
+            lanes.piece(lane, piece)
+        lanes.finished(lane, result, result.total_seconds)
+
+
+def replayed_pieces(result: SynthesisResult) -> list[AudioPiece]:
+    """The pieces a stream of `result` would have yielded, one per chunk and one per pause, each ready
+    when its chunk's LM and codec seconds had passed (what a decoded-at-once run can tell)."""
+    pieces, clock, tokens, calls = [], 0.0, 0, 0
+    for index, chunk in enumerate(result.chunks):
+        clock += chunk.lm_seconds + chunk.codec_seconds
+        tokens, calls = tokens + len(chunk.generation.tokens), calls + chunk.generation.stats.target_calls
+        following = result.chunks[index + 1].start_sample if index + 1 < len(result.chunks) else chunk.end_sample
+        spans = [(chunk.text, chunk.start_sample, chunk.end_sample, chunk.lm_seconds + chunk.codec_seconds),
+                 ("", chunk.end_sample, following, 0.0)]
+        for text, start, end, seconds in spans:
+            if end > start or text:
+                pieces.append(AudioPiece(index=len(pieces), chunk_index=index, text=text,
+                                         audio=result.audio[start:end], sample_rate=result.sample_rate,
+                                         start_sample=start, ready_seconds=clock, processing_seconds=seconds,
+                                         tokens_so_far=tokens, target_calls_so_far=calls))
+    return pieces
