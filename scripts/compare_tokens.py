@@ -21,7 +21,8 @@ Run it on two commits and compare (from the new checkout's root; this script run
 Run both dumps on the same machine with the same Python environment: float rounding differs between
 CPUs and library builds (torch and transformers versions are recorded under "meta", and a mismatch is
 reported). It imports only the public API (DecodingConfig, autoregressive_generate, speculative_generate,
-load_synthesizer, ssd_demo.rules.make_rule). One CPU thread; about a minute on an idle core.
+load_synthesizer, ssd_demo.rules.make_rule) and the app's `compare` for one click (found under either
+layout of the app). One CPU thread; about a minute on an idle core.
 """
 
 from __future__ import annotations
@@ -236,6 +237,22 @@ def voice_cases() -> Iterator[tuple[str, Case]]:
                     yield f"voice/{cache}/text{text_index}/{label}", synthesis_case(out)
 
 
+def app_cases() -> Iterator[tuple[str, Case]]:
+    """The app's own path for one click (load, checks, seed, config, draft, AR then speculative), with
+    adaptive K off: measured costs only steer K when it is on, and timings must not change tokens."""
+    try:
+        from ssd_demo.app.compare import Request, compare
+    except ImportError:  # the layout before the app had its own package
+        from ssd_demo.app_logic import Request, compare
+    for text_index, text in enumerate(VOICE_TEXTS):
+        for draft in (None, "heads"):
+            request = Request(text=text, preset="embedded", draft=draft, seed=VOICE_SEED, adaptive_draft_len=False)
+            comparison = compare(request)
+            label = f"app/text{text_index}/{draft or 'default'}"
+            yield f"{label}/ar", synthesis_case(comparison.ar)
+            yield f"{label}/speculative", synthesis_case(comparison.spec)
+
+
 def synthesis_case(out: Any) -> Case:
     """A SynthesisResult: audio hash and length, and each chunk's tokens and rounds."""
     audio = np.ascontiguousarray(out.audio, dtype=np.float32)
@@ -268,7 +285,7 @@ def generation_case(result: Any) -> Case:
 def collect() -> dict[str, Case]:
     """Every case, by name, in plain JSON types."""
     cases: dict[str, Case] = {}
-    for source in (tiny_cases, voice_cases):
+    for source in (tiny_cases, voice_cases, app_cases):
         started = time.perf_counter()
         for name, case in source():
             if name in cases:
