@@ -10,7 +10,8 @@ from ssd_demo import DecodingConfig, autoregressive_generate, speculative_genera
 from ssd_demo.engine.generate import cached_lm
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
 from ssd_demo.tools.training.heads import evaluate_heads, train_heads_on_sequences
-from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, marginal
+from support.stats import chi_square_p, marginal, sample_count
+from test_exactness import NEW, PROMPT, VOCAB, exact_joint
 from test_forced_tokens import FREE, Markers, SAMPLED, sampled_only
 from test_forced_tokens import VOCAB as FORCED_VOCAB
 from test_forced_tokens import PROMPT as FORCED_PROMPT
@@ -52,7 +53,7 @@ def test_heads_sampling_matches_target_distribution(target, fitted, kind, settin
     heads = fitted if kind == "trained" else random_heads(8)
     config = DecodingConfig(max_new_tokens=NEW, beta=0.0, acceptance="ssd", **settings)
     joint = exact_joint(target, config)
-    runs = [speculative_generate(target, heads, PROMPT, config.with_(seed=seed)) for seed in range(1500)]
+    runs = [speculative_generate(target, heads, PROMPT, config.with_(seed=seed)) for seed in range(sample_count(1500))]
     samples = [tuple(r.tokens) for r in runs]
     assert all(len(s) == NEW for s in samples)
     rate = sum(r.stats.acceptance_rate for r in runs) / len(runs)
@@ -72,7 +73,7 @@ def test_heads_with_forced_tokens_match_target_distribution():
     config = DecodingConfig(max_new_tokens=2 * SAMPLED, beta=0.0, allowed_token_ids=FREE, draft_len=3)
     joint = forced_joint(target, config)
     samples = []
-    for seed in range(1500):
+    for seed in range(sample_count(1500)):
         result = speculative_generate(target, heads, FORCED_PROMPT, config.with_(seed=seed), forced=Markers())
         samples.append(tuple(sampled_only(result.tokens)[:SAMPLED]))
     for positions in (slice(0, 2), slice(2, 4)):
