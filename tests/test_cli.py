@@ -15,6 +15,7 @@ needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), rea
 
 
 @needs_voice
+@pytest.mark.slow
 def test_synth_writes_int16_wav(tmp_path, capsys):
     out = tmp_path / "hello.wav"
     code = main(["synth", "Good morning to you.", "--out", str(out), "--mode", "speculative",
@@ -26,6 +27,7 @@ def test_synth_writes_int16_wav(tmp_path, capsys):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     text = tmp_path / "story.txt"
     text.write_text("The first sentence is short. The second one, which is a little longer, follows it!\n",
@@ -73,6 +75,7 @@ def test_a_text_file_that_is_not_utf8_is_named_in_the_error(tmp_path, capsys):
     assert "latin1.txt is not UTF-8 text" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_bench_on_local_models(tmp_path, capsys):
     target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
     tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
@@ -95,6 +98,7 @@ def test_bench_on_local_models(tmp_path, capsys):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
     assert main(["eval", "--per-bucket", "1", "--buckets", "3-8 words,9-15 words", "--betas", "0",
@@ -126,6 +130,7 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sweep"
     monkeypatch.chdir(tmp_path)  # where a default docs path would land
@@ -145,6 +150,7 @@ def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## App: one click on the embedded voice\nold numbers\n")
@@ -179,6 +185,7 @@ def test_help_and_unknown_command(capsys):
     assert "synth" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_top_level_help_and_the_package_import_leave_torch_unloaded():
     # `python -m ssd_demo --help` should answer at once: the package's public names load on first use.
     import subprocess

@@ -181,6 +181,7 @@ def test_both_decoders_speak_through_token2wav(synth, mode):
     assert np.isfinite(result.audio).all() and np.abs(result.audio).max() <= HIFT.audio_limit
 
 
+@pytest.mark.slow
 def test_greedy_speculative_equals_greedy_autoregressive_end_to_end(synth):
     ar = synth.synthesize("the mat", mode="ar", config=synth.config(temperature=0.0))
     spec = synth.synthesize("the mat", mode="speculative", config=synth.config(temperature=0.0))
@@ -230,6 +231,7 @@ def test_the_preset_loads_from_a_populated_offline_cache(folder, tmp_path, monke
         loading.load_from_hub("cpu")
 
 
+@pytest.mark.slow
 def test_a_trained_draft_replaces_only_what_it_holds(folder, tmp_path):
     from safetensors.torch import save_file
     from ssd_demo.backends.cosyvoice2.loading import trained_draft_state

@@ -156,6 +156,7 @@ def ras_joint(model, ras: RepetitionAwareSampling | None) -> dict[tuple[int, ...
     return {s: float(p) for s, p in zip(sequences, picked.double().prod(dim=-1))}
 
 
+@pytest.mark.stats
 def test_speculative_decoding_with_ras_is_exact_on_the_speech_lm():
     target = tiny_speech_lm(seed=5, layers=2, init=0.6)
     draft = layer_draft(target, bottom=1, top=0)

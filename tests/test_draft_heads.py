@@ -49,6 +49,7 @@ def fitted(target):
     ("trained", dict(temperature=1.0, draft_len=4)),
     ("trained", dict(temperature=1.3, top_p=0.8, draft_len=4, allowed_token_ids=[0, 1, 3])),
 ])
+@pytest.mark.stats
 def test_heads_sampling_matches_target_distribution(target, fitted, kind, settings):
     heads = fitted if kind == "trained" else random_heads(8)
     config = DecodingConfig(max_new_tokens=NEW, beta=0.0, acceptance="ssd", **settings)
@@ -67,6 +68,7 @@ def test_heads_sampling_matches_target_distribution(target, fitted, kind, settin
         assert p > 1e-3, f"{kind} heads, tokens {positions}: output differs from the target (p={p:.2e})"
 
 
+@pytest.mark.stats
 def test_heads_with_forced_tokens_match_target_distribution():
     target = tiny_llama(seed=1, vocab=FORCED_VOCAB, init=0.2)
     heads = random_heads(8, seed=9)
@@ -172,6 +174,7 @@ def test_the_shipped_heads_were_trained_on_the_shipped_target():
     assert heads.made_for == target_fingerprint(target)
 
 
+@pytest.mark.train
 def test_training_raises_the_heads_expected_acceptance(target):
     sequences = [PROMPT[0].tolist() + autoregressive_generate(
         target, PROMPT, DecodingConfig(max_new_tokens=12, temperature=1.0, seed=s)).tokens for s in range(64)]

@@ -50,6 +50,7 @@ def test_assets_load_with_all_three_drafts(synth):
     assert synth.target.config.num_hidden_layers >= 4 * synth.drafts["distilled"].config.num_hidden_layers
 
 
+@pytest.mark.slow
 def test_unseen_sentence_autoregressive(synth):
     assert UNSEEN not in build_corpus()
     result = synth.synthesize(UNSEEN, mode="ar", config=_config(synth, seed=1))
@@ -59,6 +60,7 @@ def test_unseen_sentence_autoregressive(synth):
 
 
 @pytest.mark.parametrize("draft", ["distilled", "layers"])
+@pytest.mark.slow
 def test_unseen_sentence_speculative(synth, draft):
     result = synth.synthesize(UNSEEN, mode="speculative", config=_config(synth, seed=2), draft=draft)
     _assert_speech(result)
@@ -81,6 +83,7 @@ def test_bad_inputs_raise_text_error(synth, bad):
         synth.synthesize(bad, mode="ar", config=_config(synth))
 
 
+@pytest.mark.slow
 def test_text_that_would_take_too_many_chunks_is_refused_before_decoding(synth):
     # 2,990 characters of digits are read digit by digit: far more to say than 3,000 characters of prose
     with pytest.raises(TextError, match="chunks to speak"):
@@ -97,6 +100,7 @@ PARAGRAPH = (
 
 
 @pytest.mark.parametrize("mode", ["ar", "speculative"])
+@pytest.mark.slow
 def test_a_paragraph_is_spoken_whole_in_chunks(synth, mode):
     assert len(PARAGRAPH) > 450
     result = synth.synthesize(PARAGRAPH, mode=mode, config=synth.config(seed=3))
@@ -160,6 +164,7 @@ def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
         synthesize_fastest(synth, "Good night.", 2, mode="ar", config=_config(synth, seed=None))
 
 
+@pytest.mark.slow
 def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kernel(synth, monkeypatch):
     # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
     # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.

@@ -21,6 +21,8 @@ from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scor
 from support.stats import chi_square_p, marginal, sample_count
 from tiny_models import tiny_llama
 
+pytestmark = pytest.mark.stats
+
 VOCAB = 4
 NEW = 6
 PROMPT = torch.tensor([[1, 2, 0]])

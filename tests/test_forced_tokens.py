@@ -98,6 +98,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.stats
 def test_speculative_with_forced_tokens_matches_target_distribution(case):
     kind, settings = CASES[case]
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
@@ -121,6 +122,7 @@ def test_speculative_with_forced_tokens_matches_target_distribution(case):
             assert chi_square_p(picked, marginal(draft_joint, positions)) < 1e-6, "test has no power"
 
 
+@pytest.mark.stats
 def test_autoregressive_with_forced_tokens_matches_target_distribution():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     config = DecodingConfig(max_new_tokens=2 * SAMPLED, temperature=1.0, allowed_token_ids=FREE)

@@ -34,6 +34,7 @@ def cluster_of(token: int) -> int:
     return token // 2
 
 
+@pytest.mark.slow
 def test_groups_are_sparse_symmetric_and_scale():
     target = clustered_target()
     groups = build_groups(target.get_input_embeddings().weight, 0.9)
@@ -58,6 +59,7 @@ def test_pcg_with_theta_above_one_is_exact_speculative_sampling():
         assert pcg.tokens == exact.tokens
 
 
+@pytest.mark.stats
 def test_pcg_is_exact_at_group_level():
     target = clustered_target()
     draft = tiny_llama(seed=33, vocab=VOCAB, width=16, init=0.2)
@@ -204,6 +206,7 @@ def test_probes_back_off_while_no_k_pays():
     assert gaps == sorted(gaps) and gaps[-1] <= PROBE_MAX_EVERY + 1 and gaps[-1] > 4 * PROBE_EVERY
 
 
+@pytest.mark.slow
 def test_costs_are_measured_on_this_machine_and_cached():
     from ssd_demo.engine.calibration import calibrated_costs, measure_costs
 

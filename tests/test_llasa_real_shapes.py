@@ -99,6 +99,7 @@ def test_default_codec_config_has_the_pinned_checkpoints_tensors():
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "modules"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("size", SIZES)
+@pytest.mark.slow
 def test_lean_forward_matches_transformers_on_real_shapes(size, dtype, pack):
     model = build_config_true_llama(size, seed=1).to(dtype)
     config, real = model.config, LLASA_CONFIGS[size]
@@ -137,6 +138,7 @@ def test_tokenizer_layout_is_llasas(tokenizer):
 
 
 @pytest.mark.parametrize("target", ["3B", "8B"])
+@pytest.mark.slow
 def test_llasa_1b_drafts_for_the_larger_sizes(family, target):
     synth = load_llasa_pair(
         str(family.sizes[target]), str(family.sizes["1B"]), codec_ref=str(family.codec), options=CPU

@@ -45,6 +45,7 @@ def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareS
 
 
 @pytest.mark.parametrize("prefix", [[], [0], [0, 1], [2, 2, 0, 1], [0, 0, 1, 0]])
+@pytest.mark.stats
 def test_the_distribution_is_what_the_official_procedure_draws(prefix):
     scores = torch.tensor([1.2, 0.9, 0.1, 0.6])
     expected = RAS(scores[None], [prefix])[0]
@@ -86,6 +87,7 @@ def ras_joint(model) -> dict[tuple[int, ...], float]:
 
 
 @pytest.mark.parametrize("kind", ["unrelated", "related"])
+@pytest.mark.stats
 def test_speculative_sampling_with_ras_matches_the_target(kind):
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     draft = make_draft(kind)
@@ -104,6 +106,7 @@ def test_speculative_sampling_with_ras_matches_the_target(kind):
         assert chi_square_p(picked, marginal(plain, positions)) < 1e-6, "test has no power"
 
 
+@pytest.mark.stats
 def test_autoregressive_sampling_with_ras_matches_the_target():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     config = DecodingConfig(max_new_tokens=NEW)

@@ -252,6 +252,7 @@ def _embedded_or_skip():
         pytest.skip(f"the embedded voice's assets are incomplete: {error}")
 
 
+@pytest.mark.slow
 def test_embedded_voice_compares_end_to_end(tmp_path):
     synthesizer = _embedded_or_skip()
     result = app_logic.compare(Request(text="The cat sat on the mat.", preset="embedded", seed=1))
@@ -291,6 +292,7 @@ def test_example_texts_are_short_enough_for_every_voice():
     assert all(0 < len(text) <= 120 for text in examples)  # the toy voice's limit, the smallest here
 
 
+@pytest.mark.slow
 def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
     cut = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=7, max_new_tokens=1))
     reasons = [run.generation.stats.finish_reason for run in (cut.ar, cut.spec)]
