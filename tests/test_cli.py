@@ -15,7 +15,6 @@ needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), rea
 
 
 @needs_voice
-@pytest.mark.slow
 def test_synth_writes_int16_wav(tmp_path, capsys):
     out = tmp_path / "hello.wav"
     code = main(["synth", "Good morning to you.", "--out", str(out), "--mode", "speculative",
@@ -27,7 +26,6 @@ def test_synth_writes_int16_wav(tmp_path, capsys):
 
 
 @needs_voice
-@pytest.mark.slow
 def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     text = tmp_path / "story.txt"
     text.write_text("The first sentence is short. The second one, which is a little longer, follows it!\n",
@@ -75,7 +73,6 @@ def test_a_text_file_that_is_not_utf8_is_named_in_the_error(tmp_path, capsys):
     assert "latin1.txt is not UTF-8 text" in err and "Traceback" not in err
 
 
-@pytest.mark.slow
 def test_bench_on_local_models(tmp_path, capsys):
     target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
     tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)

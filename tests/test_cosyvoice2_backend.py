@@ -231,7 +231,6 @@ def test_the_preset_loads_from_a_populated_offline_cache(folder, tmp_path, monke
         loading.load_from_hub("cpu")
 
 
-@pytest.mark.slow
 def test_a_trained_draft_replaces_only_what_it_holds(folder, tmp_path):
     from safetensors.torch import save_file
     from ssd_demo.backends.cosyvoice2.loading import trained_draft_state

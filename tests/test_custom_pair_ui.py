@@ -27,7 +27,6 @@ def test_voice_prompt_from_an_upload():
         app_logic.voice_prompt_from_upload(None, "words")
 
 
-@pytest.mark.slow
 def test_custom_pair_becomes_a_preset_and_clones_a_voice(family):
     preset = presets.register_custom_pair(str(family.target), str(family.draft), str(family.codec))
     try:

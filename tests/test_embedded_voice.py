@@ -60,7 +60,6 @@ def test_unseen_sentence_autoregressive(synth):
 
 
 @pytest.mark.parametrize("draft", ["distilled", "layers"])
-@pytest.mark.slow
 def test_unseen_sentence_speculative(synth, draft):
     result = synth.synthesize(UNSEEN, mode="speculative", config=_config(synth, seed=2), draft=draft)
     _assert_speech(result)
@@ -164,7 +163,6 @@ def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
         synthesize_fastest(synth, "Good night.", 2, mode="ar", config=_config(synth, seed=None))
 
 
-@pytest.mark.slow
 def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kernel(synth, monkeypatch):
     # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
     # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.

@@ -206,7 +206,6 @@ def test_probes_back_off_while_no_k_pays():
     assert gaps == sorted(gaps) and gaps[-1] <= PROBE_MAX_EVERY + 1 and gaps[-1] > 4 * PROBE_EVERY
 
 
-@pytest.mark.slow
 def test_costs_are_measured_on_this_machine_and_cached():
     from ssd_demo.engine.calibration import calibrated_costs, measure_costs
 

@@ -198,7 +198,6 @@ def test_build_event_defaults_to_the_model_group(tmp_path):
     assert handler(build(tmp_path), "listening_build_set").concurrency_id == "model"
 
 
-@pytest.mark.slow
 def test_building_on_a_space_needs_a_results_token(tmp_path, monkeypatch):
     with pytest.raises(ListeningError, match="SSD_DEMO_RESULTS_TOKEN"):
         check_build_allowed({"SPACE_ID": "user/demo"})

@@ -165,7 +165,6 @@ def test_results_note_that_mos_intervals_ignore_rater_clustering():
     assert MOS_NOTE not in summary_markdown(no_scores)
 
 
-@pytest.mark.slow
 def test_model_free_modules_do_not_import_gradio():
     import subprocess
     import sys

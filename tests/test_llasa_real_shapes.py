@@ -99,7 +99,6 @@ def test_default_codec_config_has_the_pinned_checkpoints_tensors():
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "modules"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.slow
 def test_lean_forward_matches_transformers_on_real_shapes(size, dtype, pack):
     model = build_config_true_llama(size, seed=1).to(dtype)
     config, real = model.config, LLASA_CONFIGS[size]

@@ -292,7 +292,6 @@ def test_example_texts_are_short_enough_for_every_voice():
     assert all(0 < len(text) <= 120 for text in examples)  # the toy voice's limit, the smallest here
 
 
-@pytest.mark.slow
 def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
     cut = app_logic.compare(Request(text=TEXT, preset=TOY_KEY, seed=7, max_new_tokens=1))
     reasons = [run.generation.stats.finish_reason for run in (cut.ar, cut.spec)]
