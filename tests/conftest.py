@@ -26,3 +26,15 @@ def _one_torch_thread():
     """Every test starts on one thread, whatever an earlier test (or the app's thread policy) set."""
     torch.set_num_threads(1)
     yield
+
+
+#: Kinds of test left out of the quick run: a test of one of these kinds is also `slow`, so that
+#: `pytest -m "not slow"` leaves it out; test files only say which kind they are.
+SLOW_KINDS = ("stats", "server", "browser", "train")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects, so that "not slow" sees the added mark
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("slow") is None and any(item.get_closest_marker(kind) for kind in SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)

@@ -15,6 +15,8 @@ from ssd_demo.engine.generate import autoregressive_generate, speculative_genera
 from ssd_demo.presets import load_preset
 from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
 
+pytestmark = pytest.mark.server
+
 OUTPUTS = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "breakdown", "accepted_length",
            "by_position", "details", "seed_used")
 

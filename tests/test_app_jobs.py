@@ -72,6 +72,7 @@ def _client(url: str) -> Client:
     return Client(url, download_files=False, verbose=False, ssl_verify=False)
 
 
+@pytest.mark.server
 def test_a_synthesis_flood_leaves_a_raters_votes_all_accepted(app):
     url, data = app
     # The flood: 200 REST submissions as fast as one client can post them (no waiting for results),
@@ -116,6 +117,7 @@ def test_a_synthesis_flood_leaves_a_raters_votes_all_accepted(app):
     assert outcomes["busy"] >= 150 and outcomes["complete"] >= 1, outcomes
 
 
+@pytest.mark.server
 def test_stop_exists_and_a_cancelled_run_frees_the_model_within_a_round(app, target_calls):
     url, _ = app
     api = _client(url)
@@ -219,6 +221,7 @@ def test_an_hour_long_voice_prompt_is_refused_from_its_header(tmp_path):
         read_voice_upload(VoiceUpload(str(text), "words"))
 
 
+@pytest.mark.server
 def test_a_voice_prompt_for_a_voice_that_takes_none_is_refused_before_reading(app, tmp_path):
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
@@ -231,6 +234,7 @@ def test_a_voice_prompt_for_a_voice_that_takes_none_is_refused_before_reading(ap
                              voice_transcript="hello", api_name="/synthesize")
 
 
+@pytest.mark.server
 def test_custom_pairs_belong_to_the_session_that_added_them(app, monkeypatch):
     from gradio_client.exceptions import AppError
 
@@ -268,6 +272,7 @@ def test_custom_pairs_belong_to_the_session_that_added_them(app, monkeypatch):
     assert keys[-1] in [p.key for p in presets.list_presets(owner=alice.session_hash)]
 
 
+@pytest.mark.server
 def test_with_local_folders_off_every_path_gets_the_same_refusal(app, monkeypatch, tmp_path):
     from gradio_client.exceptions import AppError
 
@@ -302,6 +307,7 @@ def test_a_pair_that_fails_its_checks_never_evicts_the_resident_one():
         presets._REGISTRY.pop("custom-broken", None)
 
 
+@pytest.mark.server
 def test_a_made_up_forwarded_address_does_not_open_more_slots(app):
     url, _ = app
     parameters = _client(url).view_api(print_info=False, return_format="dict")["named_endpoints"]["/synthesize"]

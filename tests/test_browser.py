@@ -15,9 +15,10 @@ from toy_backend import TOY_KEY, register_toy_preset
 
 from browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium); CI installs it"
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium); CI installs it"),
+]
 
 
 EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"

@@ -192,6 +192,7 @@ def test_empty_runs_still_give_labelled_figures():
         _assert_readable(figure)
 
 
+@pytest.mark.slow
 def test_charts_module_does_not_import_gradio():
     code = "import sys, ssd_demo.app.compare.charts; sys.exit(1 if 'gradio' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

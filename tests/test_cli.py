@@ -95,6 +95,7 @@ def test_bench_on_local_models(tmp_path, capsys):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
     assert main(["eval", "--per-bucket", "1", "--buckets", "3-8 words,9-15 words", "--betas", "0",
@@ -126,6 +127,7 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
     out = tmp_path / "sweep"
     monkeypatch.chdir(tmp_path)  # where a default docs path would land
@@ -145,6 +147,7 @@ def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
 
 
 @needs_voice
+@pytest.mark.slow
 def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## App: one click on the embedded voice\nold numbers\n")
@@ -179,6 +182,7 @@ def test_help_and_unknown_command(capsys):
     assert "synth" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_top_level_help_and_the_package_import_leave_torch_unloaded():
     # `python -m ssd_demo --help` should answer at once: the package's public names load on first use.
     import subprocess

@@ -13,6 +13,8 @@ from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
 from ssd_demo.presets import Preset, register
 from test_cosyvoice2_backend import FLOW, HIFT, SPEECH, FakeEncoders, build_tiny_checkpoint, default_voice
 
+pytestmark = pytest.mark.server
+
 KEY = "cosyvoice2-tiny"
 OUTPUTS = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "breakdown", "accepted_length",
            "by_position", "details", "seed_used")

@@ -181,6 +181,7 @@ def test_both_decoders_speak_through_token2wav(synth, mode):
     assert np.isfinite(result.audio).all() and np.abs(result.audio).max() <= HIFT.audio_limit
 
 
+@pytest.mark.slow
 def test_greedy_speculative_equals_greedy_autoregressive_end_to_end(synth):
     ar = synth.synthesize("the mat", mode="ar", config=synth.config(temperature=0.0))
     spec = synth.synthesize("the mat", mode="speculative", config=synth.config(temperature=0.0))

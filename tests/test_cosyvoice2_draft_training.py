@@ -35,6 +35,7 @@ def smoke_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.train
 def test_smoke_run_raises_held_out_acceptance_and_writes_everything(smoke_run):
     for name in (recipe.GENERATIONS_FILE, recipe.CHECKPOINT_FILE, recipe.DRAFT_FILE, recipe.SUMMARY_FILE):
         assert (smoke_run / name).is_file(), name
@@ -51,6 +52,7 @@ def test_smoke_run_raises_held_out_acceptance_and_writes_everything(smoke_run):
     assert report["training"]["final_loss"] < report["training"]["losses"][0][1]
 
 
+@pytest.mark.train
 def test_the_export_is_the_layer_draft_with_only_the_trained_tensors_changed(smoke_run):
     target = recipe.smoke_target().model
     shell = layer_draft(target, 2, 6)
@@ -69,6 +71,7 @@ def test_the_export_is_the_layer_draft_with_only_the_trained_tensors_changed(smo
     assert again == _report(smoke_run)["acceptance"]["after"]
 
 
+@pytest.mark.train
 def test_an_interrupted_run_continues_to_the_same_draft(tmp_path):
     small = ("--smoke", "--num-texts", "16", "--held-out", "4", "--checkpoint-every", "1")
     first, fresh = tmp_path / "interrupted", tmp_path / "fresh"
@@ -109,6 +112,7 @@ def test_generation_follows_the_official_prompt_and_length_rules():
     assert (ras.top_p, ras.top_k, ras.win_size, ras.tau_r, ras.min_len) == (0.8, 25, 10, 0.1, 6)
 
 
+@pytest.mark.train
 def test_a_checkpoint_folder_trains_and_its_draft_loads_into_the_synthesizer(tmp_path, folder):  # noqa: F811
     texts = tmp_path / "texts.txt"
     texts.write_text("a cat sat\n\nthe mat\na dog ran\n  a   cat sat  \nthe sun is up\none more\n")
@@ -126,6 +130,7 @@ def test_a_checkpoint_folder_trains_and_its_draft_loads_into_the_synthesizer(tmp
     assert result.generation.tokens
 
 
+@pytest.mark.train
 def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
     with pytest.raises(ValueError, match="cosyvoice2"):
         recipe.main(_args(tmp_path, "--smoke", "--preset", "llasa"))

@@ -10,7 +10,8 @@ from ssd_demo import DecodingConfig, autoregressive_generate, speculative_genera
 from ssd_demo.engine.kv import cached_lm
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
 from ssd_demo.tools.training.heads import evaluate_heads, train_heads_on_sequences
-from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, marginal
+from support.stats import chi_square_p, marginal, sample_count
+from test_exactness import NEW, PROMPT, VOCAB, exact_joint
 from test_forced_tokens import FREE, Markers, SAMPLED, sampled_only
 from test_forced_tokens import VOCAB as FORCED_VOCAB
 from test_forced_tokens import PROMPT as FORCED_PROMPT
@@ -48,11 +49,12 @@ def fitted(target):
     ("trained", dict(temperature=1.0, draft_len=4)),
     ("trained", dict(temperature=1.3, top_p=0.8, draft_len=4, allowed_token_ids=[0, 1, 3])),
 ])
+@pytest.mark.stats
 def test_heads_sampling_matches_target_distribution(target, fitted, kind, settings):
     heads = fitted if kind == "trained" else random_heads(8)
     config = DecodingConfig(max_new_tokens=NEW, beta=0.0, acceptance="ssd", **settings)
     joint = exact_joint(target, config)
-    runs = [speculative_generate(target, heads, PROMPT, config.with_(seed=seed)) for seed in range(1500)]
+    runs = [speculative_generate(target, heads, PROMPT, config.with_(seed=seed)) for seed in range(sample_count(1500))]
     samples = [tuple(r.tokens) for r in runs]
     assert all(len(s) == NEW for s in samples)
     rate = sum(r.stats.acceptance_rate for r in runs) / len(runs)
@@ -66,13 +68,14 @@ def test_heads_sampling_matches_target_distribution(target, fitted, kind, settin
         assert p > 1e-3, f"{kind} heads, tokens {positions}: output differs from the target (p={p:.2e})"
 
 
+@pytest.mark.stats
 def test_heads_with_forced_tokens_match_target_distribution():
     target = tiny_llama(seed=1, vocab=FORCED_VOCAB, init=0.2)
     heads = random_heads(8, seed=9)
     config = DecodingConfig(max_new_tokens=2 * SAMPLED, beta=0.0, allowed_token_ids=FREE, draft_len=3)
     joint = forced_joint(target, config)
     samples = []
-    for seed in range(1500):
+    for seed in range(sample_count(1500)):
         result = speculative_generate(target, heads, FORCED_PROMPT, config.with_(seed=seed), forced=Markers())
         samples.append(tuple(sampled_only(result.tokens)[:SAMPLED]))
     for positions in (slice(0, 2), slice(2, 4)):
@@ -171,6 +174,7 @@ def test_the_shipped_heads_were_trained_on_the_shipped_target():
     assert heads.made_for == target_fingerprint(target)
 
 
+@pytest.mark.train
 def test_training_raises_the_heads_expected_acceptance(target):
     sequences = [PROMPT[0].tolist() + autoregressive_generate(
         target, PROMPT, DecodingConfig(max_new_tokens=12, temperature=1.0, seed=s)).tokens for s in range(64)]

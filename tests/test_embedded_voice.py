@@ -50,6 +50,7 @@ def test_assets_load_with_all_three_drafts(synth):
     assert synth.target.config.num_hidden_layers >= 4 * synth.drafts["distilled"].config.num_hidden_layers
 
 
+@pytest.mark.slow
 def test_unseen_sentence_autoregressive(synth):
     assert UNSEEN not in build_corpus()
     result = synth.synthesize(UNSEEN, mode="ar", config=_config(synth, seed=1))
@@ -81,6 +82,7 @@ def test_bad_inputs_raise_text_error(synth, bad):
         synth.synthesize(bad, mode="ar", config=_config(synth))
 
 
+@pytest.mark.slow
 def test_text_that_would_take_too_many_chunks_is_refused_before_decoding(synth):
     # 2,990 characters of digits are read digit by digit: far more to say than 3,000 characters of prose
     with pytest.raises(TextError, match="chunks to speak"):
@@ -97,6 +99,7 @@ PARAGRAPH = (
 
 
 @pytest.mark.parametrize("mode", ["ar", "speculative"])
+@pytest.mark.slow
 def test_a_paragraph_is_spoken_whole_in_chunks(synth, mode):
     assert len(PARAGRAPH) > 450
     result = synth.synthesize(PARAGRAPH, mode=mode, config=synth.config(seed=3))

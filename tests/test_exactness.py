@@ -15,11 +15,13 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores
+from support.stats import chi_square_p, marginal, sample_count
 from tiny_models import tiny_llama
+
+pytestmark = pytest.mark.stats
 
 VOCAB = 4
 NEW = 6
@@ -37,39 +39,6 @@ def exact_joint(model, config: DecodingConfig) -> dict[tuple[int, ...], float]:
     token_probs = probs.gather(-1, sequences[..., None])[..., 0].double()
     joint = token_probs.prod(dim=-1)
     return {tuple(s): float(p) for s, p in zip(sequences.tolist(), joint)}
-
-
-def marginal(joint: dict, positions: slice) -> dict:
-    out: dict = {}
-    for seq, p in joint.items():
-        key = seq[positions]
-        out[key] = out.get(key, 0.0) + p
-    return out
-
-
-def chi_square_p(samples: list[tuple[int, ...]], expected: dict) -> float:
-    """Goodness of fit; cells expected below 5 counts are pooled so the test stays valid."""
-    n = len(samples)
-    counts: dict = {}
-    for s in samples:
-        counts[s] = counts.get(s, 0) + 1
-    observed, wanted, pool_obs, pool_exp = [], [], 0, 0.0
-    for key, p in expected.items():
-        if p * n >= 5:
-            observed.append(counts.get(key, 0))
-            wanted.append(p * n)
-        else:
-            pool_obs += counts.get(key, 0)
-            pool_exp += p * n
-    pool_obs += sum(c for key, c in counts.items() if key not in expected)
-    if pool_exp == 0 and pool_obs > 0:
-        return 0.0  # an outcome the target gives probability zero was produced
-    if pool_exp > 0:
-        observed.append(pool_obs)
-        wanted.append(pool_exp)
-    observed, wanted = np.array(observed, dtype=float), np.array(wanted)
-    wanted *= observed.sum() / wanted.sum()
-    return float(chisquare(observed, wanted).pvalue)
 
 
 CASES = {
@@ -106,7 +75,8 @@ def test_speculative_sampling_matches_target_distribution(case):
     config = DecodingConfig(max_new_tokens=NEW, beta=0.0, acceptance="ssd", **settings)
     target_joint = exact_joint(target, config)
     draft_joint = exact_joint(draft, config)
-    runs = [speculative_generate(target, draft, PROMPT, config.with_(seed=seed)) for seed in range(1500)]
+    runs = [speculative_generate(target, draft, PROMPT, config.with_(seed=seed))
+            for seed in range(sample_count(1500, minimum=300))]  # fewer: the power check weakens
     samples = [tuple(r.tokens) for r in runs]
     assert all(len(s) == NEW for s in samples)
     alpha = np.mean([r.stats.acceptance_rate for r in runs])
@@ -125,5 +95,6 @@ def test_autoregressive_sampling_matches_target_distribution():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     config = DecodingConfig(max_new_tokens=3, temperature=0.9, top_p=0.9)
     expected = marginal(exact_joint(target, config.with_(max_new_tokens=NEW)), slice(0, 3))
-    samples = [tuple(autoregressive_generate(target, PROMPT, config.with_(seed=s)).tokens) for s in range(1000)]
+    samples = [tuple(autoregressive_generate(target, PROMPT, config.with_(seed=s)).tokens)
+               for s in range(sample_count(1000))]
     assert chi_square_p(samples, expected) > 1e-3

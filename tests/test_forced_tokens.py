@@ -15,7 +15,7 @@ import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores
-from test_exactness import chi_square_p, marginal
+from support.stats import chi_square_p, marginal, sample_count
 from tiny_models import tiny_llama
 
 VOCAB = 5
@@ -98,6 +98,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.stats
 def test_speculative_with_forced_tokens_matches_target_distribution(case):
     kind, settings = CASES[case]
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
@@ -106,7 +107,7 @@ def test_speculative_with_forced_tokens_matches_target_distribution(case):
     target_joint = exact_joint(target, config)
     draft_joint = exact_joint(draft, config)
     samples = []
-    for seed in range(1500):
+    for seed in range(sample_count(1500)):
         result = speculative_generate(target, draft, PROMPT, config.with_(seed=seed), forced=Markers())
         sampled = sampled_only(result.tokens)
         assert result.stats.forced_tokens == len(result.tokens) - len(sampled) == sum(len(r.forced) for r in result.steps)
@@ -121,12 +122,13 @@ def test_speculative_with_forced_tokens_matches_target_distribution(case):
             assert chi_square_p(picked, marginal(draft_joint, positions)) < 1e-6, "test has no power"
 
 
+@pytest.mark.stats
 def test_autoregressive_with_forced_tokens_matches_target_distribution():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     config = DecodingConfig(max_new_tokens=2 * SAMPLED, temperature=1.0, allowed_token_ids=FREE)
     expected = marginal(exact_joint(target, config), slice(0, 3))
     samples = []
-    for seed in range(1000):
+    for seed in range(sample_count(1000)):
         tokens = autoregressive_generate(target, PROMPT, config.with_(seed=seed), forced=Markers()).tokens
         samples.append(tuple(sampled_only(tokens)[:3]))
     assert chi_square_p(samples, expected) > 1e-3

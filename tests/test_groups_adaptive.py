@@ -9,7 +9,7 @@ import torch
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.rules import build_groups
 from ssd_demo.engine.sampling import probabilities, processed_scores
-from test_exactness import chi_square_p
+from support.stats import chi_square_p, sample_count
 from tiny_models import tiny_llama
 
 VOCAB = 8
@@ -34,6 +34,7 @@ def cluster_of(token: int) -> int:
     return token // 2
 
 
+@pytest.mark.slow
 def test_groups_are_sparse_symmetric_and_scale():
     target = clustered_target()
     groups = build_groups(target.get_input_embeddings().weight, 0.9)
@@ -58,11 +59,12 @@ def test_pcg_with_theta_above_one_is_exact_speculative_sampling():
         assert pcg.tokens == exact.tokens
 
 
+@pytest.mark.stats
 def test_pcg_is_exact_at_group_level():
     target = clustered_target()
     draft = tiny_llama(seed=33, vocab=VOCAB, width=16, init=0.2)
     config = DecodingConfig(draft_len=2, max_new_tokens=2, temperature=1.0, acceptance="pcg", pcg_theta=0.9)
-    runs = [speculative_generate(target, draft, PROMPT, config.with_(seed=s)) for s in range(1500)]
+    runs = [speculative_generate(target, draft, PROMPT, config.with_(seed=s)) for s in range(sample_count(1500))]
     samples = [r.tokens for r in runs]
     pcg_acceptance = np.mean([r.stats.acceptance_rate for r in runs])
     with torch.no_grad():
@@ -85,7 +87,7 @@ def test_pcg_is_exact_at_group_level():
     # keeps more draft tokens than exact acceptance does.
     exact_acceptance = np.mean([
         speculative_generate(target, draft, PROMPT, config.with_(acceptance="exact", seed=s)).stats.acceptance_rate
-        for s in range(300)
+        for s in range(sample_count(300))
     ])
     assert pcg_acceptance > exact_acceptance
 

@@ -70,6 +70,7 @@ def data(tmp_path, monkeypatch):
     return make_data(tmp_path / "data")
 
 
+@pytest.mark.server
 def test_twenty_concurrent_raters_store_exactly_500_votes(data):
     def rater(k: int) -> dict[str, tuple]:
         api = client(url)
@@ -102,6 +103,7 @@ def test_twenty_concurrent_raters_store_exactly_500_votes(data):
     assert len(per_session) == 20 and all(indices == set(range(25)) for indices in per_session.values())
 
 
+@pytest.mark.server
 def test_repeated_submission_stores_once_and_changes_are_refused(data):
     with serve(data) as url:
         api = client(url)
@@ -120,6 +122,7 @@ def test_repeated_submission_stores_once_and_changes_are_refused(data):
     )
 
 
+@pytest.mark.server
 def test_tampered_requests_are_refused_and_store_nothing(data):
     with serve(data) as url:
         api = client(url)
@@ -144,6 +147,7 @@ def test_tampered_requests_are_refused_and_store_nothing(data):
     assert stored_votes(data) == []
 
 
+@pytest.mark.server
 def test_rater_view_hides_systems_and_serves_recorded_positions(data):
     stimulus_set = load_stimulus_set(data / "stimuli" / "tones")
     with serve(data) as url:
@@ -164,6 +168,7 @@ def test_rater_view_hides_systems_and_serves_recorded_positions(data):
             assert vote.preferred_system == vote.system_b and vote.score_b == 5
 
 
+@pytest.mark.server
 def test_votes_survive_a_restart_and_the_session_continues(data):
     with serve(data) as url:
         api = client(url)
@@ -184,6 +189,7 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
     assert len(votes) == 4 and {v.rater_id for v in votes} == {"persistent"}
 
 
+@pytest.mark.server
 def test_results_on_an_empty_database(data):
     with serve(data) as url:
         text, plot, summary, _ = client(url).predict("", api_name="/listening_results")
@@ -191,6 +197,7 @@ def test_results_on_an_empty_database(data):
     assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": [], "stimulus_sets": []}
 
 
+@pytest.mark.server
 def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "s3cret")
     with serve(data) as url:
@@ -210,12 +217,14 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
     assert rows[0].rater_id == 'r,1 "quoted"'
 
 
+@pytest.mark.server
 def test_no_stimulus_set_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
     with serve(tmp_path / "empty") as url, pytest.raises(AppError, match="No stimulus set"):
         client(url).predict("", api_name=START)
 
 
+@pytest.mark.server
 def test_a_damaged_stimulus_set_is_refused_with_a_clear_error(data):
     clip = next((data / "stimuli" / "tones" / "clips").glob("*.wav"))
     clip.write_bytes(clip.read_bytes()[:-10])
@@ -233,6 +242,7 @@ def test_an_unusable_database_leaves_a_message_not_a_crash(tmp_path, monkeypatch
     assert any("unavailable" in str(b.value) for b in markdown)
 
 
+@pytest.mark.server
 def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
     from toy_backend import TOY_KEY, register_toy_preset
 

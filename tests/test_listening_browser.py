@@ -14,7 +14,8 @@ from ssd_demo.app.listening.tab import build_listening_tab
 
 sync_api = pytest.importorskip("playwright.sync_api")
 from browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")]
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 
 

@@ -317,6 +317,7 @@ def test_render_with_a_synthesizer_and_the_cli(tmp_path, capsys):
     assert "unknown system" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_small_set_with_the_embedded_voice(tmp_path):
     from ssd_demo.backends.embedded import DEFAULT_PATH
 

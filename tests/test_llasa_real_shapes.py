@@ -137,6 +137,7 @@ def test_tokenizer_layout_is_llasas(tokenizer):
 
 
 @pytest.mark.parametrize("target", ["3B", "8B"])
+@pytest.mark.slow
 def test_llasa_1b_drafts_for_the_larger_sizes(family, target):
     synth = load_llasa_pair(
         str(family.sizes[target]), str(family.sizes["1B"]), codec_ref=str(family.codec), options=CPU

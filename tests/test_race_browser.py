@@ -19,6 +19,7 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS
 EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)"),
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="streamed audio needs FFmpeg (apt-get install -y ffmpeg)"),
     pytest.mark.skipif(not (EMBEDDED_ASSETS / "voice.json").is_file(), reason="the embedded voice is not present"),

@@ -11,7 +11,8 @@ import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.engine.repetition_aware import RepetitionAwareSampling
-from test_exactness import NEW, PROMPT, VOCAB, chi_square_p, exact_joint, make_draft, marginal
+from support.stats import chi_square_p, marginal, sample_count
+from test_exactness import NEW, PROMPT, VOCAB, exact_joint, make_draft
 from tiny_models import tiny_llama
 
 # Small enough that every rule matters on 4 tokens: a token seen in the last 2 is over-repeated, the
@@ -44,12 +45,13 @@ def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareS
 
 
 @pytest.mark.parametrize("prefix", [[], [0], [0, 1], [2, 2, 0, 1], [0, 0, 1, 0]])
+@pytest.mark.stats
 def test_the_distribution_is_what_the_official_procedure_draws(prefix):
     scores = torch.tensor([1.2, 0.9, 0.1, 0.6])
     expected = RAS(scores[None], [prefix])[0]
     assert torch.isclose(expected.sum(), torch.tensor(1.0))
     generator = torch.Generator().manual_seed(0)
-    draws = [(official_draw(scores, prefix, RAS, generator),) for _ in range(6000)]
+    draws = [(official_draw(scores, prefix, RAS, generator),) for _ in range(sample_count(6000))]
     assert chi_square_p(draws, {(i,): float(p) for i, p in enumerate(expected)}) > 1e-3
     if len(prefix) < RAS.min_len:
         assert expected[3] == 0  # a stop id before min_len
@@ -85,6 +87,7 @@ def ras_joint(model) -> dict[tuple[int, ...], float]:
 
 
 @pytest.mark.parametrize("kind", ["unrelated", "related"])
+@pytest.mark.stats
 def test_speculative_sampling_with_ras_matches_the_target(kind):
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     draft = make_draft(kind)
@@ -92,7 +95,8 @@ def test_speculative_sampling_with_ras_matches_the_target(kind):
     joint = ras_joint(target)
     plain = exact_joint(target, config)  # the same target without RAS: the test must tell them apart
     samples = [tuple(speculative_generate(target, draft, PROMPT, config.with_(seed=seed),
-                                          prefix_distribution=RAS).tokens) for seed in range(1500)]
+                                          prefix_distribution=RAS).tokens)
+               for seed in range(sample_count(1500, minimum=300))]  # fewer: the power check weakens
     assert all(len(s) == NEW for s in samples)
     assert not any(3 in s[:RAS.min_len] for s in samples)
     for positions in (slice(0, 3), slice(3, 6)):
@@ -102,11 +106,12 @@ def test_speculative_sampling_with_ras_matches_the_target(kind):
         assert chi_square_p(picked, marginal(plain, positions)) < 1e-6, "test has no power"
 
 
+@pytest.mark.stats
 def test_autoregressive_sampling_with_ras_matches_the_target():
     target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
     config = DecodingConfig(max_new_tokens=NEW)
     samples = [tuple(autoregressive_generate(target, PROMPT, config.with_(seed=seed), prefix_distribution=RAS).tokens)
-               for seed in range(1000)]
+               for seed in range(sample_count(1000))]
     assert chi_square_p([s[:3] for s in samples], marginal(ras_joint(target), slice(0, 3))) > 1e-3
 
 

@@ -19,6 +19,7 @@ def _args(out, **overrides):
     return parser.parse_args(argv)
 
 
+@pytest.mark.train
 def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -56,6 +57,7 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     assert (export / "examples.txt").read_text().strip()
 
 
+@pytest.mark.train
 def test_heads_stage_options_and_a_warm_start_of_another_shape(tmp_path, capsys):
     from ssd_demo.engine.draft_heads import DraftHeads
 
@@ -94,6 +96,7 @@ def test_layer_subset_draft_copies_the_right_layers():
         layer_subset_draft(target, bottom=3, top=2)
 
 
+@pytest.mark.train
 def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
     from ssd_demo.recognizer import Recognizer
     from ssd_demo.tools.training import recognizer as recipe

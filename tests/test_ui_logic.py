@@ -252,6 +252,7 @@ def _embedded_or_skip():
         pytest.skip(f"the embedded voice's assets are incomplete: {error}")
 
 
+@pytest.mark.slow
 def test_embedded_voice_compares_end_to_end(tmp_path):
     synthesizer = _embedded_or_skip()
     result = app_logic.compare(Request(text="The cat sat on the mat.", preset="embedded", seed=1))
