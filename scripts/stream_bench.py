@@ -29,7 +29,7 @@ from ssd_demo.tools.reporting import add_docs_argument, cpu_name, docs_target, g
 
 SECTION = "## Streaming: time to first audio"
 TEXT = "The quick brown fox jumps over the lazy dog. Speculative decoding lets the small model guess ahead."
-#: /race outputs, in order (see compare_tab: status, both lanes' counters, then the rest).
+#: /race outputs, in order (see ssd_demo/app/compare/race_view.py: status, both lanes' counters, then the rest).
 STATUS, AR_LIVE, SPEC_LIVE = 0, 1, 2
 DETAILS = -2
 NO_AUDIO_YET = "First audio after **–**"

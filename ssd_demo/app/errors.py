@@ -13,7 +13,7 @@ import gradio as gr
 
 from ..errors import UserError
 
-log = logging.getLogger("ssd_demo.app.page")
+log = logging.getLogger(__name__)
 
 INTERNAL_ERROR_MESSAGE = "An internal error happened (details in the server log). Please try again or report it."
 

@@ -2,7 +2,7 @@
 
 Gradio has one queue size for every event, so a single client posting synthesis requests in a loop
 would fill it and turn listening-test votes away ("Queue is full"). The app therefore sets a large queue
-(see `ui.QUEUE_MAX_SIZE`) and limits model jobs itself: when a job reaches the model, it is dropped at
+(see `ssd_demo.app.page.QUEUE_MAX_SIZE`) and limits model jobs itself: when a job reaches the model, it is dropped at
 once if the same browser session already has `MAX_WAITING_PER_SESSION` more jobs waiting behind it, or
 the same address `MAX_WAITING_PER_ADDRESS` (a conference room shares one address, so that cap is
 larger). A flood then drains in milliseconds per job, and the client keeps only its newest requests.

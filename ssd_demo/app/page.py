@@ -1,9 +1,9 @@
 """The Gradio page: the app shell around its three tabs.
 
 `build_demo()` returns a queued `gr.Blocks`; `launch_options()` holds what Gradio 6 takes at
-launch (theme, CSS). Each tab is a pure logic module plus a thin builder: Compare
-(`app_logic` + `compare_tab`), Listening test (`listening.app` + `listening.ui`) and Benchmark
-(`sweep` + `benchmark_tab`). Every event has an `api_name`, and the main one, `/synthesize`,
+launch (theme, CSS). Each tab is a folder of logic modules with no Gradio plus a thin builder:
+Compare (`compare/`, built by `compare/tab.py`), Listening test (`listening/service.py` + `listening/tab.py`)
+and Benchmark (`tools.sweep` + `benchmark/tab.py`). Every event has an `api_name`, and the main one, `/synthesize`,
 has a default for every input but the text.
 """
 

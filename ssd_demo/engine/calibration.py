@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import DecodingConfig
+from ..config import SETTINGS, DecodingConfig
 from ..results import expected_tokens_per_round
 from .generate import autoregressive_generate, speculative_generate
 from .static_cache import describe_kernels
@@ -51,7 +51,8 @@ class StepCosts:
 
 #: Block sizes timed; costs in between are interpolated and beyond the last extrapolated linearly.
 MEASURED_K = (1, 2, 3, 4, 6, 8)
-MAX_K = 16  # the page's largest K
+#: Costs are known up to the largest K the app offers (its draft-length control's maximum).
+MAX_K = int(SETTINGS["draft_len"].control.maximum)
 
 
 @torch.inference_mode()

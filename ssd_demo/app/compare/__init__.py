@@ -1,4 +1,4 @@
-"""What the web app's Compare tab does, as plain functions with no Gradio inside, by job:
+"""The web app's Compare tab. What it does, as plain functions with no Gradio inside, by job:
 
     settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click,
                  and its checks (text, seed, config, draft)
@@ -9,14 +9,15 @@
     events       the race as events (`race_events`: started, piece, tick, done, failed) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
     audio_files  both clips as named 16-bit WAV files
-    page         example texts, a preset's control defaults and description, the device note
+    preset_info  example texts, a preset's control defaults and description, the device note
 
-The Gradio layer (`ssd_demo.app.page`) only wires these to components and turns `UserError`s into messages.
+Two Gradio builders only wire these to components: `tab` (the controls, /synthesize) and `race_view` (the
+race's lanes; /race maps `race_events` to component updates); `app.errors` turns `UserError`s into messages.
 """
 
 from .arguments import admitted_request, owner_of, upload_path
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
-from .page import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
+from .preset_info import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
     MAX_EXAMPLES)
 from .events import Done, Event, Failed, Piece, Started, Tick, race_events
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,

@@ -4,7 +4,7 @@
 replay at measured speed; `race_handler` returns the `/race` event's generator, which maps each event
 to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
 counters, then the results of `/synthesize` (charts last). Presenter mode is a class on the
-page (`PRESENTER_JS`; the CSS is in `ui.CSS`).
+page (`PRESENTER_JS`; the CSS is in `ssd_demo.app.page.CSS`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ PLAY_BOTH_JS = """() => {
     if (audio) { audio.currentTime = 0; audio.play(); }
   }
 }"""
-#: Presenter mode is a class on the page: CSS (ui.CSS) enlarges the race and hides developer detail.
+#: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
 PRESENTER_JS = """(on) => {
   document.body.classList.toggle('ssd-presenter', !!on);
   const url = new URL(window.location.href);  // a reload keeps what the toggle says
