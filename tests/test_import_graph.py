@@ -1,4 +1,5 @@
-"""The package's module-level imports form no cycle (data and dependencies flow one way)."""
+"""The package's imports flow one way: no cycle at module level, and the layers (library <- tools <- app)
+import downwards only, deferred imports included."""
 
 import ast
 from pathlib import Path
@@ -11,14 +12,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """ssd_demo modules imported at module level (imports inside functions are deliberate deferrals)."""
+def _imports(path: Path, modules: set[str], deferred: bool = False) -> set[str]:
+    """ssd_demo modules imported at module level (imports inside functions are deliberate deferrals), or
+    anywhere in the file with `deferred`."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    # `if TYPE_CHECKING:` imports never run, so the cycle check skips module-level ifs.
+    nodes = ast.walk(tree) if deferred else (node for node in tree.body if not isinstance(node, ast.If))
     found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If):  # `if TYPE_CHECKING:` imports never run
-            continue
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             base = package
             for _ in range(node.level - 1):
@@ -67,33 +70,12 @@ def _layer(module: str) -> str:
     return "library"
 
 
-def _all_imports(path: Path, modules: set[str]) -> set[str]:
-    """ssd_demo modules imported anywhere in the file, deferred imports included."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(node.level - 1):
-                base = base.rsplit(".", 1)[0]
-            target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
-            submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules]
-            candidates = submodules or [target]  # `from . import charts` imports charts, not the package again
-        elif isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
-        else:
-            continue
-        found |= {c for c in candidates if c in modules and c != name}
-    return found
-
-
 def test_layers_import_downwards_only():
     # library <- tools <- app: the library never imports the app or the tools, the tools never the app.
     allowed = {"library": {"library"}, "tools": {"library", "tools"}, "app": {"library", "tools", "app"}}
     paths = sorted(PACKAGE.rglob("*.py"))
     modules = {_module_name(p) for p in paths}
-    wrong = [f"{_module_name(p)} -> {imported}" for p in paths for imported in sorted(_all_imports(p, modules))
+    wrong = [f"{_module_name(p)} -> {imported}" for p in paths for imported in sorted(_imports(p, modules, deferred=True))
              if _layer(imported) not in allowed[_layer(_module_name(p))]]
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
     assert {_layer(m) for m in modules} == {"library", "tools", "app"}
