@@ -90,12 +90,54 @@ def test_prompt_is_start_transcript_text_task_and_voice_tokens(synth):
     assert tuple(prompt[prompt.index(layout.task_id) + 1:]) == voice.speech_tokens
 
 
-def test_numbers_are_spelt_out_as_the_official_front_end_does(synth):
-    from ssd_demo.backends.cosyvoice2.backend import spell_out_numbers
+@pytest.mark.parametrize("text, spoken", [
+    ("It was 3.14 and 1,000,000 and 2nd", "It was three point one four and one million and second."),
+    ("It costs $5.99 today.", "It costs five dollars ninety-nine today."),
+    ("We met on 3/14/2025.", "We met on March fourteenth, two thousand and twenty-five."),
+    ("Born 2024-03-14 in 1999", "Born March fourteenth, two thousand and twenty-four in nineteen ninety-nine."),
+    ("Come at 10:30 or at 7pm.", "Come at ten thirty or at seven PM."),
+    ("The 21st, 1st and 103rd runs", "The twenty-first, first and one hundred and third runs."),
+    ("Up 50% to -5 degrees, 3-4 times", "Up fifty percent to minus five degrees, three to four times."),
+    ("In the 1990s, 2 cats.", "In the nineteen nineties, two cats."),
+])
+def test_numbers_are_normalised_then_spelt_out_as_words(synth, text, spoken):
+    """The official front end's order (normaliser, then `inflect` for the digits left), with our normaliser in
+    `wetext`'s place: no digit, and no "three.fourteen", "one,zero,zero" or "twond", reaches the tokenizer."""
+    chunks = synth.backend.split_text(text)
+    assert [c.text for c in chunks] == [spoken]
+    backend = synth.backend  # prompt_ids normalises too (it adds no full stop: that is the paragraph split's)
+    assert backend.prompt_ids(text) == backend.prompt_ids(spoken if text.endswith(".") else spoken[:-1])
 
-    assert spell_out_numbers("On April 13, 1955, 2 cats") == "On April thirteen, one thousand, nine hundred and fifty-five, two cats"
+
+def test_a_long_digit_run_is_read_digit_by_digit_not_refused(synth):
+    digits = "1234567890" * 4  # 40 digits: inflect alone raises NumOutOfRangeError from 37 on
+    words = "one two three four five six seven eight nine zero"
+    for text in (f"Code {digits}.", f"${digits}", f"Ref{digits}th"):
+        chunks = [c.text.strip() for c in synth.backend.split_text(text)]  # the tiny tokenizer's budget cuts it
+        assert not any(ch.isdigit() for chunk in chunks for ch in chunk)
+        assert " ".join([words] * 4) in " ".join(chunks)
+        synth.backend.prompt_ids(text)
+
+
+def test_the_official_steps_around_the_normaliser():
+    from ssd_demo.backends.cosyvoice2.text_norm import normalize_english, normalize_numbers, spell_out_number
+
+    # spell_out_number is the official inflect step, for the digits the normaliser leaves
+    assert spell_out_number("1955, 2 cats") == "one thousand, nine hundred and fifty-five, two cats"
+    assert spell_out_number("v2 and 4x4") == "v two and four x four"  # not "vtwo", "fourxfour"
+    assert spell_out_number("9" * 40) == " ".join(["nine"] * 40)
+    # like wetext, the normaliser leaves text without a digit as it is (so "Dr." is as an official install sees it)
+    assert normalize_numbers("Dr. Smith's *cats*  here") == "Dr. Smith's *cats*  here"
+    assert normalize_english("  On April 13, 1955, 2 cats ") == "On April thirteenth, nineteen fifty-five, two cats"
+
+
+def test_a_voice_prompt_transcript_is_normalised_like_the_text(folder):
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
     backend = synth.backend
-    assert backend.prompt_ids("2 cats") == backend.prompt_ids("two cats")
+    backend.encoders = FakeEncoders()
+    clip = lambda transcript: VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000,  # noqa: E731
+                                          transcript=transcript)
+    assert backend.prompt_ids("a cat", clip("Take 2 at 10:30.")) == backend.prompt_ids("a cat", clip("Take two at ten thirty."))
 
 
 def test_a_long_sentence_without_punctuation_is_cut_so_its_end_is_spoken(synth):

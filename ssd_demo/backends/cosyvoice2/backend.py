@@ -12,84 +12,22 @@ mel spectrogram, and HiFT into 24 kHz audio.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from ... import text as text_frontend
 from ...config import DecodingConfig
 from ...errors import InvalidSettingError, ModelLoadError, TextError
 from ...engine.repetition_aware import RepetitionAwareSampling
 from ...synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
+from .text_norm import normalize_english, speakable_chunks, split_paragraph
 
 LICENCE = "CosyVoice 2 weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20  # speech tokens per text token, as the official inference
-
-
-def spell_out_numbers(text: str) -> str:
-    """Every run of digits as words ("1955" -> "one thousand, nine hundred and fifty-five"), as the
-    official front end does for English when no normaliser package is installed: the model was trained on
-    spoken-form text. (With the optional `wetext` normaliser installed, the official front end also reads
-    dates, currencies and units; that is not reproduced here.)"""
-    import inflect
-
-    engine = inflect.engine()
-    return re.sub(r"\d+", lambda match: engine.number_to_words(match.group(0)), text)
-
-
-SENTENCE_ENDS = ".?!;:"
-CLOSING_QUOTES = "\"\u201d"
-
-
-def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20) -> list[str]:
-    """English text in the chunks the official front end decodes one by one: sentences (ended by . ? ! ; :,
-    a closing quote kept with its sentence; a final full stop added when missing) packed while a chunk
-    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined
-    to the one before; sentences are never cut. `count(piece)` measures a piece in text tokens."""
-    if text[-1] not in SENTENCE_ENDS:
-        text += "."
-    sentences, start, index = [], 0, 0
-    while index < len(text):
-        if text[index] in SENTENCE_ENDS:
-            end = index + 1
-            if end < len(text) and text[end] in CLOSING_QUOTES:
-                end += 1
-            if index > start:
-                sentences.append(text[start:end])
-            start = index = end
-            continue
-        index += 1
-    chunks, current = [], ""
-    for sentence in sentences:
-        if count(current + sentence) > max_tokens and count(current) > min_tokens:
-            chunks.append(current)
-            current = ""
-        current += sentence
-    if current:
-        if chunks and count(current) < merge_tokens:
-            chunks[-1] += current
-        else:
-            chunks.append(current)
-    return [chunk for chunk in chunks if re.search(r"\w", chunk)]  # punctuation alone is not spoken
-
-
-def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
-    """`text` as the backend speaks it: numbers spelt out, the official paragraph split, and a sentence
-    over twice the budget cut further at phrases and words (the official front end never cuts a sentence
-    and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
-    generation is allowed here and lose its end)."""
-    chunks = []
-    for chunk in split_paragraph(spell_out_numbers(text).strip(), count, max_tokens=max_tokens):
-        if count(chunk) <= 2 * max_tokens:
-            chunks.append(chunk)
-        else:
-            chunks.extend(piece.text for piece in text_frontend.split_text(chunk, budget=max_tokens, count=count))
-    return chunks
 
 
 @dataclass(frozen=True)
@@ -160,7 +98,7 @@ class CosyVoice2Backend:
         """[sos, transcript + text, task, the clip's speech tokens]; a voice prompt without a transcript
         is used as the official cross-lingual mode does: the clip's voice in the flow model only."""
         voice = self.voice(voice_prompt)
-        tokens = self._text_tokens(spell_out_numbers(text))
+        tokens = self._text_tokens(normalize_english(text))
         llm_speech = voice.speech_tokens if voice.transcript_tokens else ()
         prompt = self.layout.prompt_ids(list(voice.transcript_tokens) + tokens, llm_speech)
         self._prompt_voices[tuple(prompt)] = (voice, len(tokens))
@@ -214,7 +152,7 @@ class CosyVoice2Backend:
             if self.encoders is None:
                 raise ModelLoadError("this CosyVoice 2 setup has no prompt encoders, so it cannot take a new voice clip")
             transcript = voice_prompt.transcript.strip()
-            tokens = self._text_tokens(spell_out_numbers(transcript), "voice prompt transcript") if transcript else []
+            tokens = self._text_tokens(normalize_english(transcript), "voice prompt transcript") if transcript else []
             self._voices[key] = self.encoders.encode(voice_prompt.audio, voice_prompt.sample_rate, tokens)
             while len(self._voices) > self.max_voices:
                 self._voices.popitem(last=False)
@@ -248,4 +186,4 @@ class CosyVoice2Backend:
         return text
 
 
-__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "speakable_chunks", "spell_out_numbers", "split_paragraph"]
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "normalize_english", "speakable_chunks", "split_paragraph"]

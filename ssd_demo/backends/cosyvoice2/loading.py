@@ -92,11 +92,11 @@ def preflight(revision: str | None = None, options: LoadOptions = LoadOptions())
 def default_voice(encoders: PromptEncoders, tokenizer) -> VoiceFeatures:
     """The features of the eSpeak NG clip of DEFAULT_PROMPT_TEXT, through the checkpoint's encoders."""
     from ...text import espeak
-    from .backend import spell_out_numbers
+    from .text_norm import normalize_english
 
     rendering = espeak.synthesize(DEFAULT_PROMPT_TEXT)
     return encoders.encode(rendering.audio, espeak.SAMPLE_RATE,
-                           text_tokens(tokenizer, spell_out_numbers(DEFAULT_PROMPT_TEXT)))
+                           text_tokens(tokenizer, normalize_english(DEFAULT_PROMPT_TEXT)))
 
 
 def trained_draft_state(ref: str, options: LoadOptions = LoadOptions()) -> dict[str, torch.Tensor]:

@@ -1,0 +1,149 @@
+"""CosyVoice 2's English text front end: text -> spoken-form text -> the chunks decoded one by one.
+
+The official front end (`CosyVoiceFrontEnd.text_normalize`, English branch) does, in this order:
+strip the text; run a text normaliser (`wetext`, where installed: a default install has it); spell out
+the digits still left with `inflect` (`spell_out_number`); split the paragraph into chunks of about 80
+text tokens; drop chunks that are only punctuation. The model was trained on spoken-form text, so every
+digit must be words by the time it is tokenised.
+
+Which normaliser runs here: ours, not `wetext`. `wetext` 0.0.4 (the version the official requirements
+pin) fetches its grammar files from the ModelScope hub (`snapshot_download("pengzhendong/wetext")`)
+whenever a `Normalizer` is built, which cannot work offline, in CI or on a Space without network access.
+(The official code catches that failure and falls back to `inflect` alone, which reads "3.14" as
+"three.fourteen" and "2nd" as "twond".) In `wetext`'s place we run `normalize_numbers`: the project's
+own normaliser (`ssd_demo.text.normalize_text`: money, decimals, clock times, dates, years, phone
+numbers, ranges, units) plus the readings it leaves to eSpeak (ordinals, decades, percent, minus).
+It reads the same things as an official install, but not always in the same words ("$5.99" is "five
+dollars ninety-nine", "10:30" is "ten thirty"). Like `wetext`, it is applied only to text that
+contains a digit: text without one reaches the model exactly as in an official install.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+from ... import text as text_frontend
+from ...text import LONG_NUMBER, normalize_text
+
+
+@lru_cache(maxsize=1)
+def _inflect():
+    import inflect
+
+    return inflect.engine()
+
+
+def _ascii_digits(run: str) -> str:
+    return "".join(str(unicodedata.digit(ch)) for ch in run)  # "٣" -> "3": inflect reads ASCII digits only
+
+
+def _ordinal(match: re.Match) -> str:
+    return _inflect().number_to_words(_ascii_digits(match.group(1)) + match.group(2).lower())  # "21st" -> "twenty-first"
+
+
+def _decade(match: re.Match) -> str:
+    return _inflect().plural_noun(_inflect().number_to_words(_ascii_digits(match.group(1))))  # "90s" -> "nineties"
+
+
+# What `normalize_text` leaves as digits because eSpeak NG reads it well, but `inflect` would not:
+# "2nd" ("twond"), "the 90s" ("ninetys"), "50%", "-5", ".5". Applied after `normalize_text`.
+_NUMBER_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
+    (re.compile(r"(\d+)(st|nd|rd|th|ST|ND|RD|TH)\b"), _ordinal),
+    (re.compile(r"(?<![\d.])(\d*0)'?s\b"), _decade),  # "1990s" is "19 90s" by now; "the 80's"
+    (re.compile(r"(\d) ?%"), r"\1 percent"),
+    (re.compile(r"(?<![\w.,:/-])-(?=\d)"), "minus "),
+    (re.compile(r"(?<![\w.])\.(\d+)"), lambda m: "point " + " ".join(m.group(1))),
+)
+
+
+def normalize_numbers(text: str) -> str:
+    """The normaliser step, in `wetext`'s place (see the module's docstring): amounts, decimals, dates,
+    times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
+    without a digit is returned unchanged, as `wetext` returns it."""
+    if not re.search(r"\d", text):
+        return text
+    text = normalize_text(text)
+    for pattern, replacement in _NUMBER_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _number_words(match: re.Match) -> str:
+    run = _ascii_digits(match.group(0))
+    if len(run) > LONG_NUMBER:  # a code, not a quantity (inflect refuses 37 digits or more)
+        words = " ".join(_inflect().number_to_words(digit) for digit in run)
+    else:
+        words = _inflect().number_to_words(run)
+    before = match.string[match.start() - 1] if match.start() else " "
+    after = match.string[match.end()] if match.end() < len(match.string) else " "
+    return (" " if before.isalpha() else "") + words + (" " if after.isalpha() else "")
+
+
+def spell_out_number(text: str) -> str:
+    """The official `spell_out_number` step: every run of digits still in the text as words with
+    `inflect` ("1955" -> "one thousand, nine hundred and fifty-five"). Two departures, so that nothing is
+    misread or refused: a run longer than LONG_NUMBER digits is read digit by digit (the official raises
+    inflect's NumOutOfRangeError from 37 digits on), and a run touching a letter is set apart by a space
+    ("v2" -> "v two", where the official writes "vtwo")."""
+    return re.sub(r"\d+", _number_words, text)
+
+
+def normalize_english(text: str) -> str:
+    """The official `text_normalize(text, split=False)` for English: strip, normalise (`normalize_numbers`
+    in `wetext`'s place), then `spell_out_number`. What a voice prompt's transcript goes through too."""
+    return spell_out_number(normalize_numbers(text.strip()))
+
+
+SENTENCE_ENDS = ".?!;:"
+CLOSING_QUOTES = "\"\u201d"
+
+
+def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20) -> list[str]:
+    """English text in the chunks the official front end decodes one by one: sentences (ended by . ? ! ; :,
+    a closing quote kept with its sentence; a final full stop added when missing) packed while a chunk
+    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined
+    to the one before; sentences are never cut. `count(piece)` measures a piece in text tokens."""
+    if text[-1] not in SENTENCE_ENDS:
+        text += "."
+    sentences, start, index = [], 0, 0
+    while index < len(text):
+        if text[index] in SENTENCE_ENDS:
+            end = index + 1
+            if end < len(text) and text[end] in CLOSING_QUOTES:
+                end += 1
+            if index > start:
+                sentences.append(text[start:end])
+            start = index = end
+            continue
+        index += 1
+    chunks, current = [], ""
+    for sentence in sentences:
+        if count(current + sentence) > max_tokens and count(current) > min_tokens:
+            chunks.append(current)
+            current = ""
+        current += sentence
+    if current:
+        if chunks and count(current) < merge_tokens:
+            chunks[-1] += current
+        else:
+            chunks.append(current)
+    return [chunk for chunk in chunks if re.search(r"\w", chunk)]  # punctuation alone is not spoken
+
+
+def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
+    """`text` as the backend speaks it: `normalize_english`, the official paragraph split, and a sentence
+    over twice the budget cut further at phrases and words (the official front end never cuts a sentence
+    and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
+    generation is allowed here and lose its end)."""
+    chunks = []
+    for chunk in split_paragraph(normalize_english(text), count, max_tokens=max_tokens):
+        if count(chunk) <= 2 * max_tokens:
+            chunks.append(chunk)
+        else:
+            chunks.extend(piece.text for piece in text_frontend.split_text(chunk, budget=max_tokens, count=count))
+    return chunks
+
+
+__all__ = ["normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
