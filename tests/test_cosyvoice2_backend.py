@@ -5,6 +5,7 @@ rules, both decoders through the Synthesizer, audio out, and the errors a user c
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -285,3 +286,84 @@ def test_a_clip_with_and_without_transcript_prompts_as_the_official_modes(folder
     assert FakeEncoders.calls == calls  # encoded once per clip and transcript
     with pytest.raises(ValueError, match="not built by this"):
         backend.tokens_to_audio([1, 2], prompt_ids=[layout.sos_id, layout.task_id, 7, 7])
+
+
+class ClipEncoders:
+    """Stands in for the ONNX encoders with features that tell clips apart: the speaker embedding holds
+    the clip's first sample."""
+
+    def encode(self, audio, sample_rate, transcript_tokens):
+        return VoiceFeatures.aligned(transcript_tokens, [3, 1, 4, 1, 5, 9], torch.zeros(12, MELS),
+                                     torch.full((SPEAKER,), float(audio[0])))
+
+
+def _untranscribed_clip(level: float) -> VoicePrompt:
+    return VoicePrompt(audio=np.full(16000, level, np.float32), sample_rate=16000, transcript="")
+
+
+def _record_speakers(backend) -> dict:
+    """The speaker embedding token2wav is given, by thread: what the flow model conditions on."""
+    seen, inference = {}, backend.flow.inference
+
+    def recording(tokens, prompt_tokens, prompt_mel, speaker_embedding, **kwargs):
+        seen[threading.current_thread().name] = float(speaker_embedding.reshape(-1)[0])
+        return inference(tokens, prompt_tokens, prompt_mel, speaker_embedding, **kwargs)
+
+    backend.flow.inference = recording
+    return seen
+
+
+def test_clips_without_transcripts_keep_their_own_voices(folder):
+    # Neither clip puts anything of itself in the LM's prompt, so the ids are equal; the voice rides with them.
+    backend = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT).backend
+    backend.encoders = ClipEncoders()
+    seen = _record_speakers(backend)
+    low, high = _untranscribed_clip(0.25), _untranscribed_clip(0.5)
+    first, second = backend.prompt_ids("a cat", low), backend.prompt_ids("a cat", high)
+    assert first == second
+    for prompt, level in ((first, 0.25), (second, 0.5), (first, 0.25)):
+        backend.tokens_to_audio([1, 2, 3, 4], prompt_ids=prompt)
+        assert seen[threading.current_thread().name] == level
+    # Passed on as a plain list, the ids no longer say which voice: refused unless the voice is named.
+    with pytest.raises(ValueError, match="more than one voice"):
+        backend.tokens_to_audio([1, 2, 3, 4], prompt_ids=list(first))
+    config, _ = backend.plan_generation(list(first), backend.default_config(), high)
+    assert config.max_new_tokens == MAX_TOKEN_TEXT_RATIO * first.text_count
+
+
+def test_two_concurrent_requests_with_the_same_text_keep_their_own_voices(folder):
+    # The interleaving that swapped voices when prompts were remembered by their ids alone: both requests
+    # build their prompt before either reaches token2wav.
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    backend.encoders = ClipEncoders()
+    seen = _record_speakers(backend)
+    both_built, one_at_a_time = threading.Barrier(2, timeout=30), threading.Lock()
+    build, generate = backend.prompt_ids, synth._generate
+
+    def build_then_wait(text, voice_prompt=None):
+        prompt = build(text, voice_prompt)
+        both_built.wait()
+        return prompt
+
+    def generate_alone(*args, **kwargs):  # the LM runs one request at a time; the prompts are already built
+        with one_at_a_time:
+            return generate(*args, **kwargs)
+
+    backend.prompt_ids, synth._generate = build_then_wait, generate_alone
+    errors = []
+
+    def request(level):
+        try:
+            result = synth.synthesize("a cat", mode="ar", voice_prompt=_untranscribed_clip(level))
+            assert len(result.audio) > 0
+        except Exception as error:  # noqa: BLE001 - reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=request, args=(level,), name=f"voice-{level}") for level in (0.25, 0.5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert seen == {"voice-0.25": 0.25, "voice-0.5": 0.5}
