@@ -367,3 +367,22 @@ def test_two_concurrent_requests_with_the_same_text_keep_their_own_voices(folder
         thread.join(timeout=120)
     assert not errors, errors
     assert seen == {"voice-0.25": 0.25, "voice-0.5": 0.5}
+
+
+def test_a_checkpoint_with_the_real_tokenizer_files_loads_and_prompts(tmp_path):
+    # The Hub folder's CosyVoice-BlankEN has vocab.json, merges.txt and tokenizer_config.json, no tokenizer.json.
+    from test_cosyvoice2_frontend import check_official_special_ids, write_qwen_style_tokenizer
+
+    root = build_tiny_checkpoint(tmp_path / "CosyVoice2-0.5B")
+    for path in (root / "CosyVoice-BlankEN").iterdir():
+        if path.name != "config.json":
+            path.unlink()
+    vocabulary = write_qwen_style_tokenizer(root)
+    synth = load_cosyvoice2(root, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    check_official_special_ids(backend.tokenizer, vocabulary)
+    prompt = backend.prompt_ids("a cat [breath] sat")
+    text = [t - backend.layout.text_offset for t in prompt[4: prompt.index(backend.layout.task_id)]]
+    assert text == backend.tokenizer.convert_tokens_to_ids(backend.tokenizer.tokenize("a cat [breath] sat"))
+    assert backend.tokenizer.convert_tokens_to_ids("[breath]") in text
+    assert len(synth.synthesize("a cat sat", mode="ar").audio) > 0
