@@ -386,3 +386,61 @@ def test_a_checkpoint_with_the_real_tokenizer_files_loads_and_prompts(tmp_path):
     assert text == backend.tokenizer.convert_tokens_to_ids(backend.tokenizer.tokenize("a cat [breath] sat"))
     assert backend.tokenizer.convert_tokens_to_ids("[breath]") in text
     assert len(synth.synthesize("a cat sat", mode="ar").audio) > 0
+
+
+@pytest.fixture(scope="module")
+def release_synth(folder):
+    return load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, rules="release")
+
+
+def _with_bias(synth, ids, value):
+    """The target's decoder bias raised on `ids` (restored by the caller from the returned copy)."""
+    saved = synth.target.lm_head.bias.detach().clone()
+    with torch.no_grad():
+        synth.target.lm_head.bias[list(ids)] = value
+    return saved
+
+
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+def test_release_era_rules_keep_every_stop_id_out_until_the_minimum_length(release_synth, synth, mode):
+    backend = release_synth.backend
+    stops = backend.layout.stop_ids
+    prompt = backend.prompt_ids(backend.split_text("a cat sat")[0].text)
+    min_len = MIN_TOKEN_TEXT_RATIO * prompt.text_count
+    _, ras = backend.plan_generation(prompt, backend.default_config())
+    assert ras.redrawn_until_min_len == stops and ras.masked_until_min_len == () and ras.redraw_may_repeat
+    for value in (2.0, 30.0):  # stop ids likely, then certain: none before the minimum length either way
+        for seed in range(3):
+            saved = _with_bias(release_synth, stops[1:], value)
+            try:
+                tokens = release_synth.synthesize("a cat sat", mode=mode, config=release_synth.config(seed=seed)).generation.tokens
+            finally:
+                with torch.no_grad():
+                    release_synth.target.lm_head.bias.copy_(saved)
+            assert not set(tokens[:min_len]) & set(stops)
+            if value == 30.0:
+                assert len(tokens) == min_len + 1 and tokens[-1] in stops[1:]
+    # The default rules (the official code since 2026-02-11) mask the end id only: 6562 or 6563 may end early.
+    saved = _with_bias(synth, stops[1:], 30.0)
+    try:
+        tokens = synth.synthesize("a cat sat", mode=mode, config=synth.config(seed=0)).generation.tokens
+    finally:
+        with torch.no_grad():
+            synth.target.lm_head.bias.copy_(saved)
+    assert len(tokens) == 1 and tokens[0] in stops[1:]
+    saved = _with_bias(synth, stops[:1], 30.0)
+    try:
+        tokens = synth.synthesize("a cat sat", mode=mode, config=synth.config(seed=0)).generation.tokens
+    finally:
+        with torch.no_grad():
+            synth.target.lm_head.bias.copy_(saved)
+    assert len(tokens) == min_len + 1 and tokens[-1] == stops[0]
+
+
+def test_release_era_greedy_masks_every_stop_id_and_unknown_rules_are_refused(release_synth, folder):
+    backend = release_synth.backend
+    prompt = backend.prompt_ids("a cat sat")
+    _, masked = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
+    assert masked.masked_until_min_len == backend.layout.stop_ids
+    with pytest.raises(InvalidSettingError, match="head, release"):
+        load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, rules="paper")

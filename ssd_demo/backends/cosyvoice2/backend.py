@@ -3,7 +3,7 @@
 Zero-shot is how CosyVoice 2 is used: every utterance imitates a voice prompt (a clip and its
 transcript). The prompt is [sos, transcript + text tokens, task, the clip's speech tokens]; the speech
 LM continues with speech tokens until a stop id, at least 2 and at most 20 per text token (the
-official bounds); sampling is repetition-aware (RAS) with the official settings, handed to both
+official bounds; how the minimum is kept is `SAMPLING_RULES`); sampling is repetition-aware (RAS) with the official settings, handed to both
 decoders as a prefix distribution so that exact speculative sampling stays exact. The flow model
 then turns the generated tokens, conditioned on the clip's tokens, mel and speaker embedding, into a
 mel spectrogram, and HiFT into 24 kHz audio.
@@ -30,6 +30,15 @@ from .llm import SpeechVocabLayout
 
 LICENCE = "CosyVoice 2 weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20  # speech tokens per text token, as the official inference
+#: Which official sampling code the backend follows; the two differ in how the minimum length is kept and in
+#: RAS's re-draw.
+#: "head": the official code since 2026-02-11 (commit 0e62489, "simply code"): before the minimum length only
+#:   the end id (6561) is masked, before the draw, so the two other stop ids (6562, 6563) may end an utterance
+#:   early; RAS's re-draw excludes the over-repeated token (since 2026-02-04, commit f2ddcbe, "fix ras").
+#: "release": the code CosyVoice 2 was released with and the SSD paper ran: before the minimum length a draw of
+#:   any stop id (6561-6563) is thrown away and drawn again, so none can come early; RAS's re-draw may
+#:   return the over-repeated token. For reproducing the paper's numbers.
+SAMPLING_RULES = ("head", "release")
 
 
 def spell_out_numbers(text: str) -> str:
@@ -95,8 +104,8 @@ def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
 
 @dataclass(frozen=True)
 class EndMaskedUntilMinLength:
-    """The model's own distribution with the end id out of reach until `min_len` tokens (the official
-    bound, which its RAS path applies too): what greedy decoding takes the argmax of."""
+    """The model's own distribution with the given stop ids out of reach until `min_len` tokens (the
+    official bound, which its RAS path applies too): what greedy decoding takes the argmax of."""
 
     masked_until_min_len: tuple[int, ...]
     min_len: int
@@ -146,6 +155,8 @@ class CosyVoice2Backend:
     max_prompt_seconds: float = 10.0  # 3-10 s is how CosyVoice 2 is prompted (its tokenizer takes up to 30 s)
     ras: RepetitionAwareSampling = field(default_factory=RepetitionAwareSampling)
     flow_steps: int = 10
+    #: The official sampling code followed (SAMPLING_RULES): "head" (today's) or "release" (the paper's).
+    rules: str = "head"
     #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
     max_voices: int = 16
     max_prompts: int = 256
@@ -153,6 +164,10 @@ class CosyVoice2Backend:
     #: (prompt ids, voice key) -> (voice, text tokens): for callers that pass a prompt on as a plain list.
     _prompt_voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # both caches; requests run concurrently
+
+    def __post_init__(self) -> None:
+        if self.rules not in SAMPLING_RULES:
+            raise InvalidSettingError(f"CosyVoice 2 sampling rules must be one of {', '.join(SAMPLING_RULES)}; got {self.rules!r}")
 
     # -- Backend protocol -------------------------------------------------------------
 
@@ -199,12 +214,14 @@ class CosyVoice2Backend:
 
     def plan_generation(self, prompt: list[int], config: DecodingConfig, voice_prompt: VoicePrompt | None = None):
         """The official length bounds for this prompt's text (2 to 20 speech tokens per text token) and
-        RAS with the end id masked until the minimum; greedy (temperature 0, our addition: the official
-        always samples) takes the argmax under the same minimum. Returns (config, prefix distribution)."""
+        RAS with the minimum kept as `rules` says (SAMPLING_RULES: "head" masks the end id only, "release"
+        keeps every stop id out); greedy (temperature 0, our addition: the official always samples) takes
+        the argmax under the same minimum. Returns (config, prefix distribution)."""
         _, text_count = self._prompt_record(prompt, voice_prompt)
         config = config.with_(max_new_tokens=min(config.max_new_tokens, MAX_TOKEN_TEXT_RATIO * text_count))
         min_len = min(MIN_TOKEN_TEXT_RATIO * text_count, config.max_new_tokens - 1)
-        end = (self.layout.end_of_speech,)
+        release = self.rules == "release"
+        end = self.layout.stop_ids if release else (self.layout.end_of_speech,)
         if config.temperature == 0:
             return config, EndMaskedUntilMinLength(end, min_len)
         if config.temperature != 1.0 or config.top_k or config.top_p < 1.0:
@@ -212,6 +229,9 @@ class CosyVoice2Backend:
                 "CosyVoice 2 samples the way it was published (repetition-aware sampling with top-p 0.8 and top-k 25 "
                 f"built in): leave temperature at 1 (or 0 for greedy), top-k at 0 and top-p at 1; got temperature "
                 f"{config.temperature}, top-k {config.top_k}, top-p {config.top_p}")
+        if release:  # drawn again until not a stop id: their mass removed after RAS, not masked before it
+            return config, replace(self.ras, masked_until_min_len=(), redrawn_until_min_len=end, redraw_may_repeat=True,
+                                   min_len=min_len)
         return config, replace(self.ras, masked_until_min_len=end, min_len=min_len)
 
     def tokens_to_audio(self, tokens: list[int], prompt_ids: list[int] | None = None) -> np.ndarray:
@@ -301,4 +321,4 @@ class CosyVoice2Backend:
         return text
 
 
-__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "VoicedPrompt", "LICENCE", "speakable_chunks", "spell_out_numbers", "split_paragraph"]
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "VoicedPrompt", "LICENCE", "SAMPLING_RULES", "speakable_chunks", "spell_out_numbers", "split_paragraph"]
