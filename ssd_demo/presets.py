@@ -333,11 +333,13 @@ def _register_cosyvoice2() -> None:
             label="CosyVoice 2 (paper setting; Hugging Face Hub, GPU)",
             description=(
                 "The SSD paper's own system: CosyVoice2-0.5B speaks (Qwen2.5-0.5B speech LM, flow matching, HiFT, "
-                "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as published. "
+                "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as the official "
+                "code does today (the server's SSD_COSYVOICE2_RULES=release: as the paper ran it). "
                 "The draft is the untrained layer subset unless the server sets SSD_COSYVOICE2_DRAFT to a trained "
                 "one (the paper trains its bottom layers and head first: `python -m ssd_demo train-draft "
                 "--checkpoint PATH/TO/CosyVoice2-0.5B`); untrained, it accepts less than the paper's. "
-                "Zero-shot: give a 3-10 s clip and its transcript; without one it imitates a synthetic eSpeak NG clip. "
+                "Zero-shot: give a 3-10 s clip and its transcript (a clip alone: its voice only, the official "
+                "cross-lingual mode); without one it imitates a synthetic eSpeak NG clip. No instruct mode yet. "
                 f"Downloads about 3.1 GB of {REPO}; encoding a clip needs onnxruntime."
             ),
             licence=LICENCE,

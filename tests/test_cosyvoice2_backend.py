@@ -5,6 +5,7 @@ rules, both decoders through the Synthesizer, audio out, and the errors a user c
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -327,3 +328,161 @@ def test_a_clip_with_and_without_transcript_prompts_as_the_official_modes(folder
     assert FakeEncoders.calls == calls  # encoded once per clip and transcript
     with pytest.raises(ValueError, match="not built by this"):
         backend.tokens_to_audio([1, 2], prompt_ids=[layout.sos_id, layout.task_id, 7, 7])
+
+
+class ClipEncoders:
+    """Stands in for the ONNX encoders with features that tell clips apart: the speaker embedding holds
+    the clip's first sample."""
+
+    def encode(self, audio, sample_rate, transcript_tokens):
+        return VoiceFeatures.aligned(transcript_tokens, [3, 1, 4, 1, 5, 9], torch.zeros(12, MELS),
+                                     torch.full((SPEAKER,), float(audio[0])))
+
+
+def _untranscribed_clip(level: float) -> VoicePrompt:
+    return VoicePrompt(audio=np.full(16000, level, np.float32), sample_rate=16000, transcript="")
+
+
+def _record_speakers(backend) -> dict:
+    """The speaker embedding token2wav is given, by thread: what the flow model conditions on."""
+    seen, inference = {}, backend.flow.inference
+
+    def recording(tokens, prompt_tokens, prompt_mel, speaker_embedding, **kwargs):
+        seen[threading.current_thread().name] = float(speaker_embedding.reshape(-1)[0])
+        return inference(tokens, prompt_tokens, prompt_mel, speaker_embedding, **kwargs)
+
+    backend.flow.inference = recording
+    return seen
+
+
+def test_clips_without_transcripts_keep_their_own_voices(folder):
+    # Neither clip puts anything of itself in the LM's prompt, so the ids are equal; the voice rides with them.
+    backend = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT).backend
+    backend.encoders = ClipEncoders()
+    seen = _record_speakers(backend)
+    low, high = _untranscribed_clip(0.25), _untranscribed_clip(0.5)
+    first, second = backend.prompt_ids("a cat", low), backend.prompt_ids("a cat", high)
+    assert first == second
+    for prompt, level in ((first, 0.25), (second, 0.5), (first, 0.25)):
+        backend.tokens_to_audio([1, 2, 3, 4], prompt_ids=prompt)
+        assert seen[threading.current_thread().name] == level
+    # Passed on as a plain list, the ids no longer say which voice: refused unless the voice is named.
+    with pytest.raises(ValueError, match="more than one voice"):
+        backend.tokens_to_audio([1, 2, 3, 4], prompt_ids=list(first))
+    config, _ = backend.plan_generation(list(first), backend.default_config(), high)
+    assert config.max_new_tokens == MAX_TOKEN_TEXT_RATIO * first.text_count
+
+
+def test_two_concurrent_requests_with_the_same_text_keep_their_own_voices(folder):
+    # The interleaving that swapped voices when prompts were remembered by their ids alone: both requests
+    # build their prompt before either reaches token2wav.
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    backend.encoders = ClipEncoders()
+    seen = _record_speakers(backend)
+    both_built, one_at_a_time = threading.Barrier(2, timeout=30), threading.Lock()
+    build, generate = backend.prompt_ids, synth._generate
+
+    def build_then_wait(text, voice_prompt=None):
+        prompt = build(text, voice_prompt)
+        both_built.wait()
+        return prompt
+
+    def generate_alone(*args, **kwargs):  # the LM runs one request at a time; the prompts are already built
+        with one_at_a_time:
+            return generate(*args, **kwargs)
+
+    backend.prompt_ids, synth._generate = build_then_wait, generate_alone
+    errors = []
+
+    def request(level):
+        try:
+            result = synth.synthesize("a cat", mode="ar", voice_prompt=_untranscribed_clip(level))
+            assert len(result.audio) > 0
+        except Exception as error:  # noqa: BLE001 - reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=request, args=(level,), name=f"voice-{level}") for level in (0.25, 0.5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert seen == {"voice-0.25": 0.25, "voice-0.5": 0.5}
+
+
+def test_a_checkpoint_with_the_real_tokenizer_files_loads_and_prompts(tmp_path):
+    # The Hub folder's CosyVoice-BlankEN has vocab.json, merges.txt and tokenizer_config.json, no tokenizer.json.
+    from test_cosyvoice2_frontend import check_official_special_ids, write_qwen_style_tokenizer
+
+    root = build_tiny_checkpoint(tmp_path / "CosyVoice2-0.5B")
+    for path in (root / "CosyVoice-BlankEN").iterdir():
+        if path.name != "config.json":
+            path.unlink()
+    vocabulary = write_qwen_style_tokenizer(root)
+    synth = load_cosyvoice2(root, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    check_official_special_ids(backend.tokenizer, vocabulary)
+    prompt = backend.prompt_ids("a cat [breath] sat")
+    text = [t - backend.layout.text_offset for t in prompt[4: prompt.index(backend.layout.task_id)]]
+    assert text == backend.tokenizer.convert_tokens_to_ids(backend.tokenizer.tokenize("a cat [breath] sat"))
+    assert backend.tokenizer.convert_tokens_to_ids("[breath]") in text
+    assert len(synth.synthesize("a cat sat", mode="ar").audio) > 0
+
+
+@pytest.fixture(scope="module")
+def release_synth(folder):
+    return load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, rules="release")
+
+
+def _with_bias(synth, ids, value):
+    """The target's decoder bias raised on `ids` (restored by the caller from the returned copy)."""
+    saved = synth.target.lm_head.bias.detach().clone()
+    with torch.no_grad():
+        synth.target.lm_head.bias[list(ids)] = value
+    return saved
+
+
+@pytest.mark.parametrize("mode", ["ar", "speculative"])
+def test_release_era_rules_keep_every_stop_id_out_until_the_minimum_length(release_synth, synth, mode):
+    backend = release_synth.backend
+    stops = backend.layout.stop_ids
+    prompt = backend.prompt_ids(backend.split_text("a cat sat")[0].text)
+    min_len = MIN_TOKEN_TEXT_RATIO * prompt.text_count
+    _, ras = backend.plan_generation(prompt, backend.default_config())
+    assert ras.redrawn_until_min_len == stops and ras.masked_until_min_len == () and ras.redraw_may_repeat
+    for value in (2.0, 30.0):  # stop ids likely, then certain: none before the minimum length either way
+        for seed in range(3):
+            saved = _with_bias(release_synth, stops[1:], value)
+            try:
+                tokens = release_synth.synthesize("a cat sat", mode=mode, config=release_synth.config(seed=seed)).generation.tokens
+            finally:
+                with torch.no_grad():
+                    release_synth.target.lm_head.bias.copy_(saved)
+            assert not set(tokens[:min_len]) & set(stops)
+            if value == 30.0:
+                assert len(tokens) == min_len + 1 and tokens[-1] in stops[1:]
+    # The default rules (the official code since 2026-02-11) mask the end id only: 6562 or 6563 may end early.
+    saved = _with_bias(synth, stops[1:], 30.0)
+    try:
+        tokens = synth.synthesize("a cat sat", mode=mode, config=synth.config(seed=0)).generation.tokens
+    finally:
+        with torch.no_grad():
+            synth.target.lm_head.bias.copy_(saved)
+    assert len(tokens) == 1 and tokens[0] in stops[1:]
+    saved = _with_bias(synth, stops[:1], 30.0)
+    try:
+        tokens = synth.synthesize("a cat sat", mode=mode, config=synth.config(seed=0)).generation.tokens
+    finally:
+        with torch.no_grad():
+            synth.target.lm_head.bias.copy_(saved)
+    assert len(tokens) == min_len + 1 and tokens[-1] == stops[0]
+
+
+def test_release_era_greedy_masks_every_stop_id_and_unknown_rules_are_refused(release_synth, folder):
+    backend = release_synth.backend
+    prompt = backend.prompt_ids("a cat sat")
+    _, masked = backend.plan_generation(prompt, backend.default_config().with_(temperature=0.0))
+    assert masked.masked_until_min_len == backend.layout.stop_ids
+    with pytest.raises(InvalidSettingError, match="head, release"):
+        load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, rules="paper")

@@ -184,6 +184,88 @@ def test_the_text_tokenizer_adds_the_official_special_tokens_in_order(tmp_path, 
     assert ids[-1] == tokenizer.convert_tokens_to_ids("<|endofprompt|>")
 
 
+# The real CosyVoice-BlankEN holds Qwen's vocab.json and merges.txt and a tokenizer_config.json that
+# declares three added tokens after the 151,643 ordinary ones; no tokenizer.json. Laid out the same way
+# with a small vocabulary, the ids keep their offsets from the end of the vocabulary.
+QWEN_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+REAL_VOCABULARY = 151643  # entries in the real vocab.json: <|endoftext|>'s id
+REAL_SPECIAL_IDS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|endofprompt|>": 151646,
+                    "[breath]": 151647}  # the official CosyVoice 3 code hard-codes <|endofprompt|> as 151646
+REAL_CHECKPOINT_ENV = "SSD_COSYVOICE2_CHECKPOINT"
+
+
+def write_qwen_style_tokenizer(root):
+    """A byte-level BPE saved as vocab.json + merges.txt beside a Qwen2-style tokenizer_config.json (its
+    added_tokens_decoder, eos and pad <|endoftext|>, no bos), as in CosyVoice-BlankEN; its vocabulary size."""
+    import json
+
+    folder = root / BACKBONE_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    _small_bpe().model.save(str(folder))
+    vocabulary = len(json.loads((folder / "vocab.json").read_text()))
+    decoder = {str(vocabulary + i): {"content": token, "lstrip": False, "normalized": False, "rstrip": False,
+                                     "single_word": False, "special": True} for i, token in enumerate(QWEN_ADDED)}
+    config = {"add_prefix_space": False, "added_tokens_decoder": decoder, "additional_special_tokens": list(QWEN_ADDED[1:]),
+              "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>", "errors": "replace",
+              "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+              "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return vocabulary
+
+
+def check_official_special_ids(tokenizer, vocabulary: int) -> None:
+    """The ids the official CosyVoice2Tokenizer gives: Qwen's three added tokens where its config puts
+    them, CosyVoice 2's new ones after them in the official order; nothing prepended or appended."""
+    new = [token for token in ADDED_SPECIAL_TOKENS if token not in QWEN_ADDED]
+    expected = {token: vocabulary + i for i, token in enumerate(list(QWEN_ADDED) + new)}
+    assert {token: tokenizer.convert_tokens_to_ids(token) for token in expected} == expected
+    assert len(tokenizer) == vocabulary + len(expected)
+    assert tokenizer.bos_token is None and tokenizer.eos_token == tokenizer.pad_token == "<|endoftext|>"
+    for text in ("a cat sat.", "Hello world"):
+        ids = text_tokens(tokenizer, text)
+        assert ids == tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))  # no BOS, no EOS
+        assert all(i < vocabulary for i in ids)
+    assert text_tokens(tokenizer, "[breath]") == [expected["[breath]"]]
+    assert text_tokens(tokenizer, "hi<|endofprompt|>")[-1] == expected["<|endofprompt|>"]
+
+
+def test_the_text_tokenizer_loads_the_real_folder_layout_with_the_official_ids(tmp_path):
+    assert not (tmp_path / BACKBONE_FOLDER / "tokenizer.json").exists()  # vocab.json + merges.txt only
+    vocabulary = write_qwen_style_tokenizer(tmp_path)
+    tokenizer = load_text_tokenizer(tmp_path)
+    check_official_special_ids(tokenizer, vocabulary)
+    offsets = {token: tokenizer.convert_tokens_to_ids(token) - vocabulary for token in REAL_SPECIAL_IDS}
+    assert offsets == {token: i - REAL_VOCABULARY for token, i in REAL_SPECIAL_IDS.items()}
+
+
+def _real_checkpoint():
+    """The real checkpoint's folder: SSD_COSYVOICE2_CHECKPOINT, else the Hub cache the preset loads from."""
+    import os
+    from pathlib import Path
+
+    from huggingface_hub import try_to_load_from_cache
+
+    from ssd_demo.backends.cosyvoice2.loading import REPO
+    from ssd_demo.hub import revision_for
+
+    if os.environ.get(REAL_CHECKPOINT_ENV):
+        return Path(os.environ[REAL_CHECKPOINT_ENV]).expanduser()
+    found = try_to_load_from_cache(REPO, f"{BACKBONE_FOLDER}/vocab.json", revision=revision_for(REPO),
+                                   cache_dir=os.environ.get("HF_HUB_CACHE") or None)
+    return Path(found).parents[1] if isinstance(found, str) else None
+
+
+def test_the_real_text_tokenizer_gives_the_official_absolute_ids():
+    folder = _real_checkpoint()
+    if folder is None:
+        pytest.skip(f"the real CosyVoice2-0.5B tokenizer is not here: set {REAL_CHECKPOINT_ENV} to the checkpoint "
+                    f"folder, or fetch it with `hf download FunAudioLLM/CosyVoice2-0.5B --include '{BACKBONE_FOLDER}/*.json' "
+                    f"'{BACKBONE_FOLDER}/*.txt'`")
+    tokenizer = load_text_tokenizer(folder)
+    check_official_special_ids(tokenizer, REAL_VOCABULARY)
+    assert {token: tokenizer.convert_tokens_to_ids(token) for token in REAL_SPECIAL_IDS} == REAL_SPECIAL_IDS
+
+
 def test_a_folder_without_the_text_tokenizer_is_refused(tmp_path):
     with pytest.raises(ModelLoadError, match="text tokenizer cannot be loaded"):
         load_text_tokenizer(tmp_path)

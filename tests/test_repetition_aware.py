@@ -123,3 +123,70 @@ def test_ras_refuses_a_config_that_truncates_too():
                                     prefix_distribution=RAS)
     with pytest.raises(ValueError, match="invalid repetition-aware"):
         RepetitionAwareSampling(top_k=0)
+
+
+# The release-era procedure (the code CosyVoice 2 was released with, which the SSD paper ran): the re-draw may
+# return the over-repeated token, and while early a draw of any stop id (2 and 3 here) is thrown away and the
+# whole draw made again.
+RELEASE = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, redrawn_until_min_len=(2, 3), min_len=3,
+                                  redraw_may_repeat=True)
+
+
+def release_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
+                 generator: torch.Generator) -> int:
+    """The release-era loop written out plainly: a nucleus draw, a re-draw from the full distribution (the
+    repeated token included) when the drawn token is over-repeated, all of it again while early and the
+    token a stop id (the official gives up after 100 tries)."""
+    for _ in range(101):
+        values, order = torch.sort(torch.softmax(scores, dim=-1), descending=True, stable=True)
+        kept, mass = [], 0.0
+        for value, index in zip(values.tolist(), order.tolist()):
+            if mass < ras.top_p and len(kept) < ras.top_k:
+                mass += value
+                kept.append((index, value))
+            else:
+                break
+        token = kept[int(torch.multinomial(torch.tensor([v for _, v in kept]), 1, generator=generator))][0]
+        if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
+            token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
+        if len(prefix) >= ras.min_len or token not in ras.redrawn_until_min_len:
+            return token
+    raise RuntimeError("only stop ids were drawn")
+
+
+@pytest.mark.parametrize("prefix", [[], [0], [0, 1], [1, 0, 0], [2, 2, 0, 1], [0, 0, 1, 0]])
+@pytest.mark.stats
+def test_the_release_era_distribution_is_what_its_procedure_draws(prefix):
+    scores = torch.tensor([1.2, 0.9, 1.0, 0.6])  # a stop id (2) in the nucleus: redrawing differs from masking
+    expected = RELEASE(scores[None], [prefix])[0]
+    assert torch.isclose(expected.sum(), torch.tensor(1.0))
+    generator = torch.Generator().manual_seed(0)
+    draws = [(release_draw(scores, prefix, RELEASE, generator),) for _ in range(sample_count(6000))]
+    assert chi_square_p(draws, {(i,): float(p) for i, p in enumerate(expected)}) > 1e-3
+    if len(prefix) < RELEASE.min_len:
+        assert expected[2] == expected[3] == 0
+
+
+def test_release_era_rules_differ_from_masking_before_the_draw():
+    scores = torch.tensor([[1.0, 0.0, 1.5, -5.0]])
+    masked = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, masked_until_min_len=(2, 3), min_len=3)
+    released, before = RELEASE(scores, [[]])[0], masked(scores, [[]])[0]
+    # The stop id 2 fills most of the nucleus, leaving token 1 out of it: redrawn after the nucleus, only token 0
+    # is left; masked before it, token 1 gets in.
+    assert torch.equal(released, torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    assert before[1] > 0.2 and before[2] == before[3] == 0
+    # The release-era re-draw may give the repeated token back (0 just seen twice: redrawn from everything).
+    late = RELEASE(scores, [[1, 0, 0, 0]])[0]
+    full = torch.softmax(scores[0], dim=-1)
+    nucleus = torch.tensor([full[0], 0.0, full[2], 0.0]) / (full[0] + full[2])  # tokens 2 and 0
+    assert torch.allclose(late, nucleus[2] * torch.eye(4)[2] + nucleus[0] * full) and late[0] > 0
+
+
+def test_release_era_rules_mask_the_stop_ids_when_only_they_can_be_drawn():
+    # The official loop raises after 100 stop draws; here the stop ids are masked instead.
+    scores = torch.tensor([[0.0, 0.5, 0.0, 20.0]])
+    q = RELEASE(scores, [[]])[0]
+    assert q[2] == q[3] == 0 and torch.isclose(q.sum(), torch.tensor(1.0))
+    fallback = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, masked_until_min_len=(2, 3),
+                                       min_len=3, redraw_may_repeat=True)
+    assert torch.allclose(q, fallback(scores, [[]])[0])

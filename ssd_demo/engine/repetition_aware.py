@@ -12,9 +12,15 @@ n = its nucleus; R = the over-repeated tokens):
 
 so speculative sampling stays exact when the draft's proposals and the target's verify rows are
 both passed through it, each row with its own prefix (`decoding` hands each row the generated
-tokens before it). A strategy handed to the decoders as `prefix_distribution=`. It follows the
-official procedure as of February 2026, whose re-draw excludes the over-repeated token (before, the
-re-draw could return it).
+tokens before it). A strategy handed to the decoders as `prefix_distribution=`. By default it follows
+the official procedure as of February 2026: the re-draw excludes the over-repeated token (since
+2026-02-04) and the early stop ids are masked before drawing (since 2026-02-11).
+
+The release-era procedure (the code the SSD paper ran) is available too: its re-draw could return the
+over-repeated token (`redraw_may_repeat`: the f(y) above without the [y != x] and the renormalisation),
+and while early it drew again and again until the token was not a stop id (`redrawn_until_min_len`):
+the distribution above with those ids' mass removed and the rest renormalised (conditioned on not
+drawing them), which is not the same as masking their scores before the nucleus is taken.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ class RepetitionAwareSampling:
     # its two other stop ids stay drawable, as in the official loop).
     masked_until_min_len: tuple[int, ...] = ()
     min_len: int = 0
+    # Draws of these ids thrown away and drawn again while fewer than `min_len` tokens were generated (the
+    # release-era loop, for all of CosyVoice 2's stop ids): their mass removed after sampling, not before.
+    redrawn_until_min_len: tuple[int, ...] = ()
+    # The release-era re-draw of an over-repeated token, from the full distribution including that token.
+    redraw_may_repeat: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.top_p <= 1 or self.top_k < 1 or self.win_size < 1 or not 0 < self.tau_r <= 1:
@@ -63,6 +74,9 @@ class RepetitionAwareSampling:
             q = nucleus[row].clone()
             q[repeated] = 0.0
             for token in repeated:
+                if self.redraw_may_repeat:
+                    q += nucleus[row, token] * full[row]
+                    continue
                 rest = scores[row].clone()
                 rest[token] = float("-inf")
                 if torch.isinf(rest).all():  # nothing else allowed: the official re-draw would fail; it stays
@@ -72,6 +86,24 @@ class RepetitionAwareSampling:
                 # the token held nearly all the mass, where 1 - f(token) would round to 0).
                 q += nucleus[row, token] * torch.softmax(rest, dim=-1)
             out[row] = q
+        if early and self.redrawn_until_min_len:
+            out = self._redrawn(out, scores, prefixes, early)
+        return out
+
+    def _redrawn(self, out: torch.Tensor, scores: torch.Tensor, prefixes: list[list[int]], early: list[int]) -> torch.Tensor:
+        """Early rows conditioned on not drawing `redrawn_until_min_len` (what redrawing until then gives)."""
+        ids = torch.tensor(self.redrawn_until_min_len, device=out.device)
+        for row in early:
+            kept = out[row].clone()
+            kept[ids] = 0.0
+            total = kept.sum()
+            if total > 0:
+                out[row] = kept / total
+            else:  # only those ids can be drawn: the official loop gives up (an error after 100 draws); we mask them
+                masked = RepetitionAwareSampling(self.top_p, self.top_k, self.win_size, self.tau_r,
+                                                 tuple(self.masked_until_min_len) + tuple(self.redrawn_until_min_len),
+                                                 self.min_len, redraw_may_repeat=self.redraw_may_repeat)
+                out[row] = masked(scores[row: row + 1], [prefixes[row]])[0]
         return out
 
 

@@ -32,7 +32,11 @@ MIN_PROMPT_SECONDS = 0.04  # one speech token (25 a second)
 
 
 def load_text_tokenizer(folder: str | Path):
-    """Qwen's tokenizer from CosyVoice-BlankEN with CosyVoice 2's added special tokens, in their order."""
+    """Qwen's tokenizer from CosyVoice-BlankEN with CosyVoice 2's added special tokens, in their order.
+
+    The Hub folder holds vocab.json, merges.txt and a tokenizer_config.json naming Qwen's three added tokens
+    (<|endoftext|> 151643, <|im_start|>, <|im_end|>); no tokenizer.json and no remote code. The new tokens
+    follow (<|endofprompt|> 151646, [breath] 151647, ...), and no BOS is prepended, as the official tokenizer."""
     from transformers import AutoTokenizer
 
     path = Path(folder) / BACKBONE_FOLDER
