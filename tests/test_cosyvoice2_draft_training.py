@@ -6,14 +6,17 @@ checkpoint-folder loader takes as the paper's draft."""
 from __future__ import annotations
 
 import argparse
+import json
 
+import numpy as np
 import pytest
 import torch
 
 from ssd_demo.backends.cosyvoice2.llm import build_speech_lm, layer_draft, materialise
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
 from ssd_demo.tools.training import cosyvoice2_draft as recipe
-from test_cosyvoice2_backend import FLOW, HIFT, default_voice, folder  # noqa: F401  (folder: a fixture)
+from ssd_demo.synthesis import VoicePrompt
+from test_cosyvoice2_backend import FLOW, HIFT, FakeEncoders, default_voice, folder  # noqa: F401  (folder: a fixture)
 
 
 def _args(out, *extra: str) -> argparse.Namespace:
@@ -50,6 +53,30 @@ def test_smoke_run_raises_held_out_acceptance_and_writes_everything(smoke_run):
     assert 0 < before["ras"] < after["ras"] <= 1 and before["positions"] == after["positions"] > 0
     assert report["draft"]["bottom"] == 2 and report["draft"]["top"] == 6
     assert report["training"]["final_loss"] < report["training"]["losses"][0][1]
+    # The deviation from the paper and the prompt mix are on record.
+    assert report["recipe"]["loss"] == "kl_on_target_generations"
+    assert report["recipe"]["paper_loss"] == "cross-entropy on LibriTTS"
+    prompts = report["prompts"]
+    assert prompts["zero_shot_fraction"] == smoke.zero_shot_fraction == 0.8
+    mix = {kind: prompts["train"][kind] + prompts["held_out"][kind] for kind in prompts["train"]}
+    assert sum(mix.values()) == smoke.texts and mix["generation"] > smoke.texts / 2  # most prompts zero-shot
+
+
+@pytest.mark.train
+def test_zero_shot_generations_are_prompted_with_an_earlier_generation_as_the_voice(smoke_run):
+    items = torch.load(smoke_run / recipe.GENERATIONS_FILE, weights_only=False)["items"]
+    layout = recipe.SMOKE_LAYOUT
+    zero_shot = [(i, item) for i, item in enumerate(items) if item["voice"]["kind"] == "generation"]
+    assert zero_shot
+    for index, item in zero_shot:
+        source = items[item["voice"]["from"]]
+        assert item["voice"]["from"] < index
+        speech = [t for t in source["generated"] if t < layout.speech_tokens]
+        # [sos, the voice's text + the text, task, the voice's speech tokens]: the official zero-shot input
+        assert item["prompt"] == layout.prompt_ids(source["text_ids"] + item["text_ids"], speech)
+    for item in items:
+        if item["voice"]["kind"] == "cross_lingual":
+            assert item["prompt"] == layout.prompt_ids(item["text_ids"])
 
 
 @pytest.mark.train
@@ -140,6 +167,16 @@ def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
         recipe.main(_args(tmp_path, "--smoke", "--steps", "0"))
     with pytest.raises(ValueError, match="generations of other texts"):  # another recipe in the same folder
         recipe.main(_args(smoke_run, "--smoke", "--num-texts", "20"))
+    with pytest.raises(ValueError, match="generations of other texts, settings"):  # another prompt mix
+        recipe.main(_args(smoke_run, "--smoke", "--zero-shot-fraction", "0.5"))
+    with pytest.raises(ValueError, match="--zero-shot-fraction must be from 0 to 1"):
+        recipe.main(_args(tmp_path, "--smoke", "--zero-shot-fraction", "1.5"))
+    with pytest.raises(ValueError, match="--default-voice needs --checkpoint"):
+        recipe.main(_args(tmp_path / "voice", "--smoke", "--default-voice"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "a cat", "speech_tokens": [1, 99]}) + "\n")
+    with pytest.raises(ValueError, match="line 1: .speech_tokens. must be a list of speech token ids from 0 to 60"):
+        recipe.main(_args(tmp_path / "data", "--smoke", "--data", str(bad)))
 
 
 def test_texts_are_prompted_as_the_app_speaks_them():
@@ -150,3 +187,62 @@ def test_texts_are_prompted_as_the_app_speaks_them():
                            lambda text: text.split(), notes.append)
     assert chunks == ["It costs twelve euros."]  # numbers spelt out, a full stop added, repeats once
     assert notes and "markup" in notes[0]
+
+
+def test_a_zero_shot_training_prompt_is_the_one_the_backend_builds(folder):  # noqa: F811
+    """The voice an earlier generation gives (its text as the transcript, its speech tokens as the clip's)
+    prompts the target exactly as the app prompts it for a clip with that transcript and those tokens."""
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
+    backend = synth.backend
+    backend.encoders = FakeEncoders()  # a clip's speech tokens: [3, 1, 4, 1, 5, 9]
+    target = recipe.checkpoint_target(folder, "cpu")
+    transcript, text = "Take 2 at 10:30.", "a cat sat on the mat"
+    earlier = {"text_ids": recipe.text_ids(target, transcript), "generated": [3, 1, 4, 1, 5, 9, target.layout.end_of_speech]}
+    voice = recipe.prompts.generated_voice(earlier, target.layout)
+    prompt, count = recipe.backend_prompt(target, text, voice)
+    clip = VoicePrompt(audio=np.zeros(16000, np.float32), sample_rate=16000, transcript=transcript)
+    assert prompt == backend.prompt_ids(text, clip) and count == backend.prompt_ids(text, clip).text_count
+    # The app's default voice as a training voice, and the cross-lingual prompt (a clip without transcript).
+    app_voice = default_voice()
+    assert recipe.backend_prompt(target, text, app_voice)[0] == backend.prompt_ids(text)
+    silent = VoicePrompt(audio=np.ones(16000, np.float32), sample_rate=16000, transcript="")
+    assert recipe.backend_prompt(target, text)[0] == backend.prompt_ids(text, silent)
+    # A generation's stored voice record reproduces its prompt through the same code.
+    item = recipe.generate(target, text, seed=0, cap=8, voice=voice)
+    assert item["prompt"] == prompt and item["text_ids"] == recipe.text_ids(target, text)
+
+
+@pytest.mark.train
+def test_data_trains_the_draft_with_cross_entropy(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    words = "a cat sat on the mat dog ran sun is up one more".split()
+    data = tmp_path / "speech.jsonl"
+    with data.open("w") as lines:
+        for index in range(24):  # speech with a pattern to learn: steps of 7 from a random start
+            start = rng.randrange(61)
+            record = {"text": " ".join(rng.choice(words) for _ in range(rng.randint(2, 5))),
+                      "speech_tokens": [(start + 7 * k) % 61 for k in range(12)]}
+            if index % 2:  # half of them zero-shot in a voice of their own
+                record |= {"prompt_text": "the cat", "prompt_speech_tokens": [(start + 3 * k) % 61 for k in range(5)]}
+            lines.write(json.dumps(record) + "\n")
+    out = tmp_path / "run"
+    assert recipe.main(_args(out, "--smoke", "--data", str(data), "--held-out", "4", "--steps", "12")) == 0
+    report = _report(out)
+    assert report["recipe"]["loss"] == "cross_entropy_on_data" and report["recipe"]["data"] == str(data)
+    assert report["recipe"]["paper_loss"] == "cross-entropy on LibriTTS"
+    assert report["prompts"]["train"] == {"cross_lingual": 10, "default": 0, "generation": 0, "data": 10}
+    assert report["prompts"]["held_out"] == {"cross_lingual": 2, "default": 0, "generation": 0, "data": 2}
+    assert report["train_generations"] == 20 and report["held_out_generations"] == 4
+    losses = [loss for _, loss in report["training"]["losses"]]
+    assert losses[-1] < losses[0] - 0.3 and losses == sorted(losses, reverse=True)  # the loss goes down
+    # Each example is the backend's prompt, then the line's speech tokens and the end of speech.
+    target = recipe.smoke_target()
+    examples = recipe.read_data(data, target)
+    first, second = (json.loads(line) for line in data.read_text().splitlines()[:2])
+    assert examples[0]["prompt"] == recipe.backend_prompt(target, first["text"])[0]
+    assert examples[0]["generated"] == first["speech_tokens"] + [target.layout.end_of_speech]
+    voice = recipe.voice_of(recipe.text_ids(target, "the cat"), second["prompt_speech_tokens"])
+    assert examples[1]["prompt"] == recipe.backend_prompt(target, second["text"], voice)[0]
+    assert examples[1]["prompt"][-5:] == second["prompt_speech_tokens"]

@@ -62,6 +62,18 @@ def distillation_kl(draft, target_model, batch: dict[str, torch.Tensor]) -> torc
     return F.kl_div(student, teacher, log_target=True, reduction="batchmean")
 
 
+def next_token_cross_entropy(draft, target_model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean over the speech positions of the draft's cross-entropy on the next token (the paper's loss, on
+    provided data; the target is not used)."""
+    predicts = batch["predicts"][:, :-1]  # the output at position i predicts the token at i + 1
+    logits = _logits(draft, batch)[:, :-1][predicts].float()
+    return F.cross_entropy(logits, batch["input_ids"][:, 1:][predicts])
+
+
+#: The losses `train` can minimise, by the name draft.json records.
+LOSSES = {"kl_on_target_generations": distillation_kl, "cross_entropy_on_data": next_token_cross_entropy}
+
+
 @torch.no_grad()
 def expected_acceptance(draft, target_model, layout: SpeechVocabLayout, examples: list[dict], batch_size: int) -> dict:
     """Per generated position, the mean of sum_x min(p_target(x), p_draft(x)) (exact speculative sampling's

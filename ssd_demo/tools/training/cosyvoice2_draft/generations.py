@@ -1,8 +1,8 @@
 """Step 1: the texts, and the target's own generations of them, cached in OUT so that a run can stop and go on.
 
-Each text is prompted as the app speaks it (the official front end's chunks) with the official cross-lingual
-input, and generated with repetition-aware sampling and the official length bounds; each has its own seed,
-so the cache is the same however often a run stopped.
+Each text is prompted as the app speaks it (the official front end's chunks; the backend's own prompt: most
+zero-shot with a voice, the rest cross-lingual, `prompts`), and generated with repetition-aware sampling and
+the official length bounds; each has its own seed, so the cache is the same however often a run stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from ....engine.draft_heads import target_fingerprint
 from ....engine.generate import autoregressive_generate
 from ....engine.repetition_aware import RepetitionAwareSampling
 from ..corpus import CorpusConfig, build_corpus
+from ....backends.cosyvoice2.frontend import VoiceFeatures
+from .prompts import CROSS_LINGUAL, backend_prompt, choose_voice, prompt_mix
 from .recipe import GENERATIONS_FILE, Target, save_atomic
 from ....errors import InputError
 
@@ -87,25 +89,30 @@ def generation_config(layout: SpeechVocabLayout, text_count: int, seed: int, cap
                           eos_token_id=list(layout.stop_ids), seed=seed)
 
 
-def generate(target: Target, text: str, seed: int, cap: int = 0) -> dict:
-    """The target says `text` from the cross-lingual prompt: {"prompt", "generated", "text_count"}."""
-    tokens = target.tokenize(text)
-    if not tokens:
-        raise ValueError(f"the text {text!r} has no text tokens")
-    prompt = target.layout.prompt_ids(tokens)
+def generate(target: Target, text: str, seed: int, cap: int = 0, voice: VoiceFeatures = CROSS_LINGUAL) -> dict:
+    """The target says `text` in `voice` from the backend's prompt (zero-shot when the voice has a transcript,
+    else cross-lingual): {"prompt", "generated", "text_count", "text_ids" (the text's own tokens)}."""
+    prompt, count = backend_prompt(target, text, voice)
+    start = 1 + len(voice.transcript_tokens)
     ids = torch.tensor([prompt], device=target.model.device)
-    result = autoregressive_generate(target.model, ids, generation_config(target.layout, len(tokens), seed, cap),
-                                     prefix_distribution=official_sampling(target.layout, len(tokens)))
-    return {"prompt": prompt, "generated": list(result.tokens), "text_count": len(tokens)}
+    result = autoregressive_generate(target.model, ids, generation_config(target.layout, count, seed, cap),
+                                     prefix_distribution=official_sampling(target.layout, count))
+    return {"prompt": prompt, "generated": list(result.tokens), "text_count": count,
+            "text_ids": [t - target.layout.text_offset for t in prompt[start: start + count]]}
 
 
 def ensure_generations(target: Target, texts: list[str], out: Path, seed: int, cap: int, deadline: float,
-                       log=print) -> list[dict] | None:
-    """All texts' generations, from OUT/generations.pt as far as it goes and from the target after that.
-    None when the deadline came first (what was generated is saved; the next run continues)."""
+                       log=print, zero_shot_fraction: float = 0.0, default_voice: VoiceFeatures | None = None,
+                       default_voice_share: float = 0.0) -> list[dict] | None:
+    """All texts' generations, from OUT/generations.pt as far as it goes and from the target after that;
+    each text's voice as `prompts.choose_voice` draws it. None when the deadline came first (what was
+    generated is saved; the next run continues)."""
     path = out / GENERATIONS_FILE
+    voice_key = None if default_voice is None else [list(default_voice.transcript_tokens), list(default_voice.speech_tokens)]
+    prompts = {"builder": "CosyVoice2Backend.prompt_ids", "zero_shot_fraction": zero_shot_fraction,
+               "default_voice_share": default_voice_share if default_voice is not None else 0.0, "default_voice": voice_key}
     key = {"texts": texts, "seed": seed, "max_new_tokens": cap, "target": target_fingerprint(target.model),
-           "layout": target.layout.to_dict()}
+           "layout": target.layout.to_dict(), "prompts": prompts}
     cache = {"key": key, "items": []}
     if path.exists():
         cache = torch.load(path, map_location="cpu", weights_only=False)
@@ -126,7 +133,9 @@ def ensure_generations(target: Target, texts: list[str], out: Path, seed: int, c
                 log(f"generations: time budget reached after {len(items)} of {len(texts)} texts; run again to continue")
                 return None
             index = len(items)
-            items.append(generate(target, texts[index], seed + index, cap))
+            voice, record = choose_voice(items, index, seed, zero_shot_fraction, default_voice, default_voice_share,
+                                         target.layout)
+            items.append(generate(target, texts[index], seed + index, cap, voice) | {"voice": record})
             bar.update(1)
             if time.perf_counter() - saved > SAVE_GENERATIONS_EVERY_S:
                 save_atomic(cache, path)
@@ -137,5 +146,5 @@ def ensure_generations(target: Target, texts: list[str], out: Path, seed: int, c
     lengths = [len(item["generated"]) for item in items]
     ended = sum(item["generated"][-1] in target.layout.stop_ids for item in items)
     log(f"generations: {len(items)} texts, {sum(lengths)} speech tokens (mean {sum(lengths) / len(lengths):.0f}), "
-        f"{ended} ended with a stop id")
+        f"{ended} ended with a stop id; prompts {prompt_mix(items)}")
     return items

@@ -7,7 +7,6 @@ are a tiny random stand-in that trains in seconds, for tests and CI.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +43,12 @@ class DraftRecipe:
     texts: int = 1000  # built-in texts, when no --texts file is given
     held_out: int = 32  # the last texts' generations: never trained on, they measure acceptance
     max_new_tokens: int = 0  # a cap under the official 20 per text token; 0 = the official bound only
+    #: The share of texts prompted zero-shot, as the app always speaks (`prompts.choose_voice`); the rest are
+    #: cross-lingual ([sos, text, task], also how the official LM is trained).
+    zero_shot_fraction: float = 0.8
+    #: Of the zero-shot prompts, the share in the backend's default voice when the run has it (--default-voice);
+    #: the others take an earlier generation of the run as their voice.
+    default_voice_share: float = 0.25
     bottom: int = PAPER_DRAFT_LAYERS[0]
     top: int = PAPER_DRAFT_LAYERS[1]
 
@@ -56,12 +61,28 @@ def smoke_recipe() -> DraftRecipe:
 
 @dataclass
 class Target:
-    """The frozen target, its vocabulary layout, its text tokenizer and what identifies it."""
+    """The frozen target, its vocabulary layout, its text tokenizer (called as Hugging Face tokenizers are:
+    a list of texts in, {"input_ids": [...]} out; the backend builds prompts with it) and what identifies it."""
 
     model: object
     layout: SpeechVocabLayout
-    tokenize: Callable[[str], list[int]]
+    tokenizer: object
     source: dict = field(default_factory=dict)
+
+    def tokenize(self, text: str) -> list[int]:
+        from ....backends.cosyvoice2.frontend import text_tokens
+
+        return text_tokens(self.tokenizer, text)
+
+
+class WordHashTokenizer:
+    """The smoke target's tokenizer: one token per word, a hash of it."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def __call__(self, texts: list[str]) -> dict[str, list[list[int]]]:
+        return {"input_ids": [[zlib.crc32(word.encode()) % self.rows for word in text.split()] for text in texts]}
 
 
 # -- the targets ----------------------------------------------------------------------------------
@@ -87,17 +108,13 @@ def smoke_target(seed: int = 0) -> Target:
             skipped.self_attn.o_proj.weight.zero_()
             skipped.mlp.down_proj.weight.mul_(5.0)
 
-    def tokenize(text: str) -> list[int]:
-        return [zlib.crc32(word.encode()) % SMOKE_LAYOUT.text_rows for word in text.split()]
-
-    return Target(model, SMOKE_LAYOUT, tokenize, {"target": "smoke", "target_seed": seed})
+    return Target(model, SMOKE_LAYOUT, WordHashTokenizer(SMOKE_LAYOUT.text_rows), {"target": "smoke", "target_seed": seed})
 
 
 def checkpoint_target(folder: Path, device: str) -> Target:
     """The official checkpoint folder's speech LM (float32 weights; autocast lowers the precision) and tokenizer."""
-    from ....backends.cosyvoice2.frontend import load_text_tokenizer, text_tokens
+    from ....backends.cosyvoice2.frontend import load_text_tokenizer
     from ....backends.cosyvoice2.llm import load_speech_lm
 
     model = load_speech_lm(folder, dtype=torch.float32, device=device)
-    tokenizer = load_text_tokenizer(folder)
-    return Target(model, layout_of(model), lambda text: text_tokens(tokenizer, text), {"target": Path(folder).name})
+    return Target(model, layout_of(model), load_text_tokenizer(folder), {"target": Path(folder).name})

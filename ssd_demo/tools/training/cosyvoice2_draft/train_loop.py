@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from ..train import lr_at, optimizer_step
-from .draft import collate, distillation_kl
+from .draft import LOSSES, collate
 from .recipe import CHECKPOINT_FILE, DraftRecipe, save_atomic
 from ....errors import InputError
 
@@ -33,9 +33,11 @@ def _autocast(device: torch.device, dtype: torch.dtype) -> torch.autocast:
 
 
 def train(draft, names: list[str], target_model, examples: list[dict], recipe: DraftRecipe, dtype: torch.dtype,
-          out: Path, key: dict, deadline: float, log=print) -> dict:
-    """Distil the target into the draft's trained tensors, in place; checkpoints OUT/draft_checkpoint.pt
-    and resumes from it. Returns the training summary."""
+          out: Path, key: dict, deadline: float, log=print, loss: str = "kl_on_target_generations") -> dict:
+    """Train the draft's trained tensors in place with `loss` (`draft.LOSSES`: distil the target on its
+    generations, or cross-entropy on provided data); checkpoints OUT/draft_checkpoint.pt and resumes from it.
+    Returns the training summary."""
+    loss_fn = LOSSES[loss]
     stage = recipe.stage
     path = out / CHECKPOINT_FILE
     trained = dict(draft.named_parameters())
@@ -80,10 +82,10 @@ def train(draft, names: list[str], target_model, examples: list[dict], recipe: D
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, stage)
             with _autocast(device, dtype):
-                loss = distillation_kl(draft, target_model, batch)
-            optimizer_step(loss, params, optimizer)
+                value = loss_fn(draft, target_model, batch)
+            optimizer_step(value, params, optimizer)
             step += 1
-            window.append(loss.item())
+            window.append(value.item())
             bar.update(1)
             bar.set_postfix(loss=f"{window[-1]:.4f}", lr=f"{lr_at(step, stage):.1e}", refresh=False)
             if step % log_every == 0 or step == stage.steps:
