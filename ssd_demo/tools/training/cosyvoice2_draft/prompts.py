@@ -5,7 +5,8 @@ prompt is built by `CosyVoice2Backend.prompt_ids` (the same normalisation, token
 with the voice as its default voice: a voice with a transcript gives the zero-shot prompt, a voice without
 one the cross-lingual [sos, text, task]. The LM reads only a voice's transcript and speech tokens, so a
 voice here needs no encoders: an earlier generation of the same run is one (its text as the transcript, its
-speech tokens as the clip's), and so is the backend's default voice when the run has it.
+speech tokens as the clip's), and so is the backend's default voice when the run has it. A generation cut
+short by --max-new-tokens says less than its transcript; without a cap (the default) most end with a stop id.
 """
 
 from __future__ import annotations
