@@ -24,7 +24,7 @@ from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav
     write_replay_files)
 from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
     preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run, token_label_for, warm_up)
-from ...comparison import pipeline as session
+from ...comparison import pipeline as session  # noqa: F401 - its name here before it moved to the library
 from ...cpu_threads import cpu_threads_for
 from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, read_voice_upload,
     resolve_seed, voice_prompt_from_upload, voice_upload)
