@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,eval,sweep,stimuli,train,train-recognizer,train-draft} ...
+"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,train,train-recognizer,train-draft} ...
 
 Each subcommand lives in the tool module that does the work (`ssd_demo.tools`); that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -19,6 +19,7 @@ from .errors import UserError
 SUBCOMMANDS = {
     "synth": ("ssd_demo.tools.synth", "synthesise text to a WAV file (AR or speculative)"),
     "bench": ("ssd_demo.tools.bench", "time AR vs speculative vs transformers' assisted generation"),
+    "compare": ("ssd_demo.tools.compare", "the app's comparison: AR then speculative on one text, both WAVs and the speedup"),
     "eval": ("ssd_demo.tools.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
     "train": ("ssd_demo.tools.training.cli", "build the corpus and train the embedded voice"),
     "train-recognizer": ("ssd_demo.tools.training.recognizer", "train the phoneme recognizer that measures intelligibility"),

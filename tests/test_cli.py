@@ -1,4 +1,4 @@
-"""The command line: synth writes a WAV, bench runs on local models, bad input exits 2 with a message."""
+"""The command line: synth writes a WAV, compare runs the app's pipeline, bench runs on local models, bad input exits 2 with a message."""
 
 import json
 import shutil
@@ -63,6 +63,37 @@ def test_bad_input_exits_2_with_a_message(argv, message, capsys):
         pytest.skip("embedded voice not shipped")
     assert main(argv + ([] if "--out" in argv else ["--out", "/dev/null"])) == 2
     assert message in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "Hello.", "--beta", "5"], "beta must be between 0 and 1"),
+    (["compare", "Hello.", "--preset", "nope"], "unknown preset"),
+    (["compare", "Hello.", "--draft", "nope"], "has the drafts"),
+    (["compare", "Hello.", "--out-dir", "/dev/null"], "is a file"),
+    (["compare", "Hello.", "--threads", "100000"], "this machine's cpus"),
+])
+def test_compare_refuses_bad_input_before_loading(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err.lower()
+
+
+@needs_voice
+@pytest.mark.slow
+def test_compare_runs_the_apps_pipeline_and_writes_both_wavs(tmp_path, capsys):
+    report = tmp_path / "compare.json"
+    code = main(["compare", "The cat sat on the mat.", "--out-dir", str(tmp_path / "out"), "--seed", "3",
+                 "--draft-len", "3", "--threads", "1", "--json", str(report)])
+    assert code == 0
+    for name in ("ar.wav", "speculative.wav"):
+        info = sf.info(str(tmp_path / "out" / name))
+        assert info.subtype == "PCM_16" and info.samplerate == 16000 and 0.3 < info.duration < 8
+    captured = capsys.readouterr()
+    assert "measured" in captured.out and "predicted" in captured.out and "acceptance" in captured.out
+    assert "Autoregressive decoding" in captured.err  # the pipeline's progress lines
+    numbers = json.loads(report.read_text())
+    assert numbers["seed"] == 3 and numbers["config"]["draft_len"] == 3
+    assert numbers["speedup"]["measured"] > 0 and numbers["calibration"] is not None
+    assert numbers["speculative"]["tokens"] > 0 and numbers["speculative"]["acceptance_rate"] > 0
 
 
 def test_a_text_file_that_is_not_utf8_is_named_in_the_error(tmp_path, capsys):

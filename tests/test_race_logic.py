@@ -48,7 +48,7 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
-    from ssd_demo.app.compare import session
+    from ssd_demo.comparison import pipeline as session
     from test_streaming import TEXT, ChunkingToy
     from ssd_demo.synthesis import Synthesizer
     from toy_backend import build_toy_synthesizer

@@ -96,6 +96,29 @@ def test_the_app_keeps_its_narrower_ranges():
         SETTINGS_BY_NAME["top_p"].coerce(0)
 
 
+def test_the_library_request_takes_every_setting_and_the_apps_only_its_controls_within_their_ranges():
+    from ssd_demo import comparison
+    from ssd_demo.app.compare import Request, build_config
+
+    class Defaults:
+        def config(self, **changes):
+            return DecodingConfig(**changes)
+
+    assert set(comparison.REQUEST_SETTINGS) == set(SETTINGS) | {"randomize_seed"}
+    wide = comparison.Request(text="Hi.", draft_len=17, cost_ratio=0.5, pcg_theta=-0.5)
+    config = comparison.build_config(Defaults(), wide, seed=0)  # the library's whole range
+    assert (config.draft_len, config.cost_ratio, config.pcg_theta) == (17, 0.5, -0.5)
+    with pytest.raises(InvalidSettingError, match="draft_len"):
+        comparison.build_config(Defaults(), comparison.Request(text="Hi.", draft_len=65), seed=0)
+    with pytest.raises(TypeError, match="unknown setting"):
+        comparison.Request(text="Hi.", no_such_setting=1)
+    with pytest.raises(TypeError, match="Compare settings"):  # the app's request: only the page's controls
+        Request(text="Hi.", cost_ratio=0.5)
+    with pytest.raises(InvalidSettingError, match="draft_len must be at most 16"):  # within the controls' ranges
+        build_config(Defaults(), Request(text="Hi.", draft_len=17), seed=0)
+    assert build_config(Defaults(), Request(text="Hi.", draft_len=16.0), seed=0).draft_len == 16
+
+
 def test_one_seed_rule():
     assert resolve_seed(7) == 7 and resolve_seed(7.0) == 7
     assert all(0 <= resolve_seed(None) <= MAX_SEED for _ in range(20))

@@ -14,7 +14,8 @@ import torch
 
 from ssd_demo.app import compare as app_logic
 from ssd_demo import cpu_threads
-from ssd_demo.app.compare import Request, session
+from ssd_demo.app.compare import Request
+from ssd_demo.comparison import pipeline as session
 from ssd_demo.errors import ModelLoadError
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.presets import Preset, get_preset, load_preset, register

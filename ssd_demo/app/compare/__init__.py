@@ -1,10 +1,8 @@
 """The web app's Compare tab. What it does, as plain functions with no Gradio inside, by job:
 
-    settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click,
-                 and its checks (text, seed, config, draft)
+    settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click (the
+                 library's, within the controls' ranges) and voice-prompt uploads
     arguments    an API call's arguments -> an admitted `Request` (shared by /synthesize and /race)
-    runner       the models behind a click: load a preset, warm it up; the `Comparison` a click returns
-    session      the pipeline: `prepare` a request once, `run` AR then speculative (`compare` is both)
     race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
     events       the race as events (`race_events`: started, piece, tick, done, failed) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
@@ -13,6 +11,8 @@
 
 Two Gradio builders only wire these to components: `tab` (the controls, /synthesize) and `race_view` (the
 race's lanes; /race maps `race_events` to component updates); `app.errors` turns `UserError`s into messages.
+The pipeline itself (load, checks, warm-up, both runs, the `Comparison`) is the library's `ssd_demo.comparison`,
+re-exported here; `session` names its `pipeline` module.
 """
 
 from .arguments import admitted_request, owner_of, upload_path
@@ -22,12 +22,12 @@ from .preset_info import (PresetDefaults, device_note, example_texts, preset_def
 from .events import Done, Event, Failed, Piece, Started, Tick, race_events
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
     write_replay_files)
-from .runner import Comparison, load, preferred_device, token_label_for, warm_up
-from .session import LANES, Job, LaneSink, Prepared, compare, prepare, replayed_pieces, run
+from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
+    preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run, token_label_for, warm_up)
+from ...comparison import pipeline as session  # noqa: F401 - its name here before it moved to the library
 from ...cpu_threads import cpu_threads_for
-from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, build_config,
-    check_text, read_voice_upload, resolve_draft, resolve_seed, resolve_voice_prompt, voice_prompt_from_upload,
-    voice_upload)
+from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, read_voice_upload,
+    resolve_seed, voice_prompt_from_upload, voice_upload)
 from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_speedup, figures, length_limit_note,
     stats_markdown, stats_rows, token_view)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from .runner import Comparison
+from ...comparison import Comparison
 
 AUDIO_ROOT_NAME = "ssd_demo_audio"
 AUDIO_MAX_AGE_SECONDS = 3600

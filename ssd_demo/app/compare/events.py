@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ...cancellation import Cancelled, StopCheck
+from ...comparison import Comparison
 from ...streaming import AudioPiece
 from ...synthesis import SynthesisResult
 from .race import Race, run_race
-from .runner import Comparison
 from .settings import Request
 
 #: How often the live counters are redrawn while nothing else happens (seconds).

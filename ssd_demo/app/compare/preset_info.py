@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 
 from ...backends.embedded import DEFAULT_PATH as EMBEDDED_VOICE
+from ...comparison import ProgressFn, load
 from ...config import DecodingConfig
 from ...presets import MODEL_JOB_LOCK, Preset, get_preset, preset_availability
-from .runner import ProgressFn, load
 
 EXAMPLE_TEXTS = (
     "Speculative decoding lets a small draft model guess ahead while the large model checks its work.",

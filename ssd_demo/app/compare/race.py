@@ -1,9 +1,9 @@
 """The race: both decoders streamed one after the other, with what the page shows while they run.
 
 One machine cannot run the two decoders fairly at the same time, so `run_race` streams the
-autoregressive run first and the speculative run second, each on its own clock (the `session`
-pipeline, as `compare`, with a `LaneSink`). `Race` is the live state the pipeline streams into:
-what the page is doing, and per decoder (`RaceLane`) the rounds so far, tokens and time to first
+autoregressive run first and the speculative run second, each on its own clock (the
+`ssd_demo.comparison` pipeline, as `compare`, with a `LaneSink`). `Race` is the live state the pipeline
+streams into: what the page is doing, and per decoder (`RaceLane`) the rounds so far, tokens and time to first
 audio, updated from the decoding thread; the page reads it to show live counters. Once both are done
 the result is the same `Comparison` that `compare` returns, so the statistics, token view and charts
 are the usual ones. Pure logic, no Gradio.
@@ -21,11 +21,10 @@ import numpy as np
 import soundfile
 
 from ...cancellation import StopCheck
+from ...comparison import LANES, Comparison, LaneSink, model_turn, prepare, run
 from ...streaming import AudioPiece, measured_timeline, stream_timing
 from ...synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
-from .runner import Comparison
-from .session import LANES, LaneSink, model_turn, prepare, run
 from .settings import Request
 from .views import end_to_end_speedup
 

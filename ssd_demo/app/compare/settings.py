@@ -1,11 +1,12 @@
-"""What one click asks for: the Compare tab's controls, their checks, and the `Request` of one click.
+"""What one click asks for: the Compare tab's controls, their checks, the click's `Request`, and uploads.
 
 `COMPARE_SETTINGS` lists the page's decoding controls in `/synthesize` parameter order. Each is made
 from the setting's one definition in `ssd_demo.config.SETTINGS` (type, default, bounds, help, and the
 `ControlHint` that says how to draw it and which part of the range the app accepts); the page builds
-its components, the preset updates and the `/synthesize` parameters from the list, and `build_config`
-turns a `Request` into a `DecodingConfig` with it. Adding a control is one `ControlHint` in the config
-and one name here.
+its components, the preset updates and the `/synthesize` parameters from the list, and the app's
+`Request` (a `ssd_demo.comparison.Request` of these controls) has the library's `build_config` coerce
+each value with them. Adding a control is one `ControlHint` in the config and one name here. A voice
+prompt arrives as a `VoiceUpload`, read once the preset is known to take one.
 
 Which bound is the API's: the app accepts from the hint's minimum (else the setting's) to the hint's
 maximum (else the setting's), the range its controls can show; the library accepts its whole range.
@@ -13,7 +14,6 @@ maximum (else the setting's), the range its controls can show; the library accep
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,9 +21,10 @@ from typing import Literal
 import numpy as np
 import soundfile
 
-from ...config import MAX_SEED, SETTINGS, DecodingConfig, SettingSpec, resolve_seed
-from ...errors import InvalidSettingError, TextError, UserError
-from ...presets import Preset
+from ... import comparison
+from ...comparison.request import as_float, as_int
+from ...config import MAX_SEED, SETTINGS, DecodingConfig, SettingSpec, resolve_seed  # noqa: F401 - re-exported
+from ...errors import InvalidSettingError, UserError
 from ...rules import RULES
 from ...synthesis import Synthesizer, VoicePrompt
 
@@ -87,7 +88,7 @@ class Setting:
         defaults, which may raise a growing maximum); InvalidSettingError names the parameter as API
         callers spell it. The page's components pass values through unchecked, so this is the check."""
         if self.kind in ("int", "float"):
-            number = _as_int(self.name, value) if self.kind == "int" else _as_float(self.name, value)
+            number = as_int(self.name, value) if self.kind == "int" else as_float(self.name, value)
             self._check_range(number, self.top(config) if config is not None else self.maximum)
             return number
         if self.kind == "bool":
@@ -157,46 +158,16 @@ COMPARE_SETTINGS: tuple[Setting, ...] = (
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in COMPARE_SETTINGS}
 
 
-def _as_float(name: str, value) -> float:
-    if isinstance(value, bool):
-        raise InvalidSettingError(f"{name} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
-    return number
+def coerce_control(name: str, value: object, defaults: DecodingConfig | None = None) -> object:
+    """The app's coercion of a request's settings: each control's own range (`Setting.coerce`)."""
+    return SETTINGS_BY_NAME[name].coerce(value, defaults)
 
 
-def _as_int(name: str, value) -> int:
-    """Sliders and number boxes may deliver floats; integral floats are fine, others are not."""
-    if isinstance(value, bool):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
-    if not number.is_integer():
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
-    return int(number)
-
-
-@dataclass(frozen=True, init=False)
-class Request:
-    """Everything the user chose on the page (one click = one request).
-
-    `settings` holds the Compare controls by name (`COMPARE_SETTINGS`); one left out or None takes
-    the preset's default (`Synthesizer.config()`). Written as keywords:
-    `Request(text="Hi.", preset="embedded", beta=0.2, seed=7)`.
-    """
-
-    text: str
-    preset: str
-    draft: str | None  # None or unknown: the preset's default draft
-    voice_prompt: VoicePrompt | VoiceUpload | None  # a clip to imitate (backends that clone voices)
-    owner: str | None  # the browser session: whose custom pairs this request may use
-    settings: Mapping[str, object]
+class Request(comparison.Request):
+    """What one click asks for: a `ssd_demo.comparison.Request` of the Compare controls only
+    (`COMPARE_SETTINGS`), each checked within the range its control accepts (`coerce_control`).
+    Written as keywords: `Request(text="Hi.", preset="embedded", beta=0.2, seed=7)`; the voice prompt
+    may be a `VoiceUpload`, read once the preset is known to take one."""
 
     def __init__(self, text: str, preset: str = "embedded", draft: str | None = None,
                  voice_prompt: VoicePrompt | VoiceUpload | None = None, owner: str | None = None,
@@ -204,15 +175,7 @@ class Request:
         unknown = sorted(set(settings) - set(SETTINGS_BY_NAME))
         if unknown:
             raise TypeError(f"unknown setting(s) {unknown}; the Compare settings are {', '.join(SETTINGS_BY_NAME)}")
-        object.__setattr__(self, "text", text)
-        object.__setattr__(self, "preset", preset)
-        object.__setattr__(self, "draft", draft)
-        object.__setattr__(self, "voice_prompt", voice_prompt)
-        object.__setattr__(self, "owner", owner)
-        object.__setattr__(self, "settings", {k: v for k, v in settings.items() if v is not None})
-
-    def get(self, name: str) -> object | None:
-        return self.settings.get(name)
+        super().__init__(text, preset, draft, voice_prompt, owner, coercion=coerce_control, **settings)
 
 
 #: A voice-prompt upload longer than this is refused from its header, before any decoding (backends
@@ -227,6 +190,11 @@ class VoiceUpload:
 
     path: str
     transcript: str
+
+    def read_for(self, synthesizer: Synthesizer) -> VoicePrompt:
+        """The clip as a VoicePrompt, refused from its header when longer than the backend takes."""
+        limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
+        return read_voice_upload(self, max_seconds=min(limit, MAX_UPLOAD_SECONDS))
 
 
 def voice_upload(path: str | None, transcript: str | None) -> VoiceUpload | None:
@@ -270,61 +238,3 @@ def voice_prompt_from_upload(audio, transcript: str | None) -> VoicePrompt | Non
     if samples.ndim == 2:
         samples = samples.mean(axis=1)
     return VoicePrompt(audio=samples.astype(np.float32), sample_rate=int(rate), transcript=transcript.strip())
-
-
-def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceUpload | None) -> VoicePrompt | None:
-    """The voice prompt to decode with: refused before reading when the preset speaks in its own voice."""
-    if voice is None:
-        return None
-    if not getattr(synthesizer.backend, "supports_voice_prompt", False):
-        raise UserError("This preset speaks in its own voice and takes no voice prompt: remove the clip, or choose "
-                        "a preset that clones voices (Llasa, CosyVoice 2).")
-    if isinstance(voice, VoiceUpload):
-        limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
-        return read_voice_upload(voice, max_seconds=min(limit, MAX_UPLOAD_SECONDS))
-    return voice
-
-
-def request_seed(synthesizer: Synthesizer, request: Request) -> int:
-    """The seed this request runs with: its own, else the preset's, else a random one."""
-    randomize = SETTINGS_BY_NAME["randomize_seed"].coerce(request.get("randomize_seed") or False)
-    seed = request.get("seed")
-    if seed is not None and not randomize:
-        seed = SETTINGS_BY_NAME["seed"].coerce(seed)
-    return resolve_seed(seed if seed is not None else synthesizer.config().seed, randomize)
-
-
-def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> DecodingConfig:
-    """The preset's defaults with the user's choices on top; InvalidSettingError for bad values."""
-    defaults = synthesizer.config()
-    changes: dict[str, object] = {
-        name: SETTINGS_BY_NAME[name].coerce(value, defaults)
-        for name, value in request.settings.items()
-        if SETTINGS_BY_NAME[name].in_config and name != "seed"
-    }
-    return synthesizer.config(**changes, seed=seed)
-
-
-def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -> str:
-    """The requested draft if the preset has it, else the preset's default."""
-    if draft and draft in synthesizer.drafts:
-        return draft
-    return preset.default_draft if preset.default_draft in synthesizer.drafts else synthesizer.draft_name
-
-
-def check_text(synthesizer: Synthesizer, text: str | None) -> str:
-    """Reject empty or over-long text before any model runs (TextError with a readable message)."""
-    if text is not None and not isinstance(text, str):
-        raise TextError(f"The text must be a string, got {type(text).__name__}.")
-    text = (text or "").strip()
-    if not text:
-        raise TextError("Please type some text to synthesise.")
-    limit = synthesizer.backend.max_text_chars
-    if len(text) > limit:
-        raise TextError(f"The text is {len(text)} characters long; this voice accepts at most {limit}.")
-    # The backend's own checks (characters it cannot read, ...) before any model runs; a backend that
-    # speaks long text in chunks checks the text as it will split it.
-    split = getattr(synthesizer.backend, "split_text", None)
-    for chunk in split(text) if split is not None else [text]:
-        synthesizer.backend.prompt_ids(getattr(chunk, "text", chunk))
-    return text

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from . import charts
+from ...comparison import Comparison
 from ...engine.calibration import best_draft_len, predicted_with
 from ...results import GenerationResult
 from ...synthesis import SynthesisResult
-from .runner import Comparison
 
 def _fmt(value: float, digits: int = 2, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

@@ -1,6 +1,6 @@
-"""The models behind a click and what a click returns: `load` a preset (a readable `ModelLoadError` when
-it fails), `warm_up` its decoders once, and the `Comparison` of both runs. The pipeline that uses them
-is `session` (prepare once, then run).
+"""The models behind a comparison: `load` a preset (a readable `ModelLoadError` when it fails) on the
+preferred device, `warm_up` its decoders once, and the backend's names for token ids. The pipeline that
+uses them is `pipeline` (prepare once, then run).
 """
 
 from __future__ import annotations
@@ -8,16 +8,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from ...config import DecodingConfig
-from ...engine.calibration import StepCosts
-from ...errors import ModelLoadError
-from ...presets import Preset, get_preset, load_preset
-from ...results import SpeedupReport
-from ...synthesis import SynthesisResult, Synthesizer
+from ..errors import ModelLoadError
+from ..presets import Preset, get_preset, load_preset
+from ..synthesis import Synthesizer
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]
@@ -45,23 +41,6 @@ def load(preset_key: str, progress: ProgressFn | None = None, owner: str | None 
     except Exception as error:  # noqa: BLE001 - any loader failure is reported the same way
         hint = " (it needs files from the Hugging Face Hub; check the network or the local cache)" if preset.needs_download else ""
         raise ModelLoadError(f"Could not load the model preset '{preset.label}'{hint}: {error}") from error
-
-
-@dataclass
-class Comparison:
-    """One click's worth of results."""
-
-    preset: str
-    draft: str
-    seed: int
-    config: DecodingConfig
-    ar: SynthesisResult
-    spec: SynthesisResult
-    report: SpeedupReport
-    costs: StepCosts | None = None  # this machine's measured draft and verify costs
-    requested_draft: str | None = None  # what the request named, when the preset has no such draft
-    left_out: str = ""  # characters of the text the voice does not speak (e.g. another script)
-    token_label: Callable[[int], str] = str  # the backend's names for token ids
 
 
 _warmed: "weakref.WeakKeyDictionary[Synthesizer, set[str]]" = weakref.WeakKeyDictionary()

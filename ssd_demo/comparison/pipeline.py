@@ -1,4 +1,5 @@
-"""One click's pipeline: prepare the request once, then run both decoders and tell the caller as they go.
+"""The comparison pipeline: prepare a request once, then run both decoders and tell the caller as they go
+(one click of the app's Compare tab, one `python -m ssd_demo compare`).
 
 `prepare` does every step a comparison needs, each once and in this order: load the preset, check the
 text, resolve the seed, the settings, the draft and the voice prompt, split the text into its chunks
@@ -24,20 +25,37 @@ from typing import Protocol
 
 import torch
 
-from ... import model_memory
-from ...cancellation import StopCheck
-from ...config import DecodingConfig
-from ...cpu_threads import cpu_threads_for
-from ...engine.calibration import StepCosts, calibrated_costs, is_calibrated
-from ...presets import MODEL_JOB_LOCK, Preset, load_preset
-from ...results import compare_runs
-from ...streaming import AudioPiece
-from ...synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
-from .runner import Comparison, ProgressFn, load, preferred_device, token_label_for, warm_up
-from .settings import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
+from .. import model_memory
+from ..cancellation import StopCheck
+from ..config import DecodingConfig
+from ..cpu_threads import cpu_threads_for
+from ..engine.calibration import StepCosts, calibrated_costs, is_calibrated
+from ..presets import MODEL_JOB_LOCK, Preset, load_preset
+from ..results import SpeedupReport, compare_runs
+from ..streaming import AudioPiece
+from ..synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
+from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
+from .request import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 
 #: The two runs of a comparison, in the order they decode.
 LANES = ("autoregressive", "speculative")
+
+
+@dataclass
+class Comparison:
+    """Both runs of one request, and what they tell: the speedup report, the measured costs, the settings."""
+
+    preset: str
+    draft: str
+    seed: int
+    config: DecodingConfig
+    ar: SynthesisResult
+    spec: SynthesisResult
+    report: SpeedupReport
+    costs: StepCosts | None = None  # this machine's measured draft and verify costs
+    requested_draft: str | None = None  # what the request named, when the preset has no such draft
+    left_out: str = ""  # characters of the text the voice does not speak (e.g. another script)
+    token_label: Callable[[int], str] = str  # the backend's names for token ids
 
 
 class LaneSink(Protocol):
