@@ -32,7 +32,7 @@ REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 START, SUBMIT = "/listening_start", "/listening_submit"
 PLAYED = ("/listening_played_a", "/listening_played_b")
 TOKEN = "experimenter-token"
-DONE = 9  # index of the closing message among the trial outputs
+DONE, SAVED = 9, 10  # indices of the closing message and the browser's saved session among the trial outputs
 
 
 def make_data(root: Path) -> Path:
@@ -185,7 +185,7 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
     with serve(data) as url:
         api = client(url)
         out = api.predict("persistent", api_name=START)
-        session_id = out[0]
+        session_id, saved = out[0], out[SAVED]
         for _ in range(3):
             out = cast_vote(api, session_id, out[1], "A", "3", "3")
         next_trial = out[1]
@@ -193,7 +193,7 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
         api = client(url)
         summary = api.predict(TOKEN, api_name="/listening_results")[2]
         assert summary["n_votes"] == 3 and summary["n_sessions"] == 1
-        resumed = api.predict(session_id, api_name="/listening_resume")  # what a page reload does
+        resumed = api.predict(saved, api_name="/listening_resume")  # what a page reload does
         assert resumed[:3] == (session_id, next_trial, "**Trial 4 of 25**")
         out = cast_vote(api, session_id, next_trial, "none", None, None)
         assert out[2] == "**Trial 5 of 25**"
@@ -324,6 +324,9 @@ def test_a_finished_session_gets_a_stored_completion_code(data, monkeypatch):
             out = cast_vote(api, session_id, out[1], "none", None, None)
         code = re.search(r"completion code: \*\*`([0-9A-F]{10})`\*\*", out[DONE]).group(1)
         # A reload after the end shows the same code.
-        assert code in api.predict(session_id, api_name="/listening_resume")[DONE]
+        assert code in api.predict(out[SAVED], api_name="/listening_resume")[DONE]
+        # The browser keeps the session id signed with the server's key: a forged one resumes nothing.
+        assert api.predict(session_id, api_name="/listening_resume")[DONE] != out[DONE]
+        assert api.predict(session_id + ".0000", api_name="/listening_resume")[DONE] != out[DONE]
     with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
         assert store.completion_code(session_id) == code

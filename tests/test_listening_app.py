@@ -178,16 +178,32 @@ def test_exports_are_pruned_to_the_last_few(tmp_path, monkeypatch):
 
 
 def test_two_builds_on_one_data_dir_share_the_browser_secret(tmp_path, monkeypatch):
-    def secret_of(demo: gr.Blocks) -> str:
-        [state] = [b for b in demo.blocks.values() if isinstance(b, gr.BrowserState)]
-        return state.secret
+    def secret_of(root: Path) -> str:
+        app = new_app(root)
+        try:
+            return app.browser_secret
+        finally:
+            app.close()
 
-    first, second = secret_of(build(tmp_path / "a")), secret_of(build(tmp_path / "a"))
+    make_set(tmp_path / "a", "tones")
+    first, second = secret_of(tmp_path / "a"), secret_of(tmp_path / "a")
     assert first == second and len(first) == 64
     assert (tmp_path / "a" / "listening.browser_secret").read_text().strip() == first
-    assert secret_of(build(tmp_path / "b")) != first  # a different deployment, a different key
+    assert secret_of(tmp_path / "b") != first  # a different deployment, a different key
+    # The key signs the session id the browser keeps; it never goes to the browser itself.
+    demo = build(tmp_path / "a")
+    assert first not in repr(demo.get_config_file())
+    app = new_app(tmp_path / "a")
+    try:
+        session_id = app.start(None).session_id
+        token = app.saved_token(session_id)
+        assert app.session_from_token(token) == session_id
+        for forged in (session_id, f"{session_id}.{'0' * 32}", "", None):
+            assert app.session_from_token(forged) is None
+    finally:
+        app.close()
     monkeypatch.setenv("SSD_DEMO_BROWSER_SECRET", "from-the-environment")
-    assert secret_of(build(tmp_path / "a")) == "from-the-environment"
+    assert secret_of(tmp_path / "a") == "from-the-environment"
 
 
 def test_the_secret_is_made_without_hard_links_too(tmp_path, monkeypatch):

@@ -188,6 +188,18 @@ class ListeningApp:
     def completion_code(self, session_id: str) -> str | None:
         return self.store.completion_code(session_id)
 
+    def saved_token(self, session_id: str) -> str:
+        """What the rater's browser keeps to resume a session: its id, signed with the server's key."""
+        signature = hmac.new(self.browser_secret.encode(), session_id.encode(), "sha256").hexdigest()[:32]
+        return f"{session_id}.{signature}"
+
+    def session_from_token(self, token: str | None) -> str | None:
+        """The session id in a token made by `saved_token`, or None when it is missing or forged."""
+        session_id, _, _ = (token or "").partition(".")
+        if session_id and hmac.compare_digest(self.saved_token(session_id), token or ""):
+            return session_id
+        return None
+
     def resume(self, session_id: str) -> TrialView | None:
         return self.session_test(session_id).next_view(session_id)
 

@@ -41,6 +41,7 @@ INSTRUCTIONS = (
     "(or *no preference*). You may also rate each clip's naturalness from 1 (bad) to 5 (excellent). "
     "The rating controls unlock once their clip has played to the end; a vote cannot be changed once submitted."
 )
+STORAGE_KEY = "ssd-demo-listening-session"  # localStorage key of the signed session id
 NO_CHOICE = "Choose A, B or no preference before submitting."
 CHOICES = [("A", "A"), ("B", "B"), ("No preference", "none")]
 SCORES = ["1", "2", "3", "4", "5"]
@@ -92,7 +93,9 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
     done = gr.Markdown(elem_id="listening-done")
     # The session id survives a page reload in the browser's storage, so a reload resumes the
     # session instead of starting a new one (which would show the rater the same sentences again).
-    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session", secret=app.browser_secret)
+    # Kept in the page's localStorage by plain JavaScript: a gr.BrowserState inside a tab that is not
+    # shown when the page loads is not read on load, so a reload started over at the start screen.
+    saved_session = gr.Textbox(visible=False, label="saved session")
 
     trial_outputs = [
         session_box,
@@ -131,7 +134,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
                 gr.Column(visible=True),  # another session may follow (a new rater on this browser)
                 gr.Column(visible=False),
                 finished,
-                session_id,  # kept, so a reload shows the closing message and completion code again
+                app.saved_token(session_id),  # kept, so a reload shows the closing message and completion code again
                 "",
             )
         return (
@@ -147,7 +150,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             gr.Column(visible=False),
             gr.Column(visible=True),
             "",
-            view.session_id,
+            app.saved_token(view.session_id),
             "",
         )
 
@@ -189,24 +192,27 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         return handler
 
     def resume(saved: str | None) -> tuple | dict:
-        """On page load: continue the session this browser was in, if it is still open."""
-        if not saved:
+        """On page load: continue the session this browser was in (its signed id from localStorage)."""
+        session_id = app.session_from_token(saved)
+        if session_id is None:
             return gr.skip()
         try:
-            view = app.resume(saved)
+            view = app.resume(session_id)
         except ListeningError:
             return gr.skip()  # unknown or replaced session: the rater simply starts a new one
-        return show(view, saved)  # a finished session shows its closing message and completion code again
+        return show(view, session_id)  # a finished session shows its closing message and completion code again
 
     root = gr.context.Context.root_block
     if root is not None:
-        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16)
+        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16,
+                  js=f"() => {{ try {{ return localStorage.getItem({STORAGE_KEY!r}) || ''; }} catch (e) {{ return ''; }} }}")
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
+    remember = f"(token) => {{ try {{ if (token) localStorage.setItem({STORAGE_KEY!r}, token); }} catch (e) {{}} }}"
     start_button.click(
         start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
-    )
+    ).then(None, [saved_session], None, js=remember, api_visibility="private")
     for clip, audio, score_radio in (("A", audio_a, score_a_radio), ("B", audio_b, score_b_radio)):
         # `stop` fires when the player reaches the end of the clip (`pause` fires on any stop).
         audio.stop(played(clip), [session_box, trial_box], [score_radio, choice_radio, status_text],
@@ -218,7 +224,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         api_name="listening_submit",
         trigger_mode="once",
         concurrency_limit=16,
-    )
+    ).then(None, [saved_session], None, js=remember, api_visibility="private")
 
     with gr.Accordion("Results (for the experimenter)", open=False):
         if not results_token_configured():
