@@ -477,3 +477,43 @@ def test_old_exports_are_pruned(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[5:], "other.csv"])
     with pytest.raises(ValueError):
         prune_exports(tmp_path, keep=-1)
+
+
+def test_a_vote_needs_both_clips_played_to_the_end(store, stimulus_set):
+    from ssd_demo.listening.store import NotListenedError
+
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=1, seed=1)
+    view = test.next_view(session.session_id)
+    with pytest.raises(NotListenedError, match="clip A and clip B"):
+        store.submit_vote(session.session_id, view.trial_id, "none")
+    # The tone clips last 0.3 s: a play reported at once cannot have been heard.
+    with pytest.raises(NotListenedError, match="cannot have been played"):
+        test.record_play(session.session_id, view.trial_id, "A")
+    with pytest.raises(InvalidVoteError):
+        store.record_play(session.session_id, view.trial_id, "C")
+    assert store.record_play(session.session_id, view.trial_id, "A") == {"A"}
+    with pytest.raises(NotListenedError, match="clip B"):
+        store.submit_vote(session.session_id, view.trial_id, "A", 4)
+    assert store.count_votes() == 0 and store.completion_code(session.session_id) is None
+    store.record_play(session.session_id, view.trial_id, "B")
+    store.record_play(session.session_id, view.trial_id, "B")
+    assert test.next_view(session.session_id).played == {"A", "B"}  # a reload keeps the controls unlocked
+    vote = store.submit_vote(session.session_id, view.trial_id, "A", 4).vote
+    assert (vote.plays_a, vote.plays_b) == (1, 2) and vote.trial_seconds >= 0
+    assert [(clip) for _, clip, _ in store.plays(session.session_id)] == ["A", "B", "B"]
+    # The last vote in: a completion code, made once and stored.
+    code = store.completion_code(session.session_id)
+    assert code and len(code) == 10 and store.completion_code(session.session_id) == code
+
+
+def test_the_experimenter_view_is_off_without_a_token(monkeypatch):
+    from ssd_demo.app.listening.service import check_results_token
+
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    with pytest.raises(ListeningError, match="no results token is configured"):
+        check_results_token("")
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "t")
+    with pytest.raises(ListeningError, match="enter the results token"):
+        check_results_token("wrong")
+    check_results_token("t")
