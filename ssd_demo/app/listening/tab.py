@@ -6,10 +6,9 @@ the environment:
     SSD_DEMO_LISTENING_DB      database file (default <data dir>/listening.sqlite3)
     SSD_DEMO_STIMULUS_SET      stimulus set to serve (default: the newest one)
     SSD_DEMO_LISTENING_TRIALS  trials per session (default 10)
-    SSD_DEMO_RESULTS_TOKEN     when set, results, export and building a set require it; on a
-                               Space (SPACE_ID set), building a set is refused without it
-    SSD_DEMO_BROWSER_SECRET    key that signs the rater's saved session in the browser (default:
-                               a random key kept in a file next to the database)
+    SSD_DEMO_RESULTS_TOKEN     results, export and building a set require it; unset, they are off
+    SSD_DEMO_BROWSER_SECRET    key that signs the session id kept in the rater's browser (default:
+                               a random key kept in a file next to the database; never sent to the browser)
 
 Every event has an api_name, so the test can be run from `gradio_client` as well as the
 browser. The handlers are thin: all checks live in `ListeningStore`, whose constraints
