@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ import soundfile as sf
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from ssd_demo.listening import sessions as sessions_module
 from ssd_demo.listening.export import read_votes_csv
 from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.stimulus_sets import load_stimulus_set
@@ -28,7 +30,9 @@ SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 START, SUBMIT = "/listening_start", "/listening_submit"
-DONE = 9  # index of the closing message among the trial outputs
+PLAYED = ("/listening_played_a", "/listening_played_b")
+TOKEN = "experimenter-token"
+DONE, SAVED = 9, 10  # indices of the closing message and the browser's saved session among the trial outputs
 
 
 def make_data(root: Path) -> Path:
@@ -56,6 +60,13 @@ def client(url: str) -> Client:
     return Client(url, download_files=False, verbose=False, ssl_verify=False)
 
 
+def cast_vote(api: Client, session_id: str, trial_id: str, *answer):
+    """Both clips reported as played to the end (as the rater's player does), then the vote."""
+    for endpoint in PLAYED:
+        api.predict(session_id, trial_id, api_name=endpoint)
+    return api.predict(session_id, trial_id, *answer, api_name=SUBMIT)
+
+
 def stored_votes(root: Path):
     with ListeningStore(root / "listening.sqlite3", app_version="reader") as store:
         return store.votes()
@@ -64,7 +75,9 @@ def stored_votes(root: Path):
 @pytest.fixture()
 def data(tmp_path, monkeypatch):
     monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "25")
-    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", TOKEN)
+    # The clips are 100 ms long; only the gating test waits for a play to count.
+    monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.0)
     monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
     return make_data(tmp_path / "data")
@@ -80,7 +93,7 @@ def test_twenty_concurrent_raters_store_exactly_500_votes(data):
         for i in range(25):
             assert out[2] == f"**Trial {i + 1} of 25**"
             choice, score = ("A", "B", "none")[(k + i) % 3], str(1 + (k + i) % 5)
-            out = api.predict(session_id, trial_id, choice, score, None, api_name=SUBMIT)
+            out = cast_vote(api, session_id, trial_id, choice, score, None)
             sent[trial_id] = (session_id, f"rater-{k}", choice, int(score))
             trial_id = out[1]
         assert trial_id == "" and "Thank you" in out[DONE]
@@ -108,8 +121,8 @@ def test_repeated_submission_stores_once_and_changes_are_refused(data):
     with serve(data) as url:
         api = client(url)
         first = api.predict("", api_name=START)
-        after = api.predict(first[0], first[1], "A", "4", "2", api_name=SUBMIT)
-        again = api.predict(first[0], first[1], "A", "4", "2", api_name=SUBMIT)  # e.g. a double click
+        after = cast_vote(api, first[0], first[1], "A", "4", "2")
+        again = cast_vote(api, first[0], first[1], "A", "4", "2")  # e.g. a double click
         assert again[:4] == after[:4]  # same next trial, nothing new stored
         with pytest.raises(AppError, match="already has your vote"):
             api.predict(first[0], first[1], "B", "4", "2", api_name=SUBMIT)
@@ -133,7 +146,6 @@ def test_tampered_requests_are_refused_and_store_nothing(data):
             (mine[0], "f" * 32, "A", None, None),  # unknown trial
             (mine[0], theirs[1], "A", None, None),  # someone else's trial
             (mine[0], mine[1], "C", None, None),  # no such choice
-            (mine[0], mine[1], None, None, None),  # no choice
             (mine[0], mine[1], "A", "6", None),  # score out of range
             (mine[0], mine[1], "A", None, "0"),
             (mine[0], mine[1], "A", "3.5", None),
@@ -142,7 +154,7 @@ def test_tampered_requests_are_refused_and_store_nothing(data):
         for request in bad_requests:
             with pytest.raises(AppError):
                 api.predict(*request, api_name=SUBMIT)
-        summary = api.predict("", api_name="/listening_results")[2]
+        summary = api.predict(TOKEN, api_name="/listening_results")[2]
         assert summary["n_votes"] == 0
     assert stored_votes(data) == []
 
@@ -158,7 +170,7 @@ def test_rater_view_hides_systems_and_serves_recorded_positions(data):
             assert not REVEALING.search(text), text
             trial_id = out[1]
             served_a, served_b = (sf.read(out[k]["path"], dtype="int16")[0] for k in (4, 5))
-            out = api.predict(out[0], trial_id, "B", None, "5", api_name=SUBMIT)
+            out = cast_vote(api, out[0], trial_id, "B", None, "5")
             vote = next(v for v in stored_votes(data) if v.trial_id == trial_id)
             # The audio served as A and B is exactly the recorded systems' clips, in the recorded positions.
             item = stimulus_set.item(vote.item_id)
@@ -173,17 +185,17 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
     with serve(data) as url:
         api = client(url)
         out = api.predict("persistent", api_name=START)
-        session_id = out[0]
+        session_id, saved = out[0], out[SAVED]
         for _ in range(3):
-            out = api.predict(session_id, out[1], "A", "3", "3", api_name=SUBMIT)
+            out = cast_vote(api, session_id, out[1], "A", "3", "3")
         next_trial = out[1]
     with serve(data) as url:  # a fresh server and store on the same database file
         api = client(url)
-        summary = api.predict("", api_name="/listening_results")[2]
+        summary = api.predict(TOKEN, api_name="/listening_results")[2]
         assert summary["n_votes"] == 3 and summary["n_sessions"] == 1
-        resumed = api.predict(session_id, api_name="/listening_resume")  # what a page reload does
+        resumed = api.predict(saved, api_name="/listening_resume")  # what a page reload does
         assert resumed[:3] == (session_id, next_trial, "**Trial 4 of 25**")
-        out = api.predict(session_id, next_trial, "none", None, None, api_name=SUBMIT)
+        out = cast_vote(api, session_id, next_trial, "none", None, None)
         assert out[2] == "**Trial 5 of 25**"
     votes = stored_votes(data)
     assert len(votes) == 4 and {v.rater_id for v in votes} == {"persistent"}
@@ -192,7 +204,7 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
 @pytest.mark.server
 def test_results_on_an_empty_database(data):
     with serve(data) as url:
-        text, plot, summary, _ = client(url).predict("", api_name="/listening_results")
+        text, plot, summary, _ = client(url).predict(TOKEN, api_name="/listening_results")
     assert "No votes yet" in text and plot is not None
     assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": [], "stimulus_sets": []}
 
@@ -204,7 +216,7 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
         api = client(url)
         out = api.predict('r,1 "quoted"', api_name=START)
         for choice, a, b in (("A", "5", None), ("none", None, None), ("B", "1", "2")):
-            out = api.predict(out[0], out[1], choice, a, b, api_name=SUBMIT)
+            out = cast_vote(api, out[0], out[1], choice, a, b)
         for endpoint in ("/listening_results", "/listening_export", "/listening_build_set"):
             with pytest.raises(AppError, match="token"):
                 api.predict("wrong", api_name=endpoint)
@@ -255,10 +267,66 @@ def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
     try:
         api = client(demo.local_url)
         out = api.predict("", api_name=START)
-        out = api.predict(out[0], out[1], "A", "5", "4", api_name=SUBMIT)
+        out = cast_vote(api, out[0], out[1], "A", "5", "4")
         assert out[2] == "**Trial 2 of 25**"
     finally:
         demo.close()
         close_listening_apps()
     votes = stored_votes(data)
     assert [(v.choice, v.score_a, v.score_b) for v in votes] == [("A", 5, 4)]
+
+
+@pytest.mark.server
+def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
+    monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.9)  # the app's rule: a play counts after the clip's length
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("", api_name=START)
+        session_id, trial_id = out[0], out[1]
+        # No play reported: the vote is refused, the trial stays as it was, the rater is told why.
+        refused = api.predict(session_id, trial_id, "A", "4", None, api_name=SUBMIT)
+        assert "Listen to clip A and clip B to the end" in refused[-1]
+        # A play reported sooner than the clip could have been heard does not count.
+        early = api.predict(session_id, trial_id, api_name=PLAYED[0])
+        assert "cannot have been played to the end" in early[-1]
+        time.sleep(0.15)  # the clips are 0.1 s long
+        assert api.predict(session_id, trial_id, api_name=PLAYED[0])[-1] == "Now play clip B to the end."
+        refused = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
+        assert "Listen to clip B to the end" in refused[-1]
+        api.predict(session_id, trial_id, api_name=PLAYED[1])
+        # A missing choice is a message too, never an error.
+        assert "Choose A, B or no preference" in api.predict(session_id, trial_id, None, None, None,
+                                                             api_name=SUBMIT)[-1]
+        after = api.predict(session_id, trial_id, "A", "4", None, api_name=SUBMIT)
+        assert after[2] == "**Trial 2 of 25**" and after[-1] == ""
+    [stored] = stored_votes(data)
+    assert (stored.trial_id, stored.plays_a, stored.plays_b) == (trial_id, 1, 1) and stored.trial_seconds >= 0.15
+
+
+@pytest.mark.server
+def test_the_experimenter_view_is_off_without_a_token(data, monkeypatch):
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN")
+    with serve(data) as url:
+        api = client(url)
+        for endpoint in ("/listening_results", "/listening_export", "/listening_build_set"):
+            with pytest.raises(AppError, match="no results token is configured"):
+                api.predict("", api_name=endpoint)
+
+
+@pytest.mark.server
+def test_a_finished_session_gets_a_stored_completion_code(data, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "2")
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("crowd-1", api_name=START)
+        session_id = out[0]
+        for _ in range(2):
+            out = cast_vote(api, session_id, out[1], "none", None, None)
+        code = re.search(r"completion code: \*\*`([0-9A-F]{10})`\*\*", out[DONE]).group(1)
+        # A reload after the end shows the same code.
+        assert code in api.predict(out[SAVED], api_name="/listening_resume")[DONE]
+        # The browser keeps the session id signed with the server's key: a forged one resumes nothing.
+        assert api.predict(session_id, api_name="/listening_resume")[DONE] != out[DONE]
+        assert api.predict(session_id + ".0000", api_name="/listening_resume")[DONE] != out[DONE]
+    with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
+        assert store.completion_code(session_id) == code

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from ssd_demo.listening import sessions as sessions_module
 from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening.export import read_votes_csv
 from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
@@ -22,6 +23,7 @@ from ssd_demo.app.listening.tab import build_listening_tab
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = ("The birch canoe slid on the smooth planks.", "Rice is often served in round bowls.")
+TOKEN = "experimenter-token"
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +38,8 @@ def clean_env(monkeypatch):
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "4")
+    # The clips are 50 ms long; these tests are not about the wait before a play counts.
+    monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.0)
     yield
     close_listening_apps()
 
@@ -62,6 +66,17 @@ def handler(demo: gr.Blocks, api_name: str):
     return next(f for f in demo.fns.values() if f.api_name == api_name)
 
 
+def listen(app: ListeningApp, view) -> None:
+    """Both clips of the shown trial played to the end."""
+    for clip in ("A", "B"):
+        app.record_play(view.session_id, view.trial_id, clip)
+
+
+def listen_in_tab(demo: gr.Blocks, session_id: str, trial_id: str) -> None:
+    for name in ("listening_played_a", "listening_played_b"):
+        handler(demo, name).fn(session_id, trial_id)
+
+
 def test_running_sessions_keep_their_set_when_another_is_served(tmp_path):
     first = make_set(tmp_path, "first", age=0)
     app = new_app(tmp_path)
@@ -69,6 +84,7 @@ def test_running_sessions_keep_their_set_when_another_is_served(tmp_path):
         old_view = app.start(None)
         second = make_set(tmp_path, "second", texts=TEXTS[:1], systems=SYSTEMS[:2], age=10)
         app.use_set(second)  # what "Build a small stimulus set" does
+        listen(app, old_view)
         view = app.submit(old_view.session_id, old_view.trial_id, "A", None, None)
         # The old session goes on with its own set's audio.
         assert view is not None and view.number == 2
@@ -113,11 +129,13 @@ def test_a_rebuilt_set_is_refused_with_a_clear_message_before_storing(tmp_path):
         app.close()
 
 
-def test_results_default_to_the_served_set_and_can_show_another(tmp_path):
+def test_results_default_to_the_served_set_and_can_show_another(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", TOKEN)
     old = make_set(tmp_path, "old", age=0)
     app = new_app(tmp_path)
     view = app.start(None)
     for choice in ("A", "B"):
+        listen(app, view)
         view = app.submit(view.session_id, view.trial_id, choice, "4", None)
     app.close()
     new = make_set(tmp_path, "new", systems=SYSTEMS[:2], age=10)
@@ -125,23 +143,24 @@ def test_results_default_to_the_served_set_and_can_show_another(tmp_path):
     demo = build(tmp_path)
     start, submit, results = (handler(demo, n).fn for n in ("listening_start", "listening_submit", "listening_results"))
     out = start("")
+    listen_in_tab(demo, out[0], out[1])
     submit(out[0], out[1], "none", None, "2")
 
-    text, _, summary, selector = results("", CURRENT_SET)
+    text, _, summary, selector = results(TOKEN, CURRENT_SET)
     assert summary["n_votes"] == 1 and [tuple(s) for s in summary["stimulus_sets"]] == [("new", new.manifest_sha256)]
     assert "Stimulus set **new" in text and "pool" not in text
     choices = [value for _, value in selector.choices]
     assert choices == [CURRENT_SET, f"new:{new.manifest_sha256}", f"old:{old.manifest_sha256}"]
 
-    text, _, summary, _ = results("", f"old:{old.manifest_sha256}")
+    text, _, summary, _ = results(TOKEN, f"old:{old.manifest_sha256}")
     assert summary["n_votes"] == 2 and [tuple(s) for s in summary["stimulus_sets"]] == [("old", old.manifest_sha256)]
-    assert results("", "old")[2]["n_votes"] == 2  # a name alone selects every version of that name
+    assert results(TOKEN, "old")[2]["n_votes"] == 2  # a name alone selects every version of that name
     with pytest.raises(gr.Error, match="No votes on stimulus set"):
-        results("", "missing")
+        results(TOKEN, "missing")
 
     # The export holds every set's votes, with the set columns to tell them apart.
     export = handler(demo, "listening_export").fn
-    rows = read_votes_csv(export(""))
+    rows = read_votes_csv(export(TOKEN))
     assert sorted((r.stimulus_set, r.stimulus_set_sha256) for r in rows) == [
         ("new", new.manifest_sha256),
         ("old", old.manifest_sha256),
@@ -149,25 +168,42 @@ def test_results_default_to_the_served_set_and_can_show_another(tmp_path):
     ]
 
 
-def test_exports_are_pruned_to_the_last_few(tmp_path):
+def test_exports_are_pruned_to_the_last_few(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", TOKEN)
     make_set(tmp_path, "tones")
     export = handler(build(tmp_path), "listening_export").fn
-    paths = [Path(export("")) for _ in range(EXPORTS_KEPT + 3)]
+    paths = [Path(export(TOKEN)) for _ in range(EXPORTS_KEPT + 3)]
     folder = paths[0].parent
     assert sorted(folder.glob("listening_votes_*.csv")) == sorted(paths[-EXPORTS_KEPT:])
 
 
 def test_two_builds_on_one_data_dir_share_the_browser_secret(tmp_path, monkeypatch):
-    def secret_of(demo: gr.Blocks) -> str:
-        [state] = [b for b in demo.blocks.values() if isinstance(b, gr.BrowserState)]
-        return state.secret
+    def secret_of(root: Path) -> str:
+        app = new_app(root)
+        try:
+            return app.browser_secret
+        finally:
+            app.close()
 
-    first, second = secret_of(build(tmp_path / "a")), secret_of(build(tmp_path / "a"))
+    make_set(tmp_path / "a", "tones")
+    first, second = secret_of(tmp_path / "a"), secret_of(tmp_path / "a")
     assert first == second and len(first) == 64
     assert (tmp_path / "a" / "listening.browser_secret").read_text().strip() == first
-    assert secret_of(build(tmp_path / "b")) != first  # a different deployment, a different key
+    assert secret_of(tmp_path / "b") != first  # a different deployment, a different key
+    # The key signs the session id the browser keeps; it never goes to the browser itself.
+    demo = build(tmp_path / "a")
+    assert first not in repr(demo.get_config_file())
+    app = new_app(tmp_path / "a")
+    try:
+        session_id = app.start(None).session_id
+        token = app.saved_token(session_id)
+        assert app.session_from_token(token) == session_id
+        for forged in (session_id, f"{session_id}.{'0' * 32}", "", None):
+            assert app.session_from_token(forged) is None
+    finally:
+        app.close()
     monkeypatch.setenv("SSD_DEMO_BROWSER_SECRET", "from-the-environment")
-    assert secret_of(build(tmp_path / "a")) == "from-the-environment"
+    assert secret_of(tmp_path / "a") == "from-the-environment"
 
 
 def test_the_secret_is_made_without_hard_links_too(tmp_path, monkeypatch):
@@ -221,7 +257,8 @@ def test_the_tab_and_results_warn_when_votes_would_be_lost(tmp_path, monkeypatch
     demo = build()
     warnings = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "listening-storage-warning"]
     assert len(warnings) == 1 and "lost when it restarts" in warnings[0].value
-    text = handler(demo, "listening_results").fn("", CURRENT_SET)[0]
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", TOKEN)
+    text = handler(demo, "listening_results").fn(TOKEN, CURRENT_SET)[0]
     assert "lost when it restarts" in text
 
     close_listening_apps()
@@ -266,6 +303,7 @@ def test_a_rater_is_told_the_vote_was_saved_when_the_next_clip_is_missing(tmp_pa
     demo = build(tmp_path)
     start, submit = (handler(demo, n).fn for n in ("listening_start", "listening_submit"))
     out = start("")
+    listen_in_tab(demo, out[0], out[1])
     for clip in (stimulus_set.root / "clips").glob("*.wav"):
         clip.unlink()
     with pytest.raises(gr.Error, match="vote was saved") as caught:

@@ -29,8 +29,12 @@ def app_url(tmp_path, monkeypatch):
     create_stimulus_set(
         "tones", texts, ["AR", "SSD beta=0.3 K=4", "exact speculative"], tone_renderer(seconds=0.2), root=tmp_path
     )
-    with gr.Blocks() as demo, gr.Tab("Listening test"):
-        build_listening_tab(tmp_path)
+    # Laid out as the app does: the listening test is not the first tab, so it is not shown on load.
+    with gr.Blocks() as demo, gr.Tabs():
+        with gr.Tab("Compare"):
+            gr.Markdown("Another tab.")
+        with gr.Tab("Listening test", id="listening"):
+            build_listening_tab(tmp_path)
     demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         yield demo.local_url, tmp_path / "listening.sqlite3"
@@ -39,19 +43,48 @@ def app_url(tmp_path, monkeypatch):
         close_listening_apps()
 
 
+def listen(page, clip: str) -> None:
+    """Play a clip to the end; its rating control unlocks once the server has recorded the play."""
+    page.locator(f"#listening-audio-{clip.lower()}").get_by_label("Play", exact=True).first.click()
+    sync_api.expect(page.locator(f"#listening-score-{clip.lower()} input").first).to_be_enabled(timeout=20_000)
+
+
+def open_tab(page) -> None:
+    page.get_by_role("tab", name="Listening test").click()
+
+
 def test_rater_completes_a_session_with_clicks(app_url):
     url, db = app_url
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--autoplay-policy=no-user-gesture-required"])
         try:
             page = browser.new_page()
             page.goto(url)
+            open_tab(page)
             page.get_by_placeholder("leave empty to stay anonymous").fill("browser-rater")
             page.click("#listening-start")
             progress = page.locator("#listening-progress")
             sync_api.expect(progress).to_contain_text("Trial 1 of 3", timeout=20_000)
             assert not REVEALING.search(page.inner_text("body"))
             assert page.locator("audio").count() >= 2
+            # No download or share button on a rater's clip.
+            assert page.locator("#listening-audio-a").get_by_label("Download").count() == 0
+            assert page.locator("#listening-audio-a").get_by_label("Share").count() == 0
+
+            # The ratings stay locked until their clip has played to the end.
+            assert page.locator("#listening-choice input").first.is_disabled()
+            assert page.locator("#listening-score-a input").first.is_disabled()
+            listen(page, "A")
+            assert page.locator("#listening-choice input").first.is_disabled()
+            listen(page, "B")
+            sync_api.expect(page.locator("#listening-choice input").first).to_be_enabled(timeout=20_000)
+
+            # Submitting without a choice is a message beside the button, and the trial stays usable.
+            page.locator("#listening-submit").click()
+            status = page.locator("#listening-status")
+            sync_api.expect(status).to_contain_text("Choose A, B or no preference", timeout=20_000)
+            assert page.locator(".error:visible").count() == 0
+            sync_api.expect(progress).to_contain_text("Trial 1 of 3")
 
             # A double click on submit stores one vote and moves on by exactly one trial.
             page.locator("#listening-choice").get_by_text("A", exact=True).click()
@@ -61,15 +94,20 @@ def test_rater_completes_a_session_with_clicks(app_url):
 
             # A reload resumes the session where it was, rather than starting a new one.
             page.reload()
+            open_tab(page)
             sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
 
             for choice, score in (("B", "2"), ("No preference", "5")):
+                listen(page, "A")
+                listen(page, "B")
                 page.locator("#listening-choice").get_by_text(choice, exact=True).click()
                 page.locator("#listening-score-b").get_by_text(score, exact=True).click()
                 page.locator("#listening-submit").click()
                 if choice == "B":
                     sync_api.expect(progress).to_contain_text("Trial 3 of 3", timeout=20_000)
-            sync_api.expect(page.locator("#listening-done")).to_contain_text("Thank you", timeout=20_000)
+            done = page.locator("#listening-done")
+            sync_api.expect(done).to_contain_text("Thank you", timeout=20_000)
+            code = re.search(r"completion code: ([0-9A-F]{10})", done.inner_text()).group(1)
             assert not REVEALING.search(page.inner_text("body"))
         finally:
             browser.close()
@@ -82,3 +120,6 @@ def test_rater_completes_a_session_with_clicks(app_url):
         ("none", None, 5, "browser-rater"),
     ]
     assert [v.trial_index for v in votes] == [0, 1, 2]
+    assert all(v.plays_a >= 1 and v.plays_b >= 1 for v in votes)
+    with ListeningStore(db, app_version="reader") as store:
+        assert store.completion_code(votes[0].session_id) == code

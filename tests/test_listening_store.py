@@ -52,6 +52,12 @@ def store(tmp_path):
         yield s
 
 
+def listen(store, session_id, trial_id):
+    """Both clips of a trial played to the end, as the rater's player reports it."""
+    for clip in ("A", "B"):
+        store.record_play(session_id, trial_id, clip)
+
+
 def test_parse_system_names():
     assert parse_system("AR").mode == "ar"
     ssd = parse_system("SSD beta=0.3 K=4")
@@ -143,6 +149,7 @@ def test_vote_stores_everything_and_once(store, stimulus_set):
     session = test.start_session(rater_id="  rater-7 ", n_trials=3, seed=1)
     view = test.next_view(session.session_id)
     assert view.progress_label == "Trial 1 of 3"
+    listen(store, session.session_id, view.trial_id)
     outcome = store.submit_vote(session.session_id, view.trial_id, "B", "4", 5)
     assert outcome.stored
     vote = outcome.vote
@@ -221,6 +228,7 @@ def test_unique_constraint_holds_without_the_app(store, stimulus_set):
     test = ListeningTest(store, stimulus_set)
     session = test.start_session(n_trials=1, seed=1)
     trial = test.next_view(session.session_id)
+    listen(store, session.session_id, trial.trial_id)
     store.submit_vote(session.session_id, trial.trial_id, "none")
     with pytest.raises(sqlite3.IntegrityError):
         store._connection().execute(
@@ -235,6 +243,7 @@ def test_concurrent_double_submission_stores_once(store, stimulus_set):
     test = ListeningTest(store, stimulus_set)
     session = test.start_session(n_trials=1, seed=1)
     trial = test.next_view(session.session_id)
+    listen(store, session.session_id, trial.trial_id)
     outcomes = []
     barrier = threading.Barrier(8)
 
@@ -257,6 +266,7 @@ def test_csv_round_trip(store, stimulus_set, tmp_path):
         session = test.start_session(rater_id=rater.replace("\n", " ") if rater else None, n_trials=3, seed=seed)
         for choice, a, b in (("A", 5, None), ("none", None, None), ("B", 1, 3)):
             view = test.next_view(session.session_id)
+            listen(store, session.session_id, view.trial_id)
             store.submit_vote(session.session_id, view.trial_id, choice, a, b)
     votes = store.votes()
     assert len(votes) == 6
@@ -357,6 +367,7 @@ def test_sessions_of_a_replaced_set_are_refused_before_storing(store, stimulus_s
     old = ListeningTest(store, stimulus_set)
     session = old.start_session(n_trials=2, seed=1)
     trial = old.next_view(session.session_id)
+    listen(store, session.session_id, trial.trial_id)
     replacement = create_stimulus_set("tones2", TEXTS[:2], SYSTEMS[:2], tone_renderer(), root=tmp_path)
     new = ListeningTest(store, replacement)
     with pytest.raises(ListeningError, match="no longer served"):
@@ -369,7 +380,9 @@ def test_votes_record_the_stimulus_set_checksum(store, stimulus_set, tmp_path):
     for chosen in (stimulus_set, other, stimulus_set):
         test = ListeningTest(store, chosen)
         session = test.start_session(n_trials=1, seed=3)
-        test.submit(session.session_id, test.next_view(session.session_id).trial_id, "A")
+        trial_id = test.next_view(session.session_id).trial_id
+        listen(store, session.session_id, trial_id)
+        test.submit(session.session_id, trial_id, "A")
     votes = store.votes()
     assert [(v.stimulus_set, v.stimulus_set_sha256) for v in votes] == [
         ("tones", stimulus_set.manifest_sha256),
@@ -391,7 +404,7 @@ def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, m
     with ListeningStore(path, app_version="old") as old:
         test = ListeningTest(old, stimulus_set)
         session = test.start_session(n_trials=1, seed=1)
-        trial = test.next_view(session.session_id)
+        trial = old.next_trial(session.session_id)
         # The version-1 schema has no checksum column: insert the way that app did.
         old._connection().execute(
             """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text, system_a,
@@ -402,9 +415,11 @@ def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, m
         )
     monkeypatch.undo()
     with ListeningStore(path, app_version="new") as new:
-        assert new.schema_version() == SCHEMA_VERSION == 2
+        assert new.schema_version() == SCHEMA_VERSION == 3
         [vote] = new.votes()
         assert vote.stimulus_set_sha256 == stimulus_set.manifest_sha256
+        # Version 3: plays were not recorded then (NULL, not zero); this vote has no presentation time either.
+        assert (vote.plays_a, vote.plays_b, vote.trial_seconds) == (None, None, None)
 
 
 def test_a_vote_is_stored_even_when_the_next_clip_cannot_be_read(store, stimulus_set):
@@ -413,6 +428,7 @@ def test_a_vote_is_stored_even_when_the_next_clip_cannot_be_read(store, stimulus
     first = test.next_view(session.session_id)
     second = plan_trials(stimulus_set, 3, 5)[1]
     stimulus_set.clip_path(second.clip_b).unlink()
+    listen(store, session.session_id, first.trial_id)
     with pytest.raises(ClipUnavailableError) as caught:
         test.submit(session.session_id, first.trial_id, "A", 4, None)
     message = str(caught.value)
@@ -461,3 +477,43 @@ def test_old_exports_are_pruned(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[5:], "other.csv"])
     with pytest.raises(ValueError):
         prune_exports(tmp_path, keep=-1)
+
+
+def test_a_vote_needs_both_clips_played_to_the_end(store, stimulus_set):
+    from ssd_demo.listening.store import NotListenedError
+
+    test = ListeningTest(store, stimulus_set)
+    session = test.start_session(n_trials=1, seed=1)
+    view = test.next_view(session.session_id)
+    with pytest.raises(NotListenedError, match="clip A and clip B"):
+        store.submit_vote(session.session_id, view.trial_id, "none")
+    # The tone clips last 0.3 s: a play reported at once cannot have been heard.
+    with pytest.raises(NotListenedError, match="cannot have been played"):
+        test.record_play(session.session_id, view.trial_id, "A")
+    with pytest.raises(InvalidVoteError):
+        store.record_play(session.session_id, view.trial_id, "C")
+    assert store.record_play(session.session_id, view.trial_id, "A") == {"A"}
+    with pytest.raises(NotListenedError, match="clip B"):
+        store.submit_vote(session.session_id, view.trial_id, "A", 4)
+    assert store.count_votes() == 0 and store.completion_code(session.session_id) is None
+    store.record_play(session.session_id, view.trial_id, "B")
+    store.record_play(session.session_id, view.trial_id, "B")
+    assert test.next_view(session.session_id).played == {"A", "B"}  # a reload keeps the controls unlocked
+    vote = store.submit_vote(session.session_id, view.trial_id, "A", 4).vote
+    assert (vote.plays_a, vote.plays_b) == (1, 2) and vote.trial_seconds >= 0
+    assert [(clip) for _, clip, _ in store.plays(session.session_id)] == ["A", "B", "B"]
+    # The last vote in: a completion code, made once and stored.
+    code = store.completion_code(session.session_id)
+    assert code and len(code) == 10 and store.completion_code(session.session_id) == code
+
+
+def test_the_experimenter_view_is_off_without_a_token(monkeypatch):
+    from ssd_demo.app.listening.service import check_results_token
+
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    with pytest.raises(ListeningError, match="no results token is configured"):
+        check_results_token("")
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "t")
+    with pytest.raises(ListeningError, match="enter the results token"):
+        check_results_token("wrong")
+    check_results_token("t")

@@ -19,7 +19,8 @@ from .store import VoteRecord
 
 COLUMNS = tuple(f.name for f in fields(VoteRecord))
 _INTEGER = {"vote_id", "trial_index"}
-_OPTIONAL_INTEGER = {"score_a", "score_b"}
+_OPTIONAL_INTEGER = {"score_a", "score_b", "plays_a", "plays_b"}
+_OPTIONAL_FLOAT = {"trial_seconds"}
 _OPTIONAL_TEXT = {"rater_id", "stimulus_set_sha256", "preferred_system", "presented_at"}
 
 
@@ -57,6 +58,8 @@ def _cell(column: str, value: str):
         return int(value)
     if column in _OPTIONAL_INTEGER:
         return int(value) if value else None
+    if column in _OPTIONAL_FLOAT:
+        return float(value) if value else None
     if column in _OPTIONAL_TEXT:
         return value or None
     return value

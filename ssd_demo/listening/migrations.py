@@ -79,6 +79,34 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                 (SELECT s.stimulus_set_sha256 FROM sessions s WHERE s.session_id = votes.session_id)""",
         ),
     ),
+    (
+        3,
+        "plays of each clip, listening counts and seconds per vote, completion codes",
+        (
+            # One row per clip played to the end: a rating of a clip needs one (listen before rating).
+            """CREATE TABLE plays (
+                play_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_id TEXT NOT NULL REFERENCES trials(trial_id),
+                clip TEXT NOT NULL CHECK (clip IN ('A', 'B')),
+                completed_at TEXT NOT NULL
+            )""",
+            "CREATE INDEX plays_by_trial ON plays (trial_id, clip)",
+            # A session's completion code, for crowdsourcing platforms: made once, when its last vote is in.
+            """CREATE TABLE completions (
+                session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+                completion_code TEXT NOT NULL UNIQUE,
+                completed_at TEXT NOT NULL
+            )""",
+            # Votes stored before plays were recorded keep NULL play counts; their seconds are known.
+            "ALTER TABLE votes ADD COLUMN plays_a INTEGER",
+            "ALTER TABLE votes ADD COLUMN plays_b INTEGER",
+            "ALTER TABLE votes ADD COLUMN trial_seconds REAL",
+            """UPDATE votes SET trial_seconds =
+                ROUND((julianday(submitted_at) - julianday(presented_at)) * 86400.0, 3)
+                WHERE presented_at IS NOT NULL""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

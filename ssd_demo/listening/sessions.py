@@ -28,6 +28,9 @@ CLIP_READ_ERRORS = (OSError, ValueError, sf.SoundFileError)
 class ClipUnavailableError(ListeningError):
     """A trial's clip cannot be read (deleted, truncated or replaced on disk)."""
 MAX_TRIALS = 200
+# A clip counts as played to the end only once this share of its length has passed since its trial was
+# shown (server time): a client cannot report plays it never made. Below 1 for clock and rounding slack.
+LISTEN_FRACTION = 0.9
 
 
 def plan_trials(stimulus_set: StimulusSet, n_trials: int, seed: int) -> list[PlannedTrial]:
@@ -66,6 +69,7 @@ class TrialView:
     text: str
     audio_a: tuple[int, np.ndarray]  # (sample rate, int16 samples)
     audio_b: tuple[int, np.ndarray]
+    played: frozenset[str] = frozenset()  # clips already played to the end (a reload keeps them unlocked)
 
     @property
     def progress_label(self) -> str:
@@ -109,6 +113,23 @@ class ListeningTest:
         trial = self.store.next_trial(session_id)
         return None if trial is None else self._view(trial, session.n_trials)
 
+    def record_play(self, session_id: str, trial_id: str, clip: str) -> frozenset[str]:
+        """Record that `clip` of the trial played to the end; the clips played so far."""
+        self._served_session(session_id)
+        trial = self.store.get_trial(session_id, trial_id)
+        system = {"A": trial.system_a, "B": trial.system_b}.get(clip)
+        seconds = 0.0
+        if system is not None:
+            try:
+                seconds = self.stimulus_set.item(trial.item_id).clips[system].duration_seconds
+            except KeyError:
+                seconds = 0.0
+        return self.store.record_play(session_id, trial_id, clip, min_seconds=LISTEN_FRACTION * seconds)
+
+    def completion_code(self, session_id: str) -> str | None:
+        """The session's completion code once every trial has a vote (made then, stored once)."""
+        return self.store.completion_code(session_id)
+
     def submit(
         self, session_id: str, trial_id: str, choice: str, score_a: object = None, score_b: object = None
     ) -> TrialView | None:
@@ -131,6 +152,7 @@ class ListeningTest:
             text=trial.text,
             audio_a=self._read(trial.clip_a),
             audio_b=self._read(trial.clip_b),
+            played=self.store.played_clips(trial.trial_id),
         )
 
     def _read(self, relative: str) -> tuple[int, np.ndarray]:

@@ -31,6 +31,7 @@ from .migrations import apply_migrations
 from ..errors import UserError
 
 CHOICES = ("A", "B", "none")
+CLIPS = ("A", "B")
 SCORE_RANGE = (1, 5)
 MAX_RATER_ID_CHARS = 64
 
@@ -53,6 +54,10 @@ class InvalidVoteError(ListeningError):
 
 class AlreadyVotedError(ListeningError):
     pass
+
+
+class NotListenedError(InvalidVoteError):
+    """A vote or rating on a clip that has not been played to the end."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,9 @@ class VoteRecord:
     presented_at: str | None
     submitted_at: str
     app_version: str
+    plays_a: int | None = None  # times clip A was played to the end before the vote (None: before plays were kept)
+    plays_b: int | None = None
+    trial_seconds: float | None = None  # from the trial shown to the vote submitted
 
 
 @dataclass(frozen=True)
@@ -270,20 +278,8 @@ class ListeningStore:
             db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _values(session))
             db.executemany(
                 "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                [
-                    (
-                        secrets.token_hex(16),
-                        session.session_id,
-                        index,
-                        t.item_id,
-                        t.text,
-                        t.system_a,
-                        t.system_b,
-                        t.clip_a,
-                        t.clip_b,
-                    )
-                    for index, t in enumerate(trials)
-                ],
+                [(secrets.token_hex(16), session.session_id, index, t.item_id, t.text, t.system_a, t.system_b,
+                  t.clip_a, t.clip_b) for index, t in enumerate(trials)],
             )
         return session
 
@@ -336,6 +332,62 @@ class ListeningStore:
         )
         return int(done), session.n_trials
 
+    # -- plays
+
+    def record_play(self, session_id: str, trial_id: str, clip: str, min_seconds: float = 0.0) -> frozenset[str]:
+        """Record that `clip` ("A" or "B") of the trial was played to the end; return the clips played so far.
+
+        Refused when less than `min_seconds` (the clip's length) have passed since the trial was shown:
+        nobody can have heard it yet, so a client that reports plays it never made gains nothing.
+        """
+        if clip not in CLIPS:
+            raise InvalidVoteError(f"No such clip {clip!r}: A or B.")
+        trial = self.get_trial(session_id, trial_id)
+        now = utc_now()
+        if trial.presented_at is not None and min_seconds > 0:
+            elapsed = (datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds()
+            if elapsed < min_seconds:
+                raise NotListenedError(f"Clip {clip} cannot have been played to the end yet: listen to all of it.")
+        with self._transaction() as db:
+            db.execute("INSERT INTO plays (session_id, trial_id, clip, completed_at) VALUES (?, ?, ?, ?)",
+                       (session_id, trial_id, clip, now))
+            return self._played(db, trial_id)
+
+    def played_clips(self, trial_id: str) -> frozenset[str]:
+        """The clips of a trial played to the end at least once."""
+        return self._played(self._connection(), trial_id)
+
+    @staticmethod
+    def _played(db: sqlite3.Connection, trial_id: str) -> frozenset[str]:
+        return frozenset(r[0] for r in db.execute("SELECT DISTINCT clip FROM plays WHERE trial_id = ?", (trial_id,)))
+
+    def plays(self, session_id: str) -> list[tuple[str, str, str]]:
+        """(trial id, clip, completed at) of every play of a session, in order."""
+        rows = self._connection().execute(
+            "SELECT trial_id, clip, completed_at FROM plays WHERE session_id = ? ORDER BY play_id", (session_id,)
+        )
+        return [tuple(row) for row in rows]
+
+    # -- completion codes
+
+    def completion_code(self, session_id: str) -> str | None:
+        """The session's completion code, made and stored when every trial has a vote; None before."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            row = db.execute("SELECT completion_code FROM completions WHERE session_id = ?", (session_id,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            open_trials = db.execute(
+                """SELECT COUNT(*) FROM trials t LEFT JOIN votes v ON v.trial_id = t.trial_id
+                   WHERE t.session_id = ? AND v.vote_id IS NULL""", (session_id,)).fetchone()[0]
+            if open_trials:
+                return None
+            while True:
+                code = secrets.token_hex(5).upper()  # 10 hex digits: unguessable enough to prove a finished session
+                if db.execute("SELECT 1 FROM completions WHERE completion_code = ?", (code,)).fetchone() is None:
+                    db.execute("INSERT INTO completions VALUES (?, ?, ?)", (session_id, code, utc_now()))
+                    return code
+
     # -- votes
 
     def submit_vote(
@@ -345,37 +397,36 @@ class ListeningStore:
         choice: str,
         score_a: object = None,
         score_b: object = None,
+        require_plays: bool = True,
     ) -> SubmitOutcome:
         """Store one vote in one transaction. Submitting the same vote again stores nothing and
-        returns the stored one; a different vote on an answered trial is refused."""
+        returns the stored one; a different vote on an answered trial is refused. Unless
+        `require_plays` is False, both clips must have been played to the end first (`record_play`)."""
         choice = normalize_choice(choice)
         score_a = normalize_score(score_a, "A")
         score_b = normalize_score(score_b, "B")
         session = self.get_session(session_id)
         trial = self.get_trial(session_id, trial_id)
         preferred = {"A": trial.system_a, "B": trial.system_b, "none": None}[choice]
+        now = utc_now()
         with self._transaction() as db:
+            if require_plays and db.execute("SELECT 1 FROM votes WHERE trial_id = ?", (trial_id,)).fetchone() is None:
+                missing = [clip for clip in CLIPS if clip not in self._played(db, trial_id)]
+                if missing:
+                    raise NotListenedError(f"Listen to clip {' and clip '.join(missing)} to the end before voting.")
             cursor = db.execute(
                 """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, stimulus_set_sha256,
                        item_id, text, system_a, system_b, choice, preferred_system, score_a, score_b, presented_at,
-                       submitted_at, app_version)
+                       submitted_at, app_version, plays_a, plays_b, trial_seconds)
                    SELECT ?, ?, trial_id, trial_index, ?, ?, item_id, text, system_a, system_b, ?, ?, ?, ?,
-                       presented_at, ?, ?
+                       presented_at, ?, ?,
+                       (SELECT COUNT(*) FROM plays p WHERE p.trial_id = trials.trial_id AND p.clip = 'A'),
+                       (SELECT COUNT(*) FROM plays p WHERE p.trial_id = trials.trial_id AND p.clip = 'B'),
+                       ROUND((julianday(?) - julianday(presented_at)) * 86400.0, 3)
                    FROM trials WHERE trial_id = ?
                    ON CONFLICT (trial_id) DO NOTHING""",
-                (
-                    session_id,
-                    session.rater_id,
-                    session.stimulus_set,
-                    session.stimulus_set_sha256,
-                    choice,
-                    preferred,
-                    score_a,
-                    score_b,
-                    utc_now(),
-                    self.app_version,
-                    trial_id,
-                ),
+                (session_id, session.rater_id, session.stimulus_set, session.stimulus_set_sha256, choice, preferred,
+                 score_a, score_b, now, self.app_version, now, trial_id),
             )
             stored = cursor.rowcount == 1
             row = db.execute("SELECT * FROM votes WHERE trial_id = ?", (trial_id,)).fetchone()

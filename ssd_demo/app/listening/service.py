@@ -181,6 +181,25 @@ class ListeningApp:
     def submit(self, session_id: str, trial_id: str, choice: str, score_a, score_b) -> TrialView | None:
         return self.session_test(session_id).submit(session_id, trial_id, choice, score_a, score_b)
 
+    def record_play(self, session_id: str, trial_id: str, clip: str) -> frozenset[str]:
+        """Record that a clip played to the end; the trial's clips played so far."""
+        return self.session_test(session_id).record_play(session_id, trial_id, clip)
+
+    def completion_code(self, session_id: str) -> str | None:
+        return self.store.completion_code(session_id)
+
+    def saved_token(self, session_id: str) -> str:
+        """What the rater's browser keeps to resume a session: its id, signed with the server's key."""
+        signature = hmac.new(self.browser_secret.encode(), session_id.encode(), "sha256").hexdigest()[:32]
+        return f"{session_id}.{signature}"
+
+    def session_from_token(self, token: str | None) -> str | None:
+        """The session id in a token made by `saved_token`, or None when it is missing or forged."""
+        session_id, _, _ = (token or "").partition(".")
+        if session_id and hmac.compare_digest(self.saved_token(session_id), token or ""):
+            return session_id
+        return None
+
     def resume(self, session_id: str) -> TrialView | None:
         return self.session_test(session_id).next_view(session_id)
 
@@ -242,10 +261,23 @@ def _max_trials(test: ListeningTest) -> int:
     return sum(len(item.clips) * (len(item.clips) - 1) // 2 for item in test.stimulus_set.items)
 
 
+EXPERIMENTER_OFF = (
+    "The experimenter's view (results, export, building a stimulus set) is off: no results token is configured. "
+    "Set SSD_DEMO_RESULTS_TOKEN on the server (a Space secret on Hugging Face), restart, and enter it here."
+)
+
+
+def results_token_configured() -> bool:
+    return bool(os.environ.get("SSD_DEMO_RESULTS_TOKEN", ""))
+
+
 def check_results_token(token: str | None) -> None:
-    """Refuse unless SSD_DEMO_RESULTS_TOKEN is unset or `token` matches it (constant-time compare)."""
+    """Refuse unless SSD_DEMO_RESULTS_TOKEN is set and `token` matches it (constant-time compare).
+    Without a configured token the experimenter's view is off, so raters never reach the results."""
     expected = os.environ.get("SSD_DEMO_RESULTS_TOKEN", "")
-    if expected and not hmac.compare_digest((token or "").encode(), expected.encode()):
+    if not expected:
+        raise ListeningError(EXPERIMENTER_OFF)
+    if not hmac.compare_digest((token or "").encode(), expected.encode()):
         raise ListeningError("Results are protected: enter the results token.")
 
 

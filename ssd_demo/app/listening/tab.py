@@ -6,10 +6,9 @@ the environment:
     SSD_DEMO_LISTENING_DB      database file (default <data dir>/listening.sqlite3)
     SSD_DEMO_STIMULUS_SET      stimulus set to serve (default: the newest one)
     SSD_DEMO_LISTENING_TRIALS  trials per session (default 10)
-    SSD_DEMO_RESULTS_TOKEN     when set, results, export and building a set require it; on a
-                               Space (SPACE_ID set), building a set is refused without it
-    SSD_DEMO_BROWSER_SECRET    key that signs the rater's saved session in the browser (default:
-                               a random key kept in a file next to the database)
+    SSD_DEMO_RESULTS_TOKEN     results, export and building a set require it; unset, they are off
+    SSD_DEMO_BROWSER_SECRET    key that signs the session id kept in the rater's browser (default:
+                               a random key kept in a file next to the database; never sent to the browser)
 
 Every event has an api_name, so the test can be run from `gradio_client` as well as the
 browser. The handlers are thin: all checks live in `ListeningStore`, whose constraints
@@ -28,18 +27,21 @@ from pathlib import Path
 
 import gradio as gr
 
-from .service import CURRENT_SET, ListeningApp, ListeningSettings, public_message, register_app
+from .service import (CURRENT_SET, EXPERIMENTER_OFF, ListeningApp, ListeningSettings, public_message, register_app,
+    results_token_configured)
 from .charts import results_figure
 from ...listening.sessions import TrialView
 from ...listening.stats import set_label, summary_dict, summary_markdown
 from ...listening.stimulus_sets import storage_warning
-from ...listening.store import ListeningError
+from ...listening.store import ListeningError, NotListenedError
 
 INSTRUCTIONS = (
-    "Listen to both clips of each sentence, then choose the one that sounds **more natural** "
+    "Listen to both clips of each sentence to the end, then choose the one that sounds **more natural** "
     "(or *no preference*). You may also rate each clip's naturalness from 1 (bad) to 5 (excellent). "
-    "Clips are presented in random order; a vote cannot be changed once submitted."
+    "The rating controls unlock once their clip has played to the end; a vote cannot be changed once submitted."
 )
+STORAGE_KEY = "ssd-demo-listening-session"  # localStorage key of the signed session id
+NO_CHOICE = "Choose A, B or no preference before submitting."
 CHOICES = [("A", "A"), ("B", "B"), ("No preference", "none")]
 SCORES = ["1", "2", "3", "4", "5"]
 def build_listening_tab(data_root: Path | None = None, concurrency_id: str | None = "model") -> None:
@@ -71,21 +73,28 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         sentence_text = gr.Markdown()
         with gr.Row():
             with gr.Column():
-                audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False)
-                score_a_radio = gr.Radio(
-                    SCORES, label="Naturalness of A (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-a"
-                )
+                # buttons=[]: no download or share button, so a rater cannot save or pass on a clip.
+                audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False, buttons=[],
+                                   elem_id="listening-audio-a")
+                score_a_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-a",
+                                         label="Naturalness of A (optional, 1 = bad, 5 = excellent; after playing A)")
             with gr.Column():
-                audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False)
-                score_b_radio = gr.Radio(
-                    SCORES, label="Naturalness of B (optional, 1 = bad, 5 = excellent)", elem_id="listening-score-b"
-                )
-        choice_radio = gr.Radio(CHOICES, label="Which clip sounds more natural?", elem_id="listening-choice")
+                audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False, buttons=[],
+                                   elem_id="listening-audio-b")
+                score_b_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-b",
+                                         label="Naturalness of B (optional, 1 = bad, 5 = excellent; after playing B)")
+        choice_radio = gr.Radio(CHOICES, interactive=False, elem_id="listening-choice",
+                                label="Which clip sounds more natural? (after playing both to the end)")
         submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
+        # The rater's own mistakes (no choice, a clip not heard) are told here, never as an error
+        # overlay: Gradio covers every output of a failed event with one, which blocks the trial.
+        status_text = gr.Markdown(elem_id="listening-status")
     done = gr.Markdown(elem_id="listening-done")
     # The session id survives a page reload in the browser's storage, so a reload resumes the
     # session instead of starting a new one (which would show the rater the same sentences again).
-    saved_session = gr.BrowserState("", storage_key="ssd-demo-listening-session", secret=app.browser_secret)
+    # Kept in the page's localStorage by plain JavaScript: a gr.BrowserState inside a tab that is not
+    # shown when the page loads is not read on load, so a reload started over at the start screen.
+    saved_session = gr.Textbox(visible=False, label="saved session")
 
     trial_outputs = [
         session_box,
@@ -101,11 +110,16 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         trial_column,
         done,
         saved_session,
+        status_text,
     ]
+    keep = tuple(gr.skip() for _ in trial_outputs[:-1])  # every trial output but the status line unchanged
 
     def show(view: TrialView | None, session_id: str) -> tuple:
         if view is None:
             finished = f"**Thank you!** All {app.progress(session_id)[1]} trials are done; your votes are saved."
+            code = app.completion_code(session_id)
+            if code:
+                finished += f"\n\nYour completion code: **`{code}`** (enter it where the study asked you to)."
             return (
                 session_id,
                 "",
@@ -116,9 +130,10 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
                 None,
                 None,
                 None,
-                gr.Column(visible=False),
+                gr.Column(visible=True),  # another session may follow (a new rater on this browser)
                 gr.Column(visible=False),
                 finished,
+                app.saved_token(session_id),  # kept, so a reload shows the closing message and completion code again
                 "",
             )
         return (
@@ -128,13 +143,14 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             f"Sentence: *{view.text}*",
             view.audio_a,
             view.audio_b,
-            None,
-            None,
-            None,
+            gr.Radio(value=None, interactive={"A", "B"} <= view.played),
+            gr.Radio(value=None, interactive="A" in view.played),
+            gr.Radio(value=None, interactive="B" in view.played),
             gr.Column(visible=False),
             gr.Column(visible=True),
             "",
-            view.session_id,
+            app.saved_token(view.session_id),
+            "",
         )
 
     def start(rater_id: str | None) -> tuple:
@@ -145,33 +161,61 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         return show(view, view.session_id if view else "")
 
     def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
-        if choice is None:
-            raise gr.Error("Choose A, B or no preference before submitting.")
+        if not choice:
+            return (*keep, NO_CHOICE)
         try:
             view = app.submit(session_id, trial_id, choice, score_a, score_b)
+        except NotListenedError as error:
+            return (*keep, public_message(error))
         except ListeningError as error:
             raise gr.Error(public_message(error)) from None
         return show(view, session_id)
 
+    def played(clip: str):
+        """The handler for a clip played to the end: record it, unlock its score, and the choice once both are heard."""
+        score_radio = score_a_radio if clip == "A" else score_b_radio
+
+        def handler(session_id: str, trial_id: str) -> dict:
+            if not session_id or not trial_id:
+                return {}
+            try:
+                heard = app.record_play(session_id, trial_id, clip)
+            except ListeningError as error:
+                return {status_text: public_message(error)}
+            other = "B" if clip == "A" else "A"
+            if other in heard:
+                return {score_radio: gr.Radio(interactive=True), choice_radio: gr.Radio(interactive=True),
+                        status_text: ""}
+            return {score_radio: gr.Radio(interactive=True), status_text: f"Now play clip {other} to the end."}
+
+        return handler
+
     def resume(saved: str | None) -> tuple | dict:
-        """On page load: continue the session this browser was in, if it is still open."""
-        if not saved:
+        """On page load: continue the session this browser was in (its signed id from localStorage)."""
+        session_id = app.session_from_token(saved)
+        if session_id is None:
             return gr.skip()
         try:
-            view = app.resume(saved)
+            view = app.resume(session_id)
         except ListeningError:
             return gr.skip()  # unknown or replaced session: the rater simply starts a new one
-        return show(view, saved) if view is not None else gr.skip()
+        return show(view, session_id)  # a finished session shows its closing message and completion code again
 
     root = gr.context.Context.root_block
     if root is not None:
-        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16)
+        root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16,
+                  js=f"() => {{ try {{ return localStorage.getItem({STORAGE_KEY!r}) || ''; }} catch (e) {{ return ''; }} }}")
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
+    remember = f"(token) => {{ try {{ if (token) localStorage.setItem({STORAGE_KEY!r}, token); }} catch (e) {{}} }}"
     start_button.click(
         start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
-    )
+    ).then(None, [saved_session], None, js=remember, api_visibility="private")
+    for clip, audio, score_radio in (("A", audio_a, score_a_radio), ("B", audio_b, score_b_radio)):
+        # `stop` fires when the player reaches the end of the clip (`pause` fires on any stop).
+        audio.stop(played(clip), [session_box, trial_box], [score_radio, choice_radio, status_text],
+                   api_name=f"listening_played_{clip.lower()}", concurrency_limit=16)
     submit_button.click(
         submit,
         [session_box, trial_box, choice_radio, score_a_radio, score_b_radio],
@@ -179,14 +223,16 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         api_name="listening_submit",
         trigger_mode="once",
         concurrency_limit=16,
-    )
+    ).then(None, [saved_session], None, js=remember, api_visibility="private")
 
     with gr.Accordion("Results (for the experimenter)", open=False):
+        if not results_token_configured():
+            gr.Markdown(EXPERIMENTER_OFF, elem_id="listening-experimenter-off")
         token_box = gr.Textbox(
-            label="Results token", type="password", max_lines=1, placeholder="needed when the app sets one"
+            label="Results token", type="password", max_lines=1, placeholder="the server's SSD_DEMO_RESULTS_TOKEN"
         )
         results_set = gr.Dropdown(
-            app.results_choices(),
+            [("Currently served set", CURRENT_SET)],  # the sets with votes are listed only after the token is checked
             value=CURRENT_SET,
             label="Stimulus set (results are per set: a system name means different audio in each)",
             allow_custom_value=True,  # API callers may name a set as "name" or "name:sha256"
