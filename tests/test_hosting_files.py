@@ -165,12 +165,12 @@ def test_browser_secret_without_hard_links_is_private_from_creation(tmp_path, mo
 
 
 def test_vote_exports_are_private(tmp_path, monkeypatch, usual_umask):
-    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "experimenter-token")  # the export is the experimenter's
     monkeypatch.setattr(listening_app, "_EXPORTS", [])
     settings = listening_app.ListeningSettings(data_dir=tmp_path, db_path=tmp_path / "l.sqlite3", n_trials=2)
     app = listening_app.ListeningApp(settings)
     try:
-        path = app.export_votes(None)
+        path = app.export_votes("experimenter-token")
         assert mode(path.parent) == 0o700 and mode(path) == 0o600
         assert path.read_text(encoding="utf-8").startswith("vote_id,")
     finally:
