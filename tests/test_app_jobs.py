@@ -16,7 +16,8 @@ from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.presets import Preset, register
 from ssd_demo.synthesis import Synthesizer
-from test_listening_api import START, SUBMIT, make_data
+from ssd_demo.listening import sessions as sessions_module
+from test_listening_api import START, SUBMIT, cast_vote, make_data
 from toy_backend import EOS_ID, TOY_KEY, ToyBackend, register_toy_preset, tiny_llama
 
 SLOW_KEY = "toy-slow"
@@ -57,6 +58,7 @@ def app(tmp_path_factory, target_calls):
         patch.setenv(name, value)
     for name in ("SSD_DEMO_RESULTS_TOKEN", "SSD_DEMO_LISTENING_DB", "SSD_DEMO_STIMULUS_SET"):
         patch.delenv(name, raising=False)
+    patch.setattr(sessions_module, "LISTEN_FRACTION", 0.0)  # the test clips are 100 ms: a play counts at once
     register_toy_preset()
     register(Preset(key=SLOW_KEY, label="Slow endless toy (tests)", description="", licence="MIT",
                     drafts=("small",), default_draft="small", loader=lambda device: slow_toy(target_calls)))
@@ -94,7 +96,7 @@ def test_a_synthesis_flood_leaves_a_raters_votes_all_accepted(app):
     out = rater.predict("rater-under-flood", api_name=START)
     session_id, trial_id = out[0], out[1]
     for i in range(25):
-        out = rater.predict(session_id, trial_id, ("A", "B", "none")[i % 3], "4", None, api_name=SUBMIT)
+        out = cast_vote(rater, session_id, trial_id, ("A", "B", "none")[i % 3], "4", None)
         trial_id = out[1]
     flooder.join()
     assert trial_id == "" and "Thank you" in out[9]
