@@ -25,11 +25,13 @@ import torchaudio
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .assets import asset_path, where_to_find
 from .errors import ModelLoadError
 from . import text as text_frontend
 from .codec import CodecConfig, MelFeatures
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "assets" / "recognizer"
+#: As found at import; `Recognizer.load()` looks again (SSD_DEMO_ASSETS may be set later).
+DEFAULT_PATH = asset_path("recognizer")
 CONFIG_NAME = "recognizer.json"
 WEIGHTS_NAME = "model.safetensors"
 
@@ -116,10 +118,12 @@ class Recognizer:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "Recognizer":
-        path = Path(path) if path is not None else DEFAULT_PATH
+        default = path is None
+        path = Path(path) if path is not None else asset_path("recognizer")
         meta_path = path / CONFIG_NAME
         if not meta_path.exists():
-            raise FileNotFoundError(f"no phoneme recognizer in {path} (missing {CONFIG_NAME})")
+            hint = f": {where_to_find('recognizer')}" if default and not path.is_dir() else ""
+            raise FileNotFoundError(f"no phoneme recognizer in {path} (missing {CONFIG_NAME}){hint}")
         meta = json.loads(meta_path.read_text())
         config = RecognizerConfig(**meta["config"])
         if config.n_classes != len(text_frontend.BASE_PHONEMES) + 1:

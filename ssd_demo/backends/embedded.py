@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
+from ..assets import asset_path, where_to_find
 from ..codec import Codec
 from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
@@ -29,8 +30,13 @@ from ..synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from .vocab import PhonemeSchedule, VocabLayout
 
-#: Where the shipped voice lives (repository root / assets / embedded).
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "assets" / "embedded"
+def default_path() -> Path:
+    """Where the shipped voice lives: assets/embedded at the repository root, or under $SSD_DEMO_ASSETS."""
+    return asset_path("embedded")
+
+
+#: The shipped voice's folder as found at import (`default_path()` reads SSD_DEMO_ASSETS on each call).
+DEFAULT_PATH = default_path()
 DRAFT_FOLDERS = {"distilled": "draft_distilled", "layers": "draft_layers", "heads": "draft_heads"}
 META_NAME = "voice.json"
 
@@ -136,7 +142,7 @@ class EmbeddedBackend:
 
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
     """The drafts a voice folder has, in the order the UI lists them."""
-    root = Path(path) if path is not None else DEFAULT_PATH
+    root = Path(path) if path is not None else default_path()
     return tuple(name for name, folder in DRAFT_FOLDERS.items() if (root / folder).exists())
 
 
@@ -149,7 +155,7 @@ PREFERRED_DRAFTS = ("heads", "distilled", "layers")
 def default_draft(path: str | Path | None = None) -> str:
     available = available_drafts(path)
     if not available:
-        raise FileNotFoundError(f"the voice folder {Path(path) if path is not None else DEFAULT_PATH} has no draft")
+        raise FileNotFoundError(f"the voice folder {Path(path) if path is not None else default_path()} has no draft")
     return next(name for name in PREFERRED_DRAFTS if name in available)
 
 
@@ -158,9 +164,11 @@ def load_synthesizer(draft: str | None = None, device: str | None = None, path: 
     them), float32, offline.
 
     draft: the default draft (None: `default_draft`); device: "cpu" (default when None), "cuda", ...;
-    path: a voice folder (default assets/embedded).
+    path: a voice folder (default assets/embedded, or $SSD_DEMO_ASSETS/embedded).
     """
-    root = Path(path) if path is not None else DEFAULT_PATH
+    root = Path(path) if path is not None else default_path()
+    if path is None and not root.is_dir():
+        raise FileNotFoundError(f"no embedded voice at {root}: {where_to_find('embedded')}")
     missing = [name for name in (META_NAME, "target", "codec") if not (root / name).exists()]
     if missing:  # say what a voice folder is, not just the first file that failed to open
         raise FileNotFoundError(f"{root} is not an embedded voice folder: it has no {', '.join(missing)} (a voice "
@@ -185,4 +193,4 @@ def load_synthesizer(draft: str | None = None, device: str | None = None, path: 
     return Synthesizer(backend, target, drafts, default_draft=draft)
 
 
-__all__ = ["DEFAULT_CONFIG", "DEFAULT_PATH", "EmbeddedBackend", "TextError", "available_drafts", "load_synthesizer"]
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_PATH", "EmbeddedBackend", "default_path", "TextError", "available_drafts", "load_synthesizer"]

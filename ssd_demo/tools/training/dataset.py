@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ... import text as text_frontend
+from ...assets import asset_path
 from ...backends.vocab import MAX_PHONEME_FRAMES, VocabLayout
 from ...codec import Codec, CodecConfig, fit_codec
 from .corpus import CorpusConfig, build_corpus, split_corpus
@@ -26,7 +27,7 @@ from .render import render_many
 DATASET_NAME = "dataset.pt"
 #: The codec the shipped voice uses; the recipe reuses it so that the recognizer's codec round trips
 #: and the voice speak through the same tokenizer.
-SHIPPED_CODEC = Path(__file__).resolve().parents[3] / "assets" / "embedded" / "codec"
+SHIPPED_CODEC = asset_path("embedded") / "codec"
 
 
 @dataclass(frozen=True)

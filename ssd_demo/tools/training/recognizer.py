@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from ...text import espeak
 from ... import text as text_frontend
+from ...assets import asset_path
 from ...codec import Codec
 from ...recognizer import (FeatureExtractor, PhonemeRecognizer, Recognizer, RecognizerConfig, greedy_decode,
     phoneme_error_rate)
@@ -40,7 +41,7 @@ VOICES = (
     "en-us", "en-us", "en-us", "en-us+f1", "en-us+f2", "en-us+f3", "en-us+f4", "en-us+m1", "en-us+m2",
     "en-us+m3", "en-us+m4", "en-us+m5", "en-us+m6", "en-us+m7", "en-us+klatt", "en-us+Andy", "en-us+croak",
 )
-DEFAULT_CODEC = Path(__file__).resolve().parents[3] / "assets" / "embedded" / "codec"
+DEFAULT_CODEC = asset_path("embedded") / "codec"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""README's Python examples run as written: each ```python block on its own, in a fresh interpreter, offline,
+from an empty folder. A block that needs what a test cannot give (a running app, the network) is marked by a
+`<!-- no-run: why -->` line right above its fence, and is skipped with that reason."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+NO_RUN = re.compile(r"<!--\s*no-run:\s*(.*?)\s*-->")
+
+
+def python_blocks(text: str) -> list[tuple[int, str, str | None]]:
+    """(line of the fence, code, why it does not run or None) for each ```python block."""
+    lines = text.splitlines()
+    blocks, index = [], 0
+    while index < len(lines):
+        if lines[index].strip() == "```python":
+            start = index
+            end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
+            marker = NO_RUN.fullmatch(lines[start - 1].strip()) if start else None
+            blocks.append((start + 1, "\n".join(lines[start + 1 : end]) + "\n", marker.group(1) if marker else None))
+            index = end
+        index += 1
+    return blocks
+
+
+BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+
+
+def test_readme_blocks_are_found_and_every_skip_says_why():
+    assert sum(why is None for _, _, why in BLOCKS) >= 4, BLOCKS
+    for line, code, why in BLOCKS:
+        assert why != "", f"README line {line}: a no-run marker needs its reason"
+        if "gradio_client" in code or "client." in code:
+            assert why, f"README line {line} talks to a running app: mark it no-run"
+    assert python_blocks("x\n<!-- no-run: needs a GPU -->\n```python\nprint(1)\n```\n") == [(3, "print(1)\n", "needs a GPU")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line, code, why", BLOCKS, ids=[f"line{line}" for line, _, _ in BLOCKS])
+def test_readme_python_block_runs_as_written(line, code, why, tmp_path):
+    if why:
+        pytest.skip(f"README line {line}: {why}")
+    # PYTHONPATH stands for `pip install -e .`; the empty folder keeps files the example writes out of the checkout.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, f"README line {line} failed:\n{code}\n{run.stderr[-3000:]}"
