@@ -132,6 +132,42 @@ def test_the_official_steps_around_the_normaliser():
     assert normalize_english("  On April 13, 1955, 2 cats ") == "On April thirteenth, nineteen fifty-five, two cats"
 
 
+@pytest.mark.parametrize("text, spoken", [
+    # no digit lost: grouped thousands, leading zeros, phone and card numbers
+    ("1 000 000 people and 12 345 items", "one million people and twelve thousand, three hundred and forty-five items"),
+    ("1_000_000 rows, 1.000.000 Einwohner", "one million rows, one million Einwohner"),
+    ("Agent 007 in ZIP 02134", "Agent zero zero seven in ZIP zero two one three four"),
+    ("Dial 020 7946 0958", "Dial zero two zero, seven nine four six, zero nine five eight"),
+    ("Call +1 415 555 0100", "Call plus one, four one five, five five five, zero one zero zero"),
+    ("Card 4111 1111 1111 1111", "Card four one one one, one one one one, one one one one, one one one one"),
+    # symbols spoken, not left in the text
+    ("Heat to 350°F, or -5°C, or −12 °C", "Heat to three hundred and fifty degrees Fahrenheit, or minus five degrees "
+                                         "Celsius, or minus twelve degrees Celsius"),
+    ("Add 1½ cups, ½ a spoon, x² and 10³", "Add one and a half cups, a half a spoon, x squared and ten cubed"),
+    ("99¢, aged 18+, 1+1=2, 2x faster", "ninety-nine cents, aged eighteen plus, one plus one equals two, two times faster"),
+])
+def test_digits_and_symbols_a_person_reads_aloud(text, spoken):
+    from ssd_demo.backends.cosyvoice2.text_norm import normalize_english
+
+    assert normalize_english(text) == spoken
+
+
+def test_text_the_backend_cannot_read_is_a_text_error(synth):
+    backend = synth.backend
+    for bad in (None, 5, "   ", "\ud800 5", "<|endofprompt|> hi"):
+        with pytest.raises(TextError):
+            backend.prompt_ids(bad)
+        with pytest.raises(TextError):
+            backend.split_text(bad)
+    # the length limit applies to the text as typed, before numbers become words
+    typed = "1234567 " * (backend.max_text_chars // 8)
+    from ssd_demo.backends.cosyvoice2.text_norm import normalize_english
+
+    assert len(typed) <= backend.max_text_chars < len(normalize_english(typed))
+    backend.prompt_ids(typed)
+    assert backend.prompt_ids("a\x00b\x07c") == backend.prompt_ids("a b c")
+
+
 def test_a_voice_prompt_transcript_is_normalised_like_the_text(folder):
     synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT)
     backend = synth.backend

@@ -12,6 +12,7 @@ mel spectrogram, and HiFT into 24 kHz audio.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,8 @@ from ...synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
 from .text_norm import normalize_english, speakable_chunks, split_paragraph
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # never spoken; a tokenizer would keep them
 
 LICENCE = "CosyVoice 2 weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20  # speech tokens per text token, as the official inference
@@ -139,7 +142,7 @@ class CosyVoice2Backend:
         `tokens_to_audio` (two clips without transcripts give equal ids for the same text)."""
         key = self._voice_key(voice_prompt)
         voice = self.voice(voice_prompt)
-        tokens = self._text_tokens(normalize_english(text))
+        tokens = self._text_tokens(text)
         llm_speech = voice.speech_tokens if voice.transcript_tokens else ()
         prompt = VoicedPrompt(self.layout.prompt_ids(list(voice.transcript_tokens) + tokens, llm_speech), voice, len(tokens))
         with self._lock:
@@ -203,7 +206,7 @@ class CosyVoice2Backend:
         if self.encoders is None:
             raise ModelLoadError("this CosyVoice 2 setup has no prompt encoders, so it cannot take a new voice clip")
         transcript = voice_prompt.transcript.strip()
-        tokens = self._text_tokens(normalize_english(transcript), "voice prompt transcript") if transcript else []
+        tokens = self._text_tokens(transcript, "voice prompt transcript") if transcript else []
         features = self.encoders.encode(voice_prompt.audio, voice_prompt.sample_rate, tokens)  # outside the lock: slow
         with self._lock:
             self._voices[key] = features
@@ -243,15 +246,23 @@ class CosyVoice2Backend:
     # -- helpers ----------------------------------------------------------------------
 
     def _text_tokens(self, text: str, what: str = "text") -> list[int]:
-        tokens = text_tokens(self.tokenizer, self._check_text(text, what))
+        """The text checked as typed (its length before numbers become words), normalised, tokenised."""
+        tokens = text_tokens(self.tokenizer, normalize_english(self._check_text(text, what)))
         if not tokens:
             raise TextError(f"the {what} has nothing to say")
         return tokens
 
     def _check_text(self, text: str, what: str = "text") -> str:
         """Refusals only: the official English front end keeps the text's own spacing."""
-        if not isinstance(text, str) or not text.strip():
+        if text is not None and not isinstance(text, str):
+            raise TextError(f"the {what} must be a string, got {type(text).__name__}")
+        if not text or not text.strip():
             raise TextError(f"the {what} is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line)
+            raise TextError(f"the {what} contains characters that are not valid Unicode") from None
+        text = _CONTROL_CHARACTERS.sub(" ", text)
         if len(text) > self.max_text_chars:
             raise TextError(f"the {what} has {len(text)} characters; the limit is {self.max_text_chars}")
         if "<|" in text and "|>" in text:

@@ -13,8 +13,12 @@ whenever a `Normalizer` is built, which cannot work offline, in CI or on a Space
 "three.fourteen" and "2nd" as "twond".) In `wetext`'s place we run `normalize_numbers`: the project's
 own normaliser (`ssd_demo.text.normalize_text`: money, decimals, clock times, dates, years, phone
 numbers, ranges, units) plus the readings it leaves to eSpeak (ordinals, decades, percent, minus).
-It reads the same things as an official install, but not always in the same words ("$5.99" is "five
-dollars ninety-nine", "10:30" is "ten thirty"). Like `wetext`, it is applied only to text that
+Before it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped
+by spaces or dots, phone and card numbers digit by digit, degrees, powers, fraction characters, plus,
+equals, cents). Its words are not always `wetext`'s ("$5.99" is "five dollars ninety-nine", "10:30" is
+"ten thirty"), and it does not read everything `wetext` may (bare years before 1100 or after 2099, unit
+and currency abbreviations such as "USD" or "mAh", digits inside non-English text, which come out as
+English words). Like `wetext`, it is applied only to text that
 contains a digit: text without one reaches the model exactly as in an official install.
 """
 
@@ -58,12 +62,59 @@ _NUMBER_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
 )
 
 
+_FRACTIONS = {"½": "a half", "¼": "a quarter", "¾": "three quarters", "⅓": "a third", "⅔": "two thirds"}
+_THOUSANDS = re.compile(r"[1-9]\d{0,2}(?: \d{3})+")
+
+
+def _digit_groups(match: re.Match) -> str:
+    """Three or more groups of digits apart by spaces (hyphenated ones are dates, ranges and phone
+    numbers, which `normalize_text` reads): thousands ("1 000 000") stay one number
+    for the next rule; anything else (phone, card, account numbers) is read digit by digit, group by group."""
+    run = match.group(0)
+    if not run.startswith("+") and _THOUSANDS.fullmatch(run):
+        return run
+    groups = re.findall(r"\d+", run)
+    return ("plus " if run.startswith("+") else "") + ", ".join(" ".join(group) for group in groups)
+
+
+# Symbols and digit layouts `normalize_text` leaves alone (eSpeak reads some itself) and `inflect` cannot
+# read: applied first. Thousands grouped by spaces, underscores or two or more dots become one number
+# ("1 000 000", "1_000_000", "1.000.000"); other runs of three or more space-separated digit groups
+# (phone, card and account numbers) are read digit by digit; degrees, powers, cents, plus, equals and fraction characters
+# become words.
+_SYMBOL_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
+    (re.compile("\u2212"), "-"),  # the minus sign
+    (re.compile(r"(?<![\w.,-])\+?\d{1,4}(?: \d{1,4}){2,}(?![\w.,-]?\d)"), _digit_groups),
+    (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:[ _\u00a0\u202f]\d{3})+)(?![\d.,]\d)"),
+     lambda m: m.group(1) + re.sub(r"\D", "", m.group(2))),
+    (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3}){2,})(?![\d.])"), lambda m: m.group(1) + m.group(2).replace(".", "")),
+    (re.compile(r"(\d)\s*([½¼¾⅓⅔])"), lambda m: f"{m.group(1)} and {_FRACTIONS[m.group(2)]}"),
+    (re.compile("[½¼¾⅓⅔]"), lambda m: _FRACTIONS[m.group(0)]),
+    (re.compile(r"\s*°\s*C\b"), " degrees Celsius"),
+    (re.compile(r"\s*°\s*F\b"), " degrees Fahrenheit"),
+    (re.compile(r"\s*°"), " degrees"),
+    (re.compile("²"), " squared"),
+    (re.compile("³"), " cubed"),
+    (re.compile(r"(\d)\s*¢"), r"\1 cents"),
+    (re.compile(r"(\d)\s*\+\s*(?=\d)"), r"\1 plus "),
+    (re.compile(r"(?<![\w)])\+\s*(?=\d)"), "plus "),
+    (re.compile(r"(\d)\+(?!\d)"), r"\1 plus"),
+    (re.compile(r"(?<=[\d\s])=(?=[\s\d-])"), " equals "),
+    (re.compile(r"(\d)[xX]\b"), r"\1 times"),
+)
+
+#: What makes the normaliser run: a digit, or a symbol read as a number.
+_NUMERIC = re.compile(r"[\d½¼¾⅓⅔°²³]")
+
+
 def normalize_numbers(text: str) -> str:
     """The normaliser step, in `wetext`'s place (see the module's docstring): amounts, decimals, dates,
     times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
-    without a digit is returned unchanged, as `wetext` returns it."""
-    if not re.search(r"\d", text):
+    with no digit (nor a fraction, degree or power sign) is returned unchanged, as `wetext` returns it."""
+    if not _NUMERIC.search(text):
         return text
+    for pattern, replacement in _SYMBOL_REWRITES:
+        text = pattern.sub(replacement, text)
     text = normalize_text(text)
     for pattern, replacement in _NUMBER_REWRITES:
         text = pattern.sub(replacement, text)
@@ -72,7 +123,8 @@ def normalize_numbers(text: str) -> str:
 
 def _number_words(match: re.Match) -> str:
     run = _ascii_digits(match.group(0))
-    if len(run) > LONG_NUMBER:  # a code, not a quantity (inflect refuses 37 digits or more)
+    if len(run) > LONG_NUMBER or (len(run) > 1 and run[0] == "0"):
+        # A code, not a quantity: inflect refuses 37 digits or more, and reads "007" as "seven".
         words = " ".join(_inflect().number_to_words(digit) for digit in run)
     else:
         words = _inflect().number_to_words(run)
@@ -83,10 +135,11 @@ def _number_words(match: re.Match) -> str:
 
 def spell_out_number(text: str) -> str:
     """The official `spell_out_number` step: every run of digits still in the text as words with
-    `inflect` ("1955" -> "one thousand, nine hundred and fifty-five"). Two departures, so that nothing is
-    misread or refused: a run longer than LONG_NUMBER digits is read digit by digit (the official raises
-    inflect's NumOutOfRangeError from 37 digits on), and a run touching a letter is set apart by a space
-    ("v2" -> "v two", where the official writes "vtwo")."""
+    `inflect` ("1955" -> "one thousand, nine hundred and fifty-five"). Three departures, so that nothing is
+    misread, lost or refused: a run longer than LONG_NUMBER digits, or one with a leading zero ("007",
+    "02134"), is read digit by digit (the official raises inflect's NumOutOfRangeError from 37 digits on,
+    and reads "007" as "seven"); and a run touching a letter is set apart by a space ("v2" -> "v two",
+    where the official writes "vtwo")."""
     return re.sub(r"\d+", _number_words, text)
 
 
