@@ -58,6 +58,8 @@ LIVE_AUDIO = shutil.which("ffmpeg") is not None
 #: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
 FLUSH_FOR = 2.0
 EMPTY_WAV = compare.empty_wav()
+#: The status line once the Stop button stopped a race.
+STOPPED_STATUS = "**Stopped.** Start a race again when ready."
 
 
 @dataclass
@@ -146,10 +148,18 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
 
     def refused(error: BaseException):
-        """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
+        """The status line says why nothing runs (it would keep its last stage otherwise) and both live
+        players go back to empty; then the error, for an API client: the page shows no toast of it (the
+        status line is its one message, and the next race replaces it)."""
         message = to_gradio_error(error)
-        yield frame({status: f"**Not run:** {message.message}"})
+        message.visible = False
+        yield frame({status: f"**Not run:** {message.message}", ar_stream: None, spec_stream: None})
         raise message from None
+
+    def stopped(race: compare.Race):
+        """The final frame of a stopped race: the counters where each run stopped, both live players
+        stopped, and the status line says so."""
+        yield frame({**live(race), status: STOPPED_STATUS, ar_stream: None, spec_stream: None})
 
     def finish(comparison: compare.Comparison, race: compare.Race):
         """Audio, numbers and the headline first; the charts only after them. The last update holds every
@@ -198,6 +208,8 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
                     if len(event.piece.audio) and LIVE_AUDIO:
                         yield frame({**live(race), streams[event.lane]: compare.piece_wav(event.piece)})
                         last_sent[event.lane] = time.perf_counter()
+                elif isinstance(event, compare.Stopped):
+                    yield from stopped(race)
                 elif isinstance(event, compare.Failed):
                     yield from refused(event.error)
                 elif isinstance(event, compare.Done):

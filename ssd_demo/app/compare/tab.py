@@ -296,14 +296,27 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     # The race reports progress in one place (the status line), not with a spinner on every output.
     race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
                         preprocess=False, show_progress="minimal", show_progress_on=[race_view.status])
-    race_events = [run.click(race_run, api_name="race", **race_options)]
+    # One race at a time per page: the buttons that start one are disabled until it ends, however it ends
+    # (done, refused, failed or stopped: `.then` follows each of them).
+    starters = [run, *(button for button, _ in example_buttons)]
+    private = dict(queue=False, api_visibility="private")
+
+    def locked(*values):
+        return (*values, *(gr.update(interactive=False) for _ in starters))
+
+    def unlocked():
+        return tuple(gr.update(interactive=True) for _ in starters)
+
+    run.click(locked, outputs=starters, **private) \
+        .then(race_run, api_name="race", **race_options).then(unlocked, outputs=starters, **private)
     for button, sentence in example_buttons:
-        race_events.append(button.click(lambda sentence=sentence: sentence, outputs=[text], queue=False,
-                                        api_visibility="private")
-                           .then(race_run, api_visibility="private", **race_options))
+        button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters], **private) \
+            .then(race_run, api_visibility="private", **race_options).then(unlocked, outputs=starters, **private)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
-    # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
-    stop.click(stop_run, cancels=[run_event, *race_events], api_name="stop", queue=False)
+    # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
+    # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing
+    # more); /synthesize has nothing to show for a stop and is cancelled.
+    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
                  outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
