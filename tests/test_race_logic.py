@@ -150,3 +150,60 @@ def test_closing_the_events_stops_the_decoding():
         time.sleep(0.01)
     assert not any(t.name == "ssd-race" for t in threading.enumerate())
     assert race.lanes["speculative"].seconds is None  # stopped within a round, never finished
+
+
+# --- the page's /race handler (its frames, without a server) -------------------------------------------
+
+def _race_page(raise_refusals: bool = False):
+    """The race's handler on the toy preset (the page's, or the API's), and where each output sits in its
+    frames."""
+    import gradio as gr
+    from ssd_demo.app.compare.race_view import build_race_view, race_handler
+    from ssd_demo.app.compare.tab import OUTPUT_NAMES, synthesize_signature
+
+    register_toy_preset()
+    with gr.Blocks():
+        view = build_race_view(gr.Markdown(), gr.Markdown())
+        results = {name: gr.Markdown() for name in OUTPUT_NAMES}
+    handler = race_handler(view, results, synthesize_signature(app_logic.preset_defaults(TOY_KEY)), "race-test",
+                           raise_refusals=raise_refusals)
+    names = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
+             *OUTPUT_NAMES)
+    return handler, lambda frame: dict(zip(names, frame))
+
+
+def test_a_stopped_race_ends_with_a_stopped_frame(monkeypatch):
+    from ssd_demo.app import jobs
+    from ssd_demo.app.compare.race_view import STOPPED_STATUS
+
+    handler, named = _race_page()
+    stop = threading.Event()
+    monkeypatch.setattr(jobs, "stop_check", lambda request=None: stop.is_set)
+    frames = []
+    for frame in handler("Stop me while the first run decodes.", preset=TOY_KEY, seed=1):
+        frames.append(named(frame))
+        if len(frames) == 1:
+            stop.set()  # the Stop button, right after the race began
+    final = frames[-1]
+    assert final["status"] == STOPPED_STATUS
+    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players stopped
+    assert "running" not in final["ar_live"] and "running" not in final["spec_live"]
+    assert not any("Done" in str(frame["status"]) for frame in frames)
+
+
+def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
+    import gradio as gr
+    import pytest
+
+    handler, named = _race_page()
+    frames = [named(frame) for frame in handler("   ", preset=TOY_KEY)]  # the page's race: no error raised
+    final = frames[-1]
+    assert final["status"].startswith("**Not run:**") and "type some text" in final["status"]
+    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players left empty
+
+    api, named = _race_page(raise_refusals=True)
+    frames = []
+    with pytest.raises(gr.Error, match="type some text"):
+        for frame in api("   ", preset=TOY_KEY):
+            frames.append(named(frame))
+    assert frames[-1]["status"] == final["status"]

@@ -20,7 +20,7 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
+from .race_view import IDLE_PLAYERS_JS, PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
 from ..errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -167,6 +167,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 stop = gr.Button("Stop", variant="stop")
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
+            race_api_button = gr.Button("Race both decoders (API)", visible=False)
             status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
             headline = gr.Markdown(elem_id="ssd-headline")
             gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
@@ -252,7 +253,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
     synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
-    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id)
+    race_api = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id)
+    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id,
+                            raise_refusals=False)
 
     def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
@@ -307,11 +310,15 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def unlocked():
         return tuple(gr.update(interactive=True) for _ in starters)
 
+    # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
+    # on a hidden button like /synthesize) raises the error as well.
+    race_api_button.click(race_api, api_name="race", **race_options)
+    ended = dict(outputs=starters, js=IDLE_PLAYERS_JS, **private)
     run.click(locked, outputs=starters, **private) \
-        .then(race_run, api_name="race", **race_options).then(unlocked, outputs=starters, **private)
+        .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
     for button, sentence in example_buttons:
         button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters], **private) \
-            .then(race_run, api_visibility="private", **race_options).then(unlocked, outputs=starters, **private)
+            .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
     # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing
