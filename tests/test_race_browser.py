@@ -115,3 +115,61 @@ def test_presenter_mode_fits_a_projector(app_url, browser, tmp_path_factory):
         assert screenshot.stat().st_size > 10_000
     finally:
         page.close()
+
+
+#: Whether the buttons that start a race can be clicked, and whether a live player is playing.
+CONTROLS_JS = """() => {
+  const audio = (id) => document.querySelector('#' + id + ' audio');
+  const idle = (a) => !a || a.paused;
+  return {run: !document.querySelector('#ssd-run').disabled,
+          examples: [...document.querySelectorAll('.ssd-example')].map(b => !b.disabled),
+          idle: idle(audio('ssd-ar-stream')) && idle(audio('ssd-spec-stream')),
+          status: document.querySelector('#ssd-status').innerText,
+          toasts: document.querySelectorAll('[data-testid="toast-body"], .toast-body').length};
+}"""
+
+
+def _presenter_page(browser, app_url):
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(app_url + "?presenter=1", wait_until="networkidle")
+    page.wait_for_function("document.body.classList.contains('ssd-presenter')", timeout=30_000)
+    return page
+
+
+def test_one_race_at_a_time_and_stop_ends_it_stopped(app_url, browser):
+    page = _presenter_page(browser, app_url)
+    try:
+        page.locator(".ssd-example").first.click()  # starts a race
+        page.wait_for_function(f"!({CONTROLS_JS})().run", timeout=10_000)
+        state = page.evaluate(CONTROLS_JS)
+        assert not state["run"] and not any(state["examples"])  # no second race while this one runs
+        page.wait_for_function(f"({CONTROLS_JS})().status.includes('Autoregressive decoding')", timeout=120_000)
+        page.get_by_role("button", name="Stop").click()
+        page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Stopped')", timeout=30_000)
+        page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
+        page.wait_for_timeout(500)  # nothing comes after the final frame
+        state = page.evaluate(CONTROLS_JS)
+        assert state["status"].startswith("Stopped") and state["idle"] and all(state["examples"]), state
+        for lane in ("#ssd-ar-live", "#ssd-spec-live"):
+            assert "running" not in page.locator(lane).inner_text()
+    finally:
+        page.close()
+
+
+def test_an_empty_text_is_refused_in_the_status_line_with_idle_players(app_url, browser):
+    page = _presenter_page(browser, app_url)
+    try:
+        page.locator("#ssd-run").click()
+        page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Not run')", timeout=30_000)
+        page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
+        page.wait_for_timeout(500)
+        state = page.evaluate(CONTROLS_JS)
+        assert "type some text" in state["status"] and "Error" not in state["status"], state  # one message
+        assert state["toasts"] == 0 and state["idle"], state
+        # The next race replaces the message.
+        page.locator("#ssd-text textarea").fill("Hello there.")
+        page.locator("#ssd-run").click()
+        page.wait_for_function(f"!({CONTROLS_JS})().status.startsWith('Not run')", timeout=30_000)
+        page.wait_for_function(f"({CONTROLS_JS})().run", timeout=300_000)  # ... and ends
+    finally:
+        page.close()

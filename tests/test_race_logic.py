@@ -9,8 +9,8 @@ import time
 import soundfile
 
 from ssd_demo.app import compare as app_logic
-from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Tick, headline, lane_markdown,
-    race_events, run_race, write_replay_files)
+from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Stopped, Tick, headline,
+    lane_markdown, race_details, race_events, run_race, write_replay_files)
 from ssd_demo.errors import TextError
 from toy_backend import TOY_KEY, register_toy_preset
 
@@ -38,8 +38,12 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
         lane = race.lanes[name]
         assert result.generation.tokens == again.generation.tokens
         assert lane.tokens == len(result.generation.tokens) and lane.rounds == result.generation.stats.target_calls
-        assert lane.seconds is not None and lane.time_to_first_audio <= lane.seconds
+        assert lane.time_to_first_audio <= lane.pieces[-1].ready_seconds
         assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
+        # One source for a run's time: the lane's "done" is the comparison's LM + codec seconds.
+        assert lane.seconds == result.total_seconds
+        assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
+        assert race_details(race)[name]["run_seconds"] == result.total_seconds
     ar_path, spec_path = write_replay_files(race, comparison.ar.sample_rate, tmp_path)
     assert soundfile.info(str(ar_path)).frames == soundfile.info(str(spec_path)).frames > 0
     assert headline(comparison, race).startswith("# Speculative is ")
@@ -100,17 +104,34 @@ def test_a_race_that_cannot_run_ends_with_failed():
     assert isinstance(events[-1], Failed)
 
 
-def test_a_stopped_race_ends_without_an_answer():
+def test_a_stopped_race_ends_with_stopped_and_its_final_counters():
     register_toy_preset()
     stop = threading.Event()
     events = []
-    for event in race_events(Request(text="Stop me after the first piece.", preset=TOY_KEY, seed=1),
+    for event in race_events(Request(text="Stop me in the second run.", preset=TOY_KEY, seed=1),
                              should_stop=stop.is_set):
         events.append(event)
-        if isinstance(event, Piece):
+        if event == Started("speculative"):
             stop.set()
     assert any(isinstance(e, Piece) for e in events)
     assert not any(isinstance(e, (Done, Failed)) for e in events)
+    assert isinstance(events[-1], Stopped)
+    race = events[-1].race
+    assert race.stage == "Stopped"
+    assert "done" in lane_markdown(race.lanes["autoregressive"], "Autoregressive")  # it had finished
+    spec = race.lanes["speculative"]
+    assert spec.seconds is None and spec.stopped is not None  # its clock stopped where the run did
+    time.sleep(0.02)
+    assert spec.elapsed() == spec.stopped  # ... and stays there
+    shown = lane_markdown(spec, "Speculative")
+    assert f"stopped {spec.stopped:.2f} s" in shown and "running" not in shown and f"**{spec.tokens}** tokens" in shown
+
+
+def test_a_race_stopped_before_it_starts_decoding_ends_with_stopped():
+    register_toy_preset()
+    events = list(race_events(Request(text="Stopped at once.", preset=TOY_KEY, seed=1), should_stop=lambda: True))
+    assert [type(e) for e in events if not isinstance(e, Tick)] == [Stopped]
+    assert all(lane.started is None for lane in events[-1].race.lanes.values())
 
 
 def test_closing_the_events_stops_the_decoding():
@@ -129,3 +150,60 @@ def test_closing_the_events_stops_the_decoding():
         time.sleep(0.01)
     assert not any(t.name == "ssd-race" for t in threading.enumerate())
     assert race.lanes["speculative"].seconds is None  # stopped within a round, never finished
+
+
+# --- the page's /race handler (its frames, without a server) -------------------------------------------
+
+def _race_page(raise_refusals: bool = False):
+    """The race's handler on the toy preset (the page's, or the API's), and where each output sits in its
+    frames."""
+    import gradio as gr
+    from ssd_demo.app.compare.race_view import build_race_view, race_handler
+    from ssd_demo.app.compare.tab import OUTPUT_NAMES, synthesize_signature
+
+    register_toy_preset()
+    with gr.Blocks():
+        view = build_race_view(gr.Markdown(), gr.Markdown())
+        results = {name: gr.Markdown() for name in OUTPUT_NAMES}
+    handler = race_handler(view, results, synthesize_signature(app_logic.preset_defaults(TOY_KEY)), "race-test",
+                           raise_refusals=raise_refusals)
+    names = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
+             *OUTPUT_NAMES)
+    return handler, lambda frame: dict(zip(names, frame))
+
+
+def test_a_stopped_race_ends_with_a_stopped_frame(monkeypatch):
+    from ssd_demo.app import jobs
+    from ssd_demo.app.compare.race_view import STOPPED_STATUS
+
+    handler, named = _race_page()
+    stop = threading.Event()
+    monkeypatch.setattr(jobs, "stop_check", lambda request=None: stop.is_set)
+    frames = []
+    for frame in handler("Stop me while the first run decodes.", preset=TOY_KEY, seed=1):
+        frames.append(named(frame))
+        if len(frames) == 1:
+            stop.set()  # the Stop button, right after the race began
+    final = frames[-1]
+    assert final["status"] == STOPPED_STATUS
+    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players stopped
+    assert "running" not in final["ar_live"] and "running" not in final["spec_live"]
+    assert not any("Done" in str(frame["status"]) for frame in frames)
+
+
+def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
+    import gradio as gr
+    import pytest
+
+    handler, named = _race_page()
+    frames = [named(frame) for frame in handler("   ", preset=TOY_KEY)]  # the page's race: no error raised
+    final = frames[-1]
+    assert final["status"].startswith("**Not run:**") and "type some text" in final["status"]
+    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players left empty
+
+    api, named = _race_page(raise_refusals=True)
+    frames = []
+    with pytest.raises(gr.Error, match="type some text"):
+        for frame in api("   ", preset=TOY_KEY):
+            frames.append(named(frame))
+    assert frames[-1]["status"] == final["status"]

@@ -142,13 +142,15 @@ def request_stop(request: gr.Request | None) -> None:
 def stop_check(request: gr.Request | None = None) -> StopCheck:
     """Inside a Gradio handler: a check that turns True once Gradio stopped counting this event as running
     (the Stop button, a client's `job.cancel()`, a closed page) or once `request`'s session called `/stop`
-    after the run began. Outside a handler: never."""
+    after the run joined the queue. Outside a handler: never."""
     blocks = LocalContext.blocks.get(None)
     event_id = LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
         return never
-    session, started = getattr(request, "session_hash", None), time.monotonic()
+    # A stop counts from when the event joined the queue: a run stopped while it waited stops as it starts.
+    event = next((event for job in list(queue.active_jobs) if job for event in job if event._id == event_id), None)
+    session, started = getattr(request, "session_hash", None), getattr(event, "enqueue_time", time.monotonic())
 
     def stopped() -> bool:
         if session is not None and _STOPS.get(session, -1.0) >= started:

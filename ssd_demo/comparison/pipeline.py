@@ -17,7 +17,6 @@ the times each chunk took (`replayed_pieces`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -68,7 +67,9 @@ class LaneSink(Protocol):
 
     def piece(self, lane: str, piece: AudioPiece) -> None: ...
 
-    def finished(self, lane: str, result: SynthesisResult, seconds: float) -> None: ...
+    def finished(self, lane: str, result: SynthesisResult, seconds: float) -> None:
+        """The lane's run is done; `seconds` is its `result.total_seconds` (LM + codec), the time the
+        comparison reports, streamed or not."""
 
 
 @dataclass(frozen=True)
@@ -213,13 +214,11 @@ def _decode(synthesizer: Synthesizer, job: Job, lane: str, should_stop: StopChec
     if lanes is None:
         return synthesizer.synthesize(job.text, **common)
     lanes.started(lane)
-    started = time.perf_counter()
     stream = synthesizer.stream(job.text, **common,
                                 on_progress=lambda tokens, calls: lanes.counted(lane, tokens, calls))
     for piece in stream:
         lanes.piece(lane, piece)
-    seconds = time.perf_counter() - started
-    lanes.finished(lane, stream.result, seconds)
+    lanes.finished(lane, stream.result, stream.result.total_seconds)
     return stream.result
 
 

@@ -4,7 +4,7 @@
                  library's, within the controls' ranges) and voice-prompt uploads
     arguments    an API call's arguments -> an admitted `Request` (shared by /synthesize and /race)
     race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
-    events       the race as events (`race_events`: started, piece, tick, done, failed) for a front end
+    events       the race as events (`race_events`: started, piece, tick, done, failed, stopped) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
     audio_files  both clips as named 16-bit WAV files
     preset_info  example texts, a preset's control defaults and description, the device note
@@ -19,7 +19,7 @@ from .arguments import admitted_request, owner_of, upload_path
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .preset_info import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
     MAX_EXAMPLES)
-from .events import Done, Event, Failed, Piece, Started, Tick, race_events
+from .events import Done, Event, Failed, Piece, Started, Stopped, Tick, race_events
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
     write_replay_files)
 from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
@@ -34,7 +34,7 @@ from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_sp
 __all__ = [
     "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
     "write_replay_files",
-    "Done", "Event", "Failed", "Piece", "Started", "Tick", "race_events",
+    "Done", "Event", "Failed", "Piece", "Started", "Stopped", "Tick", "race_events",
     "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",
     "admitted_request", "owner_of", "upload_path",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",

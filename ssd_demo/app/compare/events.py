@@ -2,10 +2,10 @@
 
 `race_events` runs the race (`run_race`) in a worker thread and yields what happens, in order:
 `Started` when a decoder begins, `Piece` for each audio piece as it is decoded, `Tick` whenever
-`LIVE_EVERY` seconds pass without either (time to redraw the live counters), then `Done` with the
-comparison, or `Failed` with the error. A stopped race (`should_stop`, or the iterator closed early)
-ends without either: nobody is waiting for an answer. Closing the iterator stops the decoding within
-one round.
+`LIVE_EVERY` seconds pass without either (time to redraw the live counters), then one end: `Done` with
+the comparison, `Failed` with the error, or `Stopped` with the race as far as it got when `should_stop`
+said so (the page's Stop), for its final frame. Closing the iterator stops the decoding within one round
+and yields nothing more (nobody is reading).
 """
 
 from __future__ import annotations
@@ -63,7 +63,14 @@ class Failed:
     error: BaseException
 
 
-Event = Started | Piece | Tick | Done | Failed
+@dataclass(frozen=True)
+class Stopped:
+    """The race was stopped (`should_stop`) before both runs finished; `race` holds how far each got."""
+
+    race: Race
+
+
+Event = Started | Piece | Tick | Done | Failed | Stopped
 
 
 class _Relay:
@@ -92,7 +99,7 @@ def race_events(request: Request, should_stop: StopCheck | None = None, race: Ra
                 live_every: float = LIVE_EVERY) -> Iterator[Event]:
     """Race both decoders on `request` in a worker thread and yield its events (see the module's note).
 
-    `race` is the live state to fill (a fresh one when None); `Tick` and `Done` carry it."""
+    `race` is the live state to fill (a fresh one when None); `Tick`, `Done` and `Stopped` carry it."""
     race = race if race is not None else Race()
     events: queue.Queue = queue.Queue()
     closed = threading.Event()
@@ -115,7 +122,9 @@ def race_events(request: Request, should_stop: StopCheck | None = None, race: Ra
                 yield Tick(race)
                 continue
             if isinstance(event, Failed) and isinstance(event.error, Cancelled):
-                return  # stopped: nobody is waiting for an answer
+                race.stop()
+                yield Stopped(race)
+                return
             yield event
             if isinstance(event, (Done, Failed)):
                 return

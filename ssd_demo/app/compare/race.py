@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from ...cancellation import StopCheck
+from ...cancellation import StopCheck, check
 from ...comparison import LANES, Comparison, LaneSink, model_turn, prepare, run
 from ...streaming import AudioPiece, measured_timeline, stream_timing
 from ...synthesis import SynthesisResult
@@ -39,6 +39,7 @@ class RaceLane:
     pieces: list[AudioPiece] = field(default_factory=list)
     started: float | None = None  # time.perf_counter() when its run began
     seconds: float | None = None  # its whole run, once done
+    stopped: float | None = None  # how long it had run when the race was stopped (None: not stopped)
 
     @property
     def time_to_first_audio(self) -> float | None:
@@ -47,6 +48,8 @@ class RaceLane:
     def elapsed(self) -> float:
         if self.seconds is not None:
             return self.seconds
+        if self.stopped is not None:
+            return self.stopped
         return time.perf_counter() - self.started if self.started is not None else 0.0
 
 
@@ -77,6 +80,13 @@ class Race:
         state.seconds = seconds
         state.rounds, state.tokens = result.generation.stats.target_calls, len(result.generation.tokens)
 
+    def stop(self) -> None:
+        """The race was stopped: a lane still running keeps the time it had run (its clock stops)."""
+        self.stage = "Stopped"
+        for lane in self.lanes.values():
+            if lane.started is not None and lane.seconds is None and lane.stopped is None:
+                lane.stopped = time.perf_counter() - lane.started
+
 
 def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
              lanes: LaneSink | None = None) -> Comparison:
@@ -85,7 +95,10 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
 
     Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so."""
     with model_turn(race.report):
-        comparison = run(prepare(request, race.report), race.report, should_stop, lanes or race)
+        check(should_stop)  # stopped while it waited for the model
+        prepared = prepare(request, race.report)
+        check(should_stop)  # stopped while the model loaded and warmed up
+        comparison = run(prepared, race.report, should_stop, lanes or race)
     race.stage = "Both runs done: drawing the charts"
     return comparison
 
@@ -98,7 +111,8 @@ def _seconds(value: float | None) -> str:
 
 def lane_markdown(lane: RaceLane, label: str) -> str:
     """One decoder's live counters: tokens, rounds (target calls), time to first audio, run time."""
-    state = "done" if lane.seconds is not None else ("running" if lane.started is not None else "waiting")
+    state = ("done" if lane.seconds is not None else "stopped" if lane.stopped is not None
+             else "running" if lane.started is not None else "waiting")
     return (f"### {label}\n"
             f"**{lane.tokens}** tokens · **{lane.rounds}** target calls · {state} {_seconds(lane.elapsed())}  \n"
             f"First audio after **{_seconds(lane.time_to_first_audio)}**")

@@ -36,6 +36,19 @@ PLAY_BOTH_JS = """() => {
     if (audio) { audio.currentTime = 0; audio.play(); }
   }
 }"""
+#: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
+#: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
+IDLE_PLAYERS_JS = """() => {
+  const status = document.querySelector('#ssd-status');
+  const text = status ? status.innerText.trim() : '';
+  if (text.startsWith('Stopped') || text.startsWith('Not run')) {
+    for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
+      const audio = document.querySelector('#' + id + ' audio');
+      if (audio) { audio.pause(); }
+    }
+  }
+  return [];
+}"""
 #: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
 PRESENTER_JS = """(on) => {
   document.body.classList.toggle('ssd-presenter', !!on);
@@ -58,6 +71,8 @@ LIVE_AUDIO = shutil.which("ffmpeg") is not None
 #: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
 FLUSH_FOR = 2.0
 EMPTY_WAV = compare.empty_wav()
+#: The status line once the Stop button stopped a race.
+STOPPED_STATUS = "**Stopped.** Start a race again when ready."
 
 
 @dataclass
@@ -115,9 +130,13 @@ def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
 
 
 def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
-                 concurrency_id: str) -> Callable:
+                 concurrency_id: str, raise_refusals: bool = True) -> Callable:
     """The `/race` generator: the race's events (`events.race_events`) as updates of the page. `results`
-    names the `/synthesize` outputs (ar_audio, ..., seed_used)."""
+    names the `/synthesize` outputs (ar_audio, ..., seed_used).
+
+    A refused or failed race ends with a frame whose status line says why and whose live players are
+    empty; with `raise_refusals` (the API's `/race`) it then raises the error for the client, while the
+    page's own race ends there (its status line is the one message: no toast, no error badge)."""
     race_outputs = [*view.outputs, *results.values()]
     status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
     ar_stream, spec_stream = view.ar_stream, view.spec_stream
@@ -146,10 +165,17 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
 
     def refused(error: BaseException):
-        """The status line says why nothing runs (it would keep its last stage otherwise), then the error."""
+        """The status line says why nothing runs (it would keep its last stage otherwise; the next race
+        replaces it) and both live players go back to empty; then the error, for an API client."""
         message = to_gradio_error(error)
-        yield frame({status: f"**Not run:** {message.message}"})
-        raise message from None
+        yield frame({status: f"**Not run:** {message.message}", ar_stream: None, spec_stream: None})
+        if raise_refusals:
+            raise message from None
+
+    def stopped(race: compare.Race):
+        """The final frame of a stopped race: the counters where each run stopped, both live players
+        stopped, and the status line says so."""
+        yield frame({**live(race), status: STOPPED_STATUS, ar_stream: None, spec_stream: None})
 
     def finish(comparison: compare.Comparison, race: compare.Race):
         """Audio, numbers and the headline first; the charts only after them. The last update holds every
@@ -198,6 +224,8 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
                     if len(event.piece.audio) and LIVE_AUDIO:
                         yield frame({**live(race), streams[event.lane]: compare.piece_wav(event.piece)})
                         last_sent[event.lane] = time.perf_counter()
+                elif isinstance(event, compare.Stopped):
+                    yield from stopped(race)
                 elif isinstance(event, compare.Failed):
                     yield from refused(event.error)
                 elif isinstance(event, compare.Done):

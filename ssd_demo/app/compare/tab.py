@@ -20,7 +20,7 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
+from .race_view import IDLE_PLAYERS_JS, PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
 from ..errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -167,6 +167,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 stop = gr.Button("Stop", variant="stop")
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
+            race_api_button = gr.Button("Race both decoders (API)", visible=False)
             status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
             headline = gr.Markdown(elem_id="ssd-headline")
             gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
@@ -252,7 +253,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     synthesize.__signature__ = signature  # Gradio reads the API's parameters and defaults from it
     synthesize.__annotations__ = {"request": gr.Request}  # ... and finds the request parameter by its type
 
-    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id)
+    race_api = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id)
+    race_run = race_handler(race_view, dict(zip(OUTPUT_NAMES, outputs)), signature, concurrency_id,
+                            raise_refusals=False)
 
     def select_preset(preset_key: str, request: gr.Request, progress=gr.Progress()):
         """Load a preset and reset the controls to its drafts and defaults."""
@@ -296,14 +299,31 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     # The race reports progress in one place (the status line), not with a spinner on every output.
     race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
                         preprocess=False, show_progress="minimal", show_progress_on=[race_view.status])
-    race_events = [run.click(race_run, api_name="race", **race_options)]
+    # One race at a time per page: the buttons that start one are disabled until it ends, however it ends
+    # (done, refused, failed or stopped: `.then` follows each of them).
+    starters = [run, *(button for button, _ in example_buttons)]
+    private = dict(queue=False, api_visibility="private")
+
+    def locked(*values):
+        return (*values, *(gr.update(interactive=False) for _ in starters))
+
+    def unlocked():
+        return tuple(gr.update(interactive=True) for _ in starters)
+
+    # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
+    # on a hidden button like /synthesize) raises the error as well.
+    race_api_button.click(race_api, api_name="race", **race_options)
+    ended = dict(outputs=starters, js=IDLE_PLAYERS_JS, **private)
+    run.click(locked, outputs=starters, **private) \
+        .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
     for button, sentence in example_buttons:
-        race_events.append(button.click(lambda sentence=sentence: sentence, outputs=[text], queue=False,
-                                        api_visibility="private")
-                           .then(race_run, api_visibility="private", **race_options))
+        button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters], **private) \
+            .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
-    # A real (empty) function, so that /stop exists in the API; the run itself notices within one round.
-    stop.click(stop_run, cancels=[run_event, *race_events], api_name="stop", queue=False)
+    # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
+    # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing
+    # more); /synthesize has nothing to show for a stop and is cancelled.
+    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
                  outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
