@@ -2,20 +2,19 @@
 
     settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click (the
                  library's, within the controls' ranges) and voice-prompt uploads
-    arguments    an API call's arguments -> an admitted `Request` (shared by /synthesize and /race)
     race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
     events       the race as events (`race_events`: started, piece, tick, done, failed, stopped) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
     audio_files  both clips as named 16-bit WAV files
     preset_info  example texts, a preset's control defaults and description, the device note
 
-Two Gradio builders only wire these to components: `tab` (the controls, /synthesize) and `race_view` (the
-race's lanes; /race maps `race_events` to component updates); `app.errors` turns `UserError`s into messages.
+Gradio's side, imported on its own: `arguments` (an API call's arguments -> an admitted `Request`, shared
+by /synthesize and /race) and two builders that only wire these to components, `tab` (the controls,
+/synthesize) and `race_view` (the race's lanes; /race maps `race_events` to component updates); `app.errors` turns `UserError`s into messages.
 The pipeline itself (load, checks, warm-up, both runs, the `Comparison`) is the library's `ssd_demo.comparison`,
 re-exported here; `session` names its `pipeline` module.
 """
 
-from .arguments import admitted_request, owner_of, upload_path
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .preset_info import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
     MAX_EXAMPLES)
@@ -36,7 +35,6 @@ __all__ = [
     "write_replay_files",
     "Done", "Event", "Failed", "Piece", "Started", "Stopped", "Tick", "race_events",
     "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",
-    "admitted_request", "owner_of", "upload_path",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",
     "Comparison", "PresetDefaults", "Request", "Setting", "VoiceUpload", "audio_directory", "build_config", "check_text",
     "compare", "comparison_token_view", "cpu_threads_for", "details", "device_note", "end_to_end_speedup",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from .. import compare, jobs
+from . import arguments
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -207,7 +208,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         values.apply_defaults()
         chosen = values.arguments
         try:
-            request = compare.admitted_request(chosen, concurrency_id)
+            request = arguments.admitted_request(chosen, concurrency_id)
         except Exception as error:  # noqa: BLE001
             yield from refused(error)
             return

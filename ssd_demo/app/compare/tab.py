@@ -14,6 +14,7 @@ import inspect
 import gradio as gr
 
 from .. import compare
+from . import arguments
 from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Setting
 from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ...config import DecodingConfig
@@ -233,7 +234,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         values.apply_defaults()
         chosen = values.arguments
         try:
-            request = compare.admitted_request(chosen, concurrency_id)
+            request = arguments.admitted_request(chosen, concurrency_id)
             progress = chosen["progress"]
             with jobs.timed_job():
                 comparison = compare.compare(request, progress, should_stop=jobs.stop_check(chosen["request"]))
@@ -262,11 +263,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         try:
             jobs.admit(request, concurrency_id)
             progress(0.0, desc="Loading the model")
-            chosen = compare.preset_defaults(preset_key, progress=progress, owner=compare.owner_of(request))
+            chosen = compare.preset_defaults(preset_key, progress=progress, owner=arguments.owner_of(request))
         except Exception as error:  # noqa: BLE001
             raise to_gradio_error(error) from None
         return (
-            compare.preset_markdown(get_preset(chosen.key, compare.owner_of(request))),
+            compare.preset_markdown(get_preset(chosen.key, arguments.owner_of(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
             gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
             *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
@@ -283,7 +284,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
         """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
         first use; other visitors never see it)."""
-        owner = compare.owner_of(request)
+        owner = arguments.owner_of(request)
         try:
             added = register_custom_pair(target, draft_ref, codec, owner=owner)
         except Exception as error:  # noqa: BLE001
