@@ -20,14 +20,9 @@ from tiny_models import tiny_llama
 RAS = RepetitionAwareSampling(top_p=0.8, top_k=3, win_size=2, tau_r=0.5, masked_until_min_len=(3,), min_len=3)
 
 
-def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
-                  generator: torch.Generator) -> int:
-    """The procedure as CosyVoice 2 runs it (its loop and `ras_sampling`), written out plainly: the
-    stop ids' scores at -inf while early, a nucleus draw, and when the drawn token is over-repeated,
-    its score at -inf and a draw from the full distribution."""
-    scores = scores.clone()
-    if len(prefix) < ras.min_len:
-        scores[list(ras.masked_until_min_len)] = float("-inf")
+def nucleus_draw(scores: torch.Tensor, ras: RepetitionAwareSampling, generator: torch.Generator) -> int:
+    """The official `nucleus_sampling`, written out plainly: the most likely tokens while their mass is under
+    top_p and they are fewer than top_k, then one of them drawn by its probability."""
     values, order = torch.sort(torch.softmax(scores, dim=-1), descending=True, stable=True)
     kept, mass = [], 0.0
     for value, index in zip(values.tolist(), order.tolist()):
@@ -36,8 +31,18 @@ def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareS
             kept.append((index, value))
         else:
             break
-    weights = torch.tensor([v for _, v in kept])
-    token = kept[int(torch.multinomial(weights, 1, generator=generator))][0]
+    return kept[int(torch.multinomial(torch.tensor([v for _, v in kept]), 1, generator=generator))][0]
+
+
+def official_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSampling,
+                  generator: torch.Generator) -> int:
+    """The procedure as CosyVoice 2 runs it (its loop and `ras_sampling`), written out plainly: the
+    stop ids' scores at -inf while early, a nucleus draw, and when the drawn token is over-repeated,
+    its score at -inf and a draw from the full distribution."""
+    scores = scores.clone()
+    if len(prefix) < ras.min_len:
+        scores[list(ras.masked_until_min_len)] = float("-inf")
+    token = nucleus_draw(scores, ras, generator)
     if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
         scores[token] = float("-inf")
         token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
@@ -138,15 +143,7 @@ def release_draw(scores: torch.Tensor, prefix: list[int], ras: RepetitionAwareSa
     repeated token included) when the drawn token is over-repeated, all of it again while early and the
     token a stop id (the official gives up after 100 tries)."""
     for _ in range(101):
-        values, order = torch.sort(torch.softmax(scores, dim=-1), descending=True, stable=True)
-        kept, mass = [], 0.0
-        for value, index in zip(values.tolist(), order.tolist()):
-            if mass < ras.top_p and len(kept) < ras.top_k:
-                mass += value
-                kept.append((index, value))
-            else:
-                break
-        token = kept[int(torch.multinomial(torch.tensor([v for _, v in kept]), 1, generator=generator))][0]
+        token = nucleus_draw(scores, ras, generator)
         if prefix[-ras.win_size:].count(token) >= ras.win_size * ras.tau_r:
             token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator))
         if len(prefix) >= ras.min_len or token not in ras.redrawn_until_min_len:
