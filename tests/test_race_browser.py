@@ -149,7 +149,7 @@ def test_one_race_at_a_time_and_stop_ends_it_stopped(app_url, browser):
         page.get_by_role("button", name="Stop").click()
         page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Stopped')", timeout=30_000)
         page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
-        page.wait_for_timeout(500)  # nothing comes after the final frame
+        page.wait_for_timeout(2_000)  # nothing comes after the final frame; the players are paused again for 1.5 s
         state = page.evaluate(CONTROLS_JS)
         assert state["status"].startswith("Stopped") and state["idle"] and all(state["examples"]), state
         for lane in ("#ssd-ar-live", "#ssd-spec-live"):
@@ -164,7 +164,7 @@ def test_an_empty_text_is_refused_in_the_status_line_with_idle_players(app_url, 
         page.locator("#ssd-run").click()
         page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Not run')", timeout=30_000)
         page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
-        page.wait_for_timeout(500)
+        page.wait_for_timeout(2_000)  # the page pauses its players again for 1.5 s after a refusal
         state = page.evaluate(CONTROLS_JS)
         assert "type some text" in state["status"] and "Error" not in state["status"], state  # one message
         assert state["toasts"] == 0 and state["idle"], state

@@ -39,15 +39,20 @@ PLAY_BOTH_JS = """() => {
 }"""
 #: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
 #: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
+#: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
+#: for a second and a half while the page still says the race stopped or was not run.
 IDLE_PLAYERS_JS = """() => {
-  const status = document.querySelector('#ssd-status');
-  const text = status ? status.innerText.trim() : '';
-  if (text.startsWith('Stopped') || text.startsWith('Not run')) {
+  const pause = () => {
+    const status = document.querySelector('#ssd-status');
+    const text = status ? status.innerText.trim() : '';
+    if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }
     for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
       const audio = document.querySelector('#' + id + ' audio');
       if (audio) { audio.pause(); }
     }
-  }
+  };
+  pause();
+  for (const ms of [100, 300, 700, 1500]) { setTimeout(pause, ms); }
   return [];
 }"""
 #: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
