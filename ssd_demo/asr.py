@@ -9,7 +9,7 @@ transcribed in Whisper's long-form mode. Transcription is English, greedy, as Se
 
 Normalisation before counting words (both the reference text and the transcript):
 
-- `seed-tts` (default): the Seed-TTS evaluation's own: punctuation removed (here: every Unicode punctuation
+- `seed-tts` (default): the Seed-TTS evaluation's own: punctuation deleted (here: every Unicode punctuation
   mark and ASCII symbol) except the apostrophe, lower-cased, split at white space. Numbers stay as written,
   so "3" against a transcript "three" is an error, as in that script.
 - `whisper`: transformers' `EnglishTextNormalizer`, Whisper's English normaliser (numbers written as digits
@@ -41,8 +41,9 @@ _LONG_FORM_FRAMES = 3000  # 30 s of 10 ms frames: longer input goes through Whis
 
 
 def seed_tts_normalise(text: str) -> str:
-    """Punctuation and ASCII symbols removed (the apostrophe kept), lower case, single spaces."""
-    kept = "".join(" " if _is_punctuation(c) and c != "'" else c for c in text)
+    """Punctuation and ASCII symbols deleted (the apostrophe kept; "well-known" becomes "wellknown", as in the
+    Seed-TTS script), lower case, single spaces."""
+    kept = "".join("" if _is_punctuation(c) and c != "'" else c for c in text)
     return " ".join(kept.lower().split())
 
 
