@@ -66,7 +66,7 @@ def test_every_cli_flag_of_a_setting_is_the_specs_flag():
     assert taken == {
         "synth": {"draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed"},
         "bench": {"draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed"},
-        "eval": {"draft_len", "temperature", "adaptive_draft_len", "seed"},
+        "eval": {"draft_len", "temperature", "adaptive_draft_len", "max_new_tokens", "seed"},
         "sweep": {"cost_ratio", "seed"},
     }
 

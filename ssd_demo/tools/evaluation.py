@@ -73,7 +73,7 @@ class System:
 
 
 #: The decoding settings eval takes as flags (the voice supplies the rest; --betas lists the drafts' betas).
-DECODING_FLAGS = ("draft_len", "temperature", "adaptive_draft_len", "seed")
+DECODING_FLAGS = ("draft_len", "temperature", "adaptive_draft_len", "max_new_tokens", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--betas", default="0,0.2,0.3,0.5",
                         help="comma-separated beta values for the drafts (0, exact speculative, is always added)")
     parser.add_argument("--drafts", default=None, help="drafts to evaluate (default: all of the pair's, its default first)")
-    add_decoding_arguments(parser, ("draft_len", "temperature", "adaptive_draft_len"), unset="the voice's")
+    add_decoding_arguments(parser, ("draft_len", "temperature", "adaptive_draft_len", "max_new_tokens"), unset="the voice's")
     parser.add_argument("--chunk-phonemes", type=int, default=None,
                         help="embedded voice: phoneme budget per chunk (default: the voice's; to measure how long a "
                              "chunk can be)")
@@ -412,7 +412,7 @@ def command_line(args: argparse.Namespace) -> str:
                ("voice", args.voice), ("test-set", args.test_set), ("limit", args.limit),
                ("per-bucket", args.per_bucket), ("temperature", args.temperature),
                ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas),
-               ("drafts", args.drafts), ("draft-len", args.draft_len), ("chunk-phonemes", args.chunk_phonemes),
+               ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens), ("chunk-phonemes", args.chunk_phonemes),
                ("metrics", args.metrics), ("whisper", args.whisper if args.whisper != DEFAULT_WHISPER else None),
                ("normaliser", args.normaliser if args.normaliser != "seed-tts" else None),
                ("repeats", args.repeats), ("threads", args.threads)]

@@ -1,0 +1,98 @@
+"""`python -m ssd_demo eval` on a test-set file: the embedded voice, a tiny Llasa-shaped custom pair scored by a
+tiny Whisper, and the flag mistakes refused before any model loads."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from llasa_fixtures import build_llasa_family, sine_clip
+from tiny_whisper import build_tiny_whisper
+
+from ssd_demo.__main__ import main
+from ssd_demo.backends.embedded import DEFAULT_PATH
+
+needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
+
+
+def meta_file(folder, seconds: float = 1.0):
+    """A two-line Seed-TTS meta file with its prompt wavs (sine tones) in prompt-wavs/."""
+    (folder / "prompt-wavs").mkdir(parents=True, exist_ok=True)
+    for name in ("a", "b"):
+        sf.write(folder / "prompt-wavs" / f"{name}.wav", sine_clip(seconds, 16_000), 16_000)
+    path = folder / "meta.lst"
+    path.write_text("utt-a|A short prompt.|prompt-wavs/a.wav|Hello there.\n"
+                    "utt-b|Another prompt.|prompt-wavs/b.wav|The cat sat on the mat.\n", encoding="utf-8")
+    return path
+
+
+@needs_voice
+def test_eval_runs_a_two_line_test_set_on_the_embedded_voice_and_ignores_its_voice_prompts(tmp_path, capsys):
+    out, docs = tmp_path / "eval", tmp_path / "benchmarks.md"
+    assert main(["eval", "--test-set", str(meta_file(tmp_path)), "--drafts", "heads", "--betas", "0.3",
+                 "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    rows = {row["system"]: row for row in report["systems"]}
+    # beta 0 (exact speculative) is always run beside the chosen betas
+    assert list(rows) == ["codec round trip of eSpeak (floor)", "AR", "SSD heads beta=0", "SSD heads beta=0.3"]
+    assert report["ids"] == ["utt-a", "utt-b"] and report["test_set_format"] == "seed-tts"
+    assert report["voice_prompts"] == 0 and "no voice cloning" in report["notes"][0]
+    assert "no voice cloning" in capsys.readouterr().out
+    assert report["metrics"] == ["per"] and "wer" not in rows["AR"]
+    for label in ("SSD heads beta=0", "SSD heads beta=0.3"):
+        assert 0 < rows[label]["acceptance"] <= 1 and rows[label]["lm_speedup"] > 0 and len(rows[label]["per_vs_ar"]) == 3
+    assert rows["AR"]["lm_speedup"] == 1.0 and rows["AR"]["lm_rtf"] > 0
+    per_text = report["per_text"]["AR"]
+    assert [r["id"] for r in per_text] == ["utt-a", "utt-b"] and all(0 <= r["per"] for r in per_text)
+    text = docs.read_text()
+    assert "## Evaluation: the embedded voice on meta.lst" in text and "Embedded voice evaluation" not in text
+    assert "| PER |" in text and "| LM-RTF |" in text and "1-8 words" in text and "--test-set" in text
+
+
+def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
+    family = build_llasa_family(tmp_path / "pair")
+    whisper = build_tiny_whisper(tmp_path / "whisper")
+    out = tmp_path / "eval"
+    assert main(["eval", "--target", str(family.target), "--draft-model", str(family.draft), "--codec", str(family.codec),
+                 "--device", "cpu", "--test-set", str(meta_file(tmp_path / "set")), "--betas", "0,0.5",
+                 "--max-new-tokens", "16", "--whisper", str(whisper), "--threads", "1", "--out", str(out)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    rows = {row["system"]: row for row in report["systems"]}
+    assert list(rows) == ["AR", "SSD tiny-llasa-draft beta=0", "SSD tiny-llasa-draft beta=0.5"]
+    assert report["metrics"] == ["wer"] and report["voice_prompts"] == 2 and not report["notes"]
+    assert report["asr"] == {"model": str(whisper), "normaliser": "seed-tts", "language": "en"}
+    for label, row in rows.items():
+        texts = report["per_text"][label]
+        assert [t["reference_words"] for t in texts] == [2, 6]  # "hello there", "the cat sat on the mat"
+        assert row["wer"] == pytest.approx(np.mean([t["wer"] for t in texts]))
+        assert row["wer_corpus"] == pytest.approx(sum(t["word_errors"] for t in texts) / 8)
+        assert all(isinstance(t["transcript"], str) for t in texts)
+    assert len(rows["SSD tiny-llasa-draft beta=0.5"]["wer_vs_ar"]) == 3 and "per" not in rows["AR"]
+    markdown = (out / "eval.md").read_text()
+    assert "| WER % |" in markdown and "corpus WER %" in markdown and "MCD" not in markdown
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "llasa-1b-8b", "--metrics", "per"], "trained on eSpeak NG speech only"),
+    (["--metrics", "bleu"], "unknown metric"),
+    (["--target", "org/target"], "needs both --target and --draft-model"),
+    (["--preset", "nope"], "unknown preset"),
+    (["--codec", "org/codec"], "--codec goes with a custom pair"),
+    (["--test-set", "TESTSET", "--per-bucket", "1"], "--per-bucket and --buckets choose among the visitor texts"),
+    (["--limit", "3"], "--limit takes the first items of --test-set"),
+    (["--test-set", "BROKEN"], "line 2: expected 4 fields"),
+    (["--preset", "llasa-1b-8b", "--chunk-phonemes", "40"], "--chunk-phonemes is the embedded voice's"),
+    (["--test-set", "TESTSET", "--metrics", "wer", "--whisper", "openai/whisper-large-v3"],
+     "not in the local Hugging Face cache"),
+    (["--betas", "0,x"], "beta must be a number"),
+])
+def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    (tmp_path / "texts.txt").write_text("Hello there.\nGood morning.\n")
+    (tmp_path / "broken.lst").write_text("u1|p|a.wav|t\nu2|p|a.wav\n")
+    (tmp_path / "a.wav").write_bytes(b"RIFF")
+    paths = {"TESTSET": str(tmp_path / "texts.txt"), "BROKEN": str(tmp_path / "broken.lst")}
+    assert main(["eval", *[paths.get(a, a) for a in argv], "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
