@@ -54,7 +54,7 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     family = build_llasa_family(tmp_path / "pair")
     whisper = build_tiny_whisper(tmp_path / "whisper")
     out = tmp_path / "eval"
-    assert main(["eval", "--target", str(family.target), "--draft-model", str(family.draft), "--codec", str(family.codec),
+    assert main(["eval", "--target-model", str(family.target), "--draft-model", str(family.draft), "--codec", str(family.codec),
                  "--device", "cpu", "--test-set", str(meta_file(tmp_path / "set")), "--betas", "0,0.5",
                  "--max-new-tokens", "16", "--whisper", str(whisper), "--threads", "1", "--out", str(out)]) == 0
     report = json.loads((out / "eval.json").read_text())
@@ -76,7 +76,7 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--preset", "llasa-1b-8b", "--metrics", "per"], "trained on eSpeak NG speech only"),
     (["--metrics", "bleu"], "unknown metric"),
-    (["--target", "org/target"], "needs both --target and --draft-model"),
+    (["--target-model", "org/target"], "needs both --target-model and --draft-model"),
     (["--preset", "nope"], "unknown preset"),
     (["--codec", "org/codec"], "--codec goes with a custom pair"),
     (["--test-set", "TESTSET", "--per-bucket", "1"], "--per-bucket and --buckets choose among the visitor texts"),

@@ -1,6 +1,6 @@
 """`python -m ssd_demo eval`: AR, exact speculative and SSD side by side, scored for intelligibility and speed.
 
-What: the embedded voice (default), any preset (`--preset`) or a custom target/draft pair (`--target` and
+What: the embedded voice (default), any preset (`--preset`) or a custom target/draft pair (`--target-model` and
 `--draft-model`), on the visitor texts (`ssd_demo.tools.visitor_texts`: hand-written, never trained on, in
 four length buckets) or a test-set file (`--test-set`: one text per line, or the Seed-TTS meta format
 `id|prompt text|prompt wav|target text`, whose prompt wav is the voice to imitate where the backend clones
@@ -51,7 +51,7 @@ from ..errors import InputError, InvalidSettingError
 from ..recognizer import Recognizer
 from ..results import compare_runs
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from .evaluation_inputs import (EvalItem, Pair, choose_drafts, choose_metrics, choose_pair, describe_test_set, load_pair,
+from .evaluation_inputs import (EvalItem, choose_drafts, choose_metrics, choose_pair, describe_test_set, load_pair,
                                 prepare_items, read_items)
 from .evaluation_report import markdown, voice_summary
 from .reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, paired_difference, write_section
@@ -79,9 +79,9 @@ DECODING_FLAGS = ("draft_len", "temperature", "adaptive_draft_len", "max_new_tok
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="embedded",
                         help="model preset to evaluate (default embedded; see `python -m ssd_demo compare --help`)")
-    parser.add_argument("--target", default=None,
+    parser.add_argument("--target-model", default=None,
                         help="custom pair: the target model (Hub repo id or local folder), with --draft-model")
-    parser.add_argument("--draft-model", default=None, help="custom pair: the draft model, with --target")
+    parser.add_argument("--draft-model", default=None, help="custom pair: the draft model, with --target-model")
     parser.add_argument("--codec", default=None, help="custom pair: the codec (default: Llasa's XCodec2)")
     parser.add_argument("--device", default=None,
                         help="cpu, cuda, ... (default: the embedded voice on the CPU, other pairs on CUDA if present)")
@@ -97,8 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated subset of the visitor texts' buckets ({', '.join(BUCKETS)})")
     parser.add_argument("--betas", default="0,0.2,0.3,0.5",
                         help="comma-separated beta values for the drafts (0, exact speculative, is always added)")
-    parser.add_argument("--drafts", default=None, help="drafts to evaluate (default: all of the pair's, its default first)")
-    add_decoding_arguments(parser, ("draft_len", "temperature", "adaptive_draft_len", "max_new_tokens"), unset="the voice's")
+    parser.add_argument("--drafts", default=None,
+                        help="drafts to evaluate (default: all of the pair's, its default first)")
+    add_decoding_arguments(parser, ("draft_len", "temperature", "adaptive_draft_len", "max_new_tokens"),
+                           unset="the voice's")
     parser.add_argument("--chunk-phonemes", type=int, default=None,
                         help="embedded voice: phoneme budget per chunk (default: the voice's; to measure how long a "
                              "chunk can be)")
@@ -168,7 +170,8 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     metrics = choose_metrics(args.metrics, pair)
     test_set, rows = read_items(args)
     if args.chunk_phonemes is not None and (not pair.embedded or args.chunk_phonemes < 10):
-        raise InputError(f"--chunk-phonemes is the embedded voice's chunk budget, at least 10; got {args.chunk_phonemes}"
+        raise InputError("--chunk-phonemes is the embedded voice's chunk budget, at least 10; got "
+                         f"{args.chunk_phonemes}"
                          + ("" if pair.embedded else f" for {pair.label}"))
     torch.set_num_threads(args.threads)
     # Whisper before the pair: a checkpoint missing from the cache fails in seconds, not after a large load.
@@ -407,12 +410,13 @@ def _by_bucket(values: list[float], buckets: list[str], reduce=_mean) -> dict[st
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as run, for the report: the options that were given, in a fixed order."""
-    options = [("preset", args.preset if args.preset != "embedded" else None), ("target", args.target),
+    options = [("preset", args.preset if args.preset != "embedded" else None), ("target-model", args.target_model),
                ("draft-model", args.draft_model), ("codec", args.codec), ("device", args.device),
                ("voice", args.voice), ("test-set", args.test_set), ("limit", args.limit),
                ("per-bucket", args.per_bucket), ("temperature", args.temperature),
                ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas),
-               ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens), ("chunk-phonemes", args.chunk_phonemes),
+               ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens),
+               ("chunk-phonemes", args.chunk_phonemes),
                ("metrics", args.metrics), ("whisper", args.whisper if args.whisper != DEFAULT_WHISPER else None),
                ("normaliser", args.normaliser if args.normaliser != "seed-tts" else None),
                ("repeats", args.repeats), ("threads", args.threads)]

@@ -50,16 +50,19 @@ class EvalItem:
 
 
 def choose_pair(args: argparse.Namespace) -> Pair:
-    """`--preset`, or `--target` with `--draft-model` (and optionally `--codec`): checked, not loaded."""
-    custom = args.target is not None or args.draft_model is not None
+    """`--preset`, or `--target-model` with `--draft-model` (and optionally `--codec`): checked, not loaded."""
+    custom = args.target_model is not None or args.draft_model is not None
     if custom:
-        if not (args.target and args.draft_model):
-            raise InputError("a custom pair needs both --target and --draft-model (Hub repo ids or local folders)")
+        if not (args.target_model and args.draft_model):
+            raise InputError("a custom pair needs both --target-model and --draft-model (Hub repo ids or local "
+                             "folders)")
         if args.voice is not None:
-            raise InputError("--voice is the embedded voice's folder; a custom pair takes --target and --draft-model")
-        return Pair(f"custom pair {args.draft_model} -> {args.target}", None, args.target, args.draft_model, args.codec)
+            raise InputError("--voice is the embedded voice's folder; a custom pair takes --target-model and "
+                             "--draft-model")
+        return Pair(f"custom pair {args.draft_model} -> {args.target_model}", None, args.target_model, args.draft_model,
+                    args.codec)
     if args.codec is not None:
-        raise InputError("--codec goes with a custom pair (--target and --draft-model)")
+        raise InputError("--codec goes with a custom pair (--target-model and --draft-model)")
     preset = presets.get_preset(args.preset)  # an unknown key is refused with the list of presets
     if args.voice is not None and preset.key != "embedded":
         raise InputError(f"--voice is the embedded voice's folder; preset {preset.key!r} has its own models")

@@ -53,7 +53,8 @@ def _columns(report: dict) -> list[tuple[str, callable]]:
     columns += [
         ("acceptance", lambda r: _fmt(r.get("acceptance"))),
         ("alpha", lambda r: _fmt(r.get("alpha"))),
-        ("c / v", lambda r: f"{_fmt(r['cost_ratio'])} / {_fmt(r['verify_ratio'])}" if r.get("cost_ratio") is not None else ""),
+        ("c / v", lambda r: f"{_fmt(r['cost_ratio'])} / {_fmt(r['verify_ratio'])}"
+         if r.get("cost_ratio") is not None else ""),
         ("LM speedup", lambda r: _fmt(r.get("lm_speedup"))),
         ("predicted (strict)", lambda r: _fmt(r.get("predicted_strict"))),
         ("LM-RTF", lambda r: _fmt(r.get("lm_rtf"), 3)),
@@ -97,7 +98,8 @@ def markdown(report: dict, command: str) -> str:
 def _what_was_measured(report: dict) -> str:
     metrics = report.get("metrics", ["per"])
     if report.get("test_set"):
-        texts = f"{len(report['texts'])} items of the test set `{report['test_set']}` ({report['test_set_format']} format)"
+        texts = (f"{len(report['texts'])} items of the test set `{report['test_set']}` "
+                 f"({report['test_set_format']} format)")
     else:
         texts = (f"{len(report['texts'])} texts a visitor would type (`ssd_demo/tools/visitor_texts.py`, never "
                  "trained on)")
@@ -114,8 +116,8 @@ def _what_was_measured(report: dict) -> str:
             f"{report.get('repeats', 1)} identical runs; speedups per sampled token; LM-RTF = LM seconds / audio "
             "seconds over all texts; c / v = a draft step / a verify call in AR target steps, and `predicted (strict)` "
             "= (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per text, medians"
-            + (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes." if report.get("embedded", True)
-               else "."))
+            + (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes."
+               if report.get("embedded", True) else "."))
 
 
 def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
