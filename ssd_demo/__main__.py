@@ -20,7 +20,7 @@ SUBCOMMANDS = {
     "synth": ("ssd_demo.tools.synth", "synthesise text to a WAV file (AR or speculative)"),
     "bench": ("ssd_demo.tools.bench", "time AR vs speculative vs transformers' assisted generation"),
     "compare": ("ssd_demo.tools.compare", "the app's comparison: AR then speculative on one text, both WAVs and the speedup"),
-    "eval": ("ssd_demo.tools.evaluation", "objective evaluation of the embedded voice on held-out sentences"),
+    "eval": ("ssd_demo.tools.evaluation", "AR, exact speculative and SSD on a test set: WER (Whisper) or PER, speedups"),
     "train": ("ssd_demo.tools.training.cli", "build the corpus and train the embedded voice"),
     "train-recognizer": ("ssd_demo.tools.training.recognizer", "train the phoneme recognizer that measures intelligibility"),
     "stimuli": ("ssd_demo.tools.stimuli", "render a listening-test stimulus set"),
