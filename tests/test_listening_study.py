@@ -191,6 +191,11 @@ def test_several_studies_are_served_at_once_and_sessions_stay_in_theirs(tmp_path
     assert registry.runner_for_session(session.session_id) is first
     with pytest.raises(StudyChangedError):
         second.next_view(session.session_id)
+    registry.store.invalidate_session(session.session_id, "left after one trial")
+    [progress] = registry.store.study_progress_table("pilot")
+    assert (progress.session_id, progress.answered, progress.n_trials, progress.invalidated) == (
+        session.session_id, 0, session.n_trials, "left after one trial")
+    assert registry.store.study_progress_table("second") == []
     with pytest.raises(UnknownStudyError):
         registry.runner("missing")
     with pytest.raises(UnknownStudyError):

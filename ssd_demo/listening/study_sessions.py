@@ -20,7 +20,7 @@ from .errors import ListeningError, StudyChangedError, StudyFileError, UnknownSt
 from .records import SessionRecord
 from .stimulus_sets import SET_NAME, StimulusSet, data_dir, load_stimulus_set, manifest_unchanged, stimuli_root
 from .store import ListeningStore
-from .study import Study, load_study
+from .study import DEFAULT_INSTRUCTIONS, Study, load_study
 from .study_plan import plan_study
 from .study_store import StudyTrialRecord
 
@@ -134,7 +134,11 @@ class StudyRunner:
         return session
 
     def _view(self, trial: StudyTrialRecord, total: int) -> StudyTrialView:
-        instructions = "\n\n".join(t for t in (self.study.instructions, self.study.block(trial.kind).instructions) if t)
+        try:
+            block_instructions = self.study.block(trial.kind).instructions
+        except KeyError:  # the study file was edited since the session began: the kind's usual instructions
+            block_instructions = DEFAULT_INSTRUCTIONS[trial.kind]
+        instructions = "\n\n".join(t for t in (self.study.instructions, block_instructions) if t)
         ordered = sorted(trial.conditions, key=lambda c: (c.role != "reference", c.position))
         conditions = tuple(
             ConditionView(label=c.label, clip=self.stimulus_set.clip_path(c.clip), duration_seconds=c.duration_seconds,
