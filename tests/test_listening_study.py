@@ -136,6 +136,9 @@ def test_a_session_serves_every_kind_blind_and_gates_answers(registry):
         if view.kind == "mushra":
             assert view.conditions[0].label == "Reference" and not view.conditions[0].rated
             assert [c.label for c in view.conditions[1:]] == ["A", "B", "C", "D", "E"] and view.scale == (0, 100)
+        if view.kind == "abx":
+            assert [c.label for c in view.conditions] == ["A", "B", "X"] and view.choices == ("A", "B")
+            assert not any(c.rated for c in view.conditions) and all(c.must_play for c in view.conditions)
         with pytest.raises(NotListenedError):
             runner.submit(session.session_id, view.trial_id, answer_for(view))
         play_all(runner, view)

@@ -37,7 +37,7 @@ class ConditionView:
     label: str  # "A", "B", ... ; "Reference" (MUSHRA's labelled reference); "X" (ABX)
     clip: Path  # the WAV file to play; its name is a content hash
     duration_seconds: float
-    rated: bool  # has its own rating control (MUSHRA slider, MOS score, A/B position)
+    rated: bool  # has its own score (MUSHRA slider, MOS score) or is a side of the A/B choice; ABX: none
     must_play: bool  # must be played to the end before the answer is accepted
 
 
@@ -142,7 +142,7 @@ class StudyRunner:
         ordered = sorted(trial.conditions, key=lambda c: (c.role != "reference", c.position))
         conditions = tuple(
             ConditionView(label=c.label, clip=self.stimulus_set.clip_path(c.clip), duration_seconds=c.duration_seconds,
-                          rated=c.role == "rated", must_play=c.must_play)
+                          rated=c.role == "rated" and trial.kind != "abx", must_play=c.must_play)
             for c in ordered)
         return StudyTrialView(
             study=self.study.name, session_id=trial.session_id, trial_id=trial.trial_id, kind=trial.kind,
