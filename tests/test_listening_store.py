@@ -415,7 +415,7 @@ def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, m
         )
     monkeypatch.undo()
     with ListeningStore(path, app_version="new") as new:
-        assert new.schema_version() == SCHEMA_VERSION == 3
+        assert new.schema_version() == SCHEMA_VERSION == 4
         [vote] = new.votes()
         assert vote.stimulus_set_sha256 == stimulus_set.manifest_sha256
         # Version 3: plays were not recorded then (NULL, not zero); this vote has no presentation time either.

@@ -107,6 +107,83 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                 WHERE presented_at IS NOT NULL""",
         ),
     ),
+    (
+        4,
+        "studies: MUSHRA, ABX, A/B and MOS trials with their conditions, ratings, plays and invalidated sessions",
+        (
+            # The A/B tab's tables stay as they are (every vote kept); a study's session names its study.
+            "ALTER TABLE sessions ADD COLUMN study TEXT",
+            """CREATE TABLE study_trials (
+                trial_id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_index INTEGER NOT NULL CHECK (trial_index >= 0),
+                kind TEXT NOT NULL CHECK (kind IN ('mushra', 'abx', 'ab', 'mos')),
+                item_id TEXT NOT NULL,
+                text TEXT NOT NULL,
+                attention_check INTEGER NOT NULL DEFAULT 0 CHECK (attention_check IN (0, 1)),
+                presented_at TEXT,
+                UNIQUE (session_id, trial_index)
+            )""",
+            # What the rater hears in a trial, under an opaque label; the system stays on the server.
+            """CREATE TABLE trial_conditions (
+                trial_id TEXT NOT NULL REFERENCES study_trials(trial_id),
+                label TEXT NOT NULL,
+                position INTEGER NOT NULL CHECK (position >= 0),
+                role TEXT NOT NULL CHECK (role IN ('rated', 'reference', 'x')),
+                system TEXT NOT NULL,
+                clip TEXT NOT NULL,
+                duration_seconds REAL NOT NULL CHECK (duration_seconds >= 0),
+                PRIMARY KEY (trial_id, label),
+                UNIQUE (trial_id, position)
+            )""",
+            """CREATE TABLE study_plays (
+                play_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_id TEXT NOT NULL,
+                label TEXT NOT NULL,
+                completed_at TEXT NOT NULL,
+                FOREIGN KEY (trial_id, label) REFERENCES trial_conditions(trial_id, label)
+            )""",
+            "CREATE INDEX study_plays_by_trial ON study_plays (trial_id, label)",
+            # One answer per trial (UNIQUE): a repeated or concurrent submission stores at most once.
+            """CREATE TABLE answers (
+                answer_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                trial_id TEXT NOT NULL UNIQUE REFERENCES study_trials(trial_id),
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                kind TEXT NOT NULL CHECK (kind IN ('mushra', 'abx', 'ab', 'mos')),
+                answer TEXT NOT NULL CHECK (json_valid(answer)),
+                presented_at TEXT,
+                submitted_at TEXT NOT NULL,
+                trial_seconds REAL,
+                app_version TEXT NOT NULL
+            )""",
+            "CREATE INDEX answers_by_session ON answers (session_id)",
+            # One row per rated condition (long format), written with its answer in one transaction.
+            """CREATE TABLE ratings (
+                rating_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                answer_id INTEGER NOT NULL REFERENCES answers(answer_id),
+                trial_id TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                label TEXT NOT NULL,
+                system TEXT NOT NULL,
+                other_system TEXT,
+                score REAL NOT NULL,
+                plays INTEGER NOT NULL CHECK (plays >= 0),
+                UNIQUE (trial_id, label),
+                FOREIGN KEY (trial_id, label) REFERENCES trial_conditions(trial_id, label),
+                CHECK ((kind = 'mushra' AND score BETWEEN 0 AND 100 AND score = ROUND(score))
+                    OR (kind = 'mos' AND score IN (1, 2, 3, 4, 5))
+                    OR (kind = 'ab' AND score IN (0, 0.5, 1))
+                    OR (kind = 'abx' AND score IN (0, 1)))
+            )""",
+            # The experimenter's verdict on a session (e.g. a rater who did not listen); its ratings stay stored.
+            """CREATE TABLE invalidations (
+                session_id TEXT PRIMARY KEY REFERENCES sessions(session_id),
+                reason TEXT NOT NULL,
+                invalidated_at TEXT NOT NULL
+            )""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

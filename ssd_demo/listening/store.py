@@ -15,49 +15,22 @@ positions, choice, scores, timestamps, app version), so the raw table is the stu
 
 from __future__ import annotations
 
-import os
 import secrets
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from datetime import datetime, timezone
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
-from .. import __version__
+from .database import SqliteDatabase, utc_now
+from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError,  # noqa: F401 (re-exported)
+    UnknownSessionError, UnknownTrialError)
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION  # the version a store opened here ends at
-from .migrations import apply_migrations
-from ..errors import UserError
+from .records import MAX_RATER_ID_CHARS, SESSION_COLUMNS, SessionRecord, normalize_rater_id  # noqa: F401
+from .study_store import StudyTables
 
 CHOICES = ("A", "B", "none")
 CLIPS = ("A", "B")
 SCORE_RANGE = (1, 5)
-MAX_RATER_ID_CHARS = 64
-
-
-class ListeningError(UserError):
-    """A request the listening test must refuse; the message is meant for the rater."""
-
-
-class UnknownSessionError(ListeningError):
-    pass
-
-
-class UnknownTrialError(ListeningError):
-    pass
-
-
-class InvalidVoteError(ListeningError):
-    pass
-
-
-class AlreadyVotedError(ListeningError):
-    pass
-
-
-class NotListenedError(InvalidVoteError):
-    """A vote or rating on a clip that has not been played to the end."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +43,6 @@ class PlannedTrial:
     system_b: str
     clip_a: str
     clip_b: str
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    session_id: str
-    rater_id: str | None
-    stimulus_set: str
-    stimulus_set_sha256: str
-    n_trials: int
-    seed: int
-    created_at: str
-    app_version: str
 
 
 @dataclass(frozen=True)
@@ -131,26 +92,6 @@ class SubmitOutcome:
     stored: bool  # False: this exact vote was already stored (a repeated submission)
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def normalize_rater_id(rater_id: str | None) -> str | None:
-    if rater_id is None:
-        return None
-    if not isinstance(rater_id, str):
-        raise InvalidVoteError("The rater id must be text.")
-    rater_id = rater_id.strip()
-    if not rater_id:
-        return None
-    if len(rater_id) > MAX_RATER_ID_CHARS or not rater_id.isprintable():
-        raise InvalidVoteError(f"The rater id must be at most {MAX_RATER_ID_CHARS} printable characters.")
-    if not rater_id[0].isalnum():
-        # A leading =, +, - or @ would make the exported CSV a formula in spreadsheet programs.
-        raise InvalidVoteError("The rater id must start with a letter or a digit.")
-    return rater_id
-
-
 def normalize_choice(choice: object) -> str:
     if choice not in CHOICES:
         raise InvalidVoteError(f"Choose A, B or no preference (got {choice!r}).")
@@ -176,78 +117,9 @@ def _looks_like_id(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and value.isalnum()
 
 
-class ListeningStore:
-    """Thread-safe access to one listening-test database file.
-
-    Each thread gets its own connection (sqlite3 connections must not be shared across
-    threads mid-transaction); `close()` closes them all.
-    """
-
-    def __init__(self, path: Path | str, app_version: str | None = None):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        created = _create_private(self.path)
-        self.app_version = str(__version__ if app_version is None else app_version)
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._closed = False
-        with self._transaction() as db:
-            apply_migrations(db, self.path, now=utc_now)
-        if created:
-            _make_side_files_private(self.path)
-
-    # -- connections and transactions
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise RuntimeError("the listening store is closed")
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
-            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly one block.
-            connection = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            connection.row_factory = sqlite3.Row
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("PRAGMA synchronous = FULL")  # a vote acknowledged is a vote on disk
-            connection.execute("PRAGMA foreign_keys = ON")
-            connection.execute("PRAGMA busy_timeout = 30000")
-            self._local.connection = connection
-            with self._lock:
-                self._connections.append(connection)
-        return connection
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._connection()
-        # IMMEDIATE takes the write lock up front, so two writers never deadlock on lock upgrade.
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
-
-    def __enter__(self) -> "ListeningStore":  # noqa: PYI034, UP037 (Python 3.10 has no typing.Self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- schema
-
-    def schema_version(self) -> int:
-        return int(self._connection().execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
-
-    def journal_mode(self) -> str:
-        return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
+class ListeningStore(StudyTables, SqliteDatabase):
+    """The listening-test database: the A/B tab's sessions, trials, plays and votes here, the studies'
+    tables in `StudyTables`, connections and transactions in `SqliteDatabase`."""
 
     # -- sessions and trials
 
@@ -275,7 +147,10 @@ class ListeningStore:
             app_version=self.app_version,
         )
         with self._transaction() as db:
-            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _values(session))
+            # The A/B tab's sessions leave `study` NULL (and so work on a database of any schema version).
+            columns = [c for c in SESSION_COLUMNS if c != "study"]
+            db.execute(f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                       tuple(getattr(session, c) for c in columns))
             db.executemany(
                 "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 [(secrets.token_hex(16), session.session_id, index, t.item_id, t.text, t.system_a, t.system_b,
@@ -378,8 +253,10 @@ class ListeningStore:
             if row is not None:
                 return str(row[0])
             open_trials = db.execute(
-                """SELECT COUNT(*) FROM trials t LEFT JOIN votes v ON v.trial_id = t.trial_id
-                   WHERE t.session_id = ? AND v.vote_id IS NULL""", (session_id,)).fetchone()[0]
+                """SELECT (SELECT COUNT(*) FROM trials t LEFT JOIN votes v ON v.trial_id = t.trial_id
+                           WHERE t.session_id = ?1 AND v.vote_id IS NULL)
+                        + (SELECT COUNT(*) FROM study_trials t LEFT JOIN answers a ON a.trial_id = t.trial_id
+                           WHERE t.session_id = ?1 AND a.answer_id IS NULL)""", (session_id,)).fetchone()[0]
             if open_trials:
                 return None
             while True:
@@ -462,37 +339,3 @@ class ListeningStore:
 
     def count_sessions(self) -> int:
         return int(self._connection().execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
-
-
-# SQLite's side files of a database: its WAL, the WAL index, a rollback journal.
-_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
-
-
-def _create_private(path: Path) -> bool:
-    """Create the database file empty with mode 0600 (votes and rater ids are the server's alone)
-    before SQLite opens it; SQLite gives its side files the database file's mode. A file that
-    exists keeps its mode. True if this call created it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    except OSError:
-        if path.exists():  # e.g. an existing database on a read-only mount
-            return False
-        raise
-    os.close(fd)
-    return True
-
-
-def _make_side_files_private(path: Path) -> None:
-    """0600 for the side files of a database this store created (SQLite already makes them so;
-    this holds even where a build of SQLite would not)."""
-    for suffix in _SIDE_SUFFIXES:
-        try:
-            os.chmod(f"{path}{suffix}", 0o600)
-        except FileNotFoundError:
-            pass
-
-
-def _values(record) -> tuple:
-    return tuple(getattr(record, f.name) for f in fields(record))

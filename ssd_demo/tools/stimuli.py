@@ -26,13 +26,17 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from ..config import SETTINGS
 from ..errors import InputError
+from ..listening import anchors
 from ..presets import MODEL_JOB_LOCK, load_preset
 from ..listening.stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet,
     load_stimulus_set, stimuli_root)
 
 
 DEFAULT_SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+# The settings an AR decode uses: the sampling ones (a manifest's AR clips record only these).
+AR_SETTINGS = frozenset(name for name, spec in SETTINGS.items() if spec.control and spec.control.section == "sampling")
 
 # Harvard sentences (IEEE 1969, public domain): phonetically balanced, common in listening tests.
 DEFAULT_SENTENCES = (
@@ -55,21 +59,29 @@ class SystemSpec:
     """A named decoding setup, e.g. "SSD beta=0.3 K=4"."""
 
     name: str
-    mode: str  # "ar" | "speculative"
-    overrides: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields to change
+    mode: str  # "ar" | "speculative" | "anchor" | "attention" (the last two are made from the reference clip)
+    overrides: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields to change; an anchor's cutoff
     draft: str | None = None  # draft model name; None = the preset's default
+
+    @property
+    def derived(self) -> bool:
+        """Made from the reference's clip of the same sentence, not decoded."""
+        return self.mode in ("anchor", "attention")
 
 
 _KEY_VALUE = re.compile(r"^([A-Za-z_]+)=(\S+)$")
 
 
 def parse_system(name: str) -> SystemSpec:
-    """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n"; any may add draft=NAME."""
+    """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n" (any may add draft=NAME), or one
+    made from the reference: "anchor lowpass=HZ" (BS.1534: 3500 low, 7000 mid), "attention noise"."""
     words = name.split()
     if not words:
         raise InputError("a system name is empty")
     head = words[0].lower()
     rest = words[1:]
+    if head in ("anchor", "attention"):
+        return _parse_derived(name, head, rest)
     if head == "exact" and rest and rest[0].lower() == "speculative":
         rest = rest[1:]
     options: dict[str, str] = {}
@@ -106,6 +118,38 @@ def parse_system(name: str) -> SystemSpec:
     raise InputError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
 
 
+def _parse_derived(name: str, head: str, rest: list[str]) -> SystemSpec:
+    if head == "attention":
+        if [w.lower() for w in rest] != ["noise"]:
+            raise InputError(f"system {name!r}: the attention-check clip is 'attention noise'")
+        return SystemSpec(name=name, mode="attention")
+    match = _KEY_VALUE.match(rest[0]) if len(rest) == 1 else None
+    if not match or match.group(1).lower() != "lowpass":
+        raise InputError(f"system {name!r}: an anchor is 'anchor lowpass=HZ', e.g. 'anchor lowpass=3500'")
+    try:
+        cutoff = float(match.group(2))
+    except ValueError:
+        raise InputError(f"system {name!r}: the cut-off must be a number of Hz") from None
+    if not 100 <= cutoff <= 20000:
+        raise InputError(f"system {name!r}: the cut-off must be between 100 and 20000 Hz")
+    return SystemSpec(name=name, mode="anchor", overrides={"lowpass_hz": cutoff})
+
+
+def derive_clip(spec: SystemSpec, reference_audio: np.ndarray, sample_rate: int, seed: int,
+                reference: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """An anchor or attention clip made from the reference's clip of the same sentence."""
+    if spec.mode == "anchor":
+        cutoff = spec.overrides["lowpass_hz"]
+        try:
+            audio = anchors.lowpass(reference_audio, sample_rate, cutoff)
+        except ValueError as error:
+            raise InputError(f"system {spec.name!r}: {error}") from None
+        return audio, {"mode": "anchor", "source": reference, "lowpass_hz": cutoff,
+                       "filter": f"Butterworth order {anchors.FILTER_ORDER}, zero phase"}
+    return anchors.attention_noise(reference_audio, seed), {
+        "mode": "attention", "source": reference, "noise_db_above_signal": anchors.NOISE_DB}
+
+
 # ----------------------------------------------------------------------------- writing a set
 
 
@@ -137,8 +181,10 @@ def create_stimulus_set(
     model_revision: str = "unknown",
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    reference: str = "AR",
 ) -> StimulusSet:
-    """Render every text under every system and write the set atomically (a half-written set never appears)."""
+    """Render every text under every system and write the set atomically (a half-written set never appears).
+    Anchors and the attention clip are made from the `reference` system's clip of the same sentence."""
     if not SET_NAME.match(name):
         raise InputError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     specs = [parse_system(s) if isinstance(s, str) else s for s in systems]
@@ -147,6 +193,8 @@ def create_stimulus_set(
         raise InputError("a listening test needs at least two systems to compare")
     if len(set(names)) != len(names):
         raise InputError(f"system names must be unique, got {names}")
+    if any(spec.derived for spec in specs) and reference not in [s.name for s in specs if not s.derived]:
+        raise InputError(f"anchors and attention clips are made from the reference {reference!r}: list it among the systems")
     texts = [t.strip() for t in texts]
     if not texts or any(not t for t in texts):
         raise InputError("give at least one sentence, and no empty ones")
@@ -160,11 +208,16 @@ def create_stimulus_set(
         items = []
         for index, text in enumerate(texts):
             seed = base_seed + index  # same seed for every system: only the decoding differs
-            clips = []
-            for spec in specs:
+            clips, rendered = [], {}
+            for spec in sorted(specs, key=lambda s: s.derived):  # the reference before what is made from it
                 if progress:
                     progress(f"[{index + 1}/{len(texts)}] {spec.name}: {text}")
-                audio, sample_rate, settings = render(text, spec, seed)
+                if spec.derived:
+                    reference_audio, sample_rate = rendered[reference]
+                    audio, settings = derive_clip(spec, reference_audio, sample_rate, seed, reference)
+                else:
+                    audio, sample_rate, settings = render(text, spec, seed)
+                    rendered[spec.name] = (audio, sample_rate)
                 data = _wav_bytes(audio, sample_rate)
                 digest = hashlib.sha256(data).hexdigest()
                 relative = f"clips/{digest[:24]}.wav"
@@ -254,6 +307,8 @@ def synthesizer_renderer(synthesizer) -> Renderer:
         config = synthesizer.config(seed=seed, **spec.overrides)
         result = synthesizer.synthesize(text, mode=spec.mode, config=config, draft=spec.draft)
         settings = {k: v for k, v in asdict(result.config).items() if k != "allowed_token_ids"}
+        if spec.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
+            settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
         settings["mode"] = spec.mode
         if spec.mode == "speculative":
             settings["draft"] = spec.draft or synthesizer.draft_name
@@ -274,6 +329,7 @@ def render_stimulus_set(
     overwrite: bool = False,
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
+    reference: str = "AR",
 ) -> StimulusSet:
     """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set."""
     specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
@@ -284,6 +340,7 @@ def render_stimulus_set(
             return create_stimulus_set(
                 name, texts, specs, synthesizer_renderer(synthesizer), root=root, base_seed=base_seed,
                 preset=preset, model_revision=model_revision(synthesizer), overwrite=overwrite, progress=progress,
+                reference=reference,
             )
     return create_stimulus_set(
         name,
@@ -296,6 +353,7 @@ def render_stimulus_set(
         model_revision=model_revision(synthesizer),
         overwrite=overwrite,
         progress=progress,
+        reference=reference,
     )
 
 

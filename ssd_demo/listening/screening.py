@@ -1,0 +1,145 @@
+"""Rater screening: which raters a study's results leave out, and the rule that excluded each.
+
+Rules, applied to every rater (a rater is the rater id, or the session when none was given):
+
+- `hidden-reference` (ITU-R BS.1534-3 post-screening): the rater scored the hidden reference below 90
+  in more than 15% of the MUSHRA items they rated.
+- `anchor-above-reference`: the rater scored an anchor above the hidden reference of the same
+  item in more than 15% of their MUSHRA items (the same share BS.1534 allows for the reference; an
+  attentive rater never hears a 3.5 kHz low-pass as closer to the reference than the reference itself).
+- `attention`: the rater failed more attention checks than the study's `max_failures` (default 0).
+  A MOS check is failed by a score above 2; an A/B check by not choosing the clean clip (choosing the
+  noisy one or no preference).
+- `invalidated`: the experimenter invalidated the session (`store.invalidate_session`), with its reason.
+
+Ratings of excluded raters stay stored and exported (with `excluded` true); results are reported with
+and without them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .study import ATTENTION_SYSTEM, Study
+from .study_store import RatingRow
+
+REFERENCE_THRESHOLD = 90.0
+MAX_SHARE = 0.15
+MOS_ATTENTION_MAX = 2
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    rater: str
+    rule: str  # "hidden-reference" | "anchor-above-reference" | "attention" | "invalidated"
+    detail: str
+
+
+@dataclass(frozen=True)
+class RaterSummary:
+    rater: str
+    sessions: int
+    answers: int
+    mushra_items: int
+    reference_below_90: float | None  # share of MUSHRA items; None without MUSHRA items
+    anchor_above_reference: float | None
+    attention_checks: int
+    attention_failures: int
+    median_seconds: float | None  # per answered trial
+    mean_plays: float | None  # completed plays per rating
+    excluded: bool
+    rules: tuple[str, ...]
+
+
+def mushra_items(rows: Iterable[RatingRow]) -> dict[tuple[str, str], dict[str, float]]:
+    """{(rater, session and trial): {system: score}} for every answered MUSHRA trial."""
+    items: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        if row.kind == "mushra":
+            items[(row.rater, f"{row.session_id}:{row.trial_index}")][row.system] = row.score
+    return items
+
+
+def attention_failed(row: RatingRow) -> bool | None:
+    """Whether an attention check's rating fails it; None for a row that is not the check's verdict."""
+    if not row.attention_check or row.system != ATTENTION_SYSTEM:
+        return None
+    return row.score > MOS_ATTENTION_MAX if row.kind == "mos" else row.score > 0
+
+
+def screen(rows: list[RatingRow], study: Study, invalidated: Mapping[str, str] | None = None) -> list[Exclusion]:
+    """Every exclusion, rater by rater in the order they first answered; a rater may break several rules."""
+    invalidated = invalidated or {}
+    order = list(dict.fromkeys(row.rater for row in rows))
+    shares = _mushra_shares(rows, study)
+    failures = _attention_failures(rows)
+    exclusions = []
+    for rater in order:
+        below, above = shares.get(rater, (None, None))
+        if below is not None and below > MAX_SHARE:
+            exclusions.append(Exclusion(rater, "hidden-reference",
+                                        f"hidden reference below {REFERENCE_THRESHOLD:g} in {below:.0%} of MUSHRA items"))
+        if above is not None and above > MAX_SHARE:
+            exclusions.append(Exclusion(rater, "anchor-above-reference",
+                                        f"an anchor above the hidden reference in {above:.0%} of MUSHRA items"))
+        failed, checks = failures.get(rater, (0, 0))
+        if failed > study.attention_max_failures:
+            exclusions.append(Exclusion(rater, "attention", f"failed {failed} of {checks} attention checks"))
+        for session, reason in invalidated.items():
+            if any(row.session_id == session and row.rater == rater for row in rows):
+                exclusions.append(Exclusion(rater, "invalidated", reason))
+    return exclusions
+
+
+def rater_summaries(rows: list[RatingRow], study: Study, exclusions: list[Exclusion]) -> list[RaterSummary]:
+    shares = _mushra_shares(rows, study)
+    failures = _attention_failures(rows)
+    items = mushra_items(rows)
+    rules: dict[str, list[str]] = defaultdict(list)
+    for exclusion in exclusions:
+        rules[exclusion.rater].append(exclusion.rule)
+    by_rater: dict[str, list[RatingRow]] = defaultdict(list)
+    for row in rows:
+        by_rater[row.rater].append(row)
+    summaries = []
+    for rater, own in by_rater.items():
+        trials = {(row.session_id, row.trial_index): row.trial_seconds for row in own}
+        seconds = [s for s in trials.values() if s is not None]
+        below, above = shares.get(rater, (None, None))
+        failed, checks = failures.get(rater, (0, 0))
+        summaries.append(RaterSummary(
+            rater=rater, sessions=len({row.session_id for row in own}), answers=len(trials),
+            mushra_items=sum(1 for key in items if key[0] == rater), reference_below_90=below,
+            anchor_above_reference=above, attention_checks=checks, attention_failures=failed,
+            median_seconds=statistics.median(seconds) if seconds else None,
+            mean_plays=statistics.fmean(row.plays for row in own), excluded=rater in rules,
+            rules=tuple(dict.fromkeys(rules.get(rater, ())))))
+    return summaries
+
+
+def _mushra_shares(rows: list[RatingRow], study: Study) -> dict[str, tuple[float, float]]:
+    """{rater: (share of items with the hidden reference below 90, share with an anchor above it)}."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (rater, _), scores in mushra_items(rows).items():
+        reference = scores.get(study.reference)
+        if reference is None:
+            continue
+        count = counts[rater]
+        count[0] += 1
+        count[1] += reference < REFERENCE_THRESHOLD
+        count[2] += any(scores.get(anchor, -1.0) > reference for anchor in study.anchors)
+    return {rater: (below / n, above / n) for rater, (n, below, above) in counts.items()}
+
+
+def _attention_failures(rows: list[RatingRow]) -> dict[str, tuple[int, int]]:
+    """{rater: (failed checks, checks answered)}."""
+    result: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        verdict = attention_failed(row)
+        if verdict is not None:
+            result[row.rater][0] += verdict
+            result[row.rater][1] += 1
+    return {rater: (failed, checks) for rater, (failed, checks) in result.items()}

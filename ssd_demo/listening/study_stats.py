@@ -1,0 +1,206 @@
+"""The statistics a paper reports for a study, from its ratings (attention checks left out).
+
+- MUSHRA and MOS, per system: the mean over raters of each rater's mean score, with a 95% Student-t
+  interval over raters. Each rater counts once, so raters who use the scale differently widen the
+  interval instead of being hidden by many correlated ratings (the items are the study's fixed set).
+- Paired tests (MUSHRA): Wilcoxon signed-rank (scipy.stats.wilcoxon, two-sided) on the raters' mean
+  scores, each system against the reference and every pair of systems under test; one family, whose
+  p-values are Holm-corrected together (`holm`). Pairs with no difference at all get p = 1.
+- ABX, per pair: accuracy with its exact (Clopper-Pearson) 95% interval and the one-sided binomial
+  p-value of "no better than chance" (scipy.stats.binomtest, p = 0.5); Holm over the pairs. Trials
+  are pooled over raters, as ABX studies report.
+- A/B, per pair: wins, ties and an exact two-sided sign test on the wins (ties dropped); Holm over pairs.
+- Breakdowns: each rater's mean per system, each item's mean per system.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import stats as scipy_stats
+
+from .study import Study
+from .study_store import RatingRow
+
+CONFIDENCE = 0.95
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order: sort ascending, multiply the i-th smallest
+    (i from 0) by (m - i), carry the running maximum up, cap at 1."""
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+@dataclass(frozen=True)
+class SystemMean:
+    system: str
+    raters: int
+    ratings: int
+    mean: float
+    low: float | None  # 95% interval; None with fewer than two raters
+    high: float | None
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    system_x: str
+    system_y: str
+    raters: int
+    mean_difference: float  # x minus y, over raters
+    statistic: float | None
+    p_value: float
+    p_holm: float
+
+
+@dataclass(frozen=True)
+class AbxResult:
+    system_x: str
+    system_y: str
+    trials: int
+    correct: int
+    accuracy: float
+    low: float
+    high: float
+    p_value: float  # one-sided: better than chance
+    p_holm: float
+
+
+@dataclass(frozen=True)
+class AbResult:
+    system_x: str
+    system_y: str
+    trials: int
+    wins_x: int
+    wins_y: int
+    ties: int
+    p_value: float | None  # exact two-sided sign test; None without a preference
+    p_holm: float | None
+
+
+@dataclass(frozen=True)
+class StudyStatistics:
+    raters: int
+    mushra: tuple[SystemMean, ...]
+    mushra_tests: tuple[PairedTest, ...]
+    mos: tuple[SystemMean, ...]
+    abx: tuple[AbxResult, ...]
+    ab: tuple[AbResult, ...]
+    per_rater: dict[str, dict[str, float]]  # {rater: {"kind system": mean}}
+    per_item: dict[str, dict[str, float]]  # {item: {"kind system": mean}}
+
+
+def rater_means(rows: Sequence[RatingRow], kind: str) -> dict[str, dict[str, float]]:
+    """{system: {rater: mean score}} for one kind of trial."""
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row.kind == kind:
+            scores[row.system][row.rater].append(row.score)
+    return {system: {rater: statistics.fmean(v) for rater, v in by_rater.items()} for system, by_rater in scores.items()}
+
+
+def system_means(rows: Sequence[RatingRow], kind: str, order: Sequence[str]) -> tuple[SystemMean, ...]:
+    means = rater_means(rows, kind)
+    counts = defaultdict(int)
+    for row in rows:
+        if row.kind == kind:
+            counts[row.system] += 1
+    result = []
+    for system in sorted(means, key=lambda s: (order.index(s) if s in order else len(order), s)):
+        values = list(means[system].values())
+        mean, low, high = t_interval(values)
+        result.append(SystemMean(system, len(values), counts[system], mean, low, high))
+    return tuple(result)
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def paired_tests(rows: Sequence[RatingRow], study: Study) -> tuple[PairedTest, ...]:
+    means = rater_means(rows, "mushra")
+    if study.reference not in means:
+        return ()
+    against_reference = [(s, study.reference) for s in (*study.systems, *study.anchors) if s in means]
+    between = list(itertools.combinations([s for s in study.systems if s in means], 2))
+    raw = []
+    for x, y in against_reference + between:
+        raters = sorted(set(means[x]) & set(means[y]))
+        differences = [means[x][r] - means[y][r] for r in raters]
+        if not differences:
+            continue
+        if all(d == 0 for d in differences):
+            statistic, p = None, 1.0
+        else:
+            test = scipy_stats.wilcoxon(differences)
+            statistic, p = float(test.statistic), float(test.pvalue)
+        raw.append((x, y, len(raters), statistics.fmean(differences), statistic, p))
+    adjusted = holm([r[-1] for r in raw])
+    return tuple(PairedTest(x, y, n, d, s, p, a) for (x, y, n, d, s, p), a in zip(raw, adjusted))
+
+
+def _pair_rows(rows: Sequence[RatingRow], kind: str) -> dict[tuple[str, str], list[RatingRow]]:
+    pairs: dict[tuple[str, str], list[RatingRow]] = defaultdict(list)
+    for row in rows:
+        if row.kind == kind and row.other_system is not None:
+            pairs[tuple(sorted((row.system, row.other_system)))].append(row)
+    return pairs
+
+
+def abx_results(rows: Sequence[RatingRow]) -> tuple[AbxResult, ...]:
+    raw = []
+    for (x, y), pair_rows in sorted(_pair_rows(rows, "abx").items()):
+        correct = int(sum(row.score for row in pair_rows))
+        test = scipy_stats.binomtest(correct, len(pair_rows), 0.5, alternative="greater")
+        interval = scipy_stats.binomtest(correct, len(pair_rows), 0.5).proportion_ci(CONFIDENCE, method="exact")
+        raw.append((x, y, len(pair_rows), correct, correct / len(pair_rows), interval.low, interval.high,
+                    float(test.pvalue)))
+    adjusted = holm([r[-1] for r in raw])
+    return tuple(AbxResult(*r, a) for r, a in zip(raw, adjusted))
+
+
+def ab_results(rows: Sequence[RatingRow]) -> tuple[AbResult, ...]:
+    raw = []
+    for (x, y), pair_rows in sorted(_pair_rows(rows, "ab").items()):
+        wins_x = sum(1 for row in pair_rows if row.system == x and row.score == 1)
+        wins_y = sum(1 for row in pair_rows if row.system == y and row.score == 1)
+        ties = sum(1 for row in pair_rows if row.system == x and row.score == 0.5)
+        p = float(scipy_stats.binomtest(wins_x, wins_x + wins_y, 0.5).pvalue) if wins_x + wins_y else None
+        raw.append((x, y, wins_x + wins_y + ties, wins_x, wins_y, ties, p))
+    tested = [r for r in raw if r[-1] is not None]
+    adjusted = dict(zip([id(r) for r in tested], holm([r[-1] for r in tested])))
+    return tuple(AbResult(*r, adjusted.get(id(r))) for r in raw)
+
+
+def breakdown(rows: Sequence[RatingRow], key) -> dict[str, dict[str, float]]:
+    """{key(row): {"kind system": mean score}} over MUSHRA and MOS ratings."""
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row.kind in ("mushra", "mos"):
+            scores[key(row)][f"{row.kind} {row.system}"].append(row.score)
+    return {k: {column: round(statistics.fmean(v), 3) for column, v in sorted(by.items())} for k, by in scores.items()}
+
+
+def study_statistics(rows: Sequence[RatingRow], study: Study) -> StudyStatistics:
+    """Statistics over `rows` (pass the rows of the raters to include); attention checks are left out here."""
+    rows = [row for row in rows if not row.attention_check]
+    order = (study.reference, *study.systems, *study.anchors)
+    return StudyStatistics(
+        raters=len({row.rater for row in rows}), mushra=system_means(rows, "mushra", order),
+        mushra_tests=paired_tests(rows, study), mos=system_means(rows, "mos", order), abx=abx_results(rows),
+        ab=ab_results(rows), per_rater=breakdown(rows, lambda row: row.rater),
+        per_item=breakdown(rows, lambda row: row.item_id))

@@ -1,0 +1,322 @@
+"""The studies' tables (schema version 4): sessions in a named study, their trials with conditions under
+opaque labels, completed plays per clip, one answer per trial with one rating per condition, and the
+experimenter's invalidations.
+
+The same guarantees as the A/B votes: one `BEGIN IMMEDIATE` transaction per answer that writes the
+answer and its ratings together, `UNIQUE (trial_id)` on answers so a repeated or concurrent submission
+stores at most once, CHECK constraints on every score, and a server-side refusal of an answer while a
+clip the rater must hear has no completed play.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from .answers import normalize_answer, ratings
+from .database import utc_now
+from .errors import AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, UnknownTrialError
+from .records import SESSION_COLUMNS, SessionRecord, normalize_rater_id
+from .study_plan import PlannedStudyTrial
+
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ConditionRecord:
+    label: str
+    position: int
+    role: str  # "rated" | "reference" | "x"
+    system: str
+    clip: str
+    duration_seconds: float
+
+    @property
+    def must_play(self) -> bool:
+        """Rated clips and ABX's X must be played to the end before the answer (the labelled reference need not)."""
+        return self.role in ("rated", "x")
+
+
+@dataclass(frozen=True)
+class StudyTrialRecord:
+    trial_id: str
+    session_id: str
+    trial_index: int
+    kind: str
+    item_id: str
+    text: str
+    attention_check: bool
+    presented_at: str | None
+    conditions: tuple[ConditionRecord, ...]
+
+    def condition(self, label: str) -> ConditionRecord:
+        for condition in self.conditions:
+            if condition.label == label:
+                return condition
+        raise InvalidVoteError(f"This trial has no sample {label!r}.")
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    answer_id: int
+    trial_id: str
+    session_id: str
+    kind: str
+    answer: dict
+    presented_at: str | None
+    submitted_at: str
+    trial_seconds: float | None
+    app_version: str
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    answer: AnswerRecord
+    stored: bool  # False: this same answer was already stored (a repeated submission)
+
+
+@dataclass(frozen=True)
+class RatingRow:
+    """One rating with what analysis needs about it (the long format's row, before screening)."""
+
+    study: str
+    session_id: str
+    rater_id: str | None
+    trial_index: int
+    kind: str
+    item_id: str
+    attention_check: bool
+    label: str
+    system: str
+    other_system: str | None
+    score: float
+    plays: int
+    trial_seconds: float | None
+    submitted_at: str
+
+    @property
+    def rater(self) -> str:
+        """The rater's id, or the session's id when the rater gave none (one session = one rater then)."""
+        return self.rater_id or f"session:{self.session_id[:12]}"
+
+
+@dataclass(frozen=True)
+class SessionProgress:
+    session_id: str
+    rater_id: str | None
+    n_trials: int
+    created_at: str
+    answered: int
+    last_answer_at: str | None
+    invalidated: str | None  # the experimenter's reason, if invalidated
+
+
+class StudyTables:
+    """Methods of `ListeningStore` for studies; they use its connections and transactions."""
+
+    def create_study_session(self, study: str, trials: Sequence[PlannedStudyTrial], *, stimulus_set: str,
+                             stimulus_set_sha256: str, seed: int, rater_id: str | None = None) -> SessionRecord:
+        """Store a session in `study` with its planned trials and their conditions, in one transaction."""
+        if not trials:
+            raise ListeningError("This study has no trials to offer.")
+        session = SessionRecord(
+            session_id=secrets.token_hex(16), rater_id=normalize_rater_id(rater_id), stimulus_set=stimulus_set,
+            stimulus_set_sha256=stimulus_set_sha256, n_trials=len(trials), seed=int(seed), created_at=utc_now(),
+            app_version=self.app_version, study=study,
+        )
+        with self._transaction() as db:
+            db.execute(f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})",
+                       tuple(getattr(session, c) for c in SESSION_COLUMNS))
+            for index, trial in enumerate(trials):
+                trial_id = secrets.token_hex(16)
+                db.execute("INSERT INTO study_trials VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                           (trial_id, session.session_id, index, trial.kind, trial.item_id, trial.text,
+                            int(trial.attention_check)))
+                db.executemany("INSERT INTO trial_conditions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(trial_id, c.label, position, c.role, c.system, c.clip, c.duration_seconds)
+                                for position, c in enumerate(trial.conditions)])
+        return session
+
+    def get_study_trial(self, session_id: str, trial_id: str) -> StudyTrialRecord:
+        """The trial, if it belongs to this session; a trial id from another session is refused."""
+        self.get_session(session_id)
+        db = self._connection()
+        row = None
+        if isinstance(trial_id, str) and 0 < len(trial_id) <= 64 and trial_id.isalnum():
+            row = db.execute("SELECT * FROM study_trials WHERE trial_id = ? AND session_id = ?",
+                             (trial_id, session_id)).fetchone()
+        if row is None:
+            raise UnknownTrialError("Unknown trial for this session: reload the page or start a new session.")
+        return _trial_record(db, row)
+
+    def next_study_trial(self, session_id: str) -> StudyTrialRecord | None:
+        """The session's first trial without an answer (marked as presented now), or None when done."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            row = db.execute(
+                """SELECT t.* FROM study_trials t LEFT JOIN answers a ON a.trial_id = t.trial_id
+                   WHERE t.session_id = ? AND a.answer_id IS NULL ORDER BY t.trial_index LIMIT 1""",
+                (session_id,)).fetchone()
+            if row is None:
+                return None
+            if row["presented_at"] is None:
+                db.execute("UPDATE study_trials SET presented_at = ? WHERE trial_id = ? AND presented_at IS NULL",
+                           (utc_now(), row["trial_id"]))
+                row = db.execute("SELECT * FROM study_trials WHERE trial_id = ?", (row["trial_id"],)).fetchone()
+            return _trial_record(db, row)
+
+    def study_progress(self, session_id: str) -> tuple[int, int]:
+        """(answers given, trials planned) for a study session."""
+        session = self.get_session(session_id)
+        done = self._connection().execute("SELECT COUNT(*) FROM answers WHERE session_id = ?", (session_id,)).fetchone()[0]
+        return int(done), session.n_trials
+
+    # -- plays
+
+    def record_study_play(self, session_id: str, trial_id: str, label: str, listen_fraction: float = 0.0) -> frozenset[str]:
+        """Record that the clip labelled `label` was played to the end; return the labels played so far.
+
+        Refused (NotListenedError) when less than `listen_fraction` of the clip's length has passed since
+        the trial was shown: nobody can have heard it by then.
+        """
+        trial = self.get_study_trial(session_id, trial_id)
+        condition = trial.condition(label)
+        now = utc_now()
+        minimum = listen_fraction * condition.duration_seconds
+        if trial.presented_at is not None and minimum > 0:
+            elapsed = (datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds()
+            if elapsed < minimum:
+                raise NotListenedError(f"Sample {label} cannot have been played to the end yet: listen to all of it.")
+        with self._transaction() as db:
+            db.execute("INSERT INTO study_plays (session_id, trial_id, label, completed_at) VALUES (?, ?, ?, ?)",
+                       (session_id, trial_id, label, now))
+            return _played(db, trial_id)
+
+    def study_played(self, trial_id: str) -> frozenset[str]:
+        return _played(self._connection(), trial_id)
+
+    def study_plays(self, session_id: str) -> list[tuple[str, str, str]]:
+        """(trial id, label, completed at) of every completed play of a session, in order."""
+        rows = self._connection().execute(
+            "SELECT trial_id, label, completed_at FROM study_plays WHERE session_id = ? ORDER BY play_id", (session_id,))
+        return [tuple(row) for row in rows]
+
+    # -- answers
+
+    def submit_answer(self, session_id: str, trial_id: str, answer: object) -> AnswerOutcome:
+        """Store an answer and its ratings in one transaction. The same answer again stores nothing and
+        returns the stored one; another answer to an answered trial is AlreadyVotedError; an answer while a
+        clip that must be heard has no completed play is NotListenedError; a bad value InvalidAnswerError."""
+        trial = self.get_study_trial(session_id, trial_id)
+        rated = [c.label for c in trial.conditions if c.role == "rated"]
+        canonical = normalize_answer(trial.kind, answer, rated)
+        encoded = json.dumps(canonical, sort_keys=True)
+        systems = {c.label: c.system for c in trial.conditions}
+        now = utc_now()
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM answers WHERE trial_id = ?", (trial_id,)).fetchone()
+            if row is not None:
+                stored = _answer_record(row)
+                if stored.answer != canonical:
+                    raise AlreadyVotedError(f"Trial {trial.trial_index + 1} already has your answer; it cannot be changed.")
+                return AnswerOutcome(stored, stored=False)
+            played = _played(db, trial_id)
+            missing = [c.label for c in trial.conditions if c.must_play and c.label not in played]
+            if missing:
+                raise NotListenedError(f"Listen to sample{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                                       "to the end before answering.")
+            seconds = None
+            if trial.presented_at is not None:
+                seconds = round((datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds(), 3)
+            cursor = db.execute(
+                """INSERT INTO answers (trial_id, session_id, kind, answer, presented_at, submitted_at, trial_seconds,
+                       app_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                (trial_id, session_id, trial.kind, encoded, trial.presented_at, now, seconds, self.app_version))
+            answer_id = cursor.lastrowid
+            counts = dict(db.execute("SELECT label, COUNT(*) FROM study_plays WHERE trial_id = ? GROUP BY label",
+                                     (trial_id,)).fetchall())
+            for rating in ratings(trial.kind, canonical, systems):
+                # ABX's one row stands for the whole trial: its plays are those of A, B and X together.
+                plays = sum(counts.values()) if trial.kind == "abx" else counts.get(rating.label, 0)
+                db.execute("""INSERT INTO ratings (answer_id, trial_id, kind, label, system, other_system, score, plays)
+                              VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                           (answer_id, trial_id, trial.kind, rating.label, rating.system, rating.other_system,
+                            rating.score, plays))
+            stored = _answer_record(db.execute("SELECT * FROM answers WHERE answer_id = ?", (answer_id,)).fetchone())
+        return AnswerOutcome(stored, stored=True)
+
+    def study_answers(self, session_id: str) -> list[AnswerRecord]:
+        rows = self._connection().execute("SELECT * FROM answers WHERE session_id = ? ORDER BY answer_id", (session_id,))
+        return [_answer_record(row) for row in rows]
+
+    def study_trials(self, session_id: str) -> list[StudyTrialRecord]:
+        db = self._connection()
+        rows = db.execute("SELECT * FROM study_trials WHERE session_id = ? ORDER BY trial_index", (session_id,)).fetchall()
+        return [_trial_record(db, row) for row in rows]
+
+    def study_ratings(self, study: str) -> list[RatingRow]:
+        """Every rating in the study, in the order stored."""
+        rows = self._connection().execute(
+            """SELECT s.study, s.session_id, s.rater_id, t.trial_index, r.kind, t.item_id, t.attention_check, r.label,
+                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at
+               FROM ratings r JOIN answers a ON a.answer_id = r.answer_id
+               JOIN study_trials t ON t.trial_id = r.trial_id JOIN sessions s ON s.session_id = a.session_id
+               WHERE s.study = ? ORDER BY r.rating_id""", (study,)).fetchall()
+        return [RatingRow(**{**dict(row), "attention_check": bool(row["attention_check"])}) for row in rows]
+
+    def study_sessions(self, study: str) -> list[SessionRecord]:
+        rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))
+        return [SessionRecord(**dict(row)) for row in rows]
+
+    def study_progress_table(self, study: str) -> list[SessionProgress]:
+        """Live progress of every session in the study, oldest first (the experimenter's view)."""
+        rows = self._connection().execute(
+            """SELECT s.session_id, s.rater_id, s.n_trials, s.created_at,
+                      (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered,
+                      (SELECT MAX(submitted_at) FROM answers a WHERE a.session_id = s.session_id) AS last_answer_at,
+                      (SELECT reason FROM invalidations i WHERE i.session_id = s.session_id) AS invalidated
+               FROM sessions s WHERE s.study = ? ORDER BY s.created_at""", (study,)).fetchall()
+        return [SessionProgress(**dict(row)) for row in rows]
+
+    def studies_with_sessions(self) -> list[str]:
+        rows = self._connection().execute("SELECT DISTINCT study FROM sessions WHERE study IS NOT NULL ORDER BY study")
+        return [row[0] for row in rows]
+
+    # -- the experimenter's invalidations
+
+    def invalidate_session(self, session_id: str, reason: str) -> None:
+        """Mark a session's ratings as excluded from results (they stay stored); a second call keeps the first reason."""
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_CHARS:
+            raise InvalidVoteError(f"Give a reason of 1 to {MAX_REASON_CHARS} characters for invalidating a rater.")
+        self.get_session(session_id)
+        with self._transaction() as db:
+            db.execute("INSERT INTO invalidations VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
+                       (session_id, reason.strip(), utc_now()))
+
+    def invalidations(self) -> dict[str, str]:
+        """{session id: reason} for every invalidated session."""
+        return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}
+
+
+def _played(db: sqlite3.Connection, trial_id: str) -> frozenset[str]:
+    return frozenset(r[0] for r in db.execute("SELECT DISTINCT label FROM study_plays WHERE trial_id = ?", (trial_id,)))
+
+
+def _trial_record(db: sqlite3.Connection, row: sqlite3.Row) -> StudyTrialRecord:
+    conditions = tuple(
+        ConditionRecord(label=c["label"], position=c["position"], role=c["role"], system=c["system"], clip=c["clip"],
+                        duration_seconds=c["duration_seconds"])
+        for c in db.execute("SELECT * FROM trial_conditions WHERE trial_id = ? ORDER BY position", (row["trial_id"],))
+    )
+    return StudyTrialRecord(trial_id=row["trial_id"], session_id=row["session_id"], trial_index=row["trial_index"],
+                            kind=row["kind"], item_id=row["item_id"], text=row["text"],
+                            attention_check=bool(row["attention_check"]), presented_at=row["presented_at"],
+                            conditions=conditions)
+
+
+def _answer_record(row: sqlite3.Row) -> AnswerRecord:
+    return AnswerRecord(**{**dict(row), "answer": json.loads(row["answer"])})
