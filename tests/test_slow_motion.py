@@ -93,9 +93,8 @@ def test_both_lanes_at_one_factor_and_equal_length():
     assert replay.automatic and replay.factor == automatic_factor(ar_rtf, spec_rtf)
     assert len(replay.ar_track) == len(replay.spec_track)
     assert replay.ar_real_time_factor > 1 > replay.spec_real_time_factor
-    assert f"×{replay.factor:.1f}" in replay.describe()
     chosen = slow_motion(ar_audio, ar_pieces, ar_rtf, spec_audio, spec_pieces, spec_rtf, RATE, factor=4.0)
-    assert not chosen.automatic and chosen.factor == 4.0 and "(chosen)" in chosen.describe()
+    assert not chosen.automatic and chosen.factor == 4.0
     # The AR lane, slower, waits longer for its second piece than the speculative one.
     ar_heard, spec_heard = _onsets(chosen.ar_track), _onsets(chosen.spec_track)
     assert ar_heard[0] == pytest.approx(4.0 * 0.1, abs=TOLERANCE)

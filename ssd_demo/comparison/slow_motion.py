@@ -90,16 +90,6 @@ class SlowMotion:
     ar_real_time_factor: float  # after stretching: > 1 means the lane stalls
     spec_real_time_factor: float
 
-    def describe(self) -> str:
-        how = "automatic" if self.automatic else "chosen"
-        return (f"Slow motion ×{self.factor:.1f} ({how}): both runs' measured decoding stretched {self.factor:.1f} "
-                f"times; one second of speech took {_pace(self.ar_real_time_factor)} autoregressively and "
-                f"{_pace(self.spec_real_time_factor)} speculatively (over 1 s: the voice stalls)")
-
-
-def _pace(real_time_factor: float) -> str:
-    return f"{real_time_factor:.2f} s" if math.isfinite(real_time_factor) else "–"
-
 
 def slow_motion(ar_audio: np.ndarray, ar_pieces: Sequence[TimedPiece], ar_real_time_factor: float,
                 spec_audio: np.ndarray, spec_pieces: Sequence[TimedPiece], spec_real_time_factor: float,

@@ -1,9 +1,10 @@
 """The Compare tab's race: a thin Gradio layer over the race's events (`compare.race_events`).
 
 `build_race_view` lays out both decoders' lanes (live counters and a streaming player each) and the
-replay at measured speed; `race_handler` returns the `/race` event's generator, which maps each event
+slow-motion replay (`comparison.slow_motion`; `slow_motion_handler` renders it again at a typed factor); `race_handler` returns the `/race` event's generator, which maps each event
 to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
-counters, then the results of `/synthesize` (charts last). Presenter mode is a class on the
+counters, then the results of `/synthesize` (charts last). The page's players follow one rule, never two
+voices at once (`VOICES_JS`). Presenter mode is a class on the
 page (`PRESENTER_JS`; the CSS is in `ssd_demo.app.page.CSS`).
 """
 
@@ -21,21 +22,71 @@ import gradio as gr
 from .. import compare, jobs
 from . import arguments
 from ..errors import to_gradio_error
+from ...comparison.slow_motion import MAX_FACTOR
 
 REPLAY_NOTE = (
-    "**Replay at measured speed.** The two runs above went one after the other (one machine cannot run "
-    "both fairly at once). These replays put each on its own measured timeline, from the start of its "
-    "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
-    "decoder a listener would have heard first and longer."
+    "**Slow-motion replay.** The two runs above went one after the other (one machine cannot run both fairly "
+    "at once), and on a fast machine both make speech faster than it plays, so both sound the same. These "
+    "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
+    "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
+    "the decoder was still working on it. The automatic factor makes the autoregressive run slower than real "
+    "time, so it stalls, and the speculative run faster, so it flows; type another factor to hear it "
+    "at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
-#: Presenter mode's version (the page must fit a 1280x720 projector).
-REPLAY_NOTE_SHORT = "**Replay at measured speed** (the runs went one after the other)"
-#: Start both replays together (the browser's own players, from the beginning).
-PLAY_BOTH_JS = """() => {
-  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
-    const audio = document.querySelector('#' + id + ' audio');
-    if (audio) { audio.currentTime = 0; audio.play(); }
-  }
+#: Before a race: the replay row's one line, updated with the factor when a race is done.
+REPLAY_WAITING = "**Slow-motion replay** (after a race)"
+#: Never two voices at once. Installed once per page (by the first race or replay): when one of the race's
+#: players starts, every other one that is playing is paused and held, so a streamed player that receives
+#: more audio later does not start again by itself; a held player plays again only when clicked (or at the
+#: next race). So when the speculative lane's live audio starts while the autoregressive lane's is still
+#: playing, the earlier voice stops and the newer one is heard.
+VOICES_JS = """
+if (!window.ssdVoices) {
+  const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
+  const audio = (id) => document.querySelector('#' + id + ' audio');
+  const held = new Set();
+  let touched = {id: null, at: 0};
+  document.addEventListener('pointerdown', (e) => {
+    const id = ids.find((i) => e.target.closest && e.target.closest('#' + i));
+    if (id) { touched = {id, at: performance.now()}; }
+  }, true);
+  document.addEventListener('play', (e) => {
+    const id = ids.find((i) => audio(i) === e.target);
+    if (!id) { return; }
+    const byHand = touched.id === id && performance.now() - touched.at < 2000;
+    if (held.has(id) && !byHand) { e.target.pause(); return; }
+    held.delete(id);
+    for (const other of ids) {
+      const a = audio(other);
+      if (other !== id && a && !a.paused) { a.pause(); held.add(other); }
+    }
+  }, true);
+  window.ssdVoices = {
+    hold: (...which) => { for (const id of which) { held.add(id); const a = audio(id); if (a) { a.pause(); } } },
+    play: (id) => { held.delete(id); const a = audio(id); if (a) { a.currentTime = 0; return a.play(); } },
+    audio, reset: () => held.clear(),
+  };
+}
+"""
+#: A race starts: the voice rule is in place, nothing is held, the replays are silent and the toasts of
+#: earlier races are gone.
+RACE_START_JS = "() => {" + VOICES_JS + """
+  window.ssdVoices.reset();
+  window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
+  for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
+  return [];
+}"""
+#: "Replay both": the live players stop, then the autoregressive replay plays and, when it ends, the
+#: speculative one (an audience follows one voice at a time). Clicking again starts over.
+PLAY_BOTH_JS = "() => {" + VOICES_JS + """
+  const voices = window.ssdVoices;
+  voices.hold('ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-spec');
+  const first = voices.audio('ssd-replay-ar');
+  if (!first) { return; }
+  const turn = (window.ssdReplayTurn = (window.ssdReplayTurn || 0) + 1);
+  first.addEventListener('ended', () => { if (window.ssdReplayTurn === turn) { voices.play('ssd-replay-spec'); } },
+                         {once: true});
+  voices.play('ssd-replay-ar');
 }"""
 #: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
 #: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
@@ -94,11 +145,13 @@ class RaceView:
     replay_ar: gr.Audio
     replay_spec: gr.Audio
     replay_both: gr.Button
+    replay_note: gr.Markdown  # the slow-motion factor and both lanes' paces at it
+    factor: gr.Number  # the speaker's slow-motion factor (empty or 0: automatic)
 
     @property
     def outputs(self) -> list[gr.Component]:
         return [self.status, self.ar_live, self.spec_live, self.ar_stream, self.spec_stream, self.headline,
-                self.replay_ar, self.replay_spec]
+                self.replay_ar, self.replay_spec, self.replay_note]
 
 
 def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
@@ -116,16 +169,53 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
             spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
                                    buttons=[], elem_id="ssd-spec-stream")
     with gr.Row(elem_id="ssd-replay"):
-        with gr.Column(scale=1, min_width=160):
+        with gr.Column(scale=2, min_width=240):
             gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
-            gr.Markdown(REPLAY_NOTE_SHORT, elem_classes=["ssd-presenter-only"])
-            replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
-        replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
+            replay_note = gr.Markdown(REPLAY_WAITING, elem_id="ssd-replay-note")
+            with gr.Row():
+                replay_both = gr.Button("Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
+                                        scale=2)
+                factor = gr.Number(label="Slow motion ×", value=None, minimum=0, maximum=MAX_FACTOR, step=0.5,
+                                   placeholder="auto", elem_id="ssd-factor", scale=1, min_width=90)
+        replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
                              buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
-        replay_spec = gr.Audio(label="Replay at measured speed: speculative", type="filepath", interactive=False,
+        replay_spec = gr.Audio(label="Slow motion: speculative", type="filepath", interactive=False,
                                buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
     replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
-    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both)
+    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both,
+                    replay_note, factor)
+
+
+def replay_note(replay: compare.SlowMotion) -> str:
+    """The replay row's line: the factor, and how long one second of speech took each lane at it."""
+    how = "automatic" if replay.automatic else "chosen"
+    return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
+            f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
+            f"**{replay.spec_real_time_factor:.2f} s** (speculative)")
+
+
+def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio, details: gr.JSON) -> Callable:
+    """The factor box's handler: both replays again at the typed factor (empty or 0: automatic), from the
+    clips and timings the page holds; nothing to do before a race."""
+    def rerender(ar_path, spec_path, shown: dict | None, factor):
+        if not ar_path or not spec_path or not shown or "race" not in shown:
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, _factor(factor))
+            paths = compare.write_replay_files(replay, shown["autoregressive"]["sample_rate"])
+        except Exception as error:  # noqa: BLE001 - a message, never a traceback
+            raise to_gradio_error(error) from None
+        return str(paths[0]), str(paths[1]), replay_note(replay)
+
+    return rerender
+
+
+def _factor(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
@@ -145,6 +235,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
     page's own race ends there (its status line is the one message: no toast, no error badge)."""
     race_outputs = [*view.outputs, *results.values()]
     status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
+    note = view.replay_note
     ar_stream, spec_stream = view.ar_stream, view.spec_stream
     streams = {"autoregressive": ar_stream, "speculative": spec_stream}
     lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
@@ -189,10 +280,12 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         warn_if_draft_replaced(comparison)
         try:
             ar_path, spec_path = compare.write_audio_files(comparison)
-            replay = compare.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
+            replay = compare.slow_motion_of(race, comparison)
+            replay_paths = compare.write_replay_files(replay, comparison.spec.sample_rate, ar_path.parent)
             race.stage = "Both runs done: drawing the charts and the token view"
-            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay[0]),
-                     replay_spec: str(replay[1]), ar_audio: str(ar_path), spec_audio: str(spec_path),
+            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay_paths[0]),
+                     replay_spec: str(replay_paths[1]), note: replay_note(replay),
+                     ar_audio: str(ar_path), spec_audio: str(spec_path),
                      stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
                      details: {**compare.details(comparison), "race": compare.race_details(race)}}
             yield frame({**live(race), **shown})
@@ -222,7 +315,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, jobs.stop_check(chosen["request"]), race)) as events:
             yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
-                         replay_spec: None})
+                         replay_spec: None, note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
                     yield frame({**live(race), **flushes(last_sent)})
