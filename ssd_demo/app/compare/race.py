@@ -59,7 +59,7 @@ class Race:
     """The whole race's live state: what the page is doing, and both lanes. It is the `LaneSink` the
     pipeline streams to and the `progress` it reports its stages to."""
 
-    stage: str = "Waiting for the model"
+    stage: str = "Starting the race"
     lanes: dict[str, RaceLane] = field(default_factory=lambda: {name: RaceLane(name) for name in LANES})
 
     def report(self, fraction: float = 0.0, desc: str | None = None) -> None:

@@ -22,7 +22,6 @@ import gradio as gr
 from .. import compare, jobs
 from . import arguments
 from ..errors import to_gradio_error
-from ...comparison.slow_motion import MAX_FACTOR
 
 REPLAY_NOTE = (
     "**Slow-motion replay.** The two runs above went one after the other (one machine cannot run both fairly "
@@ -30,41 +29,75 @@ REPLAY_NOTE = (
     "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
     "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
     "the decoder was still working on it. The automatic factor makes the autoregressive run slower than real "
-    "time, so it stalls, and the speculative run faster, so it flows; type another factor to hear it "
-    "at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
+    "time, so it stalls, and the speculative run faster, so it flows; pick or type another factor to "
+    "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
+#: What the slow-motion factor box offers (any other positive number can be typed); "auto": `automatic_factor`.
+FACTOR_CHOICES = ("auto", "1", "2", "3", "5", "10", "20")
+#: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
+#: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
+STAGE_CSS = """
+body.ssd-presenter .ssd-example { white-space: normal; font-size: 0.85rem; line-height: 1.15; padding: 0.2rem 0.5rem; }
+body.ssd-presenter #ssd-headline h1 { font-size: 2.4rem; margin: 0; }
+body.ssd-presenter .ssd-lane h3 { margin: 0 0 0.2rem 0; }
+body.ssd-presenter #ssd-replay-note p { margin: 0; }
+body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
+#ssd-stage-css { display: none; }
+"""
 #: Before a race: the replay row's one line, updated with the factor when a race is done.
-REPLAY_WAITING = "**Slow-motion replay** (after a race)"
-#: Never two voices at once. Installed once per page (by the first race or replay): when one of the race's
-#: players starts, every other one that is playing is paused and held, so a streamed player that receives
-#: more audio later does not start again by itself; a held player plays again only when clicked (or at the
-#: next race). So when the speculative lane's live audio starts while the autoregressive lane's is still
-#: playing, the earlier voice stops and the newer one is heard.
+REPLAY_WAITING = "**Slow-motion replay** (after a race; pick a factor or leave it on auto)"
+#: Never two voices at once: a voice that would start while another is sounding waits for its turn.
+#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's
+#: start while it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one
+#: of the race's players starts sounding while another one is, it is paused and queued, and it plays
+#: when the other stops sounding (its audio ran out, it ended or was paused). Because the lanes decode one
+#: after the other, the speculative lane's live audio, often ready while the autoregressive lane's is
+#: still playing, is heard in full right after it. A player clicked by hand plays at once and pauses the
+#: others; `hold` pauses a player and keeps it quiet (no turn, no restart when its stream sends more
+#: audio) until it is clicked or the next race starts.
 VOICES_JS = """
 if (!window.ssdVoices) {
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const audio = (id) => document.querySelector('#' + id + ' audio');
-  const held = new Set();
-  let touched = {id: null, at: 0};
-  document.addEventListener('pointerdown', (e) => {
-    const id = ids.find((i) => e.target.closest && e.target.closest('#' + i));
-    if (id) { touched = {id, at: performance.now()}; }
-  }, true);
+  const held = new Set(), sounding = new Set();
+  let queue = [], touched = {id: null, at: 0};
+  const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
+  const byHand = (id) => touched.id === id && performance.now() - touched.at < 2000;
+  const quiet = (id) => { const a = audio(id); if (a && !a.paused) { a.pause(); } };
+  const hold = (id) => { held.add(id); sounding.delete(id); queue = queue.filter((q) => q !== id); quiet(id); };
+  document.addEventListener('pointerdown', (e) => { const id = idOf(e); if (id) { touched = {id, at: performance.now()}; } },
+                            true);
   document.addEventListener('play', (e) => {
-    const id = ids.find((i) => audio(i) === e.target);
-    if (!id) { return; }
-    const byHand = touched.id === id && performance.now() - touched.at < 2000;
-    if (held.has(id) && !byHand) { e.target.pause(); return; }
-    held.delete(id);
-    for (const other of ids) {
-      const a = audio(other);
-      if (other !== id && a && !a.paused) { a.pause(); held.add(other); }
-    }
+    const id = idOf(e);
+    if (id && held.has(id)) { if (byHand(id)) { held.delete(id); } else { e.target.pause(); } }
   }, true);
+  document.addEventListener('playing', (e) => {
+    const id = idOf(e);
+    if (!id) { return; }
+    if (byHand(id)) {
+      held.delete(id);
+      queue = queue.filter((q) => q !== id);
+      for (const other of [...sounding]) { if (other !== id) { hold(other); } }
+    } else if (held.has(id) || [...sounding].some((other) => other !== id)) {
+      e.target.pause();
+      if (!held.has(id) && !queue.includes(id)) { queue.push(id); }
+      return;
+    }
+    sounding.add(id);
+  }, true);
+  for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
+    document.addEventListener(name, (e) => {
+      const id = idOf(e);
+      if (!id || !sounding.delete(id) || sounding.size) { return; }
+      const next = queue.shift();
+      if (next) { const a = audio(next); if (a) { a.play(); } }
+    }, true);
+  }
   window.ssdVoices = {
-    hold: (...which) => { for (const id of which) { held.add(id); const a = audio(id); if (a) { a.pause(); } } },
-    play: (id) => { held.delete(id); const a = audio(id); if (a) { a.currentTime = 0; return a.play(); } },
-    audio, reset: () => held.clear(),
+    hold: (...which) => which.forEach(hold),
+    play: (id) => { held.delete(id); queue = queue.filter((q) => q !== id); const a = audio(id);
+                    if (a) { a.currentTime = 0; return a.play(); } },
+    audio, reset: () => { held.clear(); queue = []; },
   };
 }
 """
@@ -92,11 +125,12 @@ PLAY_BOTH_JS = "() => {" + VOICES_JS + """
 #: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
 #: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
 #: for a second and a half while the page still says the race stopped or was not run.
-IDLE_PLAYERS_JS = """() => {
+IDLE_PLAYERS_JS = """(...inputs) => {
   const pause = () => {
     const status = document.querySelector('#ssd-status');
     const text = status ? status.innerText.trim() : '';
     if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }
+    if (window.ssdVoices) { window.ssdVoices.hold('ssd-ar-stream', 'ssd-spec-stream'); }
     for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
       const audio = document.querySelector('#' + id + ' audio');
       if (audio) { audio.pause(); }
@@ -104,7 +138,7 @@ IDLE_PLAYERS_JS = """() => {
   };
   pause();
   for (const ms of [100, 300, 700, 1500]) { setTimeout(pause, ms); }
-  return [];
+  return inputs;
 }"""
 #: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
 PRESENTER_JS = """(on) => {
@@ -157,6 +191,7 @@ class RaceView:
 def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
     """Both lanes side by side, then the replay row (inside the caller's layout)."""
     empty = compare.Race()
+    gr.HTML(f"<style>{STAGE_CSS}</style>", elem_id="ssd-stage-css", container=False, padding=False)
     with gr.Row(elem_id="ssd-race"):
         with gr.Column():
             ar_live = gr.Markdown(compare.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
@@ -172,11 +207,12 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
         with gr.Column(scale=2, min_width=240):
             gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
             replay_note = gr.Markdown(REPLAY_WAITING, elem_id="ssd-replay-note")
-            with gr.Row():
-                replay_both = gr.Button("Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
-                                        scale=2)
-                factor = gr.Number(label="Slow motion ×", value=None, minimum=0, maximum=MAX_FACTOR, step=0.5,
-                                   placeholder="auto", elem_id="ssd-factor", scale=1, min_width=90)
+            with gr.Row(equal_height=True):
+                replay_both = gr.Button("▶ Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
+                                        scale=3)
+                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=FACTOR_CHOICES[0], allow_custom_value=True,
+                                     label="Slow motion ×", show_label=False, container=False, elem_id="ssd-factor",
+                                     scale=1, min_width=90)
         replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
                              buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
         replay_spec = gr.Audio(label="Slow motion: speculative", type="filepath", interactive=False,
@@ -211,6 +247,7 @@ def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio
 
 
 def _factor(value) -> float | None:
+    """The typed factor; None for "auto" (or anything that is not a positive number)."""
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -21,7 +21,7 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import (IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
+from .race_view import (FACTOR_CHOICES, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
     slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
@@ -328,13 +328,17 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def locked(*values):
         return (*values, *(gr.update(interactive=False) for _ in starters))
 
-    def unlocked():
-        return tuple(gr.update(interactive=True) for _ in starters)
+    def unlocked(shown: str):
+        """The race ended: its buttons work again; after a refusal the live players are emptied (the
+        race's own last frame can only end their streams, which leaves them at 0:00 with a pause icon)."""
+        cleared = (None, None) if str(shown or "").startswith("**Not run:**") else (gr.skip(), gr.skip())
+        return (*(gr.update(interactive=True) for _ in starters), *cleared)
 
     # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
     # on a hidden button like /synthesize) raises the error as well.
     race_api_button.click(race_api, api_name="race", **race_options)
-    ended = dict(outputs=starters, js=IDLE_PLAYERS_JS, **private)
+    ended = dict(inputs=[status], outputs=[*starters, race_view.ar_stream, race_view.spec_stream], js=IDLE_PLAYERS_JS,
+                 **private)
     # The replays at the speaker's factor, when one is typed (the race renders them at the automatic one).
     rerender = slow_motion_handler(race_view, ar_audio, spec_audio, details)
     replay_inputs = dict(inputs=[ar_audio, spec_audio, details, race_view.factor],
@@ -342,14 +346,14 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     def after_race(chain):
         chain.then(race_run, api_visibility="private", **race_options).then(unlocked, **ended) \
-            .then(lambda *values: rerender(*values) if values[-1] else (gr.skip(),) * 3, **replay_inputs)
+            .then(lambda *values: rerender(*values) if values[-1] != FACTOR_CHOICES[0] else (gr.skip(),) * 3,
+                  **replay_inputs)
 
     after_race(run.click(locked, outputs=starters, js=RACE_START_JS, **private))
     for button, sentence in example_buttons:
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
-    race_view.factor.submit(rerender, **replay_inputs)
-    race_view.factor.blur(rerender, **replay_inputs)
+    race_view.factor.input(rerender, **replay_inputs)
     readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **private)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
