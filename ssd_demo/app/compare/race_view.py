@@ -101,9 +101,11 @@ if (!window.ssdVoices) {
   };
 }
 """
-#: A race starts: the voice rule is in place, nothing is held, the replays are silent and the toasts of
-#: earlier races are gone.
+#: A race starts: its buttons are disabled at once in the browser (a double click must not reach the server
+#: twice before the server disables them), the voice rule is in place, nothing is held, the replays are
+#: silent and the toasts of earlier races are gone.
 RACE_START_JS = "() => {" + VOICES_JS + """
+  for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
   window.ssdVoices.reset();
   window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
   for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
