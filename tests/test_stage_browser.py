@@ -243,3 +243,21 @@ def test_a_long_paragraph_is_heard_one_voice_at_a_time(page, artifacts):
     assert state["heard"]["ssd-ar-stream"] < state["heard"]["ssd-spec-stream"], state
     assert state["overlaps"] == 0, page.evaluate("window.ssdStage.overlaps")
     _fits(page, artifacts, "done_paragraph")
+
+
+def test_a_toast_does_not_outlive_its_race(browser, app_url):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(app_url, wait_until="networkidle")
+        page.evaluate(MONITOR_JS)
+        draft = page.get_by_label("Draft model")
+        draft.fill("no-such-draft")
+        draft.press("Enter")
+        page.locator("#ssd-text textarea").fill("Hello there.")
+        page.locator("#ssd-run").click()
+        page.wait_for_function(f"({STATE_JS})().toasts > 0", timeout=300_000)  # "... is not available; used ..."
+        page.locator("#ssd-run").click()  # the next race: the pop-up from the one before is gone
+        page.wait_for_function(f"({STATE_JS})().toasts === 0", timeout=10_000)
+        _statuses_until(page, _race_done)
+    finally:
+        page.close()
