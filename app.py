@@ -1,6 +1,7 @@
 """Hugging Face Space / local entry point: `python app.py`.
 
-Builds the page from `ssd_demo.app.page` and launches it. Honours GRADIO_SERVER_NAME and
+Builds the page from `ssd_demo.app.page`, starts getting the machine ready in the background
+(`ssd_demo.comparison.startup`) and launches it. Honours GRADIO_SERVER_NAME and
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
@@ -14,8 +15,13 @@ except ImportError:
     pass
 
 from ssd_demo.app.page import build_demo, launch_options  # noqa: E402
+from ssd_demo.comparison import get_ready_in_background  # noqa: E402
+from ssd_demo.presets import list_presets  # noqa: E402
 
 demo = build_demo()
+# The first race should be as quick as the next ones: warm up and measure this machine's costs now, in the
+# background, for the preset the page opens with (the page says so until it is done).
+get_ready_in_background(list_presets()[0].key)
 
 if __name__ == "__main__":
     demo.launch(

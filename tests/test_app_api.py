@@ -319,7 +319,7 @@ def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, mess
 # --- the race: both decoders streamed, through gradio_client's streaming -----------------------------
 
 RACE_OUTPUTS = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
-                *OUTPUTS)
+                "replay_note", *OUTPUTS)
 
 
 def test_race_streams_both_decoders_and_ends_with_every_result(client):
@@ -341,7 +341,8 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
         assert race["tokens"] == len(details[run]["tokens"]) and race["pieces"]
         assert 0 <= race["time_to_first_audio"] <= race["time_to_last_audio"]
         assert race["target_calls"] == details[run]["stats"]["target_calls"]
-    assert Path(final["replay_ar"]).name == "replay_at_measured_speed_autoregressive.wav"
+    assert Path(final["replay_ar"]).name.startswith("slow_motion_x")
+    assert final["replay_note"].startswith("**Slow motion ×")
     assert soundfile.info(final["replay_ar"]).duration == soundfile.info(final["replay_spec"]).duration > 0
     assert Path(final["ar_audio"]).is_file() and final["stats"].startswith("| | Autoregressive")
     assert final["tokens_vs_time"]["plot"].startswith("data:image/png")

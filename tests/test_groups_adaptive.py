@@ -216,3 +216,9 @@ def test_costs_are_measured_on_this_machine_and_cached():
     assert costs.draft > 0 and costs.target_step_seconds > 0
     assert costs.round_cost(2) == pytest.approx(2 * costs.draft + costs.verify[2])
     assert calibrated_costs(target, draft) is calibrated_costs(target, draft)
+    # What was timed is kept: K = 1, 2, 4; the rest is filled in, and a kept cost is never below its timing.
+    assert [k for k, _ in costs.measured_verify] == [1, 2, 4]
+    assert [costs.verify_origin(k) for k in (3, 5, 6)] == ["filled in"] * 3
+    for k, timed in costs.measured_verify:
+        assert costs.verify[k] >= timed and costs.verify_origin(k) == ("measured" if costs.verify[k] == timed
+                                                                        else "raised")

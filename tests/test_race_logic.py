@@ -10,7 +10,7 @@ import soundfile
 
 from ssd_demo.app import compare as app_logic
 from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Stopped, Tick, headline,
-    lane_markdown, race_details, race_events, run_race, write_replay_files)
+    lane_markdown, race_details, race_events, run_race, slow_motion_from_files, slow_motion_of, write_replay_files)
 from ssd_demo.errors import TextError
 from toy_backend import TOY_KEY, register_toy_preset
 
@@ -44,8 +44,15 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
         assert lane.seconds == result.total_seconds
         assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
         assert race_details(race)[name]["run_seconds"] == result.total_seconds
-    ar_path, spec_path = write_replay_files(race, comparison.ar.sample_rate, tmp_path)
+    replay = slow_motion_of(race, comparison)
+    ar_path, spec_path = write_replay_files(replay, comparison.ar.sample_rate, tmp_path)
     assert soundfile.info(str(ar_path)).frames == soundfile.info(str(spec_path)).frames > 0
+    # The same replay from what the page holds after the race (both clips and the JSON details).
+    ar_clip, spec_clip = app_logic.write_audio_files(comparison, tmp_path)
+    shown = {**app_logic.details(comparison), "race": race_details(race)}
+    again = slow_motion_from_files(ar_clip, spec_clip, shown)
+    assert again.factor == replay.factor and len(again.ar_track) == len(replay.ar_track)
+    assert slow_motion_from_files(ar_clip, spec_clip, shown, factor=3.0).factor == 3.0
     assert headline(comparison, race).startswith("# Speculative is ")
     assert "first audio after" in headline(comparison, race)
 
@@ -168,7 +175,7 @@ def _race_page(raise_refusals: bool = False):
     handler = race_handler(view, results, synthesize_signature(app_logic.preset_defaults(TOY_KEY)), "race-test",
                            raise_refusals=raise_refusals)
     names = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
-             *OUTPUT_NAMES)
+             "replay_note", *OUTPUT_NAMES)
     return handler, lambda frame: dict(zip(names, frame))
 
 

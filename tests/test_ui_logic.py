@@ -321,7 +321,21 @@ def test_the_comparison_shows_this_machines_costs_and_adaptive_k_uses_them(toy):
     assert costs is not None and costs.verify[0] == 1.0 and len(costs.verify) > comparison.config.draft_len
     assert comparison.config.verify_costs == costs.verify and comparison.config.cost_ratio == costs.draft
     text = app_logic.stats_markdown(comparison)
-    assert "Calibrated here" in text and "Best K on this machine" in text
+    assert "Calibrated here" in text and "Predicted speedup, calibrated costs" in text
+    # One formula for every prediction: the strict one is the calibrated one with this run's own costs.
+    from ssd_demo.engine.calibration import StepCosts, predicted_with
+    report = comparison.report
+    own = StepCosts(draft=report.cost_ratio, verify=(1.0,) * report.draft_len + (report.verify_ratio,),
+                    target_step_seconds=1.0)
+    assert predicted_with(report.alpha, own, report.draft_len) == pytest.approx(report.predicted_strict)
+    at_used = predicted_with(report.alpha, costs, comparison.config.draft_len)
+    assert f"K = {comparison.config.draft_len}: {at_used:.2f}×" in text
+    # Each calibrated verify cost says where it comes from: timed, raised to a shorter block's, or filled in.
+    timed = dict(costs.measured_verify)
+    origins = app_logic.details(comparison)["calibration"]["verify_origin"]
+    for k in range(1, len(costs.verify)):
+        expected = ("filled in" if k not in timed else "measured" if costs.verify[k] == timed[k] else "raised")
+        assert origins[k] == expected == costs.verify_origin(k)
     assert f"| Target's matmul kernels here (rows = tokens per call) | {costs.kernels} | {costs.kernels} |" in text
     calibration = app_logic.details(comparison)["calibration"]
     assert 0 <= calibration["best_draft_len"] <= comparison.config.draft_len

@@ -101,13 +101,26 @@ def _no_progress(*args, **kwargs) -> None:
     return None
 
 
+#: What the job holding the models is doing, for those waiting for them ("" when it did not say).
+_holder = {"doing": ""}
+
+
 @contextmanager
-def model_turn(progress: ProgressFn) -> Iterator[None]:
-    """One model job at a time (`MODEL_JOB_LOCK`), saying so while another job holds the models."""
-    progress(0.0, desc="Waiting for the model" if MODEL_JOB_LOCK.locked() else "Loading the model")
-    with MODEL_JOB_LOCK:
+def model_turn(progress: ProgressFn, doing: str = "") -> Iterator[None]:
+    """One model job at a time (`MODEL_JOB_LOCK`), saying so while another job holds the models (and
+    what it is doing, when it said so in its own `doing`)."""
+    if MODEL_JOB_LOCK.locked():
+        other = _holder["doing"]
+        progress(0.0, desc=f"Waiting for the model: {other}" if other else "Waiting for the model")
+    else:
         progress(0.0, desc="Loading the model")
-        yield
+    with MODEL_JOB_LOCK:
+        _holder["doing"] = doing
+        try:
+            progress(0.0, desc="Loading the model")
+            yield
+        finally:
+            _holder["doing"] = ""
 
 
 def prepare(request: Request, progress: ProgressFn | None = None,
@@ -132,24 +145,30 @@ def prepare(request: Request, progress: ProgressFn | None = None,
 
 
 def get_ready(synthesizer: Synthesizer, job: Job, progress: ProgressFn) -> tuple[Job, StepCosts]:
-    """The device steps: check the GPU memory, set the CPU threads, warm up, and measure this machine's
-    costs; returns the job with adaptive K deciding by those costs, and the costs."""
+    """The device steps (`ready_machine`); returns the job with adaptive K deciding by this machine's
+    costs, and the costs."""
+    costs = ready_machine(synthesizer, job.draft, progress)
+    if job.config.adaptive_draft_len and job.config.verify_costs is None:
+        job = replace(job, config=job.config.with_(cost_ratio=costs.draft, verify_costs=costs.verify))
+    return job, costs
+
+
+def ready_machine(synthesizer: Synthesizer, draft: str, progress: ProgressFn) -> StepCosts:
+    """Check the GPU memory, set the CPU threads, warm up, and measure this machine's draft and verify
+    costs (each once per process; what the app also does in the background when it starts)."""
     model_memory.check_gpu_memory(synthesizer)  # on ZeroGPU the only place where the GPU can be measured
     if synthesizer.device.type == "cpu":
         # Process-wide, but safe: model jobs run one at a time (`model_turn`).
         torch.set_num_threads(cpu_threads_for(synthesizer))
     progress(0.1, desc="Warming up the models (first run only)")
-    warm_up(synthesizer, job.draft)
+    warm_up(synthesizer, draft)
     # Measured once per pair: shown next to the measured speedup, and what adaptive K decides with, so
     # that it drafts nothing where drafting does not pay.
-    draft_model = synthesizer.drafts[job.draft]
+    draft_model = synthesizer.drafts[draft]
     if not is_calibrated(synthesizer.target, draft_model):
         progress(0.2, desc="Measuring this machine's draft and verify costs (first run only; up to half a minute "
                            "on a busy CPU)")
-    costs = calibrated_costs(synthesizer.target, draft_model)
-    if job.config.adaptive_draft_len and job.config.verify_costs is None:
-        job = replace(job, config=job.config.with_(cost_ratio=costs.draft, verify_costs=costs.verify))
-    return job, costs
+    return calibrated_costs(synthesizer.target, draft_model)
 
 
 def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: StopCheck | None = None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import SETTINGS, DecodingConfig
-from ..results import expected_tokens_per_round
+from ..results import predicted_speedup
 from .generate import autoregressive_generate, speculative_generate
 from .static_cache import describe_kernels
 
@@ -37,16 +37,33 @@ class StepCosts:
     verify: tuple[float, ...]
     target_step_seconds: float
     kernels: str = ""  # the target forward's matmul kernels the costs were measured with (`describe_kernels`)
+    #: (K, median measured verify cost) for each K that was timed; the others in `verify` are filled in.
+    measured_verify: tuple[tuple[int, float], ...] = ()
 
     def round_cost(self, k: int) -> float:
         """Target steps a round of K = k costs: k draft steps and one verify of k + 1 tokens."""
         verify = self.verify[min(k, len(self.verify) - 1)]
         return k * self.draft + verify
 
+    def verify_origin(self, k: int) -> str:
+        """Where verify[k] comes from: "measured" (timed, kept as timed), "raised" (timed lower than a
+        shorter block and raised to it: verifying more tokens never costs less, so the difference is
+        timing noise) or "filled in" (not timed: interpolated between timed K, or extrapolated past the
+        last); "" when the costs carry no record of what was timed."""
+        timed = dict(self.measured_verify)
+        if not timed:
+            return ""
+        if k not in timed:
+            return "filled in"
+        return "measured" if self.verify[k] <= timed[k] + 1e-12 else "raised"
+
     def describe(self) -> str:
         shown = ", ".join(f"{v:.2f}" for v in self.verify[1:])
         kernels = f" ({self.kernels})" if self.kernels else ""
-        return f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps{kernels}"
+        timed = ", ".join(f"{k}: {v:.2f}" for k, v in self.measured_verify)
+        measured = f"; timed at K = {timed}, the rest filled in" if timed else ""
+        return (f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps"
+                f"{measured}{kernels}")
 
 
 #: Block sizes timed; costs in between are interpolated and beyond the last extrapolated linearly.
@@ -95,7 +112,8 @@ def measure_costs(target, draft, context: int = 32, tokens: int = 32, repeats: i
             value = verify_at[b] + (verify_at[b] - verify_at[a]) / (b - a) * (k - b)
         verify.append(max(value, verify[-1]))
     return StepCosts(draft=max(statistics.median(draft_ratios), 1e-3), verify=tuple(verify),
-                     target_step_seconds=statistics.median(steps), kernels=describe_kernels(target))
+                     target_step_seconds=statistics.median(steps), kernels=describe_kernels(target),
+                     measured_verify=tuple(sorted(verify_at.items())))
 
 
 _CACHE: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
@@ -120,8 +138,9 @@ def calibrated_costs(target, draft, refresh: bool = False) -> StepCosts:
 
 
 def predicted_with(alpha: float, costs: StepCosts, k: int) -> float:
-    """The strict prediction of the LM speedup at acceptance `alpha` and K = `k` with these costs."""
-    return expected_tokens_per_round(alpha, k) / costs.round_cost(k)
+    """The strict prediction of the LM speedup at acceptance `alpha` and K = `k` with these costs: the
+    one formula of `results.predicted_speedup`, with this machine's c and verify cost of K."""
+    return predicted_speedup(alpha, k, costs.draft, costs.verify[min(k, len(costs.verify) - 1)])
 
 
 def best_draft_len(alpha: float, costs: StepCosts, max_len: int) -> tuple[int, float]:

@@ -20,7 +20,8 @@ from .preset_info import (PresetDefaults, device_note, example_texts, preset_def
     MAX_EXAMPLES)
 from .events import Done, Event, Failed, Piece, Started, Stopped, Tick, race_events
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
-    write_replay_files)
+    slow_motion_from_files, slow_motion_of, write_replay_files)
+from ...comparison.slow_motion import SlowMotion
 from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
     preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run, token_label_for, warm_up)
 from ...comparison import pipeline as session  # noqa: F401 - its name here before it moved to the library
@@ -32,7 +33,7 @@ from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_sp
 
 __all__ = [
     "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
-    "write_replay_files",
+    "write_replay_files", "slow_motion_of", "slow_motion_from_files", "SlowMotion",
     "Done", "Event", "Failed", "Piece", "Started", "Stopped", "Tick", "race_events",
     "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",

@@ -22,7 +22,8 @@ import soundfile
 
 from ...cancellation import StopCheck, check
 from ...comparison import LANES, Comparison, LaneSink, model_turn, prepare, run
-from ...streaming import AudioPiece, measured_timeline, stream_timing
+from ...comparison.slow_motion import SlowMotion, TimedPiece, pieces_from_timing, slow_motion
+from ...streaming import AudioPiece, stream_timing
 from ...synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
 from .settings import Request
@@ -58,7 +59,7 @@ class Race:
     """The whole race's live state: what the page is doing, and both lanes. It is the `LaneSink` the
     pipeline streams to and the `progress` it reports its stages to."""
 
-    stage: str = "Waiting for the model"
+    stage: str = "Starting the race"
     lanes: dict[str, RaceLane] = field(default_factory=lambda: {name: RaceLane(name) for name in LANES})
 
     def report(self, fraction: float = 0.0, desc: str | None = None) -> None:
@@ -140,16 +141,36 @@ def race_details(race: Race) -> dict:
                    "tokens": lane.tokens} for name, lane in race.lanes.items()}
 
 
-def write_replay_files(race: Race, sample_rate: int, directory: Path | None = None) -> tuple[Path, Path]:
-    """Each lane as heard live: silence until each piece was ready, then the piece (same length, so
-    the two players run side by side)."""
+def slow_motion_of(race: Race, comparison: Comparison, factor: float | None = None) -> SlowMotion:
+    """The race's slow-motion replay (`comparison.slow_motion`): each lane's pieces as they were ready,
+    both timelines stretched by `factor` (None: the automatic one)."""
+    def timed(name: str) -> list[TimedPiece]:
+        return [TimedPiece(p.start_sample, p.start_sample + len(p.audio), p.ready_seconds)
+                for p in race.lanes[name].pieces]
+
+    ar, spec = comparison.ar, comparison.spec
+    return slow_motion(ar.audio, timed("autoregressive"), ar.real_time_factor, spec.audio, timed("speculative"),
+                       spec.real_time_factor, ar.sample_rate, factor)
+
+
+def slow_motion_from_files(ar_path: str | Path, spec_path: str | Path, details: dict,
+                           factor: float | None = None) -> SlowMotion:
+    """The same replay again, from what the page holds after a race: both clips' WAV files and the JSON
+    details (each piece's timing and each run's real-time factor), e.g. at another factor."""
+    clips = [soundfile.read(str(path), dtype="float32", always_2d=False) for path in (ar_path, spec_path)]
+    (ar_audio, rate), (spec_audio, _) = clips
+    timings = [pieces_from_timing(details["race"][name], rate) for name in LANES]
+    ar_rtf, spec_rtf = (details[name]["real_time_factor"] for name in LANES)
+    return slow_motion(ar_audio, timings[0], ar_rtf, spec_audio, timings[1], spec_rtf, rate, factor)
+
+
+def write_replay_files(replay: SlowMotion, sample_rate: int, directory: Path | None = None) -> tuple[Path, Path]:
+    """Both slow-motion tracks as WAV files (named by the factor, so a new factor is a new file)."""
     directory = directory or audio_directory()
-    tracks = [measured_timeline(race.lanes[name].pieces, sample_rate) for name in LANES]
-    length = max(len(t) for t in tracks)
     paths = []
-    for name, track in zip(LANES, tracks):
-        path = directory / f"replay_at_measured_speed_{name}.wav"
-        write_wav(path, np.pad(track, (0, length - len(track))), sample_rate)
+    for name, track in zip(LANES, (replay.ar_track, replay.spec_track)):
+        path = directory / f"slow_motion_x{replay.factor:.2f}_{name}.wav"
+        write_wav(path, track, sample_rate)
         paths.append(path)
     return paths[0], paths[1]
 

@@ -1,9 +1,10 @@
 """The Compare tab's race: a thin Gradio layer over the race's events (`compare.race_events`).
 
 `build_race_view` lays out both decoders' lanes (live counters and a streaming player each) and the
-replay at measured speed; `race_handler` returns the `/race` event's generator, which maps each event
+slow-motion replay (`comparison.slow_motion`; `slow_motion_handler` renders it again at a typed factor); `race_handler` returns the `/race` event's generator, which maps each event
 to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
-counters, then the results of `/synthesize` (charts last). Presenter mode is a class on the
+counters, then the results of `/synthesize` (charts last). The page's players follow one rule, never two
+voices at once (`VOICES_JS`). Presenter mode is a class on the
 page (`PRESENTER_JS`; the CSS is in `ssd_demo.app.page.CSS`).
 """
 
@@ -23,29 +24,115 @@ from . import arguments
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
-    "**Replay at measured speed.** The two runs above went one after the other (one machine cannot run "
-    "both fairly at once). These replays put each on its own measured timeline, from the start of its "
-    "run: silence until a piece of audio was ready, then that piece. Played together, they show which "
-    "decoder a listener would have heard first and longer."
+    "**Slow-motion replay.** The two runs above went one after the other (one machine cannot run both fairly "
+    "at once), and on a fast machine both make speech faster than it plays, so both sound the same. These "
+    "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
+    "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
+    "the decoder was still working on it. The automatic factor makes the autoregressive run slower than real "
+    "time, so it stalls, and the speculative run faster, so it flows; pick or type another factor to "
+    "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
-#: Presenter mode's version (the page must fit a 1280x720 projector).
-REPLAY_NOTE_SHORT = "**Replay at measured speed** (the runs went one after the other)"
-#: Start both replays together (the browser's own players, from the beginning).
-PLAY_BOTH_JS = """() => {
-  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
-    const audio = document.querySelector('#' + id + ' audio');
-    if (audio) { audio.currentTime = 0; audio.play(); }
+#: What the slow-motion factor box offers (any other positive number can be typed); "auto": `automatic_factor`.
+FACTOR_CHOICES = ("auto", "1", "2", "3", "5", "10", "20")
+#: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
+#: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
+STAGE_CSS = """
+body.ssd-presenter .ssd-example { white-space: normal; font-size: 0.85rem; line-height: 1.15; padding: 0.2rem 0.5rem; }
+body.ssd-presenter #ssd-headline h1 { font-size: 2.4rem; margin: 0; }
+body.ssd-presenter .ssd-lane h3 { margin: 0 0 0.2rem 0; }
+body.ssd-presenter #ssd-replay-note p { margin: 0; }
+body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
+#ssd-stage-css { display: none; }
+"""
+#: Before a race: the replay row's one line, updated with the factor when a race is done.
+REPLAY_WAITING = "**Slow-motion replay** (after a race; pick a factor or leave it on auto)"
+#: Never two voices at once: a voice that would start while another is sounding waits for its turn.
+#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's
+#: start while it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one
+#: of the race's players starts sounding while another one is, it is paused and queued, and it plays
+#: when the other stops sounding (its audio ran out, it ended or was paused). Because the lanes decode one
+#: after the other, the speculative lane's live audio, often ready while the autoregressive lane's is
+#: still playing, is heard in full right after it. A player clicked by hand plays at once and pauses the
+#: others; `hold` pauses a player and keeps it quiet (no turn, no restart when its stream sends more
+#: audio) until it is clicked or the next race starts.
+VOICES_JS = """
+if (!window.ssdVoices) {
+  const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
+  const audio = (id) => document.querySelector('#' + id + ' audio');
+  const held = new Set(), sounding = new Set();
+  let queue = [], touched = {id: null, at: 0};
+  const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
+  const byHand = (id) => touched.id === id && performance.now() - touched.at < 2000;
+  const quiet = (id) => { const a = audio(id); if (a && !a.paused) { a.pause(); } };
+  const hold = (id) => { held.add(id); sounding.delete(id); queue = queue.filter((q) => q !== id); quiet(id); };
+  document.addEventListener('pointerdown', (e) => { const id = idOf(e); if (id) { touched = {id, at: performance.now()}; } },
+                            true);
+  document.addEventListener('play', (e) => {
+    const id = idOf(e);
+    if (id && held.has(id)) { if (byHand(id)) { held.delete(id); } else { e.target.pause(); } }
+  }, true);
+  document.addEventListener('playing', (e) => {
+    const id = idOf(e);
+    if (!id) { return; }
+    if (byHand(id)) {
+      held.delete(id);
+      queue = queue.filter((q) => q !== id);
+      for (const other of [...sounding]) { if (other !== id) { hold(other); } }
+    } else if (held.has(id) || [...sounding].some((other) => other !== id)) {
+      e.target.pause();
+      if (!held.has(id) && !queue.includes(id)) { queue.push(id); }
+      return;
+    }
+    sounding.add(id);
+  }, true);
+  for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
+    document.addEventListener(name, (e) => {
+      const id = idOf(e);
+      if (!id || !sounding.delete(id) || sounding.size) { return; }
+      const next = queue.shift();
+      if (next) { const a = audio(next); if (a) { a.play(); } }
+    }, true);
   }
+  window.ssdVoices = {
+    hold: (...which) => which.forEach(hold),
+    play: (id) => { held.delete(id); queue = queue.filter((q) => q !== id); const a = audio(id);
+                    if (a) { a.currentTime = 0; return a.play(); } },
+    audio, reset: () => { held.clear(); queue = []; },
+  };
+}
+"""
+#: A race starts: its buttons are disabled at once in the browser (a double click must not reach the server
+#: twice before the server disables them), the voice rule is in place, nothing is held, the replays are
+#: silent and the toasts of earlier races are gone.
+RACE_START_JS = "() => {" + VOICES_JS + """
+  for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
+  window.ssdVoices.reset();
+  window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
+  for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
+  return [];
+}"""
+#: "Replay both": the live players stop, then the autoregressive replay plays and, when it ends, the
+#: speculative one (an audience follows one voice at a time). Clicking again starts over.
+PLAY_BOTH_JS = "() => {" + VOICES_JS + """
+  const voices = window.ssdVoices;
+  voices.hold('ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-spec');
+  const first = voices.audio('ssd-replay-ar');
+  if (!first) { return; }
+  const turn = (window.ssdReplayTurn = (window.ssdReplayTurn || 0) + 1);
+  first.addEventListener('ended', () => { if (window.ssdReplayTurn === turn) { voices.play('ssd-replay-spec'); } },
+                         {once: true});
+  voices.play('ssd-replay-ar');
 }"""
 #: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
 #: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
 #: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
 #: for a second and a half while the page still says the race stopped or was not run.
-IDLE_PLAYERS_JS = """() => {
+IDLE_PLAYERS_JS = """(...inputs) => {
   const pause = () => {
     const status = document.querySelector('#ssd-status');
     const text = status ? status.innerText.trim() : '';
     if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }
+    if (window.ssdVoices) { window.ssdVoices.hold('ssd-ar-stream', 'ssd-spec-stream'); }
     for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
       const audio = document.querySelector('#' + id + ' audio');
       if (audio) { audio.pause(); }
@@ -53,7 +140,7 @@ IDLE_PLAYERS_JS = """() => {
   };
   pause();
   for (const ms of [100, 300, 700, 1500]) { setTimeout(pause, ms); }
-  return [];
+  return inputs;
 }"""
 #: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
 PRESENTER_JS = """(on) => {
@@ -94,16 +181,19 @@ class RaceView:
     replay_ar: gr.Audio
     replay_spec: gr.Audio
     replay_both: gr.Button
+    replay_note: gr.Markdown  # the slow-motion factor and both lanes' paces at it
+    factor: gr.Number  # the speaker's slow-motion factor (empty or 0: automatic)
 
     @property
     def outputs(self) -> list[gr.Component]:
         return [self.status, self.ar_live, self.spec_live, self.ar_stream, self.spec_stream, self.headline,
-                self.replay_ar, self.replay_spec]
+                self.replay_ar, self.replay_spec, self.replay_note]
 
 
 def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
     """Both lanes side by side, then the replay row (inside the caller's layout)."""
     empty = compare.Race()
+    gr.HTML(f"<style>{STAGE_CSS}</style>", elem_id="ssd-stage-css", container=False, padding=False)
     with gr.Row(elem_id="ssd-race"):
         with gr.Column():
             ar_live = gr.Markdown(compare.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
@@ -116,16 +206,55 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
             spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
                                    buttons=[], elem_id="ssd-spec-stream")
     with gr.Row(elem_id="ssd-replay"):
-        with gr.Column(scale=1, min_width=160):
+        with gr.Column(scale=2, min_width=240):
             gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
-            gr.Markdown(REPLAY_NOTE_SHORT, elem_classes=["ssd-presenter-only"])
-            replay_both = gr.Button("Replay both at measured speed", size="sm", elem_id="ssd-replay-both")
-        replay_ar = gr.Audio(label="Replay at measured speed: autoregressive", type="filepath", interactive=False,
+            replay_note = gr.Markdown(REPLAY_WAITING, elem_id="ssd-replay-note")
+            with gr.Row(equal_height=True):
+                replay_both = gr.Button("▶ Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
+                                        scale=3)
+                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=FACTOR_CHOICES[0], allow_custom_value=True,
+                                     label="Slow motion ×", show_label=False, container=False, elem_id="ssd-factor",
+                                     scale=1, min_width=90)
+        replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
                              buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
-        replay_spec = gr.Audio(label="Replay at measured speed: speculative", type="filepath", interactive=False,
+        replay_spec = gr.Audio(label="Slow motion: speculative", type="filepath", interactive=False,
                                buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
     replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
-    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both)
+    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both,
+                    replay_note, factor)
+
+
+def replay_note(replay: compare.SlowMotion) -> str:
+    """The replay row's line: the factor, and how long one second of speech took each lane at it."""
+    how = "automatic" if replay.automatic else "chosen"
+    return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
+            f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
+            f"**{replay.spec_real_time_factor:.2f} s** (speculative)")
+
+
+def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio, details: gr.JSON) -> Callable:
+    """The factor box's handler: both replays again at the typed factor (empty or 0: automatic), from the
+    clips and timings the page holds; nothing to do before a race."""
+    def rerender(ar_path, spec_path, shown: dict | None, factor):
+        if not ar_path or not spec_path or not shown or "race" not in shown:
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, _factor(factor))
+            paths = compare.write_replay_files(replay, shown["autoregressive"]["sample_rate"])
+        except Exception as error:  # noqa: BLE001 - a message, never a traceback
+            raise to_gradio_error(error) from None
+        return str(paths[0]), str(paths[1]), replay_note(replay)
+
+    return rerender
+
+
+def _factor(value) -> float | None:
+    """The typed factor; None for "auto" (or anything that is not a positive number)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
@@ -145,6 +274,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
     page's own race ends there (its status line is the one message: no toast, no error badge)."""
     race_outputs = [*view.outputs, *results.values()]
     status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
+    note = view.replay_note
     ar_stream, spec_stream = view.ar_stream, view.spec_stream
     streams = {"autoregressive": ar_stream, "speculative": spec_stream}
     lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
@@ -189,10 +319,12 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         warn_if_draft_replaced(comparison)
         try:
             ar_path, spec_path = compare.write_audio_files(comparison)
-            replay = compare.write_replay_files(race, comparison.spec.sample_rate, ar_path.parent)
+            replay = compare.slow_motion_of(race, comparison)
+            replay_paths = compare.write_replay_files(replay, comparison.spec.sample_rate, ar_path.parent)
             race.stage = "Both runs done: drawing the charts and the token view"
-            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay[0]),
-                     replay_spec: str(replay[1]), ar_audio: str(ar_path), spec_audio: str(spec_path),
+            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay_paths[0]),
+                     replay_spec: str(replay_paths[1]), note: replay_note(replay),
+                     ar_audio: str(ar_path), spec_audio: str(spec_path),
                      stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
                      details: {**compare.details(comparison), "race": compare.race_details(race)}}
             yield frame({**live(race), **shown})
@@ -222,7 +354,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, jobs.stop_check(chosen["request"]), race)) as events:
             yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
-                         replay_spec: None})
+                         replay_spec: None, note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
                     yield frame({**live(race), **flushes(last_sent)})

@@ -21,7 +21,9 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import IDLE_PLAYERS_JS, PRESENTER_JS, build_race_view, race_handler, warn_if_draft_replaced
+from .race_view import (FACTOR_CHOICES, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
+    slow_motion_handler, warn_if_draft_replaced)
+from ...comparison import startup_readiness
 from ..errors import to_gradio_error
 
 HOW_IT_WORKS = """
@@ -63,8 +65,8 @@ TOKENS_LEGEND = (
 )
 
 PRESENTER_EXAMPLES = 3
-def _short(text: str, limit: int = 48) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+#: The status line before any race, once the machine is ready.
+READY_STATUS = "Ready: type a sentence and start the race."
 
 
 #: The /synthesize outputs, in order (the /race event ends with the same ones).
@@ -74,6 +76,22 @@ OUTPUT_NAMES = ("ar_audio", "spec_audio", "stats", "tokens", "tokens_vs_time", "
 #: /synthesize parameters that are not decoding settings: before the settings, and after them.
 LEADING_PARAMETERS = ("text", "preset", "draft")
 TRAILING_PARAMETERS = ("voice_audio", "voice_transcript")
+
+
+def _readiness_line() -> str:
+    """What the start-up job (`comparison.startup`) is doing, or "" when none was started."""
+    readiness = startup_readiness()
+    return readiness.describe() if readiness is not None else ""
+
+
+def _readiness_update(shown: str):
+    """The timer's tick: the status line follows the start-up job while no race has used it; the timer
+    stops once the job is done (or when there is none)."""
+    readiness = startup_readiness()
+    if readiness is None:
+        return gr.skip(), gr.Timer(active=False)
+    untouched = not shown or shown.startswith(("Ready", "**Getting ready**"))
+    return (readiness.describe() if untouched else gr.skip()), gr.Timer(active=readiness.running)
 
 
 def stop_run(request: gr.Request) -> None:
@@ -161,7 +179,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             with gr.Column(elem_classes=["ssd-dev"]):
                 gr.Examples(examples=[[t] for t in compare.example_texts()], inputs=[text], cache_examples=False)
             with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
-                example_buttons = [(gr.Button(_short(t), size="sm", elem_classes=["ssd-example"]), t)
+                example_buttons = [(gr.Button(t, size="sm", elem_classes=["ssd-example"]), t)
                                    for t in compare.example_texts()[:PRESENTER_EXAMPLES]]
             with gr.Row():
                 run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run")
@@ -169,7 +187,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
-            status = gr.Markdown("Ready: type a sentence and start the race.", elem_id="ssd-status")
+            status = gr.Markdown(_readiness_line() or READY_STATUS, elem_id="ssd-status")
+            # While the machine gets ready in the background (`comparison.startup`), the status line says so.
+            readiness_timer = gr.Timer(1.0, active=True)
             headline = gr.Markdown(elem_id="ssd-headline")
             gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
                         elem_classes=["ssd-dev"])
@@ -308,18 +328,33 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def locked(*values):
         return (*values, *(gr.update(interactive=False) for _ in starters))
 
-    def unlocked():
-        return tuple(gr.update(interactive=True) for _ in starters)
+    def unlocked(shown: str):
+        """The race ended: its buttons work again; after a refusal the live players are emptied (the
+        race's own last frame can only end their streams, which leaves them at 0:00 with a pause icon)."""
+        cleared = (None, None) if str(shown or "").startswith("**Not run:**") else (gr.skip(), gr.skip())
+        return (*(gr.update(interactive=True) for _ in starters), *cleared)
 
     # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
     # on a hidden button like /synthesize) raises the error as well.
     race_api_button.click(race_api, api_name="race", **race_options)
-    ended = dict(outputs=starters, js=IDLE_PLAYERS_JS, **private)
-    run.click(locked, outputs=starters, **private) \
-        .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
+    ended = dict(inputs=[status], outputs=[*starters, race_view.ar_stream, race_view.spec_stream], js=IDLE_PLAYERS_JS,
+                 **private)
+    # The replays at the speaker's factor, when one is typed (the race renders them at the automatic one).
+    rerender = slow_motion_handler(race_view, ar_audio, spec_audio, details)
+    replay_inputs = dict(inputs=[ar_audio, spec_audio, details, race_view.factor],
+                         outputs=[race_view.replay_ar, race_view.replay_spec, race_view.replay_note], **private)
+
+    def after_race(chain):
+        chain.then(race_run, api_visibility="private", **race_options).then(unlocked, **ended) \
+            .then(lambda *values: rerender(*values) if values[-1] != FACTOR_CHOICES[0] else (gr.skip(),) * 3,
+                  **replay_inputs)
+
+    after_race(run.click(locked, outputs=starters, js=RACE_START_JS, **private))
     for button, sentence in example_buttons:
-        button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters], **private) \
-            .then(race_run, api_visibility="private", **race_options).then(unlocked, **ended)
+        after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
+                                js=RACE_START_JS, **private))
+    race_view.factor.input(rerender, **replay_inputs)
+    readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **private)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
     # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from . import charts
 from ...comparison import Comparison
-from ...engine.calibration import best_draft_len, predicted_with
+from ...engine.calibration import MEASURED_K, best_draft_len, predicted_with
 from ...results import GenerationResult
 from ...synthesis import SynthesisResult
 
@@ -49,8 +49,10 @@ def stats_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
         ("Tokens per target call", _fmt(a.mean_tokens_per_call, 2), _fmt(s.mean_tokens_per_call, 2)),
         ("Speedup, LM decoding per token (measured)", "1.00×", _fmt(report.measured, 2, "×")),
         ("Speedup, end to end (per second of audio)", "1.00×", _fmt(end_to_end, 2, "×")),
-        ("Predicted speedup (α, c; verify = 1 step)", "–", _fmt(report.predicted, 2, "×")),
-        ("Predicted speedup (α, c, measured verify cost)", "–", _fmt(report.predicted_strict, 2, "×")),
+        (f"Predicted speedup, textbook (this run's α and c, verify = 1 step; K = {report.draft_len})", "–",
+         _fmt(report.predicted, 2, "×")),
+        (f"Predicted speedup, strict (this run's α, c and verify cost; K = {report.draft_len})", "–",
+         _fmt(report.predicted_strict, 2, "×")),
         ("α (expected per-token acceptance)", "–", _fmt(report.alpha, 3)),
         ("c (draft step / target step)", "–", _fmt(report.cost_ratio, 3)),
         ("Verify call / target step", "–", _fmt(report.verify_ratio, 2)),
@@ -65,26 +67,35 @@ def _calibration(comparison: Comparison) -> dict | None:
         return None
     best_k, best = best_draft_len(comparison.report.alpha, costs, comparison.config.draft_len)
     return {"cost_ratio": costs.draft, "verify_costs": list(costs.verify), "target_step_seconds": costs.target_step_seconds,
+            "verify_origin": [costs.verify_origin(k) for k in range(len(costs.verify))],
+            "measured_verify": {str(k): v for k, v in costs.measured_verify},
             "kernels": costs.kernels,
             "best_draft_len": best_k, "predicted_speedup_at_best": best}
 
 
+#: How the table marks a calibrated verify cost that was not kept as timed (`StepCosts.verify_origin`).
+ORIGIN_MARKS = {"measured": "", "raised": "↑", "filled in": "~", "": ""}
+
+
 def _calibration_rows(comparison: Comparison) -> list[tuple[str, str, str]]:
-    """This machine's measured costs and the K they favour at the acceptance just measured."""
+    """This machine's measured costs (each verify cost marked by where it comes from) and the speedup
+    they predict at the acceptance just measured, for the K used and for the K they favour."""
     costs = comparison.costs
     if costs is None:
         return []
     k_max = comparison.config.draft_len
     best_k, best = best_draft_len(comparison.report.alpha, costs, k_max)
-    verify = ", ".join(f"{v:.2f}" for v in costs.verify[1 : k_max + 1])
+    verify = ", ".join(f"{costs.verify[k]:.2f}{ORIGIN_MARKS[costs.verify_origin(k)]}"
+                       for k in range(1, min(k_max, len(costs.verify) - 1) + 1))
     used = min(k_max, len(costs.verify) - 1)
     at_used = predicted_with(comparison.report.alpha, costs, used)  # same formula and costs, K as used
     return [
-        ("Calibrated here: draft step c; verify of K = 1.. (target steps)", "–", f"{costs.draft:.3f}; {verify}"),
+        ("Calibrated here: draft step c; verify of K = 1.. (target steps; ↑ raised, ~ filled in)", "–",
+         f"{costs.draft:.3f}; {verify}"),
         *([("Target's matmul kernels here (rows = tokens per call)", costs.kernels, costs.kernels)]
           if costs.kernels else []),
-        ("Best K on this machine (at this α; 0 = plain AR)", "–",
-         f"{best_k}: predicted {best:.2f}× (K = {used}: {at_used:.2f}×)"),
+        ("Predicted speedup, calibrated costs (this run's α; 0 = plain AR)", "–",
+         f"K = {used}: {at_used:.2f}×; best K = {best_k}: {best:.2f}×"),
     ]
 
 
@@ -138,11 +149,16 @@ TABLE_LEGEND = (
     "speculative one per round. *Inserted* tokens are phonemes the decoder inserts itself (free in both, never "
     "rejected). *Acceptance rate* counts every drafted token, also those after the first rejection, which are "
     "discarded untested; *α* is the expected acceptance of the tokens actually tested, which is what the speedup "
-    "formula uses. *c* and *verify* are a draft step and a verify call in units of one AR target step. The two "
-    "*predicted* speedups are the textbook formula (verifying K + 1 tokens as cheap as one step) and the strict "
-    "one with the verify cost measured in this run: a measured speedup close to the strict prediction means no "
-    "time is lost outside the model calls. *Calibrated here*: the same costs probed on this machine for "
-    "K = 1, 2, …, and the K they favour at this α (measured once per process: on a busy machine they drift). "
+    "formula uses. *c* and *verify* are a draft step and a verify call in units of one AR target step. The three "
+    "*predicted* speedups are one formula, expected tokens per round (1 − α^(K+1)) / (1 − α) over the round's "
+    "cost K·c + verify, with this run's α, and differ only in their costs: *textbook* takes this run's c and a "
+    "verify as cheap as one step; *strict* this run's c and verify cost, as timed during the run (a measured "
+    "speedup close to it means no time is lost outside the model calls); *calibrated* the costs probed on this "
+    "machine before the run on a random prompt (measured once per process: on a busy machine they drift), "
+    "for the K used and for the K they favour. *Calibrated here* lists those costs per K: the probe times "
+    f"K = {', '.join(map(str, MEASURED_K))} and fills in the rest (~); a verify timed cheaper than a shorter one is raised to "
+    "it (↑: verifying more tokens never costs less, so the difference is timing noise), which is why several K "
+    "can show the same cost where a verify of a few tokens costs about the same as one (small models, CPU). "
     "*Matmul kernels*: which library multiplies the target's weights for a call of that many tokens (one for an "
     "AR step, 5-8 for a verify), in both decoders, and how that was decided (timed on this machine, set by "
     "`SSD_DEMO_MATMUL`, or the only one available)."

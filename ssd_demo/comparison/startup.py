@@ -1,0 +1,99 @@
+"""Getting the machine ready when the app starts, in the background, so that the first race is a warm one.
+
+The first comparison in a process loads the preset, warms up both decoders and measures this machine's
+draft and verify costs (`pipeline.ready_machine`): seconds on the embedded voice, half a minute on a busy
+CPU, all before any speech. `get_ready_in_background` does those steps for the default preset and draft in
+a thread started with the app, holding the models (`model_turn`) as a race would: a race started meanwhile
+waits only for what is left, and its status says what it waits for. The steps are cached per process, so
+the race then skips them. `startup_readiness` tells a page how far it got. No Gradio here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .models import load
+from .pipeline import decodes_in_gpu_worker, model_turn, ready_machine
+from .request import resolve_draft
+
+log = logging.getLogger(__name__)
+
+#: What a race waiting for the start-up job is told.
+DOING = "measuring this machine's draft and verify costs, begun when the app started"
+
+
+@dataclass
+class Readiness:
+    """The start-up job's state (written by its thread, read by the page)."""
+
+    preset: str
+    started: float = field(default_factory=time.perf_counter)
+    stage: str = "Loading the model"
+    finished: float | None = None  # perf_counter() when it ended, successfully or not
+    error: str = ""  # why it failed ("" when it did not); the first race then does the steps itself
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.finished is None
+
+    def report(self, fraction: float = 0.0, desc: str | None = None) -> None:
+        if desc is not None:
+            self.stage = desc
+
+    def describe(self) -> str:
+        """One line for the page."""
+        if self.running:
+            return (f"**Getting ready** ({time.perf_counter() - self.started:.0f} s): {self.stage}. "
+                    "A race started now begins when this is done.")
+        if self.error:
+            return "Ready: type a sentence and start the race (the first one measures this machine first)."
+        return (f"Ready (this machine measured in {self.finished - self.started:.1f} s at start-up): "
+                "type a sentence and start the race.")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the job to end; True when it has."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return not self.running
+
+
+_current: Readiness | None = None
+_start_lock = threading.Lock()
+
+
+def startup_readiness() -> Readiness | None:
+    """The start-up job of this process, if one was started."""
+    return _current
+
+
+def get_ready_in_background(preset_key: str) -> Readiness | None:
+    """Start (once per process) a thread that loads `preset_key`, warms up its default draft and measures
+    this machine's costs; None where the models only reach the device inside each job (ZeroGPU)."""
+    global _current
+    if decodes_in_gpu_worker():
+        return None
+    with _start_lock:
+        if _current is not None:
+            return _current
+        readiness = Readiness(preset_key)
+        readiness.thread = threading.Thread(target=_get_ready, args=(readiness,), name="ssd-startup", daemon=True)
+        _current = readiness
+        readiness.thread.start()
+        return readiness
+
+
+def _get_ready(readiness: Readiness) -> None:
+    try:
+        with model_turn(readiness.report, doing=DOING):
+            preset, synthesizer = load(readiness.preset, readiness.report)
+            ready_machine(synthesizer, resolve_draft(preset, synthesizer, None), readiness.report)
+        readiness.stage = "Ready"
+    except Exception as error:  # noqa: BLE001 - the first race does these steps itself and reports any error
+        log.warning("start-up measurement failed: %s", error)
+        readiness.error = str(error) or type(error).__name__
+    finally:
+        readiness.finished = time.perf_counter()

@@ -1,0 +1,111 @@
+"""The slow-motion replay: each piece starts at its stretched ready time (or when the piece before it
+ends), within a few milliseconds, found by listening for where the sound starts in the rendered track."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ssd_demo.comparison.slow_motion import (MAX_FACTOR, MIN_AR_SLOWDOWN, TimedPiece, automatic_factor,
+    pieces_from_timing, slow_motion, slow_motion_track, stretched_schedule)
+
+RATE = 16_000
+TOLERANCE = 0.005  # seconds: a piece's sound may start at most this far from its stretched time
+
+
+def _lane(durations: list[float], ready: list[float], seed: int) -> tuple[np.ndarray, list[TimedPiece]]:
+    """A clip of noise bursts (never silent inside a piece) cut into pieces ready at `ready`."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(d * RATE) for d in durations]
+    audio = (0.2 + 0.5 * rng.random(sum(sizes))).astype(np.float32) * rng.choice([-1, 1], sum(sizes))
+    bounds = np.cumsum([0, *sizes])
+    return audio, [TimedPiece(int(a), int(b), r) for a, b, r in zip(bounds[:-1], bounds[1:], ready)]
+
+
+def _onsets(track: np.ndarray) -> list[float]:
+    """Where the sound starts after each silence (seconds)."""
+    loud = np.abs(track) > 1e-4
+    starts = np.flatnonzero(loud & ~np.concatenate([[False], loud[:-1]]))
+    return [s / RATE for s in starts]
+
+
+@pytest.mark.parametrize("factor", [1.0, 2.5, 7.0])
+def test_pieces_start_at_their_stretched_ready_times(factor):
+    durations, ready = [1.0, 0.6, 1.4, 0.3], [0.30, 0.50, 1.10, 1.15]
+    audio, pieces = _lane(durations, ready, seed=1)
+    track = slow_motion_track(audio, pieces, RATE, factor)
+    # The rule, computed here from the inputs: a piece starts when it is ready (stretched) or when the
+    # previous one has finished playing, whichever is later.
+    expected, clock = [], 0.0
+    for duration, when in zip(durations, ready):
+        start = max(factor * when, clock)
+        expected.append(start)
+        clock = start + duration
+    for start, (scheduled, _) in zip(expected, stretched_schedule(pieces, RATE, factor)):
+        assert abs(start - scheduled) < 1e-9
+    # Heard: the first piece, and every piece after a stall, starts a new sound where it was scheduled.
+    ends = [start + duration for start, duration in zip(expected, durations)]
+    after_stall = [expected[0]] + [start for start, end in zip(expected[1:], ends) if start > end + 1e-9]
+    heard = _onsets(track)
+    assert len(heard) == len(after_stall)
+    for onset, start in zip(heard, after_stall):
+        assert abs(onset - start) <= TOLERANCE, (onset, start)
+    assert len(track) / RATE == pytest.approx(clock, abs=1 / RATE)
+    for (start, end), piece in zip(stretched_schedule(pieces, RATE, factor), pieces):  # the piece itself, intact
+        offset = int(round(start * RATE))
+        np.testing.assert_array_equal(track[offset : offset + piece.end_sample - piece.start_sample],
+                                      audio[piece.start_sample : piece.end_sample])
+
+
+def test_silence_fills_each_stall_and_nothing_plays_early():
+    durations, ready = [0.5, 0.5, 0.5], [0.2, 1.0, 1.3]
+    audio, pieces = _lane(durations, ready, seed=2)
+    factor = 3.0
+    track = slow_motion_track(audio, pieces, RATE, factor)
+    schedule = stretched_schedule(pieces, RATE, factor)
+    assert not np.any(track[: int(schedule[0][0] * RATE)])  # silence until the first piece exists
+    for (_, end), (start, _) in zip(schedule, schedule[1:]):
+        assert not np.any(track[int(round(end * RATE)) : int(round(start * RATE))])  # the stall
+        assert start >= end - 1e-9  # no overlap
+    heard = _onsets(track)
+    assert len(heard) == 3
+    for onset, (start, _) in zip(heard, schedule):
+        assert abs(onset - start) <= TOLERANCE
+
+
+def test_the_automatic_factor_puts_real_time_between_the_lanes():
+    for ar, spec in [(0.2, 0.1), (0.05, 0.04), (0.5, 0.2)]:
+        factor = automatic_factor(ar, spec)
+        assert factor * ar >= MIN_AR_SLOWDOWN - 1e-9  # AR stalls
+        if ar / spec >= MIN_AR_SLOWDOWN ** 2:  # a speedup large enough: speculative keeps up with real time
+            assert factor * spec <= 1 + 1e-9
+            assert factor * ar == pytest.approx(1 / (factor * spec))  # real time halfway, on a log scale
+    assert automatic_factor(2.0, 1.0) == 1.0  # already slower than real time: replayed as measured
+    assert automatic_factor(float("inf"), 0.1) == 1.0 and automatic_factor(0.0, 0.1) == 1.0
+    assert automatic_factor(1e-6, 1e-6) == MAX_FACTOR
+
+
+def test_both_lanes_at_one_factor_and_equal_length():
+    ar_audio, ar_pieces = _lane([1.0, 1.0], [0.1, 0.2], seed=3)
+    spec_audio, spec_pieces = _lane([1.0, 1.0], [0.05, 0.1], seed=4)
+    ar_rtf, spec_rtf = 0.2 / 2.0, 0.1 / 2.0
+    replay = slow_motion(ar_audio, ar_pieces, ar_rtf, spec_audio, spec_pieces, spec_rtf, RATE)
+    assert replay.automatic and replay.factor == automatic_factor(ar_rtf, spec_rtf)
+    assert len(replay.ar_track) == len(replay.spec_track)
+    assert replay.ar_real_time_factor > 1 > replay.spec_real_time_factor
+    chosen = slow_motion(ar_audio, ar_pieces, ar_rtf, spec_audio, spec_pieces, spec_rtf, RATE, factor=4.0)
+    assert not chosen.automatic and chosen.factor == 4.0
+    # The AR lane, slower, waits longer for its second piece than the speculative one.
+    ar_heard, spec_heard = _onsets(chosen.ar_track), _onsets(chosen.spec_track)
+    assert ar_heard[0] == pytest.approx(4.0 * 0.1, abs=TOLERANCE)
+    assert spec_heard[0] == pytest.approx(4.0 * 0.05, abs=TOLERANCE)
+
+
+def test_pieces_from_the_timing_figures_match_the_pieces():
+    from ssd_demo.streaming import AudioPiece, stream_timing
+
+    audio, timed = _lane([0.5, 0.25], [0.1, 0.3], seed=5)
+    pieces = [AudioPiece(index=i, chunk_index=i, text="", audio=audio[p.start_sample : p.end_sample], sample_rate=RATE,
+                         start_sample=p.start_sample, ready_seconds=p.ready_seconds, processing_seconds=0.1,
+                         tokens_so_far=0, target_calls_so_far=0) for i, p in enumerate(timed)]
+    assert pieces_from_timing(stream_timing(pieces), RATE) == timed
