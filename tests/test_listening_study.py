@@ -136,6 +136,9 @@ def test_a_session_serves_every_kind_blind_and_gates_answers(registry):
         if view.kind == "mushra":
             assert view.conditions[0].label == "Reference" and not view.conditions[0].rated
             assert [c.label for c in view.conditions[1:]] == ["A", "B", "C", "D", "E"] and view.scale == (0, 100)
+        if view.kind == "abx":
+            assert [c.label for c in view.conditions] == ["A", "B", "X"] and view.choices == ("A", "B")
+            assert not any(c.rated for c in view.conditions) and all(c.must_play for c in view.conditions)
         with pytest.raises(NotListenedError):
             runner.submit(session.session_id, view.trial_id, answer_for(view))
         play_all(runner, view)
@@ -191,6 +194,11 @@ def test_several_studies_are_served_at_once_and_sessions_stay_in_theirs(tmp_path
     assert registry.runner_for_session(session.session_id) is first
     with pytest.raises(StudyChangedError):
         second.next_view(session.session_id)
+    registry.store.invalidate_session(session.session_id, "left after one trial")
+    [progress] = registry.store.study_progress_table("pilot")
+    assert (progress.session_id, progress.answered, progress.n_trials, progress.invalidated) == (
+        session.session_id, 0, session.n_trials, "left after one trial")
+    assert registry.store.study_progress_table("second") == []
     with pytest.raises(UnknownStudyError):
         registry.runner("missing")
     with pytest.raises(UnknownStudyError):

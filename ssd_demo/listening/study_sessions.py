@@ -20,7 +20,7 @@ from .errors import ListeningError, StudyChangedError, StudyFileError, UnknownSt
 from .records import SessionRecord
 from .stimulus_sets import SET_NAME, StimulusSet, data_dir, load_stimulus_set, manifest_unchanged, stimuli_root
 from .store import ListeningStore
-from .study import Study, load_study
+from .study import DEFAULT_INSTRUCTIONS, Study, load_study
 from .study_plan import plan_study
 from .study_store import StudyTrialRecord
 
@@ -37,7 +37,7 @@ class ConditionView:
     label: str  # "A", "B", ... ; "Reference" (MUSHRA's labelled reference); "X" (ABX)
     clip: Path  # the WAV file to play; its name is a content hash
     duration_seconds: float
-    rated: bool  # has its own rating control (MUSHRA slider, MOS score, A/B position)
+    rated: bool  # has its own score (MUSHRA slider, MOS score) or is a side of the A/B choice; ABX: none
     must_play: bool  # must be played to the end before the answer is accepted
 
 
@@ -134,11 +134,15 @@ class StudyRunner:
         return session
 
     def _view(self, trial: StudyTrialRecord, total: int) -> StudyTrialView:
-        instructions = "\n\n".join(t for t in (self.study.instructions, self.study.block(trial.kind).instructions) if t)
+        try:
+            block_instructions = self.study.block(trial.kind).instructions
+        except KeyError:  # the study file was edited since the session began: the kind's usual instructions
+            block_instructions = DEFAULT_INSTRUCTIONS[trial.kind]
+        instructions = "\n\n".join(t for t in (self.study.instructions, block_instructions) if t)
         ordered = sorted(trial.conditions, key=lambda c: (c.role != "reference", c.position))
         conditions = tuple(
             ConditionView(label=c.label, clip=self.stimulus_set.clip_path(c.clip), duration_seconds=c.duration_seconds,
-                          rated=c.role == "rated", must_play=c.must_play)
+                          rated=c.role == "rated" and trial.kind != "abx", must_play=c.must_play)
             for c in ordered)
         return StudyTrialView(
             study=self.study.name, session_id=trial.session_id, trial_id=trial.trial_id, kind=trial.kind,

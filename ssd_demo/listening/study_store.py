@@ -104,6 +104,17 @@ class RatingRow:
         return self.rater_id or f"session:{self.session_id[:12]}"
 
 
+@dataclass(frozen=True)
+class SessionProgress:
+    session_id: str
+    rater_id: str | None
+    n_trials: int
+    created_at: str
+    answered: int
+    last_answer_at: str | None
+    invalidated: str | None  # the experimenter's reason, if invalidated
+
+
 class StudyTables:
     """Methods of `ListeningStore` for studies; they use its connections and transactions."""
 
@@ -260,6 +271,16 @@ class StudyTables:
     def study_sessions(self, study: str) -> list[SessionRecord]:
         rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))
         return [SessionRecord(**dict(row)) for row in rows]
+
+    def study_progress_table(self, study: str) -> list[SessionProgress]:
+        """Live progress of every session in the study, oldest first (the experimenter's view)."""
+        rows = self._connection().execute(
+            """SELECT s.session_id, s.rater_id, s.n_trials, s.created_at,
+                      (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered,
+                      (SELECT MAX(submitted_at) FROM answers a WHERE a.session_id = s.session_id) AS last_answer_at,
+                      (SELECT reason FROM invalidations i WHERE i.session_id = s.session_id) AS invalidated
+               FROM sessions s WHERE s.study = ? ORDER BY s.created_at""", (study,)).fetchall()
+        return [SessionProgress(**dict(row)) for row in rows]
 
     def studies_with_sessions(self) -> list[str]:
         rows = self._connection().execute("SELECT DISTINCT study FROM sessions WHERE study IS NOT NULL ORDER BY study")
