@@ -1,6 +1,8 @@
 """Hugging Face Space / local entry point: `python app.py`.
 
-Builds the page from `ssd_demo.app.page` and launches it. Honours GRADIO_SERVER_NAME and
+Builds the page from `ssd_demo.app.page` and launches it. `python app.py --study NAME` (repeatable, or
+`SSD_DEMO_STUDY=NAME[,NAME]`) serves only the rater page of those listening studies, with the
+experimenter's page at /admin. Honours GRADIO_SERVER_NAME and
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
@@ -14,8 +16,15 @@ except ImportError:
     pass
 
 from ssd_demo.app.page import build_demo, launch_options  # noqa: E402
+from ssd_demo.app.listening.study_service import served_studies  # noqa: E402
 
-demo = build_demo()
+STUDIES = served_studies()
+if STUDIES:
+    from ssd_demo.app.listening.study_page import build_study_demo, study_launch_options
+
+    demo, launch_options = build_study_demo(STUDIES), study_launch_options
+else:
+    demo = build_demo()
 
 if __name__ == "__main__":
     demo.launch(

@@ -59,14 +59,10 @@ class StudyExperimenter:
         """One row per session: who, how far, when, finished (completion code given) or not, invalidated or not."""
         check_results_token(token)
         study = self._study(name)
-        invalidated = self.store.invalidations()
         rows = []
-        for session in self.store.study_sessions(study.name):
-            answered, total = self.store.study_progress(session.session_id)
-            answers = self.store.study_answers(session.session_id)
-            rows.append([session.rater_id or "(anonymous)", session.session_id, _time(session.created_at), answered,
-                         total, _time(answers[-1].submitted_at) if answers else "", "yes" if answered >= total else "",
-                         invalidated.get(session.session_id, "")])
+        for p in self.store.study_progress_table(study.name):
+            rows.append([p.rater_id or "(anonymous)", p.session_id, _time(p.created_at), p.answered, p.n_trials,
+                         _time(p.last_answer_at), "yes" if p.answered >= p.n_trials else "", p.invalidated or ""])
         return rows
 
     def results(self, token: str | None, name: str | None, exclude: bool = True) -> tuple[StudyResults, StudyReport]:
