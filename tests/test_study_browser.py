@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
 
 import pytest
 
 from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_results import read_long_csv
 from ssd_demo.tools.stimuli import tone_renderer
 from ssd_demo.tools.study import create_study
 
@@ -219,3 +222,31 @@ def test_api_refuses_a_rating_before_the_clip_ended(server):
     with ListeningStore(db, app_version="reader") as store:
         assert store.study_answers(view["session"]) == []
         assert store.study_plays(view["session"]) == []
+
+
+def test_admin_page_needs_the_token_and_serves_results_and_exports(server, page):
+    url, _ = server
+    client = gradio_client.Client(url + "/", verbose=False)
+    with pytest.raises(Exception, match="token"):
+        client.predict("wrong", "mushra-pilot", True, api_name="/study_admin_results")
+    # A scripted rater answers one ABX trial (its 0.5-second clips count as heard half a second after they are shown).
+    view = client.predict("abx-pilot", "scripted-rater", api_name="/study_start")
+    for label in ("A", "B", "X"):
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while "refused" in (result := client.predict(view["session"], view["trial"], label, api_name="/study_played")):
+            assert "cannot have been played" in result["refused"] and time.monotonic() < deadline, result
+            time.sleep(0.2)
+    assert client.predict(view["session"], view["trial"], {"choice": "B"}, api_name="/study_submit")["state"] == "trial"
+    files = client.predict("test-token", "abx-pilot", api_name="/study_admin_export")
+    assert sorted(Path(f).suffix for f in files) == [".csv", ".json"]
+    rows = read_long_csv(next(f for f in files if f.endswith(".csv")))
+    assert any(row.rater == "scripted-rater" and row.kind == "abx" for row in rows)
+
+    # In the browser: the admin page is its own address; with the token it shows live progress per rater.
+    page.goto(f"{url}/admin")
+    page.locator("#study-admin-token input").fill("test-token")
+    page.click("#study-admin-open")
+    expect(page.locator("#study-admin-status")).to_contain_text("sessions", timeout=WAIT_MS)
+    page.goto(f"{url}/?study=mushra-pilot")
+    expect(page.locator("#study-start")).to_be_visible(timeout=WAIT_MS)
+    assert page.locator("#study-admin-token").count() == 0

@@ -52,7 +52,8 @@ class StudyExperimenter:
 
     def _study(self, name: str | None):
         if not name or name not in list_studies(self.data_dir):
-            raise UnknownStudyError(f"No study named {name!r}: create one below or with `python -m ssd_demo study create`.")
+            raise UnknownStudyError(f"No study named {name!r}: create one below or with "
+                                    "`python -m ssd_demo study create`.")
         return load_study_and_stimuli(name, self.data_dir, verify=False)[0]
 
     def progress(self, token: str | None, name: str | None) -> list[list]:
@@ -61,8 +62,9 @@ class StudyExperimenter:
         study = self._study(name)
         rows = []
         for p in self.store.study_progress_table(study.name):
-            rows.append([p.rater_id or "(anonymous)", p.session_id, _time(p.created_at), p.answered, p.n_trials,
-                         _time(p.last_answer_at), "yes" if p.answered >= p.n_trials else "", p.invalidated or ""])
+            rater = p.rater_id or f"session:{p.session_id[:12]}"  # as the results name a rater without an id
+            rows.append([rater, p.session_id, _time(p.created_at), p.answered, p.n_trials, _time(p.last_answer_at),
+                         "yes" if p.answered >= p.n_trials else "", p.invalidated or ""])
         return rows
 
     def results(self, token: str | None, name: str | None, exclude: bool = True) -> tuple[StudyResults, StudyReport]:

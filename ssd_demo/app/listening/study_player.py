@@ -84,7 +84,8 @@ function show(payload) {
 function say(selector, text) { const node = box.querySelector(selector); if (node) node.textContent = text || ''; }
 
 function showStart(payload) {
-  const rater = el('input', {id: 'study-rater', type: 'text', maxlength: '64', placeholder: 'leave empty to stay anonymous',
+  const rater = el('input', {id: 'study-rater', type: 'text', maxlength: '64',
+    placeholder: 'leave empty to stay anonymous',
     value: query.get('rater') || query.get('PROLIFIC_PID') || ''});
   const start = el('button', {id: 'study-start', class: 'primary', text: 'Start', onclick: async () => {
     start.disabled = true;
@@ -115,7 +116,8 @@ function refresh() {
     if (!row) continue;
     row.querySelector('[data-play]').classList.toggle('active', c.label === active);
     const state = row.querySelector('.state');
-    if (state) state.textContent = c.must_play ? conditionState(c.label) : (ended.has(c.label) ? 'reference, played' : 'reference');
+    const reference = ended.has(c.label) ? 'reference, played' : 'reference';
+    if (state) state.textContent = c.must_play ? conditionState(c.label) : reference;
     const slider = row.querySelector('input[type=range]');
     if (slider) slider.disabled = !heard.has(c.label);
   }
@@ -135,7 +137,12 @@ async function reportPlay(label) {
   try {
     const result = await server.study_played({session: page.session, trial: trial, label: label});
     if (!page || page.trial !== trial) return;
-    if (result.played) { heard = new Set(result.played); say('[data-message="' + label + '"]', ''); }
+    if (result.played) {
+      heard = new Set(result.played); say('[data-message="' + label + '"]', ''); say('#study-status', '');
+      if (page.conditions.every(c => !c.must_play || heard.has(c.label))) {
+        say('[data-message="study-choice"]', ''); say('[data-message="study-mos"]', '');
+      }
+    }
     else say('#study-status', result.refused);
   } catch (e) { say('#study-status', 'The server did not answer; play the sample again.'); }
   refresh();
@@ -194,7 +201,8 @@ function showTrial(payload) {
     el('p', {class: 'instructions', text: payload.instructions}),
     el('p', {class: 'sentence', text: 'Sentence: ' + payload.text}));
   const bar = el('div');
-  const loop = el('input', {id: 'study-loop', type: 'checkbox', checked: looping, onchange: () => { looping = loop.checked; }});
+  const loop = el('input', {id: 'study-loop', type: 'checkbox', checked: looping,
+    onchange: () => { looping = loop.checked; }});
   box.append(el('div', {class: 'transport'},
     el('button', {id: 'study-pause', text: 'Play', onclick: () => {
       const label = active || payload.conditions[0].label;
@@ -255,7 +263,9 @@ async function send(button) {
     const next = await server.study_submit({session: page.session, trial: page.trial, answer: answer()});
     if (next.refused) { say('#study-status', next.refused); busy = false; button.disabled = false; return; }
     show(next);
-  } catch (e) { say('#study-status', 'The server did not answer; please submit again.'); busy = false; button.disabled = false; }
+  } catch (e) {
+    say('#study-status', 'The server did not answer; please submit again.'); busy = false; button.disabled = false;
+  }
 }
 (async () => {
   let token = '';
