@@ -8,13 +8,20 @@ a mistake is a `StudyFileError` that names the field and says what is accepted.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import StudyFileError
 from .stimulus_sets import SET_NAME
+
+try:
+    import tomllib  # Python 3.11 and later
+except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
 
 KINDS = ("mushra", "abx", "ab", "mos")
 DEFAULT_REFERENCE = "AR"
@@ -94,6 +101,8 @@ def load_study(path: Path | str) -> Study:
 
 def parse_study(raw: bytes | str, origin: str = "study file") -> Study:
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    if tomllib is None:
+        raise StudyFileError("reading a study file needs Python 3.11 or later, or `pip install tomli` on Python 3.10")
     try:
         table = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
