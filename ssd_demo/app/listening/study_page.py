@@ -29,6 +29,7 @@ from .study_service import StudyService, StudySettings
 
 log = logging.getLogger(__name__)
 ADMIN_PATH = "admin"
+CACHE_SECONDS = 24 * 3600
 QUEUE_MAX_SIZE = 1024  # answers must never be turned away by a full queue
 # In the page's head, whatever the launch options: no navigation bar (Gradio shows one for a multipage app
 # even when told not to) and no footer with its API and settings links.
@@ -42,7 +43,8 @@ def build_study_demo(names: Sequence[str], data_root: Path | None = None) -> gr.
     missing = sorted(set(names) - set(list_studies(service.settings.data_dir)))
     if missing:
         log.warning("no study named %s yet; create it with: python -m ssd_demo study create FILE", ", ".join(missing))
-    with gr.Blocks(title="Listening test", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
+    # The clips are served from Gradio's cache; a copy lives a day, so a rater who pauses on a trial still hears it.
+    with gr.Blocks(title="Listening test", analytics_enabled=False, delete_cache=(3600, CACHE_SECONDS)) as demo:
         gr.Navbar(visible=False, main_page_name=False)  # the admin page must not be one click away
         build_rater_page(service)
     with demo.route("Experimenter", ADMIN_PATH, show_in_navbar=False):

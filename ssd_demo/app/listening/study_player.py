@@ -216,6 +216,7 @@ function showTrial(payload) {
     const audio = new Audio(fileUrl(c.url));
     audio.preload = 'auto';
     audio.addEventListener('ended', () => onEnded(c.label, audio, c));
+    audio.addEventListener('error', () => say('#study-status', c.label + ' could not be loaded: reload the page.'));
     audio.addEventListener('play', refresh);
     audio.addEventListener('pause', refresh);
     audios[c.label] = audio;
