@@ -250,3 +250,24 @@ def test_admin_page_needs_the_token_and_serves_results_and_exports(server, page)
     page.goto(f"{url}/?study=mushra-pilot")
     expect(page.locator("#study-start")).to_be_visible(timeout=WAIT_MS)
     assert page.locator("#study-admin-token").count() == 0
+
+
+def test_switching_samples_keeps_the_playback_position_and_a_partial_play_unlocks_nothing(server, page):
+    url, _ = server
+    start(page, url, "long-clips", "switching-rater")
+    page.locator("#study-loop").set_checked(True)
+    page.click("[data-play='A']")
+    position = "label => document.querySelector(`audio[data-clip='${label}']`).currentTime"
+    page.wait_for_function(f"({position})('A') > 1.0", timeout=WAIT_MS)
+    page.click("[data-play='B']")
+    page.wait_for_function(f"({position})('B') > 0.5", timeout=WAIT_MS)
+    state = page.evaluate("""() => {
+        const a = document.querySelector("audio[data-clip='A']"), b = document.querySelector("audio[data-clip='B']");
+        return {aPaused: a.paused, bPaused: b.paused, a: a.currentTime, b: b.currentTime};
+    }""")
+    # B took over from where A stopped (not from the start), and A no longer plays.
+    assert state["aPaused"] and not state["bPaused"] and state["b"] >= state["a"] - 0.05, state
+    assert page.locator("[data-play='B']").get_attribute("class") == "active"
+    # Neither sample was heard from start to end: both sliders stay locked.
+    assert page.locator("input[data-score='A']").is_disabled() and page.locator("input[data-score='B']").is_disabled()
+    expect(page.locator("[data-row='A'] .state")).to_have_text("play to the end")

@@ -215,12 +215,13 @@ function showTrial(payload) {
   for (const c of payload.conditions) {
     const audio = new Audio(fileUrl(c.url));
     audio.preload = 'auto';
+    audio.dataset.clip = c.label;  // in the page (no controls, so unseen) for scripts that check the player
     audio.addEventListener('ended', () => onEnded(c.label, audio, c));
     audio.addEventListener('error', () => say('#study-status', c.label + ' could not be loaded: reload the page.'));
     audio.addEventListener('play', refresh);
     audio.addEventListener('pause', refresh);
     audios[c.label] = audio;
-    box.append(conditionRow(c));
+    box.append(conditionRow(c), audio);
   }
   ticker = setInterval(() => {
     const audio = active && audios[active];
