@@ -144,7 +144,7 @@ class StudyService:
         view = runner.next_view(session_id)
         header = {**self._study_header(runner), "session": session_id, "token": self.token(session_id)}
         if view is None:
-            answered, total = runner.progress(session_id)
+            _, total = runner.progress(session_id)
             return {**header, "state": "done", "total": total, "code": runner.completion_code(session_id)}
         return {**header, "state": "trial", **self.trial_payload(view)}
 
