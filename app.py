@@ -1,7 +1,9 @@
 """Hugging Face Space / local entry point: `python app.py`.
 
 Builds the page from `ssd_demo.app.page`, starts getting the machine ready in the background
-(`ssd_demo.comparison.startup`) and launches it. Honours GRADIO_SERVER_NAME and
+(`ssd_demo.comparison.startup`) and launches it. `python app.py --study NAME` (repeatable, or
+`SSD_DEMO_STUDY=NAME[,NAME]`) serves only the rater page of those listening studies, with the
+experimenter's page at /admin. Honours GRADIO_SERVER_NAME and
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
@@ -15,13 +17,20 @@ except ImportError:
     pass
 
 from ssd_demo.app.page import build_demo, launch_options  # noqa: E402
+from ssd_demo.app.listening.study_service import served_studies  # noqa: E402
 from ssd_demo.comparison import get_ready_in_background  # noqa: E402
 from ssd_demo.presets import list_presets  # noqa: E402
 
-demo = build_demo()
-# The first race should be as quick as the next ones: warm up and measure this machine's costs now, in the
-# background, for the preset the page opens with (the page says so until it is done).
-get_ready_in_background(list_presets()[0].key)
+STUDIES = served_studies()
+if STUDIES:  # a rater-only page: no model to get ready
+    from ssd_demo.app.listening.study_page import build_study_demo, study_launch_options
+
+    demo, launch_options = build_study_demo(STUDIES), study_launch_options
+else:
+    demo = build_demo()
+    # The first race should be as quick as the next ones: warm up and measure this machine's costs now, in
+    # the background, for the preset the page opens with (the page says so until it is done).
+    get_ready_in_background(list_presets()[0].key)
 
 if __name__ == "__main__":
     demo.launch(

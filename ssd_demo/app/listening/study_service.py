@@ -1,0 +1,158 @@
+"""The rater's study page as plain objects, no Gradio: which studies a server serves, the session a
+rater's browser resumes (its id signed with the server's key), and the trial views sent to the page as
+JSON-ready dicts that carry opaque labels and clip URLs, never a system name.
+
+Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
+refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
+back as `{"refused": message}` for the page to show next to its control, never as an exception.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...listening.errors import ListeningError, UnknownStudyError
+from ...listening.stimulus_sets import SET_NAME, data_dir
+from ...listening.store import ListeningStore
+from ...listening.study_sessions import StudyRegistry, StudyRunner, StudyTrialView, database_path
+from .service import browser_secret, public_message
+
+STUDY_ENV = "SSD_DEMO_STUDY"
+Publish = Callable[[Path], str]  # a clip's path -> the URL the browser fetches it from
+
+
+def served_studies(argv: Sequence[str] | None = None, environ: dict | None = None) -> tuple[str, ...]:
+    """The studies to serve on a rater-only page: each `--study NAME` (or `--study=NAME`) on the command
+    line, else `$SSD_DEMO_STUDY` (names separated by commas); () serves the full demo."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names: list[str] = []
+    for index, arg in enumerate(argv):
+        if arg == "--study" and index + 1 < len(argv):
+            names.append(argv[index + 1])
+        elif arg.startswith("--study="):
+            names.append(arg.split("=", 1)[1])
+    if not names:
+        names = (os.environ if environ is None else environ).get(STUDY_ENV, "").split(",")
+    names = [name.strip() for name in names if name.strip()]
+    for name in names:
+        if not SET_NAME.match(name):
+            raise ValueError(f"--study / {STUDY_ENV}: {name!r} is not a study name (letters, digits, '.', '_', '-')")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class StudySettings:
+    names: tuple[str, ...]  # the studies raters may open on this server
+    data_dir: Path
+    db_path: Path
+
+    @classmethod
+    def from_env(cls, names: Sequence[str], data_root: Path | None = None) -> StudySettings:
+        root = Path(data_root) if data_root is not None else data_dir()
+        return cls(names=tuple(names), data_dir=root, db_path=database_path(root))
+
+
+class StudyService:
+    """The rater page's server side: the registry of studies and the operations the page calls."""
+
+    def __init__(self, settings: StudySettings, publish: Publish | None = None):
+        self.settings = settings
+        self.store = ListeningStore(settings.db_path)
+        self.registry = StudyRegistry(self.store, settings.data_dir)
+        self.secret = browser_secret(settings.db_path)
+        self.publish: Publish = publish or (lambda path: str(path))
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- tokens kept in the rater's browser
+
+    def token(self, session_id: str) -> str:
+        signature = hmac.new(self.secret.encode(), session_id.encode(), "sha256").hexdigest()[:32]
+        return f"{session_id}.{signature}"
+
+    def session_from_token(self, token: str | None) -> str | None:
+        session_id, _, _ = (token or "").partition(".")
+        if session_id and hmac.compare_digest(self.token(session_id), token or ""):
+            return session_id
+        return None
+
+    # -- what the page calls
+
+    def runner(self, study: str | None) -> StudyRunner:
+        """The runner of a served study; with one study served, an empty name means that one."""
+        name = (study or "").strip()
+        if not name and len(self.settings.names) == 1:
+            name = self.settings.names[0]
+        if name not in self.settings.names:
+            raise UnknownStudyError("This link names no study that is open: check the link you were given.")
+        return self.registry.runner(name)
+
+    def open(self, study: str | None, token: str | None) -> dict:
+        """On page load: the session this browser was in (a reload resumes it), else the start screen."""
+        session_id = self.session_from_token(token)
+        if session_id is not None:
+            try:
+                session = self.store.get_session(session_id)
+                runner = self.runner(study or session.study)
+                if session.study == runner.study.name:
+                    return self._next(runner, session_id)
+            except ListeningError:
+                pass  # an unknown or replaced session, or another study: the rater starts a new one
+        try:
+            runner = self.runner(study)
+        except ListeningError as error:
+            return {"state": "closed", "message": public_message(error)}
+        return {"state": "start", **self._study_header(runner)}
+
+    def start(self, study: str | None, rater_id: str | None) -> dict:
+        try:
+            runner = self.runner(study)
+            session = runner.start_session(rater_id=rater_id or None)
+            return self._next(runner, session.session_id)
+        except ListeningError as error:
+            return {"state": "start", "refused": public_message(error)}
+
+    def played(self, session_id: str, trial_id: str, label: str) -> dict:
+        """A clip played to the end: {"played": labels} once the server counts it, else {"refused": why}."""
+        try:
+            runner = self.registry.runner_for_session(session_id)
+            return {"played": sorted(runner.record_play(session_id, trial_id, label))}
+        except ListeningError as error:
+            return {"refused": public_message(error)}
+
+    def submit(self, session_id: str, trial_id: str, answer: object) -> dict:
+        """Store an answer; the next trial (or the end), or {"refused": why} with the trial left as it was."""
+        try:
+            runner = self.registry.runner_for_session(session_id)
+            runner.submit(session_id, trial_id, answer)
+            return self._next(runner, session_id)
+        except ListeningError as error:
+            return {"refused": public_message(error)}
+
+    # -- views
+
+    def _study_header(self, runner: StudyRunner) -> dict:
+        return {"study": runner.study.name, "title": runner.study.title, "instructions": runner.study.instructions}
+
+    def _next(self, runner: StudyRunner, session_id: str) -> dict:
+        view = runner.next_view(session_id)
+        header = {**self._study_header(runner), "session": session_id, "token": self.token(session_id)}
+        if view is None:
+            _, total = runner.progress(session_id)
+            return {**header, "state": "done", "total": total, "code": runner.completion_code(session_id)}
+        return {**header, "state": "trial", **self.trial_payload(view)}
+
+    def trial_payload(self, view: StudyTrialView) -> dict:
+        return {
+            "trial": view.trial_id, "kind": view.kind, "number": view.number, "total": view.total,
+            "text": view.text, "instructions": view.instructions, "played": sorted(view.played),
+            "scale": list(view.scale) if view.scale else None, "choices": list(view.choices),
+            "conditions": [{"label": c.label, "url": self.publish(c.clip), "duration": c.duration_seconds,
+                            "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
+        }

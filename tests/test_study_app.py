@@ -1,0 +1,164 @@
+"""The study server's logic without a browser: which studies are served, the rater page's operations
+(start, plays, answers, resume by signed token, completion), the experimenter's operations behind the
+results token, and the page's layout (a rater page with nothing but the player)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ssd_demo.app.listening.service import EXPERIMENTER_OFF
+from ssd_demo.app.listening.study_experimenter import StudyExperimenter
+from ssd_demo.app.listening.study_service import StudyService, StudySettings, served_studies
+from ssd_demo.listening import study_sessions
+from ssd_demo.listening.errors import ListeningError, UnknownSessionError
+from ssd_demo.listening.study_results import read_long_csv, read_summary_json
+from ssd_demo.tools.stimuli import tone_renderer
+from ssd_demo.tools.study import create_study
+
+REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative|anchor|lowpass|attention", re.IGNORECASE)
+STUDY = """
+name = "{name}"
+systems = ["SSD beta=0.3 K=4", "exact speculative K=4"]
+items_per_rater = 1
+sentences = ["One sentence.", "Two sentences here."]
+[mushra]
+[abx]
+pairs = [["SSD beta=0.3 K=4", "exact speculative K=4"]]
+[ab]
+[mos]
+systems = ["AR"]
+"""
+
+
+@pytest.fixture()
+def root(tmp_path, monkeypatch):
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.0)  # tone clips: plays count at once
+    monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
+    monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
+    for name in ("first", "second"):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(STUDY.format(name=name), encoding="utf-8")
+        create_study(path, root=tmp_path / "data", render=tone_renderer(seconds=0.2))
+    return tmp_path / "data"
+
+
+@pytest.fixture()
+def service(root):
+    service = StudyService(StudySettings.from_env(["first", "second"], root))
+    yield service
+    service.close()
+
+
+def answer_for(view: dict) -> dict:
+    if view["kind"] == "mushra":
+        return {"scores": {c["label"]: 100 for c in view["conditions"] if c["rated"]}}
+    return {"score": 4} if view["kind"] == "mos" else {"choice": "A"}
+
+
+def finish(service: StudyService, view: dict) -> dict:
+    while view["state"] == "trial":
+        for condition in view["conditions"]:
+            if condition["must_play"]:
+                assert "played" in service.played(view["session"], view["trial"], condition["label"])
+        view = service.submit(view["session"], view["trial"], answer_for(view))
+    return view
+
+
+def test_served_studies_from_flags_or_environment():
+    assert served_studies(["--study", "a", "--study=b", "--other"], {}) == ("a", "b")
+    assert served_studies([], {"SSD_DEMO_STUDY": " a, b ,a"}) == ("a", "b")
+    assert served_studies([], {}) == ()
+    with pytest.raises(ValueError, match="not a study name"):
+        served_studies(["--study", "../etc"], {})
+
+
+def test_a_rater_takes_a_study_by_name_blind_and_resumes(service):
+    assert service.open("", "")["state"] == "closed"  # two studies served: the link must name one
+    assert service.open("third", "")["state"] == "closed"
+    assert service.open("second", "")["state"] == "start"
+    view = service.start("second", "rater-1")
+    assert view["state"] == "trial" and view["study"] == "second" and view["number"] == 1
+    assert not REVEALING.search(repr(view))
+    assert [c["label"] for c in view["conditions"]][0] == "Reference" and view["kind"] == "mushra"
+
+    # Unheard samples are refused with a message, not an exception; so is a missing score.
+    refused = service.submit(view["session"], view["trial"], answer_for(view))
+    assert "to the end" in refused["refused"]
+    for condition in view["conditions"][1:]:
+        service.played(view["session"], view["trial"], condition["label"])
+    assert "refused" in service.submit(view["session"], view["trial"], {"scores": {"A": 50}})
+    assert "refused" in service.played(view["session"], view["trial"], "Z")
+
+    # A reload: the signed token resumes the same trial with its samples heard; a forged one does not.
+    resumed = service.open("second", view["token"])
+    assert resumed["trial"] == view["trial"] and set(resumed["played"]) >= {"A", "B"}
+    assert service.open("second", view["session"] + ".0000")["state"] == "start"
+    assert service.open("first", view["token"])["state"] == "start"  # a session of another study
+
+    done = finish(service, resumed)
+    assert done["state"] == "done" and re.fullmatch(r"[0-9A-F]{10}", done["code"])
+    assert service.open("second", view["token"]) == done  # a reload shows the code again
+    assert service.start("second", "=cmd")["refused"]  # a rater id a spreadsheet would run is refused
+
+
+def test_experimenter_view_is_off_without_a_token(service, monkeypatch):
+    admin = StudyExperimenter(service.store, service.settings.data_dir)
+    with pytest.raises(ListeningError, match=re.escape(EXPERIMENTER_OFF[:40])):
+        admin.studies("")
+    with pytest.raises(ListeningError, match="off"):
+        admin.export("anything", "first")
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    for call in (lambda: admin.progress("wrong", "first"), lambda: admin.invalidate("", "x", "y")):
+        with pytest.raises(ListeningError, match="token"):
+            call()
+
+
+def test_experimenter_sees_progress_results_exports_and_invalidates(service, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    admin = StudyExperimenter(service.store, service.settings.data_dir)
+    assert admin.studies("right") == ["first", "second"]
+    finished = finish(service, service.start("first", "rater-1"))
+    running = service.start("first", None)
+    rows = admin.progress("right", "first")
+    anonymous = "session:" + running["session"][:12]  # as the results name a rater without an id
+    assert [(r[0], r[3], r[4], r[6]) for r in rows] == [("rater-1", 5, 5, "yes"), (anonymous, 0, 5, "")]
+
+    results, report = admin.results("right", "first")
+    assert "MUSHRA" in report.text and "rater-1" in report.text and report.summary["study"] == "first"
+    assert report.figure.axes  # the box plot
+    csv_path, json_path = admin.export("right", "first")
+    assert read_long_csv(csv_path) == list(results.rows) and len(results.rows) > 0
+    assert read_summary_json(json_path)["study"] == "first"
+    assert oct(csv_path.stat().st_mode & 0o777) == "0o600"
+
+    message = admin.invalidate("right", finished["session"], "answered in 20 seconds")
+    assert "invalidated" in message
+    assert admin.progress("right", "first")[0][7] == "answered in 20 seconds"
+    results, _ = admin.results("right", "first")
+    assert [(e.rater, e.rule) for e in results.exclusions] == [("rater-1", "invalidated")]
+    with pytest.raises(UnknownSessionError):
+        admin.invalidate("right", "no-such-session", "reason")
+    with pytest.raises(ListeningError, match="No study"):
+        admin.results("right", "third")
+    assert running["state"] == "trial"
+
+
+def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkeypatch):
+    gr = pytest.importorskip("gradio")
+    from ssd_demo.app.listening.service import close_listening_apps
+    from ssd_demo.app.listening.study_page import ADMIN_PATH, build_study_demo
+
+    demo = build_study_demo(["first"], root)
+    try:
+        config = demo.get_config_file()
+        on_rater_page = set(config["page"][""]["components"])
+        types = {c["type"] for c in config["components"] if c["id"] in on_rater_page}
+        assert types == {"navbar", "html", "api"}, types  # no tab, results, file, button or audio player
+        assert (ADMIN_PATH, "Experimenter", False) in demo.pages
+        names = {d.get("api_name") for d in config["dependencies"]}
+        assert {"study_start", "study_played", "study_submit", "study_resume", "study_admin_results"} <= names
+        assert isinstance(demo, gr.Blocks)
+    finally:
+        close_listening_apps()
