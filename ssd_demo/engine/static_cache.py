@@ -31,6 +31,8 @@ from . import kernels
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 #: Rotary scalings whose tables depend on the position alone.
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
+#: Activation modules that compute F.silu (transformers' and torch's).
+SILU = ("SiLUActivation", "SiLU")
 
 
 def supports(model) -> bool:
@@ -100,7 +102,8 @@ class _Layer:
         else:
             self.linears = (_Modules(attn.q_proj, attn.k_proj, attn.v_proj), _Modules(attn.o_proj),
                             _Modules(mlp.gate_proj, mlp.up_proj), _Modules(mlp.down_proj))
-        self.act = mlp.act_fn
+        # SiLU (Llama's, Qwen2's) in place on the gate's half of the fused output: one allocation fewer.
+        self.act = (lambda gate: F.silu(gate, inplace=True)) if type(mlp.act_fn).__name__ in SILU else mlp.act_fn
         self.scaling = attn.scaling
         self.keys = self.values = None  # [1, kv_heads, capacity, head_dim] views, set by `StaticCacheLM._allocate`
 
