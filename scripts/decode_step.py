@@ -12,6 +12,9 @@ between steps), the candidates interleaved, medians:
   BLAS and through oneDNN, and int8 weight-only (`torch._weight_int8pack_mm`);
 - the lean forward's step (1 new token) and a verify call (5 tokens) after `--context` cached tokens, with
   each kernel the probe can choose, and transformers' own forward for scale;
+- with `--voice`, what the issue's bar is about: the embedded voice speaking its example texts
+  (`Synthesizer.synthesize`, AR and speculative interleaved), seconds per target call of each (an AR step with
+  its sampling; a verify call with its acceptance) against the weight-streaming time measured between runs;
 - with `--compile`, a static-shape step compiled by inductor (frozen weights; `--autotune` adds its CPU
   GEMM templates), its compile time and step time. Slow: tens of seconds per variant.
 
@@ -168,11 +171,35 @@ def compiled_step(model, context: int, autotune: bool, repeats: int) -> tuple[fl
     return compile_seconds, seconds
 
 
+def voice_calls(runs: int, texts: int) -> dict[str, float]:
+    """Median seconds per target call of the embedded voice speaking its first `texts` example texts, AR and
+    speculative (default draft and settings), interleaved `runs` times; and the weight-streaming time."""
+    from pathlib import Path
+
+    from ssd_demo import load_synthesizer
+
+    synthesizer = load_synthesizer()
+    examples = Path("assets/embedded/examples.txt").read_text(encoding="utf-8").splitlines()[:texts]
+    text = " ".join(line for line in examples if line.strip())
+    times: dict[str, list[float]] = {"ar": [], "speculative": [], "stream": []}
+    for run in range(runs + 1):  # the first run warms up (and runs the kernel probe)
+        for mode in (("ar", "speculative") if run % 2 else ("speculative", "ar")):
+            stats = synthesizer.synthesize(text, mode=mode).generation.stats
+            if run:
+                times[mode].append(stats.mean_target_call_seconds)
+        if run:
+            times["stream"].append(kernels.weight_stream_seconds(synthesizer.target, repeats=5))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=DEFAULT_TARGET, help="model directory (default: the embedded target)")
     parser.add_argument("--context", type=int, default=250, help="cached tokens before the timed calls")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--voice", action="store_true", help="also time the embedded voice's synthesis (AR, speculative)")
+    parser.add_argument("--voice-runs", type=int, default=5)
+    parser.add_argument("--voice-texts", type=int, default=3, help="example texts spoken per run")
     parser.add_argument("--compile", action="store_true", help="also time an inductor-compiled step (slow)")
     parser.add_argument("--autotune", action="store_true", help="with --compile: inductor's max-autotune")
 
@@ -197,6 +224,13 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nlean forward after {args.context} cached tokens (logits vs transformers': max |diff| {difference:.1e}):")
     for name, seconds in steps.items():
         print(f"  {name:40s} {seconds * 1e3:7.3f} ms  {seconds / stream:5.2f}x streaming")
+    if args.voice:
+        voice = voice_calls(args.voice_runs, args.voice_texts)
+        print(f"\nthe embedded voice, {args.voice_texts} example texts, {args.voice_runs} runs per mode "
+              f"(weights streamed once in {voice['stream'] * 1e3:.3f} ms between runs):")
+        for mode in ("ar", "speculative"):
+            label = "AR step per target call" if mode == "ar" else "speculative, per verify call"
+            print(f"  {label:40s} {voice[mode] * 1e3:7.3f} ms  {voice[mode] / voice['stream']:5.2f}x streaming")
     if args.compile:
         compile_seconds, seconds = compiled_step(model, args.context, args.autotune, args.repeats)
         label = "inductor, frozen" + (", max-autotune" if args.autotune else "")
