@@ -11,7 +11,9 @@ between steps), the candidates interleaved, medians:
   as lower-precision candidates (not exact: they change the voice's distribution), bfloat16 weights through
   BLAS and through oneDNN, and int8 weight-only (`torch._weight_int8pack_mm`);
 - the lean forward's step (1 new token) and a verify call (5 tokens) after `--context` cached tokens, with
-  each kernel the probe can choose, and transformers' own forward for scale;
+  each kernel the probe can choose, and transformers' own forward for scale; with `--baseline CHECKOUT`, the
+  lean forward of another checkout of this repository too (its `ssd_demo/engine/static_cache.py`, run on this
+  checkout's kernels module), e.g. the commit before a change, so that one run times both;
 - with `--voice`, what the issue's bar is about: the embedded voice speaking its example texts
   (`Synthesizer.synthesize`, AR and speculative interleaved), seconds per target call of each (an AR step with
   its sampling; a verify call with its acceptance) against the weight-streaming time measured between runs;
@@ -98,14 +100,32 @@ def matmul_candidates(model) -> dict[str, Callable[[], object]]:
     return candidates
 
 
-def step_candidates(model, context: int) -> tuple[dict[str, Callable[[], object]], float]:
+def baseline_class(checkout: str):
+    """The lean forward class of another checkout (its static_cache.py loaded as a module of this package, so that
+    its relative imports find this checkout's kernels)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(checkout) / "ssd_demo" / "engine" / "static_cache.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no ssd_demo/engine/static_cache.py under {checkout}")
+    spec = importlib.util.spec_from_file_location("ssd_demo.engine.baseline_static_cache", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StaticCacheLM
+
+
+def step_candidates(model, context: int, baseline: str | None = None) -> tuple[dict[str, Callable[[], object]], float]:
     """The lean forward's 1- and 5-token calls after `context` cached tokens with each kernel, and transformers'
-    own forward; also the largest logit difference between the lean step and transformers'."""
+    own forward (and a baseline checkout's lean forward on BLAS); also the largest logit difference between the
+    lean step and transformers'."""
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (context + 5,), generator=torch.Generator().manual_seed(0))
     lms = {"BLAS": StaticCacheLM(model, context + 8, onednn_from=kernels.NEVER),
            "oneDNN": StaticCacheLM(model, context + 8, onednn_from=1),
            "transformers' forward": CachedLM(model)}
+    if baseline:
+        lms["baseline, BLAS"] = baseline_class(baseline)(model, context + 8, onednn_from=kernels.NEVER)
     for lm in lms.values():
         lm.forward(ids[:context])
     reference = lms["transformers' forward"].forward(ids[context:context + 5])
@@ -197,6 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", type=int, default=250, help="cached tokens before the timed calls")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--baseline", metavar="CHECKOUT", help="also time this checkout's lean forward (e.g. ../base)")
     parser.add_argument("--voice", action="store_true", help="also time the embedded voice's synthesis (AR, speculative)")
     parser.add_argument("--voice-runs", type=int, default=5)
     parser.add_argument("--voice-texts", type=int, default=3, help="example texts spoken per run")
@@ -215,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"weights {megabytes:.1f} MB, streamed once in {stream * 1e3:.3f} ms ({megabytes / 1e3 / stream:.1f} GB/s)")
     with torch.inference_mode():
         matmuls = interleaved(matmul_candidates(model), args.repeats)
-        steps, difference = step_candidates(model, args.context)
+        steps, difference = step_candidates(model, args.context, args.baseline)
         steps = interleaved(steps, args.repeats)
     stream = statistics.median([stream, kernels.weight_stream_seconds(model)])  # before and after: drift
     print(f"\nthe step's one-row matmuls alone ({len(kernels.packed_linears(kernels.packed_weights(model)))} calls):")
