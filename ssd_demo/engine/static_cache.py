@@ -195,12 +195,12 @@ class StaticCacheLM:
             return torch.layer_norm(stream, (width,), norm.mirrored, None, norm.eps, False)[:, : width // 2]
         return norm.module(stream)  # half precision: the module's own order of casts
 
-    def _add(self, stream: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """The residual sum stream + delta (in place on [h, -h] in float32)."""
-        if self._mirrored:
-            width = delta.shape[-1]
-            stream[:, :width].add_(delta)
-            stream[:, width:].sub_(delta)
+    def _add(self, stream: torch.Tensor, halves: tuple[torch.Tensor, torch.Tensor] | None,
+             delta: torch.Tensor) -> torch.Tensor:
+        """The residual sum stream + delta (in float32 in place on the stream [h, -h], through its `halves`)."""
+        if halves is not None:
+            halves[0].add_(delta)
+            halves[1].sub_(delta)
             return stream
         return stream + delta
 
@@ -225,15 +225,16 @@ class StaticCacheLM:
         # Causal mask over cached + new positions; a single new token may attend to everything.
         mask = None if n == 1 else torch.arange(end, device=device)[None, :] <= positions[:, None]
         stream = torch.cat([hidden, -hidden], dim=-1) if self._mirrored else hidden
+        halves = stream.chunk(2, dim=-1) if self._mirrored else None
         onednn_from = self._onednn_from
         for layer in self._layers:
             qkv, o, gate_up, down = layer.linears
             attended = self._attend(layer, qkv(self._normalise(layer.input_norm, stream), onednn_from),
                                     cos, sin, start, end, mask)
-            stream = self._add(stream, o(attended, onednn_from))
+            stream = self._add(stream, halves, o(attended, onednn_from))
             projected = gate_up(self._normalise(layer.post_norm, stream), onednn_from)
             width = projected.shape[-1] // 2
-            stream = self._add(stream, down(layer.act(projected[:, :width]).mul_(projected[:, width:]), onednn_from))
+            stream = self._add(stream, halves, down(layer.act(projected[:, :width]).mul_(projected[:, width:]), onednn_from))
         hidden = self._normalise(self._final_norm, stream[-1:] if last_only else stream)
         self._pos = end
         self.calls += 1
