@@ -191,28 +191,39 @@ def compiled_step(model, context: int, autotune: bool, repeats: int) -> tuple[fl
     return compile_seconds, seconds
 
 
-def voice_calls(runs: int, texts: int) -> dict[str, float]:
+def voice_calls(runs: int, texts: int, baseline: str | None = None) -> dict[str, float]:
     """Median seconds per target call of the embedded voice speaking its first `texts` example texts, AR and
-    speculative (default draft and settings), interleaved `runs` times; and the weight-streaming time."""
+    speculative (default draft and settings), interleaved `runs` times, and the weight-streaming time measured
+    between runs. With `baseline`, the same runs on that checkout's lean forward too, interleaved with ours."""
     from pathlib import Path
 
     from ssd_demo import load_synthesizer
+    from ssd_demo.engine import kv
 
     synthesizer = load_synthesizer()
     examples = Path("assets/embedded/examples.txt").read_text(encoding="utf-8").splitlines()[:texts]
     text = " ".join(line for line in examples if line.strip())
-    times: dict[str, list[float]] = {"ar": [], "speculative": [], "stream": []}
-    for run in range(runs + 1):  # the first run warms up (and runs the kernel probe)
-        for mode in (("ar", "speculative") if run % 2 else ("speculative", "ar")):
-            stats = synthesizer.synthesize(text, mode=mode).generation.stats
+    forwards = {"": kv.StaticCacheLM}
+    if baseline:
+        forwards["baseline, "] = baseline_class(baseline)
+    times: dict[str, list[float]] = {"stream": []}
+    try:
+        for run in range(runs + 1):  # the first run warms up (and runs the kernel probe)
+            for engine, forward in (forwards.items() if run % 2 else list(forwards.items())[::-1]):
+                kv.StaticCacheLM = forward  # what `kv.cached_lm` builds
+                for mode in (("ar", "speculative") if run % 2 else ("speculative", "ar")):
+                    stats = synthesizer.synthesize(text, mode=mode).generation.stats
+                    if run:
+                        times.setdefault(f"{engine}{mode}", []).append(stats.mean_target_call_seconds)
             if run:
-                times[mode].append(stats.mean_target_call_seconds)
-        if run:
-            times["stream"].append(kernels.weight_stream_seconds(synthesizer.target, repeats=5))
+                times["stream"].append(kernels.weight_stream_seconds(synthesizer.target, repeats=5))
+    finally:
+        kv.StaticCacheLM = forwards[""]
     return {name: statistics.median(values) for name, values in times.items()}
 
 
 STREAM = "weights streamed once (a sum)"
+VOICE_LABELS = {"ar": "AR step per target call", "speculative": "speculative, per verify call"}
 
 
 def report(seconds: dict[str, float], megabytes: float) -> None:
@@ -254,12 +265,14 @@ def main(args: argparse.Namespace) -> int:
     report(steps, megabytes)
     stream = statistics.median([matmuls[STREAM], steps[STREAM]])
     if args.voice:
-        voice = voice_calls(args.voice_runs, args.voice_texts)
+        voice = voice_calls(args.voice_runs, args.voice_texts, args.baseline)
         print(f"\nthe embedded voice, {args.voice_texts} example texts, {args.voice_runs} runs per mode "
               f"(weights streamed once in {voice['stream'] * 1e3:.3f} ms between runs):")
-        for mode in ("ar", "speculative"):
-            label = "AR step per target call" if mode == "ar" else "speculative, per verify call"
-            print(f"  {label:40s} {voice[mode] * 1e3:7.3f} ms  {voice[mode] / voice['stream']:5.2f}x streaming")
+        for name, seconds in voice.items():
+            if name != "stream":
+                engine, _, mode = name.rpartition(", ")
+                label = (f"{engine}, " if engine else "") + VOICE_LABELS[mode]
+                print(f"  {label:40s} {seconds * 1e3:7.3f} ms  {seconds / voice['stream']:5.2f}x streaming")
     if args.compile:
         compile_seconds, seconds = compiled_step(model, args.context, args.autotune, args.repeats)
         label = "inductor, frozen" + (", max-autotune" if args.autotune else "")
