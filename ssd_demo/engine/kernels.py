@@ -280,15 +280,21 @@ def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+#: The largest buffer `weight_stream_seconds` reads; bigger models' times are scaled up from it.
+STREAM_MAX_BYTES = 1 << 30
+
+
 def weight_stream_seconds(model, repeats: int = 15) -> float:
     """Median time to read a buffer the size of the model's weights once (a sum over it), here, with the current
-    thread count: the floor under a decode step, which reads every weight once (for reports next to step times)."""
-    buffer = torch.ones(weight_bytes(model) // 4, dtype=torch.float32)
+    thread count: the floor under a decode step, which reads every weight once (for reports next to step times).
+    Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled (memory-bound: linear)."""
+    size = weight_bytes(model)
+    buffer = torch.ones(min(size, STREAM_MAX_BYTES) // 4, dtype=torch.float32)
     times = []
     for repeat in range(repeats + 2):  # two warm-up reads
         started = time.perf_counter()
         buffer.sum()
         if repeat >= 2:
             times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.median(times) * size / (4 * buffer.numel())
 
