@@ -64,7 +64,8 @@ def main(args: argparse.Namespace) -> int:
         kv.StaticCacheLM = forwards["now"]
     median = {key: statistics.median(values) for key, values in times.items()}
     stream = statistics.median(streams)
-    print(f"{cpu_name()}, {torch.get_num_threads()} thread(s); target weights {kernels.weight_bytes(target) / 1e6:.1f} MB "
+    megabytes = kernels.weight_bytes(target) / 1e6
+    print(f"{cpu_name()}, {torch.get_num_threads()} thread(s); target weights {megabytes:.1f} MB "
           f"streamed once in {stream * 1e3:.2f} ms; {args.repeats} repetitions, forwards interleaved")
     print("| forward | AR s | AR ms per target call | x weight stream | speculative s | speedup vs its AR |")
     print("|---|---|---|---|---|---|")

@@ -239,7 +239,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", metavar="CHECKOUT", help="also time this checkout's lean forward (e.g. ../base)")
-    parser.add_argument("--voice", action="store_true", help="also time the embedded voice's synthesis (AR, speculative)")
+    parser.add_argument("--voice", action="store_true",
+                        help="also time the embedded voice's synthesis (AR, speculative)")
     parser.add_argument("--voice-runs", type=int, default=5)
     parser.add_argument("--voice-texts", type=int, default=3, help="example texts spoken per run")
     parser.add_argument("--compile", action="store_true", help="also time an inductor-compiled step (slow)")

@@ -96,7 +96,8 @@ class _Layer:
 
     def __init__(self, layer, packed: "kernels.PackedLayer | None"):
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm, self.post_norm = _NormWeights(layer.input_layernorm), _NormWeights(layer.post_attention_layernorm)
+        self.input_norm = _NormWeights(layer.input_layernorm)
+        self.post_norm = _NormWeights(layer.post_attention_layernorm)
         if packed is not None:
             self.linears = (packed.qkv, packed.o, packed.gate_up, packed.down)
         else:
@@ -234,7 +235,8 @@ class StaticCacheLM:
             stream = self._add(stream, halves, o(attended, onednn_from))
             projected = gate_up(self._normalise(layer.post_norm, stream), onednn_from)
             width = projected.shape[-1] // 2
-            stream = self._add(stream, halves, down(layer.act(projected[:, :width]).mul_(projected[:, width:]), onednn_from))
+            activated = layer.act(projected[:, :width]).mul_(projected[:, width:])  # act(gate) * up
+            stream = self._add(stream, halves, down(activated, onednn_from))
         hidden = self._normalise(self._final_norm, stream[-1:] if last_only else stream)
         self._pos = end
         self.calls += 1
