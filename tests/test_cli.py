@@ -122,7 +122,17 @@ def test_bench_on_local_models(tmp_path, capsys):
     assert methods["ar"]["speedup_vs_ar"] == 1.0
     assert 0 <= result["speculative"]["alpha"] <= 1 and result["speculative"]["predicted_speedup_strict"] > 0
     assert result["speculative_vs_hf_assisted"] > 0 and result["speculative_transformers_vs_hf_assisted"] > 0
-    assert "speculative vs hf_assisted" in capsys.readouterr().out
+    stream = result["weight_stream"]  # the floor each target call is set against, with the CPU's name
+    assert stream["seconds"] > 0 and stream["bytes"] == 4 * sum(p.numel() for p in tiny_llama(
+        seed=1, vocab=64, layers=2, width=32).parameters()) and stream["cpu"]
+    for name, method in methods.items():
+        ours = not name.startswith("hf_")
+        assert (method["median_target_call_seconds"] is not None) == ours
+        if ours:
+            assert method["target_call_vs_weight_stream"] == pytest.approx(
+                method["median_target_call_seconds"] / stream["seconds"])
+    out = capsys.readouterr().out
+    assert "speculative vs hf_assisted" in out and "x weight stream" in out and "stream once in" in out
 
 
 @needs_voice

@@ -271,3 +271,15 @@ def test_a_failing_onednn_falls_back_to_blas(monkeypatch):
     assert static_cache.describe_kernels(model) == "BLAS matmuls (oneDNN failed here)"
     lm = StaticCacheLM(model, 8)
     assert torch.allclose(lm.forward([1, 2, 3]), CachedLM(model).forward([1, 2, 3]), atol=1e-5)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_half_precision_keeps_the_norm_modules_and_matches_transformers(pack):
+    """bfloat16 weights take the plain residual stream and the norm modules' own casts (the [h, -h] stream
+    and its layer norm are float32's); the logits still follow transformers' within bfloat16 rounding."""
+    model = _llama_with_biases(seed=7).to(torch.bfloat16)
+    lean = StaticCacheLM(model, capacity=8, pack=pack)
+    assert not lean._mirrored
+    sequence = list(range(2, 22))
+    check_same_logits(CachedLM(model), lean, sequence, [(0, 6, False), (6, 7, True), ("cut", 4), (4, 20, False)],
+                      atol=0.03, rtol=0.01)

@@ -65,7 +65,7 @@ class PackedLinear:
         """x [n, in] -> [n, out], through oneDNN when n >= onednn_from."""
         if x.shape[0] >= onednn_from and self.onednn is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
-        return x @ self.weight_t if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
+        return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
 
 
 @dataclass
@@ -273,3 +273,28 @@ def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
         return sum(seconds[n][1] if n >= threshold else seconds[n][0] for n in sizes)
 
     return min([NEVER, *reversed(sizes)], key=total)  # ties go to the later switch (BLAS)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's weights (every parameter once; a decode step reads all but the input embeddings)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+#: The largest buffer `weight_stream_seconds` reads; bigger models' times are scaled up from it.
+STREAM_MAX_BYTES = 1 << 30
+
+
+def weight_stream_seconds(model, repeats: int = 15) -> float:
+    """Median time to read a buffer the size of the model's weights once (a sum over it), here, with the current
+    thread count: the floor under a decode step, which reads every weight once (for reports next to step times).
+    Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled (memory-bound: linear)."""
+    size = weight_bytes(model)
+    buffer = torch.ones(min(size, STREAM_MAX_BYTES) // 4, dtype=torch.float32)
+    times = []
+    for repeat in range(repeats + 2):  # two warm-up reads
+        started = time.perf_counter()
+        buffer.sum()
+        if repeat >= 2:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * size / (4 * buffer.numel())
+

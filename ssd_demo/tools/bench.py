@@ -17,6 +17,11 @@ Methods:
   hf_assisted_default  the same with transformers' own defaults (heuristic K schedule starting
                at 20, confidence early stop): what a user gets without tuning
   hf_generate  plain target.generate
+
+Next to each of our methods: its median time per target call (an AR step, or a verify call with its
+acceptance), the time to stream the target's weights once on this CPU (a sum over a buffer of their size,
+measured in every repetition, median) and their ratio: how far the step is from the floor a decode step
+sits on, since it reads every weight once. The CPU's name goes with it.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ from ..engine.calibration import calibrated_costs
 from ..config import DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from .reporting import git_commit
+from .reporting import cpu_name, git_commit
 from ..results import compare_runs
+from ..engine.kernels import weight_bytes, weight_stream_seconds
 from ..engine.static_cache import describe_kernels
 
 METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
@@ -86,6 +92,10 @@ class MethodSummary:
     median_tokens: float
     median_tokens_per_second: float
     speedup_vs_ar: float
+    # Median seconds per target call (an AR step, or a verify call), and that over the weight-streaming
+    # time (None for transformers' generate, which reports no per-call times, and off the CPU).
+    median_target_call_seconds: float | None = None
+    target_call_vs_weight_stream: float | None = None
 
 
 def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool,
@@ -135,6 +145,10 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
     calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
         if costs is not None else None
     tokens: dict[str, list[int]] = {m: [] for m in methods}
+    call_seconds: dict[str, list[float]] = {m: [] for m in methods}
+    # The weight-streaming floor, measured once per repetition among the methods, against drift.
+    on_cpu = prompt.device.type == "cpu"
+    stream_seconds: list[float] = []
     reports = []
     total = (warmup + repeats) * len(methods)
     bar = tqdm(total=total, desc="bench", disable=not progress)
@@ -142,45 +156,54 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
         order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
         run_config = config.with_(seed=(config.seed or 0) + rep)
         ar_result = spec_result = None
+        if on_cpu and rep >= warmup:
+            stream_seconds.append(weight_stream_seconds(target, repeats=5))
         for method in order:
+            result = None
             if method == "ar":
-                ar_result = autoregressive_generate(target, prompt, run_config)
-                n, wall = len(ar_result.tokens), ar_result.stats.wall_seconds
+                result = ar_result = autoregressive_generate(target, prompt, run_config)
             elif method == "speculative":
-                spec_result = speculative_generate(target, draft, prompt, run_config)
-                n, wall = len(spec_result.tokens), spec_result.stats.wall_seconds
+                result = spec_result = speculative_generate(target, draft, prompt, run_config)
             elif method == "speculative_calibrated":
-                tuned = speculative_generate(target, draft, prompt, calibrated.with_(seed=run_config.seed))
-                n, wall = len(tuned.tokens), tuned.stats.wall_seconds
+                result = speculative_generate(target, draft, prompt, calibrated.with_(seed=run_config.seed))
             elif method == "ar_transformers":
-                plain = autoregressive_generate(target, prompt, run_config, static_cache=False)
-                n, wall = len(plain.tokens), plain.stats.wall_seconds
+                result = autoregressive_generate(target, prompt, run_config, static_cache=False)
             elif method == "speculative_transformers":
-                plain = speculative_generate(target, draft, prompt, run_config, static_cache=False)
-                n, wall = len(plain.tokens), plain.stats.wall_seconds
+                result = speculative_generate(target, draft, prompt, run_config, static_cache=False)
+            if result is not None:
+                n, wall = len(result.tokens), result.stats.wall_seconds
             else:
                 n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method.startswith("hf_assisted"),
                                        pin_draft_len=method == "hf_assisted")
             if rep >= warmup:
                 seconds[method].append(wall)
                 tokens[method].append(n)
+                if result is not None:
+                    call_seconds[method].append(result.stats.mean_target_call_seconds)
             bar.update(1)
         if rep >= warmup and ar_result is not None and spec_result is not None:
             reports.append(compare_runs(ar_result, spec_result))
     bar.close()
     median = statistics.median
     ar_seconds = median(seconds["ar"]) if "ar" in seconds else None
-    summaries = [
-        MethodSummary(
+    stream = median(stream_seconds) if stream_seconds else None
+    summaries = []
+    for m in methods:
+        call = median(call_seconds[m]) if call_seconds[m] else None
+        summaries.append(MethodSummary(
             method=m,
             median_seconds=median(seconds[m]),
             median_tokens=median(tokens[m]),
             median_tokens_per_second=median(n / s for n, s in zip(tokens[m], seconds[m])),
             speedup_vs_ar=(ar_seconds / median(seconds[m])) if ar_seconds else float("nan"),
-        )
-        for m in methods
-    ]
+            median_target_call_seconds=call,
+            target_call_vs_weight_stream=call / stream if call is not None and stream else None,
+        ))
     result = {"methods": [asdict(s) for s in summaries]}
+    if stream is not None:
+        size = weight_bytes(target)
+        result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
+                                   "cpu": cpu_name(), "torch_threads": torch.get_num_threads()}
     if costs is not None:
         result["calibration"] = {"cost_ratio_c": costs.draft, "verify_costs": list(costs.verify),
                                  "described": costs.describe()}
@@ -207,12 +230,22 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
 
 
 def markdown_table(result: dict) -> str:
-    lines = ["| method | median s | tokens | tokens/s | speedup vs AR |", "|---|---|---|---|---|"]
+    lines = ["| method | median s | tokens | tokens/s | speedup vs AR | ms per target call | x weight stream |",
+             "|---|---|---|---|---|---|---|"]
     for m in result["methods"]:
+        call, ratio = m.get("median_target_call_seconds"), m.get("target_call_vs_weight_stream")
         lines.append(
             f"| {m['method']} | {m['median_seconds']:.3f} | {m['median_tokens']:.0f} | "
-            f"{m['median_tokens_per_second']:.1f} | {m['speedup_vs_ar']:.2f}x |"
+            f"{m['median_tokens_per_second']:.1f} | {m['speedup_vs_ar']:.2f}x | "
+            f"{'-' if call is None else f'{call * 1e3:.2f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
         )
+    stream = result.get("weight_stream")
+    if stream:
+        lines.append("")
+        lines.append(
+            f"{stream['cpu']}, {stream['torch_threads']} thread(s): the target's {stream['bytes'] / 1e6:.1f} MB of "
+            f"weights stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
+            "a sum over a buffer of that size, median over the repetitions)")
     spec = result.get("speculative")
     if spec:
         lines.append("")
@@ -274,6 +307,7 @@ def main(args: argparse.Namespace) -> int:
     result["machine"] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "device": args.device,
         "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
