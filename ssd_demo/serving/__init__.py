@@ -18,7 +18,11 @@ from .vllm_process import VllmUnavailableError, require_vllm_python, vllm_python
 ENGINES = ("ours", "vllm")
 ENGINE_VARIABLE = "SSD_DEMO_ENGINE"
 
-__all__ = ["ENGINES", "ENGINE_VARIABLE", "VllmUnavailableError", "engine_choice", "use_engine", "vllm_available"]
+#: Model families whose LMs the vLLM engine serves (Llasa presets and custom Llama/Qwen2 pairs).
+VLLM_BACKENDS = ("llasa",)
+
+__all__ = ["ENGINES", "ENGINE_VARIABLE", "VllmUnavailableError", "engine_choice", "environment_engine", "use_engine",
+           "vllm_available"]
 
 
 def vllm_available() -> bool:
@@ -36,10 +40,22 @@ def engine_choice(explicit: str | None = None) -> str:
 
 
 def use_engine(synthesizer, engine: str | None = None):
-    """`synthesizer` itself on our engine; on vLLM, a `VllmSynthesizer` for the same voice."""
+    """`synthesizer` on the engine asked for: on ours, a plain `Synthesizer`; on vLLM, a `VllmSynthesizer` for
+    the same voice (an InputError for a voice vLLM does not serve, a VllmUnavailableError without vLLM)."""
+    wrapped = getattr(synthesizer, "on_vllm", False)
     if engine_choice(engine) == "ours":
+        return synthesizer.unwrapped() if wrapped else synthesizer
+    if wrapped:
         return synthesizer
     require_vllm_python()  # a clear error before anything starts
     from .vllm_engine import VllmSynthesizer
 
     return VllmSynthesizer.wrap(synthesizer)
+
+
+def environment_engine(synthesizer):
+    """SSD_DEMO_ENGINE applied where it can be: with `vllm`, a voice vLLM serves moves there (the library's
+    loaders call this, so the app needs no change); other voices stay on ours."""
+    if engine_choice() == "vllm" and getattr(synthesizer.backend, "name", "") in VLLM_BACKENDS:
+        return use_engine(synthesizer, "vllm")
+    return synthesizer

@@ -10,6 +10,7 @@ every chunk of every text at once, for vLLM's continuous batching.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,25 +21,32 @@ from ..results import GenerationResult, GenerationStats
 from ..synthesis import Synthesizer, VoicePrompt
 from .vllm_process import VllmWorker, WorkerBatch, WorkerSpec
 
-#: Model families whose LMs vLLM serves here (a Llama or Qwen2 target and draft that share a vocabulary).
-SUPPORTED_BACKENDS = ("llasa",)
+from . import VLLM_BACKENDS
 
 
 class VllmSynthesizer(Synthesizer):
     """A Synthesizer whose LM runs on vLLM. Build it with `VllmSynthesizer.wrap(synthesizer)`."""
+
+    on_vllm = True
 
     @classmethod
     def wrap(cls, synthesizer: Synthesizer, *, max_num_seqs: int = 64) -> "VllmSynthesizer":
         """The same voice (backend, models) with generation moved to vLLM. The model folders are the ones the
         synthesizer loaded (a local folder or the Hub cache's snapshot)."""
         backend_name = getattr(synthesizer.backend, "name", "")
-        if backend_name not in SUPPORTED_BACKENDS:
+        if backend_name not in VLLM_BACKENDS:
             raise InputError(f"the vLLM engine serves Llasa presets and custom Llama/Qwen2 pairs; this voice "
                              f"({backend_name or type(synthesizer.backend).__name__}) runs on our engine only")
         wrapped = cls(synthesizer.backend, synthesizer.target, synthesizer.drafts, synthesizer.draft_name)
         wrapped._workers: dict[WorkerSpec, VllmWorker] = {}
         wrapped._max_num_seqs = max_num_seqs
+        weakref.finalize(wrapped, _close_all, wrapped._workers)  # engine processes end with their synthesizer
         return wrapped
+
+    def unwrapped(self) -> Synthesizer:
+        """The same voice on our engine (this one's engine processes end)."""
+        self.close()
+        return Synthesizer(self.backend, self.target, self.drafts, self.draft_name)
 
     # -- one chunk at a time: the Synthesizer's own path (synth, compare, the app) --------------------
 
@@ -94,9 +102,7 @@ class VllmSynthesizer(Synthesizer):
 
     def close(self) -> None:
         """End every engine process this synthesizer started."""
-        for worker in self._workers.values():
-            worker.close()
-        self._workers.clear()
+        _close_all(self._workers)
 
     # -- helpers -----------------------------------------------------------------------------------------
 
@@ -195,6 +201,12 @@ class BatchRender:
     def audio_seconds_per_second(self) -> float:
         """Seconds of audio per second of LM time (the codec's time is reported apart)."""
         return self.audio_seconds / self.lm_seconds if self.lm_seconds > 0 else 0.0
+
+
+def _close_all(workers: dict) -> None:
+    for worker in workers.values():
+        worker.close()
+    workers.clear()
 
 
 def _folder(model) -> str:

@@ -18,13 +18,17 @@ PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: an unused output slot
 
 def accept_probability(drafted: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
                        beta: float) -> torch.Tensor:
-    """[N] min(1, min(1, q/p) + beta) per drafted token; 0 for padding (-1) and for p(x) = 0."""
+    """[N] min(1, min(1, q/p) + beta) per drafted token; 0 for padding (-1), for p(x) = 0 and for q(x) = 0.
+
+    q(x) = 0: a token the target cannot emit (outside its allowed-token mask, or cut by its top-k/top-p). In
+    ssd_demo the draft is processed like the target, so it never proposes one; vLLM's draft applies only the
+    temperature, and beta must not let such a token through (a Llasa target would emit a text token)."""
     safe = drafted.clamp_min(0)[:, None]
     q = target_probs.gather(1, safe)[:, 0]
     p = torch.ones_like(q) if draft_probs is None else draft_probs.gather(1, safe)[:, 0].float()
     ratio = torch.clamp(q / p.clamp_min(TINY), max=1.0)
     keep = torch.clamp(ratio + beta, max=1.0)
-    return torch.where((drafted >= 0) & (p > 0), keep, torch.zeros_like(keep))
+    return torch.where((drafted >= 0) & (p > 0) & (q > 0), keep, torch.zeros_like(keep))
 
 
 def residuals(drafted: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor) -> torch.Tensor:
