@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from llasa_fixtures import llasa_config
-from ssd_demo.serving.vllm_process import ROOT, vllm_python
+from ssd_demo.serving.vllm_process import vllm_python
 
 VOCAB = 8
 BOS = 0
 
 needs_vllm = pytest.mark.skipif(
     vllm_python() is None,
-    reason=f"no vLLM environment at {ROOT.name}/.venv-vllm (or SSD_DEMO_VLLM_PYTHON): build it with "
-           "`bash scripts/vllm_env.sh`, as .ci/run does")
+    reason="no vLLM environment (.venv-vllm at the repository root, or the interpreter SSD_DEMO_VLLM_PYTHON names): "
+           "build it with `bash scripts/vllm_env.sh`, as .ci/run does")
 
 
 def small_tokenizer():
