@@ -9,6 +9,7 @@ every chunk of every text at once, for vLLM's continuous batching.
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from ..synthesis import Synthesizer, VoicePrompt
 from .vllm_process import VllmWorker, WorkerBatch, WorkerSpec
 
 from . import VLLM_BACKENDS
+
+GPU_MEMORY_VARIABLE = "SSD_DEMO_VLLM_GPU_MEMORY"
 
 
 class VllmSynthesizer(Synthesizer):
@@ -91,11 +94,11 @@ class VllmSynthesizer(Synthesizer):
         if speculative and draft_name not in self.drafts:
             raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
         spec = WorkerSpec(target=_folder(self.target), draft=_folder(self.drafts[draft_name]) if speculative else None,
-                          draft_len=config.draft_len, beta=config.beta if speculative else 0.0,
+                          draft_len=config.draft_len if speculative else 0, beta=config.beta if speculative else 0.0,
                           dtype=str(self.target.dtype).removeprefix("torch."),
                           max_model_len=int(getattr(self.backend, "max_context", 2048) or 2048),
                           max_num_seqs=self._max_num_seqs,
-                          gpu_memory_utilization=0.35 if self.device.type == "cuda" else None)
+                          gpu_memory_utilization=gpu_share() if self.device.type == "cuda" else None)
         if spec not in self._workers:
             self._workers[spec] = VllmWorker.start(spec)
         return self._workers[spec]
@@ -201,6 +204,19 @@ class BatchRender:
     def audio_seconds_per_second(self) -> float:
         """Seconds of audio per second of LM time (the codec's time is reported apart)."""
         return self.audio_seconds / self.lm_seconds if self.lm_seconds > 0 else 0.0
+
+
+def gpu_share() -> float:
+    """The fraction of the GPU's memory each engine may take ($SSD_DEMO_VLLM_GPU_MEMORY, default 0.35: an AR and
+    a speculative engine beside this process's own copy of the models)."""
+    raw = os.environ.get(GPU_MEMORY_VARIABLE, "").strip() or "0.35"
+    try:
+        share = float(raw)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share < 1.0:
+        raise InputError(f"{GPU_MEMORY_VARIABLE}={raw!r}: give a fraction of the GPU's memory, e.g. 0.35")
+    return share
 
 
 def _close_all(workers: dict) -> None:
