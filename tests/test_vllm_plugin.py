@@ -23,6 +23,14 @@ def test_only_the_tested_vllm_release_is_accepted():
         ssd_vllm_plugin.check_vllm_version("0.33.0")
 
 
+def test_registering_in_another_vllm_refuses_with_a_clear_message(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.31.0"))
+    with pytest.raises(ssd_vllm_plugin.UnsupportedVllm, match="scripts/vllm_env.sh"):
+        ssd_vllm_plugin.register()  # what vLLM calls in every process it starts
+
+
 @pytest.mark.parametrize("raw, beta", [("", 0.0), ("0", 0.0), ("0.25", 0.25), ("1", 1.0)])
 def test_beta_comes_from_the_environment(monkeypatch, raw, beta):
     monkeypatch.setenv(ssd_vllm_plugin.BETA_VARIABLE, raw)
