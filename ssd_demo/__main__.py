@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,train,train-recognizer,train-draft} ...
+"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,vllm-batch,train,train-recognizer,train-draft} ...
 
 Each subcommand lives in the tool module that does the work (`ssd_demo.tools`); that module provides
 `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "stimuli": ("ssd_demo.tools.stimuli", "render a listening-test stimulus set"),
     "study": ("ssd_demo.tools.study", "create a listening study from its file, list studies, report results"),
     "sweep": ("ssd_demo.tools.sweep", "map speed against fidelity for every acceptance rule"),
+    "vllm-batch": ("ssd_demo.tools.vllm_batch", "render a file of texts through the vLLM engine in one batch"),
     "train-draft": ("ssd_demo.tools.training.cosyvoice2_draft",
                     "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),
 }

@@ -21,6 +21,7 @@ from .errors import ModelLoadError, UnknownPresetError
 from .model_policy import (check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes,
                            valid_repo_id)
 from .hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
+from .serving import environment_engine
 from .synthesis import Synthesizer
 
 # The backends are imported inside the functions that use them ("deferred" below): they load the
@@ -130,7 +131,7 @@ def load_preset(
                 preset.preflight()
             _drop_resident()
             kwargs = {"progress": progress} if progress is not None and _accepts_progress(preset.loader) else {}
-            _resident[key] = preset.loader(device, **kwargs)
+            _resident[key] = environment_engine(preset.loader(device, **kwargs))  # SSD_DEMO_ENGINE=vllm
         return _resident[key]
 
 
@@ -153,7 +154,7 @@ def load_custom_pair(
     with _lock:
         if key not in _resident:
             _drop_resident()
-            _resident[key] = load(target, draft, device=device, progress=progress, **options)
+            _resident[key] = environment_engine(load(target, draft, device=device, progress=progress, **options))
         return _resident[key]
 
 

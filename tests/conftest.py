@@ -30,7 +30,7 @@ def _one_torch_thread():
 
 #: Kinds of test left out of the quick run: a test of one of these kinds is also `slow`, so that
 #: `pytest -m "not slow"` leaves it out; test files only say which kind they are.
-SLOW_KINDS = ("stats", "server", "browser", "train")
+SLOW_KINDS = ("stats", "server", "browser", "train", "vllm")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects, so that "not slow" sees the added mark

@@ -27,6 +27,8 @@ from ..comparison import Comparison, Request, compare
 from ..config import DecodingConfig
 from ..engine.calibration import best_draft_len
 from ..errors import InputError
+from ..serving import ENGINE_VARIABLE
+from ..serving.vllm_process import require_vllm_python
 from ..synthesis import SynthesisResult
 from .decoding_flags import add_decoding_arguments, decoding_arguments
 
@@ -51,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch CPU threads (default: 1 for small models such as the embedded voice, else "
                              "torch's choice; as $SSD_TORCH_THREADS)")
     parser.add_argument("--json", type=Path, default=None, help="also write the comparison's numbers to this file")
+    parser.add_argument("--engine", choices=("ours", "vllm"), default=None,
+                        help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
+                             "needs .venv-vllm, see README); sets $SSD_DEMO_ENGINE for this run")
 
 
 class ProgressLines:
@@ -143,6 +148,12 @@ def main(args: argparse.Namespace) -> int:
     settings = decoding_arguments(args, DECODING_FLAGS)
     DecodingConfig(**settings)  # refuse an impossible value before the model loads
     preset = presets.get_preset(args.preset)  # an unknown preset is refused with the list of presets
+    if args.engine is not None:  # the library's loaders read it (ssd_demo.serving.environment_engine)
+        os.environ[ENGINE_VARIABLE] = args.engine
+        if args.engine == "vllm" and not preset.key.startswith("llasa"):
+            raise InputError(f"--engine vllm serves the Llasa presets; '{preset.key}' runs on our engine only")
+        if args.engine == "vllm":
+            require_vllm_python()
     if args.draft is not None and args.draft not in preset.drafts:
         raise InputError(f"--draft {args.draft}: preset '{preset.key}' has the drafts {', '.join(preset.drafts)}")
     _check_out_dir(args.out_dir)

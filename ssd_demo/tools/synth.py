@@ -22,6 +22,8 @@ from .. import presets
 from ..backends.embedded import load_synthesizer
 from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ..config import DecodingConfig
+from ..serving import ENGINES, engine_choice, use_engine
+from ..serving.vllm_process import require_vllm_python
 from ..synthesis import VoicePrompt
 from .decoding_flags import add_decoding_arguments, decoding_arguments
 
@@ -55,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decoding_arguments(parser, DECODING_FLAGS, defaults={"seed": 0})
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
+                             "needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
@@ -133,7 +138,9 @@ def main(args: argparse.Namespace) -> int:
     # decoding settings are checked before the model loads (seconds to minutes), as the backend's defaults
     # are not needed to refuse an impossible value
     DecodingConfig(**_decoding_overrides(args))
-    synthesizer = _load(args)
+    if engine_choice(args.engine) == "vllm":
+        require_vllm_python()  # before the models load
+    synthesizer = use_engine(_load(args), args.engine)
     config = synthesizer.config(**_decoding_overrides(args))
     voice_prompt = None
     if args.voice_prompt:

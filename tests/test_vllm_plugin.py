@@ -1,0 +1,103 @@
+"""The ssd-vllm-plugin's rule and checks, and the engine choice, without vLLM: the plugin's sampler is plain
+torch (run here on this project's torch), and choosing vLLM where it is missing is a clear UserError."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssd_demo.errors import UserError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "vllm_plugin"))
+import ssd_vllm_plugin  # noqa: E402
+from ssd_vllm_plugin import tolerance  # noqa: E402
+
+
+def test_only_the_tested_vllm_release_is_accepted():
+    ssd_vllm_plugin.check_vllm_version("0.32.0")
+    ssd_vllm_plugin.check_vllm_version("0.32.0+cpu")
+    with pytest.raises(ssd_vllm_plugin.UnsupportedVllm, match="tested with vLLM 0.32.0.*has vLLM 0.33.0"):
+        ssd_vllm_plugin.check_vllm_version("0.33.0")
+
+
+def test_registering_in_another_vllm_refuses_with_a_clear_message(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.31.0"))
+    with pytest.raises(ssd_vllm_plugin.UnsupportedVllm, match="scripts/vllm_env.sh"):
+        ssd_vllm_plugin.register()  # what vLLM calls in every process it starts
+
+
+@pytest.mark.parametrize("raw, beta", [("", 0.0), ("0", 0.0), ("0.25", 0.25), ("1", 1.0)])
+def test_beta_comes_from_the_environment(monkeypatch, raw, beta):
+    monkeypatch.setenv(ssd_vllm_plugin.BETA_VARIABLE, raw)
+    assert ssd_vllm_plugin.configured_beta() == beta
+
+
+@pytest.mark.parametrize("raw", ["-0.1", "1.5", "lots"])
+def test_a_bad_beta_is_refused(monkeypatch, raw):
+    monkeypatch.setenv(ssd_vllm_plugin.BETA_VARIABLE, raw)
+    with pytest.raises(ValueError, match="SSD_VLLM_BETA"):
+        ssd_vllm_plugin.configured_beta()
+
+
+def test_accept_probability_is_min_one_ratio_plus_beta():
+    target = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.25, 0.25], [0.2, 0.2, 0.6]])
+    draft = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]])
+    drafted = torch.tensor([0, 0, -1])  # q/p = 0.2, 5 (capped at 1), padding
+    keep = tolerance.accept_probability(drafted, draft, target, beta=0.3)
+    assert torch.allclose(keep, torch.tensor([0.5, 1.0, 0.0]))
+    assert torch.allclose(tolerance.accept_probability(drafted, None, target, 0.0), torch.tensor([0.1, 0.5, 0.0]))
+    masked = torch.tensor([[0.0, 0.7, 0.3]])  # a token the target cannot emit is never kept, whatever beta
+    assert tolerance.accept_probability(torch.tensor([0]), draft[:1], masked, beta=0.9).item() == 0.0
+
+
+def test_the_residual_is_the_positive_part_of_target_minus_draft():
+    target = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.5, 0.0]])
+    draft = torch.tensor([[0.5, 0.25, 0.25], [0.5, 0.5, 0.0]])
+    residual = tolerance.residuals(torch.tensor([0, 1]), draft, target)
+    assert torch.allclose(residual[0], torch.tensor([0.0, 0.35, 0.05]))
+    assert torch.allclose(residual[1], target[1])  # p == q: falls back to q, as ssd_demo.rules.exact does
+    point_mass = tolerance.residuals(torch.tensor([1, 0]), None, target)  # no draft probabilities
+    assert torch.allclose(point_mass, torch.tensor([[0.1, 0.0, 0.3], [0.0, 0.5, 0.0]]))
+
+
+def test_outputs_are_laid_out_as_vllms_sampler_returns_them():
+    drafted = torch.tensor([5, 6, 7, 8, 9, 4])  # request 0: 3 drafts, request 1: 0, request 2: 3
+    accepted = torch.tensor([True, False, True, True, True, True])
+    recovered = torch.tensor([50, 60, 70, 80, 90, 40])
+    bonus = torch.tensor([[100], [101], [102]])
+    out = tolerance.place(accepted, drafted, recovered, bonus, [3, 0, 3], max_spec_len=3)
+    assert out.tolist() == [[5, 60, -1, -1], [101, -1, -1, -1], [8, 9, 4, 102]]
+
+
+def test_a_draw_from_the_residual_follows_it():
+    residual = torch.tensor([[0.0, 3.0, 1.0]]).expand(20_000, -1).contiguous()
+    torch.manual_seed(0)
+    draws = tolerance.recovered_tokens(residual, [20_000], {})
+    share = (draws == 1).float().mean().item()
+    assert (draws != 0).all() and abs(share - 0.75) < 0.02
+
+
+def test_choosing_vllm_without_its_environment_is_a_clear_user_error(monkeypatch):
+    from ssd_demo.serving import VllmUnavailableError, engine_choice, use_engine
+
+    monkeypatch.setenv("SSD_DEMO_VLLM_PYTHON", "/nonexistent/bin/python")
+    with pytest.raises(VllmUnavailableError, match="scripts/vllm_env.sh") as caught:
+        use_engine(object(), "vllm")
+    assert isinstance(caught.value, UserError)
+    with pytest.raises(UserError, match="ours, vllm"):
+        engine_choice("fast")
+    monkeypatch.setenv("SSD_DEMO_ENGINE", "VLLM")
+    assert engine_choice() == "vllm" and engine_choice("ours") == "ours"
+
+
+def test_synth_with_the_vllm_engine_but_no_environment_says_how_to_build_it(monkeypatch, tmp_path, capsys):
+    from ssd_demo.__main__ import main
+
+    monkeypatch.setenv("SSD_DEMO_VLLM_PYTHON", str(tmp_path / "missing"))
+    assert main(["synth", "Hello.", "--engine", "vllm", "--out", str(tmp_path / "x.wav")]) == 2
+    assert "bash scripts/vllm_env.sh" in capsys.readouterr().err
