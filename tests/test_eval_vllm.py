@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from ssd_demo.__main__ import main
 from ssd_demo.serving.vllm_engine import BatchRender, TextRender
@@ -109,3 +110,47 @@ def test_eval_on_vllm_renders_each_system_in_one_batch_and_scores_wer(tmp_path, 
     assert speculative["acceptance"] is not None and "wer_vs_ar" in speculative and "lm_speedup" not in speculative
     assert report["systems"][0]["throughput_vs_ar"] == pytest.approx(1.0)
     assert "| tokens/s |" in (out / "eval.md").read_text()
+
+
+class _RecordingBatcher:
+    """Just what `batch_renderer` uses of a VllmSynthesizer: config, render_batch (each text's audio a constant
+    made from its index, so a mix-up shows), close, draft_name."""
+
+    draft_name = "d"
+
+    def __init__(self):
+        self.calls, self.closed = [], 0
+
+    def config(self, **overrides):
+        from ssd_demo.config import DecodingConfig
+
+        return DecodingConfig(**overrides)
+
+    def render_batch(self, texts, mode, config, draft=None):
+        self.calls.append((list(texts), mode, config.seed))
+        render = _render([2] * len(texts), wall=1.0, mode=mode)
+        for index, (text, clip) in enumerate(zip(texts, render.texts)):
+            clip.text, clip.audio = text, np.full(300, 0.1 * (index + 1), np.float32)
+        render.config = config
+        return render
+
+    def close(self):
+        self.closed += 1
+
+
+def test_stimuli_on_vllm_render_each_system_in_one_batch(tmp_path):
+    from ssd_demo.tools.stimuli import batch_renderer, create_stimulus_set
+
+    synth, lines = _RecordingBatcher(), []
+    texts = ["One.", "Two.", "Three."]
+    render = batch_renderer(synth, texts, base_seed=5, progress=lines.append)
+    stimulus_set = create_stimulus_set("s", texts, ["AR", "exact speculative K=3"], render, root=tmp_path, base_seed=5)
+    assert synth.calls == [(texts, "ar", 5), (texts, "speculative", 5)] and synth.closed == 2
+    assert [line.split(":")[0] for line in lines] == ["AR on vLLM", "exact speculative K=3 on vLLM"]
+    manifest = json.loads((stimulus_set.root / "manifest.json").read_text())
+    for index, item in enumerate(manifest["items"]):
+        assert item["text"] == texts[index]
+        for clip in item["clips"]:
+            assert clip["settings"]["engine"] == "vllm" and clip["seed"] == 5 + index
+            audio, _ = sf.read(stimulus_set.root / clip["path"])
+            assert audio[0] == pytest.approx(0.1 * (index + 1), abs=1e-3)  # text i's clip is the batch's text i

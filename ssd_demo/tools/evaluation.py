@@ -234,7 +234,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "systems": table,
         "per_text": per_text,
         "batches": speeds,
-        "machine": machine(synth, args.threads),
+        "machine": machine(synth, args.threads) + ("; speech LM on vLLM in its own process" if engine == "vllm" else ""),
         "repeats": max(args.repeats, 1),
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
