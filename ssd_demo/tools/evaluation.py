@@ -28,7 +28,8 @@ speculative sampling, is always among them). Reported per system:
 
 Writes OUT/eval.json (every text's scores and transcripts too) and OUT/eval.md; with `--docs FILE` the table
 goes into FILE under "## Embedded voice evaluation" for the default run, else under "## Evaluation: <pair> on
-<test set>" (only that section is rewritten).
+<test set>" (only that section is rewritten). `--engine vllm` (Llasa presets and custom pairs) submits each
+system's texts to the vLLM engine at once and reports throughput and latency instead (`evaluation_batch`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ from ..config import check_setting
 from ..errors import InputError, InvalidSettingError
 from ..recognizer import Recognizer
 from ..results import compare_runs
+from ..serving import ENGINES, use_engine
 from .decoding_flags import add_decoding_arguments, decoding_arguments
+from .evaluation_batch import check_engine, render_systems, speed_row
 from .evaluation_inputs import (EvalItem, choose_drafts, choose_metrics, choose_pair, describe_test_set, load_pair,
                                 prepare_items, read_items)
 from .evaluation_report import markdown, voice_summary
@@ -118,6 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="where the speech LM runs: ours (default; texts one at a time, speedups per token) or "
+                             "vllm (Llasa presets and custom pairs; each system's texts in one batch, throughput and "
+                             "latency reported; needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
     parser.add_argument("--out", type=Path, default=Path("runs/eval"),
                         help="folder for eval.json and eval.md (default runs/eval)")
     add_docs_argument(parser, "'Embedded voice evaluation' (or 'Evaluation: <pair> on <test set>')")
@@ -169,6 +176,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     pair = choose_pair(args)
     metrics = choose_metrics(args.metrics, pair)
     test_set, rows = read_items(args)
+    engine = check_engine(args, pair)
     if args.chunk_phonemes is not None and (not pair.embedded or args.chunk_phonemes < 10):
         raise InputError("--chunk-phonemes is the embedded voice's chunk budget, at least 10; got "
                          f"{args.chunk_phonemes}"
@@ -181,7 +189,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
             raise InputError(f"text {item_id!r} has no words left after {args.normaliser} normalisation: WER cannot "
                              "score it")
     recognizer = Recognizer.load(args.recognizer) if "per" in metrics else None
-    synth = load_pair(pair, args)
+    synth = use_engine(load_pair(pair, args), engine)
     backend = synth.backend
     if args.chunk_phonemes is not None:
         backend.chunk_phonemes = args.chunk_phonemes
@@ -196,38 +204,21 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     ]
     scoring = Scoring(recognizer, whisper, EmbeddedReference(synth, items) if pair.embedded else None)
 
-    def run(system: System, item: EvalItem, seed: int, repeats: int = 1):
-        config = base.with_(beta=system.beta, seed=seed)
-        if config.adaptive_draft_len and system.mode == "speculative":  # K from this machine's costs
-            costs = calibrated_costs(synth.target, synth.drafts[system.draft])
-            config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
-        return synthesize_fastest(synth, item.text, repeats, mode=system.mode, config=config, draft=system.draft,
-                                  voice_prompt=item.voice_prompt, script=item.script)
-
-    warm = EvalItem("warm-up", "Warm up, please.", "", items[0].voice_prompt)
-    warm.script = synth.script(warm.text, warm.voice_prompt)
-    for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
-        run(system, warm, args.seed)
-
-    per_text: dict[str, list[dict]] = {s.label: [] for s in systems}
-    repeats = max(args.repeats, 1)
-    for index, item in enumerate(tqdm(items, desc="eval", mininterval=5)):
-        ar_generation = None
-        for system in systems:
-            timed = run(system, item, args.seed + index, repeats)
-            if system.mode == "ar":
-                ar_generation = timed.result.generation
-            per_text[system.label].append(scoring.score(system, timed, item, index, ar_generation))
-
+    if engine == "vllm":
+        per_text, speeds = render_systems(synth, systems, items, base, args.seed, scoring.intelligibility)
+    else:
+        per_text, speeds = run_one_by_one(synth, systems, items, base, args.seed, max(args.repeats, 1), scoring), {}
     buckets = [item.bucket for item in items]
     table = ([scoring.floor_row(buckets)] if scoring.reference else []) + [
-        summarise(system, per_text[system.label], per_text["AR"], buckets, metrics, base.adaptive_draft_len)
+        summarise(system, per_text[system.label], per_text["AR"], buckets, metrics, base.adaptive_draft_len,
+                  speed_row(speeds[system.label], speeds["AR"], per_text[system.label]) if speeds else None)
         for system in systems]
     custom_run = test_set is not None or not pair.embedded
     report = {
         "section": f"## Evaluation: {pair.label} on {Path(test_set.path).name if test_set else 'the visitor texts'}"
                    if custom_run else SECTION,
         "pair": pair.label,
+        "engine": engine,
         "embedded": pair.embedded,
         "metrics": list(metrics),
         **describe_test_set(test_set),
@@ -242,8 +233,9 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
         "systems": table,
         "per_text": per_text,
-        "machine": machine(synth, args.threads),
-        "repeats": repeats,
+        "batches": speeds,
+        "machine": machine(synth, args.threads) + ("; speech LM on vLLM in its own process" if engine == "vllm" else ""),
+        "repeats": max(args.repeats, 1),
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -252,6 +244,35 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         report.update(voice=voice_summary(meta), chunk_phonemes=backend.chunk_phonemes,
                       floor_per=scoring.reference.floor_per, floor_mcd=scoring.reference.floor_mcd)
     return report
+
+
+def run_one_by_one(synth, systems: list[System], items: list[EvalItem], base, seed: int, repeats: int,
+                   scoring: "Scoring") -> dict[str, list[dict]]:
+    """Our engine: the systems interleaved text by text, each text timed `repeats` times (fastest kept)."""
+
+    def run(system: System, item: EvalItem, seed: int, repeats: int = 1):
+        config = base.with_(beta=system.beta, seed=seed)
+        if config.adaptive_draft_len and system.mode == "speculative":  # K from this machine's costs
+            costs = calibrated_costs(synth.target, synth.drafts[system.draft])
+            config = config.with_(cost_ratio=costs.draft, verify_costs=costs.verify)
+        return synthesize_fastest(synth, item.text, repeats, mode=system.mode, config=config, draft=system.draft,
+                                  voice_prompt=item.voice_prompt, script=item.script)
+
+    warm = EvalItem("warm-up", "Warm up, please.", "", items[0].voice_prompt)
+    warm.script = synth.script(warm.text, warm.voice_prompt)
+    for system in systems:  # warm-up: first calls pay for allocation and lazy initialisation
+        run(system, warm, seed)
+
+    per_text: dict[str, list[dict]] = {s.label: [] for s in systems}
+    for index, item in enumerate(tqdm(items, desc="eval", mininterval=5)):
+        ar_generation = None
+        for system in systems:
+            timed = run(system, item, seed + index, repeats)
+            if system.mode == "ar":
+                ar_generation = timed.result.generation
+            per_text[system.label].append(scoring.score(system, timed, item, index, ar_generation))
+
+    return per_text
 
 
 class EmbeddedReference:
@@ -322,12 +343,16 @@ class Scoring:
             "cost_ratio": speedup.cost_ratio if speedup else None,
             "verify_ratio": speedup.verify_ratio if speedup else None,
         }
-        if self.recognizer:
-            row["per"] = self.recognizer.per(result.audio, item.text)
-        if self.whisper:
-            row.update(self._wer(result.audio, result.sample_rate, item.text))
+        row.update(self.intelligibility(result.audio, result.sample_rate, item.text))
         if self.reference:
             row.update(self.reference.scores(result, index))
+        return row
+
+    def intelligibility(self, audio, sample_rate: int, text: str) -> dict:
+        """PER and/or WER of one clip, whichever this run scores."""
+        row = {"per": self.recognizer.per(audio, text)} if self.recognizer else {}
+        if self.whisper:
+            row.update(self._wer(audio, sample_rate, text))
         return row
 
     def _wer(self, audio, sample_rate: int, text: str) -> dict:
@@ -346,24 +371,11 @@ class Scoring:
 
 
 def summarise(system: System, rows: list[dict], ar_rows: list[dict], buckets: list[str], metrics: tuple[str, ...],
-              adaptive: bool) -> dict:
-    """One system's row of the table from its per-text rows (means for error rates, medians otherwise)."""
-    ar_lm = median([r["lm_s_per_token"] for r in ar_rows])
-    ar_total = median([r["total_s_per_token"] for r in ar_rows])
+              adaptive: bool, batched: dict | None = None) -> dict:
+    """One system's row of the table from its per-text rows (means for error rates, medians otherwise);
+    `batched`: the speed columns of a vLLM batch (`evaluation_batch.speed_row`) in place of per-text timings."""
     speculative = system.mode == "speculative"
-    audio = sum(r["audio_s"] for r in rows)
-    row = {
-        "system": system.label,
-        "acceptance": median([x["acceptance"] for x in rows]) if speculative else None,
-        "alpha": median([x["alpha"] for x in rows]) if speculative else None,
-        "lm_speedup": ar_lm / median([x["lm_s_per_token"] for x in rows]),
-        "e2e_speedup": ar_total / median([x["total_s_per_token"] for x in rows]),
-        # the literal ratio of times on the same texts (the speedup above is per token, robust to length)
-        "lm_time_ratio": sum(r["lm_s"] for r in ar_rows) / max(sum(r["lm_s"] for r in rows), 1e-12),
-        "lm_rtf": sum(r["lm_s"] for r in rows) / audio if audio > 0 else float("nan"),
-        "audio_s": median([x["audio_s"] for x in rows]),
-        "eos_rate": sum(x["finish"] == "eos" for x in rows) / len(rows),
-    }
+    row = {"system": system.label, **batched} if batched else speed_summary(system, rows, ar_rows)
     if "per" in metrics:
         per = [x["per"] for x in rows]
         row.update(per=_mean(per), per_by_bucket=_by_bucket(per, buckets))
@@ -376,12 +388,32 @@ def summarise(system: System, rows: list[dict], ar_rows: list[dict], buckets: li
     if "mcd" in rows[0]:  # the embedded voice, against eSpeak NG's rendering
         row.update(mcd=median([x["mcd"] for x in rows]), nll=median([x["nll"] for x in rows]),
                    duration_by_bucket=_by_bucket([x["duration_ratio"] for x in rows], buckets, median))
-    if speculative:
+    if speculative and not batched:
         row["cost_ratio"] = median([x["cost_ratio"] for x in rows])
         row["verify_ratio"] = median([x["verify_ratio"] for x in rows])
         # with adaptive K the rounds' K varies, and the formula's one K would not describe them
         row["predicted_strict"] = None if adaptive else median([x["predicted_strict"] for x in rows])
     return row
+
+
+def speed_summary(system: System, rows: list[dict], ar_rows: list[dict]) -> dict:
+    """Our engine's speed columns: per-token speedups over AR from one-text-at-a-time timings."""
+    ar_lm = median([r["lm_s_per_token"] for r in ar_rows])
+    ar_total = median([r["total_s_per_token"] for r in ar_rows])
+    speculative = system.mode == "speculative"
+    audio = sum(r["audio_s"] for r in rows)
+    return {
+        "system": system.label,
+        "acceptance": median([x["acceptance"] for x in rows]) if speculative else None,
+        "alpha": median([x["alpha"] for x in rows]) if speculative else None,
+        "lm_speedup": ar_lm / median([x["lm_s_per_token"] for x in rows]),
+        "e2e_speedup": ar_total / median([x["total_s_per_token"] for x in rows]),
+        # the literal ratio of times on the same texts (the speedup above is per token, robust to length)
+        "lm_time_ratio": sum(r["lm_s"] for r in ar_rows) / max(sum(r["lm_s"] for r in rows), 1e-12),
+        "lm_rtf": sum(r["lm_s"] for r in rows) / audio if audio > 0 else float("nan"),
+        "audio_s": median([x["audio_s"] for x in rows]),
+        "eos_rate": sum(x["finish"] == "eos" for x in rows) / len(rows),
+    }
 
 
 def _wer_summary(rows: list[dict], buckets: list[str]) -> dict:
@@ -419,7 +451,7 @@ def command_line(args: argparse.Namespace) -> str:
                ("chunk-phonemes", args.chunk_phonemes),
                ("metrics", args.metrics), ("whisper", args.whisper if args.whisper != DEFAULT_WHISPER else None),
                ("normaliser", args.normaliser if args.normaliser != "seed-tts" else None),
-               ("repeats", args.repeats), ("threads", args.threads)]
+               ("repeats", args.repeats), ("threads", args.threads), ("engine", args.engine)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     return command + (" --adaptive-k" if args.adaptive_draft_len else "")
 

@@ -50,6 +50,15 @@ def _columns(report: dict) -> list[tuple[str, callable]]:
         columns += [("PER", lambda r: _fmt(r.get("per"), 3)), ("PER - AR (95% CI)", lambda r: _ci(r.get("per_vs_ar")))]
     if embedded:
         columns += [("MCD-DTW dB", lambda r: _fmt(r.get("mcd"))), ("target NLL", lambda r: _fmt(r.get("nll")))]
+    if report.get("engine") == "vllm":  # batches: throughput and latency, not one-text timings
+        return columns + [
+            ("acceptance", lambda r: _fmt(r.get("acceptance"))),
+            ("tokens/s", lambda r: _fmt(r.get("tokens_per_second"), 1)),
+            ("audio s / s", lambda r: _fmt(r.get("audio_seconds_per_second"))),
+            ("throughput vs AR", lambda r: _fmt(r.get("throughput_vs_ar"))),
+            ("LM-RTF", lambda r: _fmt(r.get("lm_rtf"), 3)),
+            ("latency median / max s", lambda r: f"{_fmt(r.get('latency_median_s'))} / {_fmt(r.get('latency_max_s'))}"),
+        ]
     columns += [
         ("acceptance", lambda r: _fmt(r.get("acceptance"))),
         ("alpha", lambda r: _fmt(r.get("alpha"))),
@@ -104,20 +113,36 @@ def _what_was_measured(report: dict) -> str:
         texts = (f"{len(report['texts'])} texts a visitor would type (`ssd_demo/tools/visitor_texts.py`, never "
                  "trained on)")
     parts = [f"Pair: {report.get('pair', 'the embedded voice')}; {texts}"]
+    if report.get("engine") == "vllm":
+        return "; ".join(parts + _intelligibility_parts(report, metrics)) + "; " + _BATCHED
     if report.get("embedded", True):
         parts.append("reference = eSpeak NG's own rendering")
-    if "wer" in metrics:
-        asr = report.get("asr", {})
-        parts.append(f"WER = word error rate heard by `{asr.get('model')}` ({asr.get('normaliser')} normalisation; "
-                     "mean over texts, and corpus WER = all errors / all reference words)")
-    if "per" in metrics:
-        parts.append("PER = phoneme error rate heard by the phoneme recognizer (mean over texts)")
+    parts += _intelligibility_parts(report, metrics)
     return ("; ".join(parts) + "; other columns are medians; times are the fastest of "
             f"{report.get('repeats', 1)} identical runs; speedups per sampled token; LM-RTF = LM seconds / audio "
             "seconds over all texts; c / v = a draft step / a verify call in AR target steps, and `predicted (strict)` "
             "= (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per text, medians"
             + (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes."
                if report.get("embedded", True) else "."))
+
+
+_BATCHED = ("speech LM on the vLLM engine: each system's texts submitted at once (continuous batching; one batch "
+            "per voice prompt), so a text's time is shared with the others and there is no per-text speedup. "
+            "tokens/s and audio s / s = all tokens and all seconds of audio over the batch's LM time (the codec's "
+            "time apart); throughput vs AR = tokens/s over AR's; LM-RTF = LM seconds / audio seconds; latency = "
+            "each text's time from the batch's submission to its last token, median and max; acceptance = "
+            "accepted / drafted over the batch.")
+
+
+def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
+    parts = []
+    if "wer" in metrics:
+        asr = report.get("asr", {})
+        parts.append(f"WER = word error rate heard by `{asr.get('model')}` ({asr.get('normaliser')} normalisation; "
+                     "mean over texts, and corpus WER = all errors / all reference words)")
+    if "per" in metrics:
+        parts.append("PER = phoneme error rate heard by the phoneme recognizer (mean over texts)")
+    return parts
 
 
 def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:

@@ -6,6 +6,7 @@ the set is written atomically (a half-written set never appears). Rendering need
 model). Where sets live and how they are read back and verified is `ssd_demo.listening.stimulus_sets`.
 
 CLI: python -m ssd_demo stimuli --name pilot --systems "AR" "SSD beta=0.3 K=4" "exact speculative"
+With `--engine vllm` (Llasa presets) each system's sentences go to the vLLM engine in one batch (`batch_renderer`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from ..config import SETTINGS
 from ..errors import InputError
 from ..listening import anchors
 from ..presets import MODEL_JOB_LOCK, load_preset
+from ..serving import ENGINES, engine_choice, use_engine
+from ..serving.vllm_process import require_vllm_python
 from ..listening.stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet,
     load_stimulus_set, stimuli_root)
 
@@ -306,13 +309,48 @@ def synthesizer_renderer(synthesizer) -> Renderer:
     def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
         config = synthesizer.config(seed=seed, **spec.overrides)
         result = synthesizer.synthesize(text, mode=spec.mode, config=config, draft=spec.draft)
-        settings = {k: v for k, v in asdict(result.config).items() if k != "allowed_token_ids"}
-        if spec.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
-            settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
-        settings["mode"] = spec.mode
-        if spec.mode == "speculative":
-            settings["draft"] = spec.draft or synthesizer.draft_name
-        return result.audio, result.sample_rate, settings
+        return result.audio, result.sample_rate, _recorded_settings(result.config, spec, synthesizer)
+
+    return render
+
+
+def _recorded_settings(config, spec: SystemSpec, synthesizer) -> dict[str, Any]:
+    """The decoding settings a clip's manifest entry records."""
+    settings = {k: v for k, v in asdict(config).items() if k != "allowed_token_ids"}
+    if spec.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
+        settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
+    settings["mode"] = spec.mode
+    if spec.mode == "speculative":
+        settings["draft"] = spec.draft or synthesizer.draft_name
+    return settings
+
+
+def batch_renderer(synthesizer, texts: Sequence[str], base_seed: int = 0,
+                   progress: Callable[[str], None] | None = None, end_engines: bool = True) -> Renderer:
+    """A Renderer on the vLLM engine: a system's first clip renders all `texts` under it in one batch (continuous
+    batching; `progress` gets its throughput line), the rest are read from that batch. The batch seeds text i with
+    base_seed + its first chunk's index among all chunks (base_seed + i when every text is one chunk); with `end_engines` its
+    engine process ends before the next system's starts (engines hold their models)."""
+    from .vllm_batch import summary, summary_line  # deferred: it loads the CLI's model flags
+
+    texts = [t.strip() for t in texts]
+    batches: dict[str, Any] = {}
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        if spec.name not in batches:
+            config = synthesizer.config(seed=base_seed, **spec.overrides)
+            try:
+                batches[spec.name] = synthesizer.render_batch(texts, mode=spec.mode, config=config, draft=spec.draft)
+            finally:
+                if end_engines:
+                    synthesizer.close()
+            if progress:
+                progress(f"{spec.name} on vLLM: " + summary_line(summary(batches[spec.name])))
+        batch = batches[spec.name]
+        clip = batch.texts[seed - base_seed]
+        if clip.text != text:
+            raise ValueError(f"sentence {seed - base_seed} of the batch is {clip.text!r}, not {text!r}")
+        return clip.audio, batch.sample_rate, {**_recorded_settings(batch.config, spec, synthesizer), "engine": "vllm"}
 
     return render
 
@@ -330,23 +368,35 @@ def render_stimulus_set(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
     reference: str = "AR",
+    engine: str | None = None,
 ) -> StimulusSet:
-    """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set."""
+    """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set (`engine="vllm"`: each
+    system's texts in one vLLM batch)."""
     specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
+    on_vllm = engine is not None and engine_choice(engine) == "vllm"
+    if on_vllm and synthesizer is None and not preset.startswith("llasa"):
+        raise InputError(f"--engine vllm serves the Llasa presets; preset {preset!r} runs on our engine only (leave "
+                         "out --engine)")
+    if on_vllm:
+        require_vllm_python()  # before the models load
     if synthesizer is None:
         # Rendering with the resident models: one model job at a time (see presets.MODEL_JOB_LOCK).
         with MODEL_JOB_LOCK:
-            synthesizer = load_preset(preset, device=device)
-            return create_stimulus_set(
-                name, texts, specs, synthesizer_renderer(synthesizer), root=root, base_seed=base_seed,
-                preset=preset, model_revision=model_revision(synthesizer), overwrite=overwrite, progress=progress,
-                reference=reference,
-            )
+            return render_stimulus_set(
+                name, texts, systems, preset=preset, synthesizer=load_preset(preset, device=device),
+                root=root, base_seed=base_seed, overwrite=overwrite, progress=progress, reference=reference,
+                engine=engine)
+    if engine is not None:
+        synthesizer = use_engine(synthesizer, engine)  # an InputError for a voice vLLM does not serve
+    # also a voice SSD_DEMO_ENGINE=vllm moved there on loading (the app's: its engines are kept running)
+    batched = getattr(synthesizer, "on_vllm", False)
+    render = (batch_renderer(synthesizer, texts, base_seed, progress, end_engines=on_vllm) if batched
+              else synthesizer_renderer(synthesizer))
     return create_stimulus_set(
         name,
         texts,
         specs,
-        synthesizer_renderer(synthesizer),
+        render,
         root=root,
         base_seed=base_seed,
         preset=preset,
@@ -393,6 +443,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, help="data directory (default: $SSD_DEMO_DATA_DIR or ./data)")
     parser.add_argument("--device", default=None, help="torch device (default: automatic)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set of the same name")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="where the speech LM runs: ours (default) or vllm (Llasa presets; each system's "
+                             "sentences in one batch, throughput printed; needs .venv-vllm, see README); default "
+                             "$SSD_DEMO_ENGINE or ours")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -414,6 +468,7 @@ def main(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         device=args.device,
         progress=lambda line: print(line, flush=True),
+        engine=args.engine,
     )
     clips = sum(len(item.clips) for item in stimulus_set.items)
     print(

@@ -64,6 +64,16 @@ def summary(render) -> dict:
             "acceptance_rate": render.batch.acceptance_rate if render.mode == "speculative" else None}
 
 
+def summary_line(numbers: dict) -> str:
+    """`summary`'s numbers in one line, as `vllm-batch`, `eval --engine vllm` and `stimuli --engine vllm` print them."""
+    acceptance = numbers.get("acceptance_rate")
+    return (f"{numbers['texts']} texts, {numbers['mode']}: {numbers['tokens']} tokens in {numbers['lm_seconds']:.2f} s "
+            f"of LM time = {numbers['tokens_per_second']:.1f} tokens/s, {numbers['audio_seconds_per_second']:.2f} s of "
+            f"audio per s; latency median {numbers['latency_seconds']['median']:.2f} s, max "
+            f"{numbers['latency_seconds']['max']:.2f} s; codec {numbers['codec_seconds']:.2f} s"
+            + (f"; acceptance {acceptance:.1%}" if acceptance is not None else ""))
+
+
 def main(args: argparse.Namespace) -> int:
     texts = read_texts(args.texts)
     settings = decoding_arguments(args, DECODING_FLAGS)
@@ -80,11 +90,7 @@ def main(args: argparse.Namespace) -> int:
         for index, text in enumerate(render.texts):
             pcm = (np.clip(text.audio, -1.0, 1.0) * 32767).astype(np.int16)
             sf.write(str(args.out_dir / f"text_{index:03d}.wav"), pcm, render.sample_rate, subtype="PCM_16")
-    print(f"{numbers['texts']} texts, {args.mode}: {numbers['tokens']} tokens in {numbers['lm_seconds']:.2f} s of LM "
-          f"time = {numbers['tokens_per_second']:.1f} tokens/s, {numbers['audio_seconds_per_second']:.2f} s of audio "
-          f"per s; latency median {numbers['latency_seconds']['median']:.2f} s, max "
-          f"{numbers['latency_seconds']['max']:.2f} s; codec {numbers['codec_seconds']:.2f} s"
-          + (f"; acceptance {numbers['acceptance_rate']:.1%}" if numbers["acceptance_rate"] is not None else ""))
+    print(summary_line(numbers))
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
     return 0
