@@ -162,3 +162,34 @@ def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkey
         assert isinstance(demo, gr.Blocks)
     finally:
         close_listening_apps()
+
+
+def test_no_two_conditions_share_a_url_bytes_or_metadata(service):
+    import hashlib
+
+    import soundfile
+
+    seen: set[str] = set()
+    view = service.start("first", "blind-rater")
+    while view["state"] == "trial":
+        urls = [c["url"] for c in view["conditions"]]
+        assert len(set(urls)) == len(urls), view["kind"]
+        assert not seen & set(urls)  # no URL is reused in another trial either
+        seen |= set(urls)
+        clips = {c["label"]: c for c in view["conditions"]}
+        assert all(set(c) == {"label", "url", "rated", "must_play"} for c in clips.values())
+        digests = {label: hashlib.sha256(open(c["url"], "rb").read()).hexdigest() for label, c in clips.items()}
+        assert len(set(digests.values())) == len(digests)
+        if view["kind"] == "abx":  # X is a copy of A or B: same samples, different URL, bytes and name
+            x = soundfile.read(clips["X"]["url"])[0]
+            twins = [label for label in "AB" if soundfile.read(clips[label]["url"])[0].tobytes() == x.tobytes()]
+            assert len(twins) >= 1 and clips["X"]["url"] != clips[twins[0]]["url"]
+        assert service.open("first", view["token"])["conditions"] == view["conditions"]  # stable on a reload
+        view = finish_one(service, view)
+
+
+def finish_one(service: StudyService, view: dict) -> dict:
+    for condition in view["conditions"]:
+        if condition["must_play"]:
+            service.played(view["session"], view["trial"], condition["label"])
+    return service.submit(view["session"], view["trial"], answer_for(view))

@@ -2,6 +2,12 @@
 rater's browser resumes (its id signed with the server's key), and the trial views sent to the page as
 JSON-ready dicts that carry opaque labels and clip URLs, never a system name.
 
+Blinding: the stimulus set names clips by their content hash, so the same audio under two labels (MUSHRA's
+hidden and labelled reference, ABX's X and its twin) would share a URL. Every condition of every trial is
+therefore served as its own copy, named by an HMAC of (session, trial, label) under the server's secret and
+carrying that HMAC in a JUNK chunk, so neither its URL nor its bytes' hash matches another condition's. No
+per-condition duration is sent (the player reads it from the audio).
+
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
 refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
 back as `{"refused": message}` for the page to show next to its control, never as an exception.
@@ -11,7 +17,9 @@ from __future__ import annotations
 
 import hmac
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +74,30 @@ class StudyService:
         self.registry = StudyRegistry(self.store, settings.data_dir)
         self.secret = browser_secret(settings.db_path)
         self.publish: Publish = publish or (lambda path: str(path))
+        self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
 
     def close(self) -> None:
         self.store.close()
+        shutil.rmtree(self._copies, ignore_errors=True)
 
     # -- tokens kept in the rater's browser
 
     def token(self, session_id: str) -> str:
         signature = hmac.new(self.secret.encode(), session_id.encode(), "sha256").hexdigest()[:32]
         return f"{session_id}.{signature}"
+
+    def clip_key(self, session_id: str, trial_id: str, label: str) -> str:
+        """An unpredictable name for one condition of one trial: same on a reload, distinct for every label."""
+        message = f"clip\0{session_id}\0{trial_id}\0{label}".encode()
+        return hmac.new(self.secret.encode(), message, "sha256").hexdigest()[:32]
+
+    def blinded_clip(self, view: StudyTrialView, label: str) -> Path:
+        """This condition's own copy of its clip (made once), under its HMAC name and with it in a JUNK chunk."""
+        key = self.clip_key(view.session_id, view.trial_id, label)
+        path = self._copies / f"{key}.wav"
+        if not path.exists():
+            write_tagged_wav(view.condition(label).clip, path, key.encode())
+        return path
 
     def session_from_token(self, token: str | None) -> str | None:
         session_id, _, _ = (token or "").partition(".")
@@ -153,6 +176,22 @@ class StudyService:
             "trial": view.trial_id, "kind": view.kind, "number": view.number, "total": view.total,
             "text": view.text, "instructions": view.instructions, "played": sorted(view.played),
             "scale": list(view.scale) if view.scale else None, "choices": list(view.choices),
-            "conditions": [{"label": c.label, "url": self.publish(c.clip), "duration": c.duration_seconds,
+            "conditions": [{"label": c.label, "url": self.publish(self.blinded_clip(view, c.label)),
                             "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
         }
+
+
+def write_tagged_wav(source: Path, destination: Path, tag: bytes) -> None:
+    """Copy a RIFF/WAVE file with `tag` in a JUNK chunk before its first chunk (players skip JUNK chunks),
+    so that copies of the same audio differ in their bytes; the samples are untouched."""
+    data = Path(source).read_bytes()
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError(f"{source} is not a WAV file")
+    tag = tag + b"\0" * (len(tag) % 2)  # chunks have an even size
+    body = data[12:]
+    chunk = b"JUNK" + len(tag).to_bytes(4, "little") + tag
+    size = 4 + len(chunk) + len(body)
+    handle, temporary = tempfile.mkstemp(suffix=".part", dir=destination.parent)  # two requests may race
+    with os.fdopen(handle, "wb") as out:
+        out.write(b"RIFF" + size.to_bytes(4, "little") + b"WAVE" + chunk + body)
+    os.replace(temporary, destination)
