@@ -97,6 +97,7 @@ class RatingRow:
     plays: int
     trial_seconds: float | None
     submitted_at: str
+    stimulus_set_sha256: str = ""  # the stimulus version the session heard (a study created again has another)
 
     @property
     def rater(self) -> str:
@@ -262,11 +263,18 @@ class StudyTables:
         """Every rating in the study, in the order stored."""
         rows = self._connection().execute(
             """SELECT s.study, s.session_id, s.rater_id, t.trial_index, r.kind, t.item_id, t.attention_check, r.label,
-                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at
+                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at,
+                      s.stimulus_set_sha256
                FROM ratings r JOIN answers a ON a.answer_id = r.answer_id
                JOIN study_trials t ON t.trial_id = r.trial_id JOIN sessions s ON s.session_id = a.session_id
                WHERE s.study = ? ORDER BY r.rating_id""", (study,)).fetchall()
         return [RatingRow(**{**dict(row), "attention_check": bool(row["attention_check"])}) for row in rows]
+
+    def study_answer_count(self, study: str) -> int:
+        """How many answers the study's sessions have given, whatever their stimulus version."""
+        return int(self._connection().execute(
+            "SELECT COUNT(*) FROM answers a JOIN sessions s ON s.session_id = a.session_id WHERE s.study = ?",
+            (study,)).fetchone()[0])
 
     def study_sessions(self, study: str) -> list[SessionRecord]:
         rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))

@@ -12,15 +12,15 @@ from ..listening.study_sessions import database_path, list_studies, load_study_a
 
 
 def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_path: Path | None = None,
-           json_path: Path | None = None, figure_path: Path | None = None) -> int:
+           json_path: Path | None = None, figure_path: Path | None = None, all_versions: bool = False) -> int:
     if name not in list_studies(root):
         raise InputError(f"no study named {name!r}; `python -m ssd_demo study list` shows the studies")
-    study, _ = load_study_and_stimuli(name, root, verify=False)
+    study, stimulus_set = load_study_and_stimuli(name, root, verify=False)
     database = database_path(root)
     if not database.is_file():
         raise InputError(f"no listening database at {database}: nobody has taken a study yet")
     with ListeningStore(database) as store:
-        results = study_results(store, study)
+        results = study_results(store, study, None if all_versions else stimulus_set.manifest_sha256)
     print("\n".join(format_results(results, exclude)))
     if csv_path:
         print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, csv_path)}")
@@ -42,7 +42,11 @@ def _interval(low: float | None, high: float | None) -> str:
 def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
     stats = results.statistics(exclude)
     view = "excluded raters left out" if exclude else "every rater kept (--no-exclude)"
-    lines = [f"Study {results.study}: {stats.raters} raters ({view})", ""]
+    lines = [f"Study {results.study}: {stats.raters} raters ({view})"]
+    if results.stimulus_version is not None:
+        lines.append(f"Stimulus version {results.stimulus_version[:12]} (the current one) only; "
+                     f"{results.other_versions_left_out} ratings of earlier versions left out (--all-versions)")
+    lines.append("")
     lines.append(f"Screening: {len(results.excluded_raters)} of {len(results.raters)} raters excluded")
     lines += [f"  {e.rater}: {e.rule} ({e.detail})" for e in results.exclusions]
     if stats.mushra:

@@ -45,6 +45,7 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
         with gr.Row():
             tones_box = gr.Checkbox(False, label="Tones instead of speech (no model; to try the flow)")
             overwrite_box = gr.Checkbox(False, label="Create again if it exists (new sessions get the new stimuli)")
+            discard_box = gr.Checkbox(False, label="Even if it has answers (kept; results show the current stimuli only)")
         create_button = gr.Button("Create study")
     timer = gr.Timer(REFRESH_SECONDS, active=False)
 
@@ -86,9 +87,9 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
             raise refused(error) from None
         return message, rows, report.text, report.figure
 
-    def create(token, path, tones, overwrite):
+    def create(token, path, tones, overwrite, discard):
         try:
-            return admin.create(token, path, tones=tones, overwrite=overwrite)
+            return admin.create(token, path, tones=tones, overwrite=overwrite, discard_answers=discard)
         except (UserError, ValueError, OSError) as error:
             raise gr.Error(f"Could not create the study: {public_message(error)}") from None
 
@@ -99,6 +100,6 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
     export_button.click(export, [token_box, study_box], [export_files], api_name="study_admin_export")
     invalidate_button.click(invalidate, [token_box, study_box, session_box, reason_box, exclude_box],
                             [status, progress, results_text, results_plot], api_name="study_admin_invalidate")
-    create_button.click(create, [token_box, study_file, tones_box, overwrite_box], [status],
+    create_button.click(create, [token_box, study_file, tones_box, overwrite_box, discard_box], [status],
                         api_name="study_admin_create", concurrency_limit=1, concurrency_id=concurrency_id)
 

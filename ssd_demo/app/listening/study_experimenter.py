@@ -56,6 +56,10 @@ class StudyExperimenter:
                                     "`python -m ssd_demo study create`.")
         return load_study_and_stimuli(name, self.data_dir, verify=False)[0]
 
+    def _current_version(self, name: str) -> str:
+        """The SHA-256 of the study's current stimulus manifest: results report only sessions that heard it."""
+        return load_study_and_stimuli(name, self.data_dir, verify=False)[1].manifest_sha256
+
     def progress(self, token: str | None, name: str | None) -> list[list]:
         """One row per session: who, how far, when, finished (completion code given) or not, invalidated or not."""
         check_results_token(token)
@@ -70,7 +74,7 @@ class StudyExperimenter:
     def results(self, token: str | None, name: str | None, exclude: bool = True) -> tuple[StudyResults, StudyReport]:
         check_results_token(token)
         study = self._study(name)
-        results = study_results(self.store, study)
+        results = study_results(self.store, study, self._current_version(study.name))
         text = "```text\n" + "\n".join(format_results(results, exclude)) + "\n```"
         if not results.rows:
             text = f"No answers to study **{study.name}** yet.\n\n" + text
@@ -95,14 +99,15 @@ class StudyExperimenter:
         return f"Session {session_id[:12]}... is invalidated: its ratings stay stored and are left out of the results."
 
     def create(self, token: str | None, study_file: str | Path | None, tones: bool = False,
-               overwrite: bool = False) -> str:
+               overwrite: bool = False, discard_answers: bool = False) -> str:
         """Create a study from its file: render its stimuli (with the model, or tones) and install the file."""
         check_results_token(token)
         check_build_allowed()
         if not study_file:
             raise ListeningError("Choose a study file (TOML) first; see ssd_demo/listening/README.md for its fields.")
         render = tone_renderer(seconds=1.0) if tones else None
-        study, stimulus_set = create_study(Path(study_file), root=self.data_dir, render=render, overwrite=overwrite)
+        study, stimulus_set = create_study(Path(study_file), root=self.data_dir, render=render, overwrite=overwrite,
+                                           discard_answers=discard_answers)
         return (f"Created study **{study.name}**: {len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} "
                 f"systems. Raters open it at `/?study={study.name}` on a server started with `--study {study.name}`.")
 
