@@ -110,7 +110,7 @@ def test_experimenter_view_is_off_without_a_token(service, monkeypatch):
     with pytest.raises(ListeningError, match="off"):
         admin.export("anything", "first")
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
-    for call in (lambda: admin.progress("wrong", "first"), lambda: admin.invalidate("", "x", "y")):
+    for call in (lambda: admin.progress("wrong", "first"), lambda: admin.invalidate("", "first", "x", "y")):
         with pytest.raises(ListeningError, match="token"):
             call()
 
@@ -133,13 +133,22 @@ def test_experimenter_sees_progress_results_exports_and_invalidates(service, mon
     assert read_summary_json(json_path)["study"] == "first"
     assert oct(csv_path.stat().st_mode & 0o777) == "0o600"
 
-    message = admin.invalidate("right", finished["session"], "answered in 20 seconds")
+    other = finish(service, service.start("second", "rater-2"))
+    with pytest.raises(ListeningError, match="belongs to study 'second'"):  # not a session of the chosen study
+        admin.invalidate("right", "first", other["session"], "wrong study")
+    assert service.store.invalidations() == {}
+    message = admin.invalidate("right", "first", finished["session"], "answered in 20 seconds")
     assert "invalidated" in message
     assert admin.progress("right", "first")[0][7] == "answered in 20 seconds"
     results, _ = admin.results("right", "first")
     assert [(e.rater, e.rule) for e in results.exclusions] == [("rater-1", "invalidated")]
-    with pytest.raises(UnknownSessionError):
-        admin.invalidate("right", "no-such-session", "reason")
+    with pytest.raises(ListeningError, match="No session no-such-ses.*progress table") as refused:
+        admin.invalidate("right", "first", "no-such-session", "reason")
+    assert not isinstance(refused.value, UnknownSessionError) and "start a new" not in str(refused.value)
+    assert "counts again" in admin.restore("right", "first", finished["session"])  # the undo
+    assert admin.results("right", "first")[0].exclusions == () and service.store.invalidations() == {}
+    with pytest.raises(ListeningError, match="not invalidated"):
+        admin.restore("right", "first", finished["session"])
     with pytest.raises(ListeningError, match="No study"):
         admin.results("right", "third")
     assert running["state"] == "trial"
@@ -159,6 +168,13 @@ def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkey
         assert (ADMIN_PATH, "Experimenter", False) in demo.pages
         names = {d.get("api_name") for d in config["dependencies"]}
         assert {"study_start", "study_played", "study_submit", "study_resume", "study_admin_results"} <= names
+        # Picking a study in the dropdown refreshes the header, progress and results at once (no stale study).
+        ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
+        on_pick = [d for d in config["dependencies"] if [ids["study-admin-study"], "input"] in
+                   [list(t) for t in d["targets"]]]
+        assert len(on_pick) == 1
+        assert {ids[k] for k in ("study-admin-status", "study-admin-progress", "study-admin-results",
+                                 "study-admin-files")} <= set(on_pick[0]["outputs"])
         assert isinstance(demo, gr.Blocks)
     finally:
         close_listening_apps()

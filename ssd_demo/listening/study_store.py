@@ -305,6 +305,12 @@ class StudyTables:
             db.execute("INSERT INTO invalidations VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
                        (session_id, reason.strip(), utc_now()))
 
+    def restore_session(self, session_id: str) -> bool:
+        """Undo an invalidation: the session's ratings count again. False if it was not invalidated."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            return db.execute("DELETE FROM invalidations WHERE session_id = ?", (session_id,)).rowcount > 0
+
     def invalidations(self) -> dict[str, str]:
         """{session id: reason} for every invalidated session."""
         return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}

@@ -92,11 +92,40 @@ class StudyExperimenter:
             prune_exports(folder, keep=EXPORTS_KEPT, pattern=f"study_{results.study}_{kind}")
         return csv_path, json_path
 
-    def invalidate(self, token: str | None, session_id: str | None, reason: str | None) -> str:
+    def invalidate(self, token: str | None, name: str | None, session_id: str | None, reason: str | None) -> str:
+        """Leave a session of the chosen study out of the results (undone by `restore`)."""
         check_results_token(token)
-        session_id = (session_id or "").strip()
+        session_id = self._session_in(self._study(name).name, session_id)
         self.store.invalidate_session(session_id, reason or "")
-        return f"Session {session_id[:12]}... is invalidated: its ratings stay stored and are left out of the results."
+        return (f"Session {session_id[:12]}... is invalidated: its ratings stay stored and are left out of the "
+                "results (Undo brings them back).")
+
+    def restore(self, token: str | None, name: str | None, session_id: str | None) -> str:
+        """Undo an invalidation of a session of the chosen study."""
+        check_results_token(token)
+        session_id = self._session_in(self._study(name).name, session_id)
+        if not self.store.restore_session(session_id):
+            raise ListeningError(f"Session {session_id[:12]}... is not invalidated: nothing to undo.")
+        return f"Session {session_id[:12]}... counts again: its ratings are back in the results."
+
+    def _session_in(self, study: str, session_id: str | None) -> str:
+        """The session id, if it names a session of `study`; an experimenter's message otherwise."""
+        session_id = (session_id or "").strip()
+        sessions = {s.session_id for s in self.store.study_sessions(study)}
+        if session_id not in sessions:
+            where = self._known(session_id)
+            raise ListeningError(
+                f"No session {session_id[:12] or '(empty)'}... in study {study!r}" +
+                (f": it belongs to study {where!r}; pick that study first." if where else
+                 ": copy its id from the progress table."))
+        return session_id
+
+    def _known(self, session_id: str) -> str | None:
+        """The study a session id belongs to, if any."""
+        try:
+            return self.store.get_session(session_id).study
+        except ListeningError:
+            return None
 
     def create(self, token: str | None, study_file: str | Path | None, tones: bool = False,
                overwrite: bool = False, discard_answers: bool = False) -> str:
