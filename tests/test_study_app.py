@@ -209,3 +209,15 @@ def finish_one(service: StudyService, view: dict) -> dict:
         if condition["must_play"]:
             service.played(view["session"], view["trial"], condition["label"])
     return service.submit(view["session"], view["trial"], answer_for(view))
+
+
+def test_a_rater_id_takes_a_study_once_and_resumes_its_open_session(service):
+    first = service.start("first", "repeat-rater")
+    again = service.start("first", " repeat-rater ")  # the same id, as typed again: the same open session
+    assert again["session"] == first["session"] and again["trial"] == first["trial"]
+    assert finish(service, again)["state"] == "done"
+    refused = service.start("first", "repeat-rater")
+    assert refused["state"] == "start" and "already taken this study" in refused["refused"]
+    assert [s.rater_id for s in service.store.study_sessions("first")] == ["repeat-rater"]
+    assert service.start("second", "repeat-rater")["state"] == "trial"  # another study is another matter
+    assert service.start("first", "")["session"] != service.start("first", "")["session"]  # no id: a session each

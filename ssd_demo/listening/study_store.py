@@ -19,7 +19,8 @@ from datetime import datetime
 
 from .answers import normalize_answer, ratings
 from .database import utc_now
-from .errors import AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, UnknownTrialError
+from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
+                     UnknownTrialError)
 from .records import SESSION_COLUMNS, SessionRecord, normalize_rater_id
 from .study_plan import PlannedStudyTrial
 
@@ -121,7 +122,10 @@ class StudyTables:
 
     def create_study_session(self, study: str, trials: Sequence[PlannedStudyTrial], *, stimulus_set: str,
                              stimulus_set_sha256: str, seed: int, rater_id: str | None = None) -> SessionRecord:
-        """Store a session in `study` with its planned trials and their conditions, in one transaction."""
+        """Store a session in `study` with its planned trials and their conditions, in one transaction.
+
+        One session per rater id and study: a rater id with a finished session is refused
+        (RaterFinishedError), and one with an unfinished session of the same stimuli gets that session back."""
         if not trials:
             raise ListeningError("This study has no trials to offer.")
         session = SessionRecord(
@@ -130,6 +134,10 @@ class StudyTables:
             app_version=self.app_version, study=study,
         )
         with self._transaction() as db:
+            if session.rater_id is not None:
+                earlier = _rater_session(db, study, session.rater_id, stimulus_set_sha256)
+                if earlier is not None:
+                    return earlier
             db.execute(f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})",
                        tuple(getattr(session, c) for c in SESSION_COLUMNS))
             for index, trial in enumerate(trials):
@@ -314,6 +322,21 @@ class StudyTables:
     def invalidations(self) -> dict[str, str]:
         """{session id: reason} for every invalidated session."""
         return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}
+
+
+def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_set_sha256: str) -> SessionRecord | None:
+    """The rater's unfinished session of these stimuli, to resume; refused if the rater finished the study."""
+    rows = db.execute(
+        """SELECT s.*, (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered
+           FROM sessions s WHERE s.study = ? AND s.rater_id = ? ORDER BY s.created_at DESC""",
+        (study, rater_id)).fetchall()
+    if any(row["answered"] >= row["n_trials"] for row in rows):
+        raise RaterFinishedError(f"Rater id {rater_id!r} has already taken this study; each rater takes it once. "
+                                 "If this is not you, check the id you were given.")
+    for row in rows:
+        if row["stimulus_set_sha256"] == stimulus_set_sha256:
+            return SessionRecord(**{k: row[k] for k in row.keys() if k != "answered"})
+    return None
 
 
 def _played(db: sqlite3.Connection, trial_id: str) -> frozenset[str]:
