@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from ssd_demo.errors import UserError
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError, StudyChangedError,
     StudyFileError, UnknownStudyError, UnknownTrialError)
@@ -227,3 +228,22 @@ def test_migration_from_v3_keeps_every_vote(tmp_path):
         votes = store.votes()
         assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].plays_a) == ("A", 4, 1)
         assert store.get_session("s1").study is None
+
+
+@pytest.mark.parametrize("system, message", [
+    ("SSD beta=2.0 K=4", r"bad\.toml: system 'SSD beta=2\.0 K=4'.*beta must be between 0 and 1"),
+    ("SSD beta=0.3 K=0", r"bad\.toml: system 'SSD beta=0\.3 K=0'.*draft_len must be an integer"),
+    ("GPT", r"bad\.toml: unknown system 'GPT'"),
+])
+def test_bad_system_settings_are_refused_before_rendering_with_the_file_named(tmp_path, system, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(STUDY_FILE.replace("SSD beta=1.0 K=4", system).replace("{name}", "pilot"), encoding="utf-8")
+    rendered: list[str] = []
+
+    def render(*args, **kwargs):  # never reached: the check comes first, even with tones
+        rendered.append("called")
+        return tone_renderer(seconds=0.1)(*args, **kwargs)
+
+    with pytest.raises(UserError, match=message):
+        create_study(path, root=tmp_path / "data", render=render)
+    assert rendered == [] and not (tmp_path / "data" / "studies").exists()

@@ -15,11 +15,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import InputError
+from ..config import DecodingConfig
+from ..errors import InputError, UserError
 from ..listening.stimulus_sets import StimulusSet
 from ..listening.study import Study, load_study
 from ..listening.study_sessions import database_path, list_studies, load_study_and_stimuli, studies_root, study_path
-from .stimuli import Renderer, create_stimulus_set, render_stimulus_set, tone_renderer
+from .stimuli import Renderer, create_stimulus_set, parse_system, render_stimulus_set, tone_renderer
 
 
 def create_study(
@@ -39,6 +40,7 @@ def create_study(
     and the results report only the sessions that heard the current stimuli (the stimulus manifest's SHA-256),
     so answers to other stimuli are left out."""
     study = load_study(path)
+    check_systems(study, Path(path).name)
     destination = study_path(study.name, root)
     if destination.exists() and not overwrite:
         raise InputError(f"study {study.name!r} already exists; pass --overwrite to create it again")
@@ -56,6 +58,19 @@ def create_study(
                                            preset=study.preset, **common)
     _write_atomically(destination, Path(path).read_bytes())
     return study, stimulus_set
+
+
+def check_systems(study: Study, origin: str) -> None:
+    """Every system's name and decoding settings (`DecodingConfig`'s bounds), checked before anything is
+    rendered, whatever the renderer: a bad beta or K fails at once, naming the file and the system."""
+    for name in study.rendered_systems():
+        try:
+            spec = parse_system(name)
+            if not spec.derived:
+                DecodingConfig(**spec.overrides)
+        except UserError as error:
+            detail = str(error) if name in str(error) else f"system {name!r}: {error}"
+            raise InputError(f"{origin}: {detail}") from None
 
 
 def _answer_count(name: str, root: Path | None) -> int:
