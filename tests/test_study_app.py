@@ -221,3 +221,15 @@ def test_a_rater_id_takes_a_study_once_and_resumes_its_open_session(service):
     assert [s.rater_id for s in service.store.study_sessions("first")] == ["repeat-rater"]
     assert service.start("second", "repeat-rater")["state"] == "trial"  # another study is another matter
     assert service.start("first", "")["session"] != service.start("first", "")["session"]  # no id: a session each
+
+
+def test_app_help_prints_its_flags_and_starts_nothing():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    done = subprocess.run([sys.executable, "-X", "importtime", str(app), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "--study NAME" in done.stdout and "usage: python app.py" in done.stdout
+    assert "gradio" not in done.stderr and "ssd_demo" not in done.stderr  # nothing but the standard library loaded
