@@ -258,3 +258,4 @@ def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimul
     assert cli(["study", "results", "tones", "--data-dir", str(data), "--csv", str(out_csv)]) == 0
     assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
     assert "stimulus_version" in out_csv.read_text().splitlines()[0]
+    assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database

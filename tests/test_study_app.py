@@ -233,3 +233,13 @@ def test_app_help_prints_its_flags_and_starts_nothing():
                           timeout=120)
     assert done.returncode == 0 and "--study NAME" in done.stdout and "usage: python app.py" in done.stdout
     assert "gradio" not in done.stderr and "ssd_demo" not in done.stderr  # nothing but the standard library loaded
+
+
+def test_a_served_study_not_created_yet_says_how_to_create_it(root):
+    service = StudyService(StudySettings.from_env(["first", "nosuch"], root))
+    try:
+        page = service.open("nosuch", "")
+        assert page["state"] == "closed"
+        assert "'nosuch' is not created yet: run python -m ssd_demo study create FILE" in page["message"]
+    finally:
+        service.close()

@@ -210,7 +210,8 @@ class StudyRegistry:
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
-            raise UnknownStudyError(f"No study named {name!r} is served.") from None
+            raise UnknownStudyError(f"Study {name!r} is not created yet: run python -m ssd_demo study create FILE "
+                                    "(its study file).") from None
         with self._lock:
             cached = self._runners.get(name)
             if cached and cached[0] == stamp and manifest_unchanged(cached[1].stimulus_set):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import InputError
@@ -9,6 +10,7 @@ from ..listening.figures import save_mushra_boxplot
 from ..listening.store import ListeningStore
 from ..listening.study_results import StudyResults, study_results, write_long_csv, write_summary_json
 from ..listening.study_sessions import database_path, list_studies, load_study_and_stimuli
+from ..listening.study_stats import FEW_RATERS
 
 
 def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_path: Path | None = None,
@@ -23,12 +25,20 @@ def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_pat
         results = study_results(store, study, None if all_versions else stimulus_set.manifest_sha256)
     print("\n".join(format_results(results, exclude)))
     if csv_path:
-        print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, csv_path)}")
+        print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, _private(csv_path))}")
     if json_path:
-        print(f"wrote the summary to {write_summary_json(results, json_path)}")
+        print(f"wrote the summary to {write_summary_json(results, _private(json_path))}")
     if figure_path:
-        print(f"wrote the box plot to {save_mushra_boxplot(results, figure_path, exclude)}")
+        print(f"wrote the box plot to {save_mushra_boxplot(results, _private(figure_path), exclude)}")
     return 0
+
+
+def _private(path: Path) -> Path:
+    """The export's file, created (or made) readable by its owner only, like the database it comes from."""
+    path = Path(path)
+    path.touch(mode=0o600, exist_ok=True)
+    os.chmod(path, 0o600)
+    return path
 
 
 def _p(value: float | None) -> str:
@@ -50,7 +60,7 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
     lines.append(f"Screening: {len(results.excluded_raters)} of {len(results.raters)} raters excluded")
     lines += [f"  {e.rater}: {e.rule} ({e.detail})" for e in results.exclusions]
     if stats.mushra:
-        lines += ["", "MUSHRA (mean over raters, 95% interval)"]
+        lines += ["", "MUSHRA (mean over raters, 95% t interval clipped to the scale 0-100)"]
         lines += [f"  {m.system:32} {m.mean:6.1f} {_interval(m.low, m.high):>16}  raters {m.raters}, ratings {m.ratings}"
                   for m in stats.mushra]
         lines += ["", "Paired Wilcoxon signed-rank on raters' means (Holm-corrected over all pairs)"]
@@ -65,8 +75,11 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
         lines += [f"  {a.system_x} {a.wins_x} - {a.wins_y} {a.system_y} ({a.ties} no preference): p {_p(a.p_value)}, "
                   f"Holm p {_p(a.p_holm)}" for a in stats.ab]
     if stats.mos:
-        lines += ["", "MOS (mean over raters, 95% interval)"]
+        lines += ["", "MOS (mean over raters, 95% t interval clipped to the scale 1-5)"]
         lines += [f"  {m.system:32} {m.mean:5.2f} {_interval(m.low, m.high):>14}  raters {m.raters}" for m in stats.mos]
+    if (stats.mushra or stats.mos) and stats.raters < FEW_RATERS:
+        lines += ["", f"Note: {stats.raters} rater(s), fewer than {FEW_RATERS}: the intervals are rough and the tests "
+                      "have little power."]
     lines += ["", "Raters (share of MUSHRA items: reference < 90 / anchor > reference; attention failed/checks)"]
     for r in results.raters:
         share = "-" if r.reference_below_90 is None else f"{r.reference_below_90:.0%} / {r.anchor_above_reference:.0%}"
