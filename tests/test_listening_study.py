@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -247,3 +248,27 @@ def test_bad_system_settings_are_refused_before_rendering_with_the_file_named(tm
     with pytest.raises(UserError, match=message):
         create_study(path, root=tmp_path / "data", render=render)
     assert rendered == [] and not (tmp_path / "data" / "studies").exists()
+
+
+def shift_shown_time(root: Path, trial_id: str, seconds: float) -> None:
+    """Move a trial's shown time back, as if `seconds` had passed since (no sleeping in tests)."""
+    with sqlite3.connect(root / "listening.sqlite3") as db:
+        (shown,) = db.execute("SELECT presented_at FROM study_trials WHERE trial_id = ?", (trial_id,)).fetchone()
+        earlier = (datetime.fromisoformat(shown) - timedelta(seconds=seconds)).isoformat()
+        db.execute("UPDATE study_trials SET presented_at = ? WHERE trial_id = ?", (earlier, trial_id))
+
+
+def test_an_answer_sooner_than_its_clips_end_to_end_is_refused(root, registry, monkeypatch):
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.9)
+    runner = registry.runner("pilot")
+    session = runner.start_session(seed=4)
+    view = runner.next_view(session.session_id)
+    must = [c for c in view.conditions if c.must_play]
+    assert len(must) >= 3  # the 0.2-second clips take longer together than any one of them
+    longest, together = max(c.duration_seconds for c in must), sum(c.duration_seconds for c in must)
+    shift_shown_time(root, view.trial_id, 0.9 * longest + 0.05)  # every single play may count by now...
+    play_all(runner, view)
+    with pytest.raises(NotListenedError, match="before answering"):  # ...but not all of them one after another
+        runner.submit(session.session_id, view.trial_id, answer_for(view))
+    shift_shown_time(root, view.trial_id, 0.9 * together)
+    assert runner.submit(session.session_id, view.trial_id, answer_for(view)).trial_id != view.trial_id

@@ -216,10 +216,12 @@ class StudyTables:
 
     # -- answers
 
-    def submit_answer(self, session_id: str, trial_id: str, answer: object) -> AnswerOutcome:
+    def submit_answer(self, session_id: str, trial_id: str, answer: object, listen_fraction: float = 0.0) -> AnswerOutcome:
         """Store an answer and its ratings in one transaction. The same answer again stores nothing and
         returns the stored one; another answer to an answered trial is AlreadyVotedError; an answer while a
-        clip that must be heard has no completed play is NotListenedError; a bad value InvalidAnswerError."""
+        clip that must be heard has no completed play is NotListenedError, and so is one sooner after the
+        trial was shown than `listen_fraction` of the clips that must be heard, end to end (the player
+        plays one clip at a time); a bad value InvalidAnswerError."""
         trial = self.get_study_trial(session_id, trial_id)
         rated = [c.label for c in trial.conditions if c.role == "rated"]
         canonical = normalize_answer(trial.kind, answer, rated)
@@ -241,6 +243,10 @@ class StudyTables:
             seconds = None
             if trial.presented_at is not None:
                 seconds = round((datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds(), 3)
+                needed = listen_fraction * sum(c.duration_seconds for c in trial.conditions if c.must_play)
+                if seconds < needed:
+                    raise NotListenedError(f"Listen to every sample to the end before answering: they take "
+                                           f"{needed / listen_fraction:.0f} seconds together.")
             cursor = db.execute(
                 """INSERT INTO answers (trial_id, session_id, kind, answer, presented_at, submitted_at, trial_seconds,
                        app_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
