@@ -5,8 +5,9 @@ JSON-ready dicts that carry opaque labels and clip URLs, never a system name.
 Blinding: the stimulus set names clips by their content hash, so the same audio under two labels (MUSHRA's
 hidden and labelled reference, ABX's X and its twin) would share a URL. Every condition of every trial is
 therefore served as its own copy, named by an HMAC of (session, trial, label) under the server's secret and
-carrying that HMAC in a JUNK chunk, so neither its URL nor its bytes' hash matches another condition's. No
-per-condition duration is sent (the player reads it from the audio).
+carrying that HMAC in a JUNK chunk of a varying length, so neither its URL, nor its size, nor its bytes'
+hash matches another condition's. No per-condition duration is sent; the audio itself, and so the length
+the browser reads from it, is of course the same for the same clip.
 
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
 refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
@@ -96,7 +97,11 @@ class StudyService:
         key = self.clip_key(view.session_id, view.trial_id, label)
         path = self._copies / f"{key}.wav"
         if not path.exists():
-            write_tagged_wav(view.condition(label).clip, path, key.encode())
+            # The chunk's length varies too (up to 4 KiB, random but never the same for two labels of a trial),
+            # so equal clips do not have equal file sizes either.
+            index = [c.label for c in view.conditions].index(label)
+            padding = 2 * (index % 32 + 32 * (int(key[:4], 16) % 64))
+            write_tagged_wav(view.condition(label).clip, path, key.encode() + b"\0" * padding)
         return path
 
     def session_from_token(self, token: str | None) -> str | None:
