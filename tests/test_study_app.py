@@ -244,3 +244,20 @@ def test_a_served_study_not_created_yet_says_how_to_create_it(root):
         assert "'nosuch' is not created yet: run python -m ssd_demo study create FILE" in page["message"]
     finally:
         service.close()
+
+
+def test_old_clip_copies_are_pruned_and_made_again_identical(service, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from ssd_demo.app.listening import study_service
+
+    view = service.start("first", "pruned-rater")
+    first = Path(view["conditions"][0]["url"])
+    data = first.read_bytes()
+    os.utime(first, (0, 0))  # made long ago
+    monkeypatch.setattr(service, "_pruned_at", -1e9)
+    service._prune_copies()
+    assert not first.exists() and study_service.COPY_SECONDS >= 600
+    again = service.open("first", view["token"])
+    assert again["conditions"] == view["conditions"] and first.read_bytes() == data

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from ...listening.study_sessions import StudyRegistry, StudyRunner, StudyTrialVi
 from .service import browser_secret, public_message
 
 STUDY_ENV = "SSD_DEMO_STUDY"
+COPY_SECONDS = 3600  # how long a condition's copy stays in the service's folder
 Publish = Callable[[Path], str]  # a clip's path -> the URL the browser fetches it from
 
 
@@ -76,6 +78,7 @@ class StudyService:
         self.secret = browser_secret(settings.db_path)
         self.publish: Publish = publish or (lambda path: str(path))
         self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
+        self._pruned_at = time.monotonic()
 
     def close(self) -> None:
         self.store.close()
@@ -97,12 +100,28 @@ class StudyService:
         key = self.clip_key(view.session_id, view.trial_id, label)
         path = self._copies / f"{key}.wav"
         if not path.exists():
+            self._prune_copies()
             # The chunk's length varies too (up to 4 KiB, random but never the same for two labels of a trial),
             # so equal clips do not have equal file sizes either.
             index = [c.label for c in view.conditions].index(label)
             padding = 2 * (index % 32 + 32 * (int(key[:4], 16) % 64))
             write_tagged_wav(view.condition(label).clip, path, key.encode() + b"\0" * padding)
         return path
+
+    def _prune_copies(self) -> None:
+        """Drop copies made over COPY_SECONDS ago (at most once a minute): Gradio's cache keeps its own copy of
+        each, and a copy is made again, identical, when its trial is shown again."""
+        now = time.monotonic()
+        if now - self._pruned_at < 60:
+            return
+        self._pruned_at = now
+        cutoff = time.time() - COPY_SECONDS
+        for old in self._copies.glob("*.wav"):
+            try:
+                if old.stat().st_mtime < cutoff:
+                    old.unlink()
+            except OSError:
+                pass  # made or removed by another request meanwhile
 
     def session_from_token(self, token: str | None) -> str | None:
         session_id, _, _ = (token or "").partition(".")
