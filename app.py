@@ -3,11 +3,30 @@
 Builds the page from `ssd_demo.app.page`, starts getting the machine ready in the background
 (`ssd_demo.comparison.startup`) and launches it. `python app.py --study NAME` (repeatable, or
 `SSD_DEMO_STUDY=NAME[,NAME]`) serves only the rater page of those listening studies, with the
-experimenter's page at /admin. Honours GRADIO_SERVER_NAME and
+experimenter's page at /admin; `python app.py --help` prints the flags. Honours GRADIO_SERVER_NAME and
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
 import os
+import sys
+
+USAGE = """usage: python app.py [--study NAME ...]
+
+The Gradio demo: Compare and Benchmark tabs, the listening test.
+
+options:
+  -h, --help     show this help and exit (nothing is loaded or started)
+  --study NAME   serve only the rater page of the listening study NAME (repeatable; or
+                 SSD_DEMO_STUDY=NAME[,NAME]); the experimenter's page is /admin, on with
+                 SSD_DEMO_RESULTS_TOKEN. Create a study first: python -m ssd_demo study create FILE
+
+environment: GRADIO_SERVER_NAME (default 127.0.0.1), GRADIO_SERVER_PORT (default 7860),
+SSD_DEMO_DATA_DIR, SSD_DEMO_LISTENING_DB, GRADIO_ANALYTICS_ENABLED (default False).
+"""
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(USAGE, end="")
+    sys.exit(0)
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 

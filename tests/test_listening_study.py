@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
+from ssd_demo.errors import UserError
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError, StudyChangedError,
     StudyFileError, UnknownStudyError, UnknownTrialError)
@@ -227,3 +229,46 @@ def test_migration_from_v3_keeps_every_vote(tmp_path):
         votes = store.votes()
         assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].plays_a) == ("A", 4, 1)
         assert store.get_session("s1").study is None
+
+
+@pytest.mark.parametrize("system, message", [
+    ("SSD beta=2.0 K=4", r"bad\.toml: system 'SSD beta=2\.0 K=4'.*beta must be between 0 and 1"),
+    ("SSD beta=0.3 K=0", r"bad\.toml: system 'SSD beta=0\.3 K=0'.*draft_len must be an integer"),
+    ("GPT", r"bad\.toml: unknown system 'GPT'"),
+])
+def test_bad_system_settings_are_refused_before_rendering_with_the_file_named(tmp_path, system, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(STUDY_FILE.replace("SSD beta=1.0 K=4", system).replace("{name}", "pilot"), encoding="utf-8")
+    rendered: list[str] = []
+
+    def render(*args, **kwargs):  # never reached: the check comes first, even with tones
+        rendered.append("called")
+        return tone_renderer(seconds=0.1)(*args, **kwargs)
+
+    with pytest.raises(UserError, match=message):
+        create_study(path, root=tmp_path / "data", render=render)
+    assert rendered == [] and not (tmp_path / "data" / "studies").exists()
+
+
+def shift_shown_time(root: Path, trial_id: str, seconds: float) -> None:
+    """Move a trial's shown time back, as if `seconds` had passed since (no sleeping in tests)."""
+    with sqlite3.connect(root / "listening.sqlite3") as db:
+        (shown,) = db.execute("SELECT presented_at FROM study_trials WHERE trial_id = ?", (trial_id,)).fetchone()
+        earlier = (datetime.fromisoformat(shown) - timedelta(seconds=seconds)).isoformat()
+        db.execute("UPDATE study_trials SET presented_at = ? WHERE trial_id = ?", (earlier, trial_id))
+
+
+def test_an_answer_sooner_than_its_clips_end_to_end_is_refused(root, registry, monkeypatch):
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.9)
+    runner = registry.runner("pilot")
+    session = runner.start_session(seed=4)
+    view = runner.next_view(session.session_id)
+    must = [c for c in view.conditions if c.must_play]
+    assert len(must) >= 3  # the 0.2-second clips take longer together than any one of them
+    longest, together = max(c.duration_seconds for c in must), sum(c.duration_seconds for c in must)
+    shift_shown_time(root, view.trial_id, 0.9 * longest + 0.05)  # every single play may count by now...
+    play_all(runner, view)
+    with pytest.raises(NotListenedError, match="before answering"):  # ...but not all of them one after another
+        runner.submit(session.session_id, view.trial_id, answer_for(view))
+    shift_shown_time(root, view.trial_id, 0.9 * together)
+    assert runner.submit(session.session_id, view.trial_id, answer_for(view)).trial_id != view.trial_id

@@ -231,3 +231,31 @@ def test_answers_and_plays_survive_sigkill(served):
     assert db.execute("SELECT COUNT(*) FROM ratings r LEFT JOIN answers a USING (answer_id) WHERE a.answer_id IS NULL"
                       ).fetchone()[0] == 0
     db.close()
+
+
+def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimuli(tmp_path, monkeypatch):
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.0)
+    monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
+    data, study_file = tmp_path / "data", tmp_path / "tones.toml"
+    study_file.write_text(STUDY.format(name="tones", preset="unused"), encoding="utf-8")
+    study, first = create_study(study_file, root=data, render=tone_renderer(seconds=0.2))
+    with ListeningStore(data / "listening.sqlite3") as store:
+        take_session(StudyRegistry(store, data), "tones", "alice")
+    assert cli(["study", "create", str(study_file), "--data-dir", str(data), "--overwrite", "--tones"]) == 2
+    with pytest.raises(Exception, match="already has .* answers.*--discard-answers"):
+        create_study(study_file, root=data, render=tone_renderer(seconds=0.3), overwrite=True)
+    _, second = create_study(study_file, root=data, render=tone_renderer(seconds=0.3), overwrite=True,
+                             discard_answers=True)
+    assert second.manifest_sha256 != first.manifest_sha256
+    with ListeningStore(data / "listening.sqlite3") as store:
+        take_session(StudyRegistry(store, data), "tones", "bob")
+        current = study_results(store, study, second.manifest_sha256)
+        pooled = study_results(store, study)
+    assert {r.rater for r in current.rows} == {"bob"} and current.other_versions_left_out > 0
+    assert {r.stimulus_version for r in current.rows} == {second.manifest_sha256}
+    assert {r.stimulus_version for r in pooled.rows} == {first.manifest_sha256, second.manifest_sha256}
+    out_csv = tmp_path / "r.csv"
+    assert cli(["study", "results", "tones", "--data-dir", str(data), "--csv", str(out_csv)]) == 0
+    assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
+    assert "stimulus_version" in out_csv.read_text().splitlines()[0]
+    assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database

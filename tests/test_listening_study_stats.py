@@ -15,6 +15,7 @@ from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.study import LOWPASS_ANCHOR, parse_study
 from ssd_demo.listening.study_results import (read_long_csv, read_summary_json, results_from_ratings,
     ratings_from_long, study_results, summary, write_long_csv, write_summary_json)
+from ssd_demo.listening import study_stats
 from ssd_demo.listening.study_stats import holm, paired_tests, study_statistics
 from ssd_demo.listening.study_store import RatingRow
 from ssd_demo.tools.stimuli import tone_renderer
@@ -154,3 +155,31 @@ def test_the_exports_round_trip(tmp_path):
     assert stored["exclusions"] == [{"rater": e.rater, "rule": e.rule, "detail": e.detail} for e in results.exclusions]
     assert stored["results"]["raters"] == 6 and stored["results_all_raters"]["raters"] == 8
     assert [m["system"] for m in stored["results"]["mushra"]] == ["AR", GOOD, FAR, LOWPASS_ANCHOR]
+
+
+def mushra_row(rater: str, system: str, score: float, kind: str = "mushra") -> RatingRow:
+    return RatingRow(study="sim", session_id=rater, rater_id=rater, trial_index=0, kind=kind, item_id="s001",
+                     attention_check=False, label="A", system=system, other_system=None, score=score, plays=1,
+                     trial_seconds=20.0, submitted_at="")
+
+
+def test_intervals_stay_on_the_scale_and_few_raters_are_flagged():
+    from ssd_demo.tools.study_report import format_results
+
+    study = parse_study(STUDY)
+    near_top = [mushra_row(f"r{n}", GOOD, score) for n, score in enumerate([100, 100, 60])]
+    near_top += [mushra_row(f"r{n}", "AR", score, "mos") for n, score in enumerate([1, 1, 4])]
+    results = results_from_ratings(near_top, study)
+    (mushra,) = results.results.mushra
+    (mos,) = results.results.mos
+    _, low, high = study_stats.t_interval([100, 100, 60])
+    assert high > 100 and mushra.high == 100 and mushra.low == pytest.approx(low)  # clipped at the top only
+    assert mos.low == 1 and mos.high == 5  # [2 - 7.4, 2 + 7.4] with three raters
+    report = "\n".join(format_results(results))
+    assert "clipped to the scale 0-100" in report and "clipped to the scale 1-5" in report
+    assert "3 rater(s), fewer than 5: the intervals are rough" in report
+
+
+def test_a_sentence_given_twice_is_named():
+    with pytest.raises(Exception, match="sentences lists the same sentence twice: 'Sentence number 1.'"):
+        parse_study(STUDY.replace('"Sentence number 2."', '"Sentence number 1."'))

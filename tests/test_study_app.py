@@ -110,7 +110,7 @@ def test_experimenter_view_is_off_without_a_token(service, monkeypatch):
     with pytest.raises(ListeningError, match="off"):
         admin.export("anything", "first")
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
-    for call in (lambda: admin.progress("wrong", "first"), lambda: admin.invalidate("", "x", "y")):
+    for call in (lambda: admin.progress("wrong", "first"), lambda: admin.invalidate("", "first", "x", "y")):
         with pytest.raises(ListeningError, match="token"):
             call()
 
@@ -133,13 +133,22 @@ def test_experimenter_sees_progress_results_exports_and_invalidates(service, mon
     assert read_summary_json(json_path)["study"] == "first"
     assert oct(csv_path.stat().st_mode & 0o777) == "0o600"
 
-    message = admin.invalidate("right", finished["session"], "answered in 20 seconds")
+    other = finish(service, service.start("second", "rater-2"))
+    with pytest.raises(ListeningError, match="belongs to study 'second'"):  # not a session of the chosen study
+        admin.invalidate("right", "first", other["session"], "wrong study")
+    assert service.store.invalidations() == {}
+    message = admin.invalidate("right", "first", finished["session"], "answered in 20 seconds")
     assert "invalidated" in message
     assert admin.progress("right", "first")[0][7] == "answered in 20 seconds"
     results, _ = admin.results("right", "first")
     assert [(e.rater, e.rule) for e in results.exclusions] == [("rater-1", "invalidated")]
-    with pytest.raises(UnknownSessionError):
-        admin.invalidate("right", "no-such-session", "reason")
+    with pytest.raises(ListeningError, match="No session no-such-ses.*progress table") as refused:
+        admin.invalidate("right", "first", "no-such-session", "reason")
+    assert not isinstance(refused.value, UnknownSessionError) and "start a new" not in str(refused.value)
+    assert "counts again" in admin.restore("right", "first", finished["session"])  # the undo
+    assert admin.results("right", "first")[0].exclusions == () and service.store.invalidations() == {}
+    with pytest.raises(ListeningError, match="not invalidated"):
+        admin.restore("right", "first", finished["session"])
     with pytest.raises(ListeningError, match="No study"):
         admin.results("right", "third")
     assert running["state"] == "trial"
@@ -159,6 +168,96 @@ def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkey
         assert (ADMIN_PATH, "Experimenter", False) in demo.pages
         names = {d.get("api_name") for d in config["dependencies"]}
         assert {"study_start", "study_played", "study_submit", "study_resume", "study_admin_results"} <= names
+        # Picking a study in the dropdown refreshes the header, progress and results at once (no stale study).
+        ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
+        on_pick = [d for d in config["dependencies"] if [ids["study-admin-study"], "input"] in
+                   [list(t) for t in d["targets"]]]
+        assert len(on_pick) == 1
+        assert {ids[k] for k in ("study-admin-status", "study-admin-progress", "study-admin-results",
+                                 "study-admin-files")} <= set(on_pick[0]["outputs"])
         assert isinstance(demo, gr.Blocks)
     finally:
         close_listening_apps()
+
+
+def test_no_two_conditions_share_a_url_bytes_or_metadata(service):
+    import hashlib
+
+    import soundfile
+
+    seen: set[str] = set()
+    view = service.start("first", "blind-rater")
+    while view["state"] == "trial":
+        urls = [c["url"] for c in view["conditions"]]
+        assert len(set(urls)) == len(urls), view["kind"]
+        assert not seen & set(urls)  # no URL is reused in another trial either
+        seen |= set(urls)
+        clips = {c["label"]: c for c in view["conditions"]}
+        assert all(set(c) == {"label", "url", "rated", "must_play"} for c in clips.values())
+        data = {label: open(c["url"], "rb").read() for label, c in clips.items()}
+        assert len({hashlib.sha256(d).hexdigest() for d in data.values()}) == len(data)
+        assert len({len(d) for d in data.values()}) == len(data)  # not even the file sizes match
+        if view["kind"] == "abx":  # X is a copy of A or B: same samples, different URL, bytes and name
+            x = soundfile.read(clips["X"]["url"])[0]
+            twins = [label for label in "AB" if soundfile.read(clips[label]["url"])[0].tobytes() == x.tobytes()]
+            assert len(twins) >= 1 and clips["X"]["url"] != clips[twins[0]]["url"]
+        assert service.open("first", view["token"])["conditions"] == view["conditions"]  # stable on a reload
+        view = finish_one(service, view)
+
+
+def finish_one(service: StudyService, view: dict) -> dict:
+    for condition in view["conditions"]:
+        if condition["must_play"]:
+            service.played(view["session"], view["trial"], condition["label"])
+    return service.submit(view["session"], view["trial"], answer_for(view))
+
+
+def test_a_rater_id_takes_a_study_once_and_resumes_its_open_session(service):
+    first = service.start("first", "repeat-rater")
+    again = service.start("first", " repeat-rater ")  # the same id, as typed again: the same open session
+    assert again["session"] == first["session"] and again["trial"] == first["trial"]
+    assert finish(service, again)["state"] == "done"
+    refused = service.start("first", "repeat-rater")
+    assert refused["state"] == "start" and "already taken this study" in refused["refused"]
+    assert [s.rater_id for s in service.store.study_sessions("first")] == ["repeat-rater"]
+    assert service.start("second", "repeat-rater")["state"] == "trial"  # another study is another matter
+    assert service.start("first", "")["session"] != service.start("first", "")["session"]  # no id: a session each
+
+
+def test_app_help_prints_its_flags_and_starts_nothing():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    done = subprocess.run([sys.executable, "-X", "importtime", str(app), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "--study NAME" in done.stdout and "usage: python app.py" in done.stdout
+    assert "gradio" not in done.stderr and "ssd_demo" not in done.stderr  # nothing but the standard library loaded
+
+
+def test_a_served_study_not_created_yet_says_how_to_create_it(root):
+    service = StudyService(StudySettings.from_env(["first", "nosuch"], root))
+    try:
+        page = service.open("nosuch", "")
+        assert page["state"] == "closed"
+        assert "'nosuch' is not created yet: run python -m ssd_demo study create FILE" in page["message"]
+    finally:
+        service.close()
+
+
+def test_old_clip_copies_are_pruned_and_made_again_identical(service, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from ssd_demo.app.listening import study_service
+
+    view = service.start("first", "pruned-rater")
+    first = Path(view["conditions"][0]["url"])
+    data = first.read_bytes()
+    os.utime(first, (0, 0))  # made long ago
+    monkeypatch.setattr(service, "_pruned_at", -1e9)
+    service._prune_copies()
+    assert not first.exists() and study_service.COPY_SECONDS >= 600
+    again = service.open("first", view["token"])
+    assert again["conditions"] == view["conditions"] and first.read_bytes() == data

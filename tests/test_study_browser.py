@@ -236,7 +236,13 @@ def test_admin_page_needs_the_token_and_serves_results_and_exports(server, page)
         while "refused" in (result := client.predict(view["session"], view["trial"], label, api_name="/study_played")):
             assert "cannot have been played" in result["refused"] and time.monotonic() < deadline, result
             time.sleep(0.2)
-    assert client.predict(view["session"], view["trial"], {"choice": "B"}, api_name="/study_submit")["state"] == "trial"
+    # The answer needs 90% of A, B and X end to end since the trial was shown (1.35 s here).
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while "refused" in (result := client.predict(view["session"], view["trial"], {"choice": "B"},
+                                                 api_name="/study_submit")):
+        assert "before answering" in result["refused"] and time.monotonic() < deadline, result
+        time.sleep(0.2)
+    assert result["state"] == "trial"
     files = client.predict("test-token", "abx-pilot", api_name="/study_admin_export")
     assert sorted(Path(f).suffix for f in files) == [".csv", ".json"]
     rows = read_long_csv(next(f for f in files if f.endswith(".csv")))

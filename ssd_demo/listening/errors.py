@@ -41,5 +41,9 @@ class StudyFileError(UserError):
     """A study file that cannot be read or does not define a valid study (the message says what to fix)."""
 
 
+class RaterFinishedError(ListeningError):
+    """A rater id that already finished the study asks for another session (it would be pooled as one rater)."""
+
+
 class StudyChangedError(ListeningError):
     """A session's study or stimulus set was replaced or removed since the session started."""

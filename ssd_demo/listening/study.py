@@ -217,7 +217,9 @@ def _names(table: dict, key: str, origin: str, default: tuple[str, ...] = ()) ->
         raise StudyFileError(f"{origin}: {key} must be a list of non-empty strings")
     names = tuple(v.strip() for v in value)
     if len(set(names)) != len(names):
-        raise StudyFileError(f"{origin}: {key} lists a name twice")
+        twice = next(name for name in names if names.count(name) > 1)
+        what = {"sentences": "sentence", "anchors": "anchor"}.get(key, "system")
+        raise StudyFileError(f"{origin}: {key} lists the same {what} twice: {twice!r}")
     return names
 
 

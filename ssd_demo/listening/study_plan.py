@@ -3,7 +3,8 @@
 The rater gets `items_per_rater` sentences drawn at random, the same ones in every block, and the
 blocks in the order the study file lists them. Within a block the trials are shuffled; within a
 trial the conditions are shuffled and labelled by position only ("A", "B", ...), so neither a label
-nor a clip's file name (a content hash) tells the rater which system made a clip.
+nor a clip's file name tells the rater which system made a clip (the server gives every condition its
+own copy under its own URL: `app/listening/study_service.py`).
 
 - MUSHRA: one trial per item; rated conditions are the hidden reference, every system and every anchor;
   the labelled reference ("Reference") plays but is not rated.

@@ -1,9 +1,13 @@
 """A study's results: screening, statistics with and without the excluded raters, and the exports.
 
+Results cover one stimulus version (the manifest's SHA-256 the sessions heard): by default the study's
+current one, so answers given before the study was created again are never pooled with the new ones.
+
 Exports:
 - long CSV, one row per rating: `study, rater, session, kind, item, trial, label, system, other_system,
-  score, plays, seconds, attention_check, excluded` (`seconds`: from the trial shown to its answer;
-  `excluded`: the rater is excluded by the screening, whichever view the results show);
+  score, plays, seconds, attention_check, excluded, stimulus_version` (`seconds`: from the trial shown to
+  its answer; `excluded`: the rater is excluded by the screening, whichever view the results show;
+  `stimulus_version`: the SHA-256 of the stimulus manifest the session heard);
 - JSON summary: the screening (exclusions with their rules, the per-rater table) and the statistics
   both with the exclusions (`results`) and with every rater (`results_all_raters`).
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from .screening import Exclusion, RaterSummary, rater_summaries, screen
@@ -43,6 +47,7 @@ class LongRow:
     seconds: float | None
     attention_check: bool
     excluded: bool
+    stimulus_version: str = ""
 
 
 LONG_COLUMNS = tuple(f.name for f in fields(LongRow))
@@ -56,6 +61,8 @@ class StudyResults:
     results: StudyStatistics  # the raters the screening keeps
     results_all_raters: StudyStatistics
     rows: tuple[LongRow, ...]
+    stimulus_version: str | None = None  # the only version reported; None: every version
+    other_versions_left_out: int = 0  # ratings from other stimulus versions, not reported
 
     @property
     def excluded_raters(self) -> frozenset[str]:
@@ -65,8 +72,13 @@ class StudyResults:
         return self.results if exclude else self.results_all_raters
 
 
-def study_results(store: ListeningStore, study: Study) -> StudyResults:
-    return results_from_ratings(store.study_ratings(study.name), study, store.invalidations())
+def study_results(store: ListeningStore, study: Study, stimulus_version: str | None = None) -> StudyResults:
+    """The study's results over the sessions that heard `stimulus_version` (the stimulus manifest's SHA-256;
+    pass the current set's), or over every session when None."""
+    ratings = store.study_ratings(study.name)
+    kept = [r for r in ratings if stimulus_version is None or r.stimulus_set_sha256 == stimulus_version]
+    results = results_from_ratings(kept, study, store.invalidations())
+    return replace(results, stimulus_version=stimulus_version, other_versions_left_out=len(ratings) - len(kept))
 
 
 def results_from_ratings(ratings: list[RatingRow], study: Study, invalidated: dict[str, str] | None = None) -> StudyResults:
@@ -76,7 +88,7 @@ def results_from_ratings(ratings: list[RatingRow], study: Study, invalidated: di
         LongRow(study=row.study, rater=row.rater, session=row.session_id, kind=row.kind, item=row.item_id,
                 trial=row.trial_index + 1, label=row.label, system=row.system, other_system=row.other_system,
                 score=row.score, plays=row.plays, seconds=row.trial_seconds, attention_check=row.attention_check,
-                excluded=row.rater in excluded)
+                excluded=row.rater in excluded, stimulus_version=row.stimulus_set_sha256)
         for row in ratings)
     return StudyResults(
         study=study.name, exclusions=tuple(exclusions), raters=tuple(rater_summaries(ratings, study, exclusions)),
@@ -106,7 +118,7 @@ def write_long_csv(rows, path: Path | str) -> Path:
 def read_long_csv(path: Path | str) -> list[LongRow]:
     with Path(path).open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
-        if tuple(reader.fieldnames or ()) != LONG_COLUMNS:
+        if tuple(reader.fieldnames or ()) not in (LONG_COLUMNS, LONG_COLUMNS[:-1]):  # before stimulus_version
             raise ValueError(f"not a study export: expected the columns {', '.join(LONG_COLUMNS)}")
         return [_long_row(record) for record in reader]
 
@@ -127,7 +139,8 @@ def _long_row(record: dict[str, str]) -> LongRow:
         item=record["item"], trial=int(record["trial"]), label=record["label"], system=record["system"],
         other_system=record["other_system"] or None, score=float(record["score"]), plays=int(record["plays"]),
         seconds=float(record["seconds"]) if record["seconds"] else None,
-        attention_check=_boolean(record["attention_check"]), excluded=_boolean(record["excluded"]))
+        attention_check=_boolean(record["attention_check"]), excluded=_boolean(record["excluded"]),
+        stimulus_version=record.get("stimulus_version") or "")
 
 
 def _boolean(text: str) -> bool:
@@ -143,6 +156,8 @@ def summary(results: StudyResults) -> dict:
     return {
         "format": SUMMARY_FORMAT,
         "study": results.study,
+        "stimulus_version": results.stimulus_version,
+        "other_versions_left_out": results.other_versions_left_out,
         "exclusions": [asdict(e) for e in results.exclusions],
         "raters": [asdict(r) for r in results.raters],
         "results": asdict(results.results),
@@ -168,4 +183,4 @@ def ratings_from_long(rows: list[LongRow]) -> list[RatingRow]:
     return [RatingRow(study=r.study, session_id=r.session, rater_id=r.rater, trial_index=r.trial - 1, kind=r.kind,
                       item_id=r.item, attention_check=r.attention_check, label=r.label, system=r.system,
                       other_system=r.other_system, score=r.score, plays=r.plays, trial_seconds=r.seconds,
-                      submitted_at="") for r in rows]
+                      submitted_at="", stimulus_set_sha256=r.stimulus_version) for r in rows]

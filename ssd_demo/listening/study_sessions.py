@@ -26,7 +26,8 @@ from .study_store import StudyTrialRecord
 
 STUDY_SUFFIX = ".toml"
 # A play counts as completed only once this share of the clip's length has passed since its trial was
-# shown (server time), as for the A/B tab: a client cannot report plays it never made.
+# shown (server time), as for the A/B tab: a client cannot report plays it never made. An answer likewise
+# needs this share of the clips that must be heard, end to end (the player plays one at a time).
 LISTEN_FRACTION = 0.9
 SCALES = {"mushra": (0, 100), "mos": (1, 5)}
 CHOICES = {"ab": ("A", "B", "none"), "abx": ("A", "B")}
@@ -103,7 +104,7 @@ class StudyRunner:
     def submit(self, session_id: str, trial_id: str, answer: object) -> StudyTrialView | None:
         """Store the answer (idempotently) and return the next trial to show, or None when done."""
         self._served_session(session_id)
-        self.store.submit_answer(session_id, trial_id, answer)
+        self.store.submit_answer(session_id, trial_id, answer, listen_fraction=LISTEN_FRACTION)
         return self.next_view(session_id)
 
     def progress(self, session_id: str) -> tuple[int, int]:
@@ -210,7 +211,8 @@ class StudyRegistry:
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
-            raise UnknownStudyError(f"No study named {name!r} is served.") from None
+            raise UnknownStudyError(f"Study {name!r} is not created yet: run python -m ssd_demo study create FILE "
+                                    "(its study file).") from None
         with self._lock:
             cached = self._runners.get(name)
             if cached and cached[0] == stamp and manifest_unchanged(cached[1].stimulus_set):

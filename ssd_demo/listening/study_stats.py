@@ -48,7 +48,7 @@ class SystemMean:
     raters: int
     ratings: int
     mean: float
-    low: float | None  # 95% interval; None with fewer than two raters
+    low: float | None  # 95% t interval over raters' means, clipped to the scale; None with fewer than two raters
     high: float | None
 
 
@@ -109,6 +109,10 @@ def rater_means(rows: Sequence[RatingRow], kind: str) -> dict[str, dict[str, flo
     return {system: {rater: statistics.fmean(v) for rater, v in by_rater.items()} for system, by_rater in scores.items()}
 
 
+SCALE_BOUNDS = {"mushra": (0.0, 100.0), "mos": (1.0, 5.0)}  # a t interval may run past the scale: clipped to it
+FEW_RATERS = 5  # below this, the report says the intervals are rough
+
+
 def system_means(rows: Sequence[RatingRow], kind: str, order: Sequence[str]) -> tuple[SystemMean, ...]:
     means = rater_means(rows, kind)
     counts = defaultdict(int)
@@ -119,6 +123,9 @@ def system_means(rows: Sequence[RatingRow], kind: str, order: Sequence[str]) -> 
     for system in sorted(means, key=lambda s: (order.index(s) if s in order else len(order), s)):
         values = list(means[system].values())
         mean, low, high = t_interval(values)
+        if low is not None and kind in SCALE_BOUNDS:
+            bottom, top = SCALE_BOUNDS[kind]
+            low, high = max(low, bottom), min(high, top)
         result.append(SystemMean(system, len(values), counts[system], mean, low, high))
     return tuple(result)
 

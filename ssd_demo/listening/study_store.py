@@ -19,7 +19,8 @@ from datetime import datetime
 
 from .answers import normalize_answer, ratings
 from .database import utc_now
-from .errors import AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, UnknownTrialError
+from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
+                     UnknownTrialError)
 from .records import SESSION_COLUMNS, SessionRecord, normalize_rater_id
 from .study_plan import PlannedStudyTrial
 
@@ -97,6 +98,7 @@ class RatingRow:
     plays: int
     trial_seconds: float | None
     submitted_at: str
+    stimulus_set_sha256: str = ""  # the stimulus version the session heard (a study created again has another)
 
     @property
     def rater(self) -> str:
@@ -120,7 +122,10 @@ class StudyTables:
 
     def create_study_session(self, study: str, trials: Sequence[PlannedStudyTrial], *, stimulus_set: str,
                              stimulus_set_sha256: str, seed: int, rater_id: str | None = None) -> SessionRecord:
-        """Store a session in `study` with its planned trials and their conditions, in one transaction."""
+        """Store a session in `study` with its planned trials and their conditions, in one transaction.
+
+        One session per rater id and study: a rater id with a finished session is refused
+        (RaterFinishedError), and one with an unfinished session of the same stimuli gets that session back."""
         if not trials:
             raise ListeningError("This study has no trials to offer.")
         session = SessionRecord(
@@ -129,6 +134,10 @@ class StudyTables:
             app_version=self.app_version, study=study,
         )
         with self._transaction() as db:
+            if session.rater_id is not None:
+                earlier = _rater_session(db, study, session.rater_id, stimulus_set_sha256)
+                if earlier is not None:
+                    return earlier
             db.execute(f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})",
                        tuple(getattr(session, c) for c in SESSION_COLUMNS))
             for index, trial in enumerate(trials):
@@ -207,10 +216,12 @@ class StudyTables:
 
     # -- answers
 
-    def submit_answer(self, session_id: str, trial_id: str, answer: object) -> AnswerOutcome:
+    def submit_answer(self, session_id: str, trial_id: str, answer: object, listen_fraction: float = 0.0) -> AnswerOutcome:
         """Store an answer and its ratings in one transaction. The same answer again stores nothing and
         returns the stored one; another answer to an answered trial is AlreadyVotedError; an answer while a
-        clip that must be heard has no completed play is NotListenedError; a bad value InvalidAnswerError."""
+        clip that must be heard has no completed play is NotListenedError, and so is one sooner after the
+        trial was shown than `listen_fraction` of the clips that must be heard, end to end (the player
+        plays one clip at a time); a bad value InvalidAnswerError."""
         trial = self.get_study_trial(session_id, trial_id)
         rated = [c.label for c in trial.conditions if c.role == "rated"]
         canonical = normalize_answer(trial.kind, answer, rated)
@@ -232,6 +243,10 @@ class StudyTables:
             seconds = None
             if trial.presented_at is not None:
                 seconds = round((datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds(), 3)
+                needed = listen_fraction * sum(c.duration_seconds for c in trial.conditions if c.must_play)
+                if seconds < needed:
+                    raise NotListenedError(f"Listen to every sample to the end before answering: they take "
+                                           f"{needed / listen_fraction:.0f} seconds together.")
             cursor = db.execute(
                 """INSERT INTO answers (trial_id, session_id, kind, answer, presented_at, submitted_at, trial_seconds,
                        app_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -262,11 +277,18 @@ class StudyTables:
         """Every rating in the study, in the order stored."""
         rows = self._connection().execute(
             """SELECT s.study, s.session_id, s.rater_id, t.trial_index, r.kind, t.item_id, t.attention_check, r.label,
-                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at
+                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at,
+                      s.stimulus_set_sha256
                FROM ratings r JOIN answers a ON a.answer_id = r.answer_id
                JOIN study_trials t ON t.trial_id = r.trial_id JOIN sessions s ON s.session_id = a.session_id
                WHERE s.study = ? ORDER BY r.rating_id""", (study,)).fetchall()
         return [RatingRow(**{**dict(row), "attention_check": bool(row["attention_check"])}) for row in rows]
+
+    def study_answer_count(self, study: str) -> int:
+        """How many answers the study's sessions have given, whatever their stimulus version."""
+        return int(self._connection().execute(
+            "SELECT COUNT(*) FROM answers a JOIN sessions s ON s.session_id = a.session_id WHERE s.study = ?",
+            (study,)).fetchone()[0])
 
     def study_sessions(self, study: str) -> list[SessionRecord]:
         rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))
@@ -297,9 +319,30 @@ class StudyTables:
             db.execute("INSERT INTO invalidations VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
                        (session_id, reason.strip(), utc_now()))
 
+    def restore_session(self, session_id: str) -> bool:
+        """Undo an invalidation: the session's ratings count again. False if it was not invalidated."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            return db.execute("DELETE FROM invalidations WHERE session_id = ?", (session_id,)).rowcount > 0
+
     def invalidations(self) -> dict[str, str]:
         """{session id: reason} for every invalidated session."""
         return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}
+
+
+def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_set_sha256: str) -> SessionRecord | None:
+    """The rater's unfinished session of these stimuli, to resume; refused if the rater finished the study."""
+    rows = db.execute(
+        """SELECT s.*, (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered
+           FROM sessions s WHERE s.study = ? AND s.rater_id = ? ORDER BY s.created_at DESC""",
+        (study, rater_id)).fetchall()
+    if any(row["answered"] >= row["n_trials"] for row in rows):
+        raise RaterFinishedError(f"Rater id {rater_id!r} has already taken this study; each rater takes it once. "
+                                 "If this is not you, check the id you were given.")
+    for row in rows:
+        if row["stimulus_set_sha256"] == stimulus_set_sha256:
+            return SessionRecord(**{k: row[k] for k in row.keys() if k != "answered"})
+    return None
 
 
 def _played(db: sqlite3.Connection, trial_id: str) -> frozenset[str]:

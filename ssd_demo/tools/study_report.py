@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import InputError
@@ -9,26 +10,35 @@ from ..listening.figures import save_mushra_boxplot
 from ..listening.store import ListeningStore
 from ..listening.study_results import StudyResults, study_results, write_long_csv, write_summary_json
 from ..listening.study_sessions import database_path, list_studies, load_study_and_stimuli
+from ..listening.study_stats import FEW_RATERS
 
 
 def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_path: Path | None = None,
-           json_path: Path | None = None, figure_path: Path | None = None) -> int:
+           json_path: Path | None = None, figure_path: Path | None = None, all_versions: bool = False) -> int:
     if name not in list_studies(root):
         raise InputError(f"no study named {name!r}; `python -m ssd_demo study list` shows the studies")
-    study, _ = load_study_and_stimuli(name, root, verify=False)
+    study, stimulus_set = load_study_and_stimuli(name, root, verify=False)
     database = database_path(root)
     if not database.is_file():
         raise InputError(f"no listening database at {database}: nobody has taken a study yet")
     with ListeningStore(database) as store:
-        results = study_results(store, study)
+        results = study_results(store, study, None if all_versions else stimulus_set.manifest_sha256)
     print("\n".join(format_results(results, exclude)))
     if csv_path:
-        print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, csv_path)}")
+        print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, _private(csv_path))}")
     if json_path:
-        print(f"wrote the summary to {write_summary_json(results, json_path)}")
+        print(f"wrote the summary to {write_summary_json(results, _private(json_path))}")
     if figure_path:
-        print(f"wrote the box plot to {save_mushra_boxplot(results, figure_path, exclude)}")
+        print(f"wrote the box plot to {save_mushra_boxplot(results, _private(figure_path), exclude)}")
     return 0
+
+
+def _private(path: Path) -> Path:
+    """The export's file, created (or made) readable by its owner only, like the database it comes from."""
+    path = Path(path)
+    path.touch(mode=0o600, exist_ok=True)
+    os.chmod(path, 0o600)
+    return path
 
 
 def _p(value: float | None) -> str:
@@ -42,11 +52,15 @@ def _interval(low: float | None, high: float | None) -> str:
 def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
     stats = results.statistics(exclude)
     view = "excluded raters left out" if exclude else "every rater kept (--no-exclude)"
-    lines = [f"Study {results.study}: {stats.raters} raters ({view})", ""]
+    lines = [f"Study {results.study}: {stats.raters} raters ({view})"]
+    if results.stimulus_version is not None:
+        lines.append(f"Stimulus version {results.stimulus_version[:12]} (the current one) only; "
+                     f"{results.other_versions_left_out} ratings of earlier versions left out (--all-versions)")
+    lines.append("")
     lines.append(f"Screening: {len(results.excluded_raters)} of {len(results.raters)} raters excluded")
     lines += [f"  {e.rater}: {e.rule} ({e.detail})" for e in results.exclusions]
     if stats.mushra:
-        lines += ["", "MUSHRA (mean over raters, 95% interval)"]
+        lines += ["", "MUSHRA (mean over raters, 95% t interval clipped to the scale 0-100)"]
         lines += [f"  {m.system:32} {m.mean:6.1f} {_interval(m.low, m.high):>16}  raters {m.raters}, ratings {m.ratings}"
                   for m in stats.mushra]
         lines += ["", "Paired Wilcoxon signed-rank on raters' means (Holm-corrected over all pairs)"]
@@ -61,8 +75,11 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
         lines += [f"  {a.system_x} {a.wins_x} - {a.wins_y} {a.system_y} ({a.ties} no preference): p {_p(a.p_value)}, "
                   f"Holm p {_p(a.p_holm)}" for a in stats.ab]
     if stats.mos:
-        lines += ["", "MOS (mean over raters, 95% interval)"]
+        lines += ["", "MOS (mean over raters, 95% t interval clipped to the scale 1-5)"]
         lines += [f"  {m.system:32} {m.mean:5.2f} {_interval(m.low, m.high):>14}  raters {m.raters}" for m in stats.mos]
+    if (stats.mushra or stats.mos) and stats.raters < FEW_RATERS:
+        lines += ["", f"Note: {stats.raters} rater(s), fewer than {FEW_RATERS}: the intervals are rough and the tests "
+                      "have little power."]
     lines += ["", "Raters (share of MUSHRA items: reference < 90 / anchor > reference; attention failed/checks)"]
     for r in results.raters:
         share = "-" if r.reference_below_90 is None else f"{r.reference_below_90:.0%} / {r.anchor_above_reference:.0%}"

@@ -39,12 +39,15 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
     with gr.Accordion("Invalidate a rater's session", open=False):
         session_box = gr.Textbox(label="Session id (from the progress table)", max_lines=1)
         reason_box = gr.Textbox(label="Reason (kept with the results)", max_lines=1)
-        invalidate_button = gr.Button("Invalidate")
+        with gr.Row():
+            invalidate_button = gr.Button("Invalidate")
+            restore_button = gr.Button("Undo an invalidation (count its ratings again)")
     with gr.Accordion("Create a study (renders its stimuli)", open=False):
         study_file = gr.File(label="Study file (TOML)", file_types=[".toml"], type="filepath")
         with gr.Row():
             tones_box = gr.Checkbox(False, label="Tones instead of speech (no model; to try the flow)")
             overwrite_box = gr.Checkbox(False, label="Create again if it exists (new sessions get the new stimuli)")
+            discard_box = gr.Checkbox(False, label="Even if it has answers (kept; results show the current stimuli only)")
         create_button = gr.Button("Create study")
     timer = gr.Timer(REFRESH_SECONDS, active=False)
 
@@ -57,13 +60,13 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
             name = name if name in names else (names[0] if names else None)
             if name is None:
                 return (gr.Dropdown(choices=[], value=None), "No study created yet: create one below.", [], "",
-                        None, gr.Timer(active=False))
+                        None, gr.Timer(active=False), None)
             rows = admin.progress(token, name)
             _, report = admin.results(token, name, exclude)
         except UserError as error:
             raise refused(error) from None
         return (gr.Dropdown(choices=names, value=name), f"Study **{name}**: {len(rows)} sessions.", rows, report.text,
-                report.figure, gr.Timer(active=True))
+                report.figure, gr.Timer(active=True), None)
 
     def refresh(token, name):
         try:
@@ -79,26 +82,39 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
 
     def invalidate(token, name, session_id, reason, exclude):
         try:
-            message = admin.invalidate(token, session_id, reason)
+            message = admin.invalidate(token, name, session_id, reason)
             rows = admin.progress(token, name)
             _, report = admin.results(token, name, exclude)
         except UserError as error:
             raise refused(error) from None
         return message, rows, report.text, report.figure
 
-    def create(token, path, tones, overwrite):
+    def restore(token, name, session_id, exclude):
         try:
-            return admin.create(token, path, tones=tones, overwrite=overwrite)
+            message = admin.restore(token, name, session_id)
+            rows = admin.progress(token, name)
+            _, report = admin.results(token, name, exclude)
+        except UserError as error:
+            raise refused(error) from None
+        return message, rows, report.text, report.figure
+
+    def create(token, path, tones, overwrite, discard):
+        try:
+            return admin.create(token, path, tones=tones, overwrite=overwrite, discard_answers=discard)
         except (UserError, ValueError, OSError) as error:
             raise gr.Error(f"Could not create the study: {public_message(error)}") from None
 
-    outputs = [study_box, status, progress, results_text, results_plot, timer]
+    outputs = [study_box, status, progress, results_text, results_plot, timer, export_files]
     open_button.click(open_study, [token_box, study_box, exclude_box], outputs, api_name="study_admin_results")
+    # Picking another study refreshes everything at once: no header or result of the previous one stays shown.
+    study_box.input(open_study, [token_box, study_box, exclude_box], outputs, api_visibility="private")
     exclude_box.change(open_study, [token_box, study_box, exclude_box], outputs, api_visibility="private")
     timer.tick(refresh, [token_box, study_box], [progress], api_visibility="private")
     export_button.click(export, [token_box, study_box], [export_files], api_name="study_admin_export")
     invalidate_button.click(invalidate, [token_box, study_box, session_box, reason_box, exclude_box],
                             [status, progress, results_text, results_plot], api_name="study_admin_invalidate")
-    create_button.click(create, [token_box, study_file, tones_box, overwrite_box], [status],
+    restore_button.click(restore, [token_box, study_box, session_box, exclude_box],
+                         [status, progress, results_text, results_plot], api_name="study_admin_restore")
+    create_button.click(create, [token_box, study_file, tones_box, overwrite_box, discard_box], [status],
                         api_name="study_admin_create", concurrency_limit=1, concurrency_id=concurrency_id)
 

@@ -56,6 +56,10 @@ class StudyExperimenter:
                                     "`python -m ssd_demo study create`.")
         return load_study_and_stimuli(name, self.data_dir, verify=False)[0]
 
+    def _current_version(self, name: str) -> str:
+        """The SHA-256 of the study's current stimulus manifest: results report only sessions that heard it."""
+        return load_study_and_stimuli(name, self.data_dir, verify=False)[1].manifest_sha256
+
     def progress(self, token: str | None, name: str | None) -> list[list]:
         """One row per session: who, how far, when, finished (completion code given) or not, invalidated or not."""
         check_results_token(token)
@@ -70,7 +74,7 @@ class StudyExperimenter:
     def results(self, token: str | None, name: str | None, exclude: bool = True) -> tuple[StudyResults, StudyReport]:
         check_results_token(token)
         study = self._study(name)
-        results = study_results(self.store, study)
+        results = study_results(self.store, study, self._current_version(study.name))
         text = "```text\n" + "\n".join(format_results(results, exclude)) + "\n```"
         if not results.rows:
             text = f"No answers to study **{study.name}** yet.\n\n" + text
@@ -88,21 +92,51 @@ class StudyExperimenter:
             prune_exports(folder, keep=EXPORTS_KEPT, pattern=f"study_{results.study}_{kind}")
         return csv_path, json_path
 
-    def invalidate(self, token: str | None, session_id: str | None, reason: str | None) -> str:
+    def invalidate(self, token: str | None, name: str | None, session_id: str | None, reason: str | None) -> str:
+        """Leave a session of the chosen study out of the results (undone by `restore`)."""
         check_results_token(token)
-        session_id = (session_id or "").strip()
+        session_id = self._session_in(self._study(name).name, session_id)
         self.store.invalidate_session(session_id, reason or "")
-        return f"Session {session_id[:12]}... is invalidated: its ratings stay stored and are left out of the results."
+        return (f"Session {session_id[:12]}... is invalidated: its ratings stay stored and are left out of the "
+                "results (Undo brings them back).")
+
+    def restore(self, token: str | None, name: str | None, session_id: str | None) -> str:
+        """Undo an invalidation of a session of the chosen study."""
+        check_results_token(token)
+        session_id = self._session_in(self._study(name).name, session_id)
+        if not self.store.restore_session(session_id):
+            raise ListeningError(f"Session {session_id[:12]}... is not invalidated: nothing to undo.")
+        return f"Session {session_id[:12]}... counts again: its ratings are back in the results."
+
+    def _session_in(self, study: str, session_id: str | None) -> str:
+        """The session id, if it names a session of `study`; an experimenter's message otherwise."""
+        session_id = (session_id or "").strip()
+        sessions = {s.session_id for s in self.store.study_sessions(study)}
+        if session_id not in sessions:
+            where = self._known(session_id)
+            raise ListeningError(
+                f"No session {session_id[:12] or '(empty)'}... in study {study!r}" +
+                (f": it belongs to study {where!r}; pick that study first." if where else
+                 ": copy its id from the progress table."))
+        return session_id
+
+    def _known(self, session_id: str) -> str | None:
+        """The study a session id belongs to, if any."""
+        try:
+            return self.store.get_session(session_id).study
+        except ListeningError:
+            return None
 
     def create(self, token: str | None, study_file: str | Path | None, tones: bool = False,
-               overwrite: bool = False) -> str:
+               overwrite: bool = False, discard_answers: bool = False) -> str:
         """Create a study from its file: render its stimuli (with the model, or tones) and install the file."""
         check_results_token(token)
         check_build_allowed()
         if not study_file:
             raise ListeningError("Choose a study file (TOML) first; see ssd_demo/listening/README.md for its fields.")
         render = tone_renderer(seconds=1.0) if tones else None
-        study, stimulus_set = create_study(Path(study_file), root=self.data_dir, render=render, overwrite=overwrite)
+        study, stimulus_set = create_study(Path(study_file), root=self.data_dir, render=render, overwrite=overwrite,
+                                           discard_answers=discard_answers)
         return (f"Created study **{study.name}**: {len(stimulus_set.items)} sentences x {len(stimulus_set.systems)} "
                 f"systems. Raters open it at `/?study={study.name}` on a server started with `--study {study.name}`.")
 

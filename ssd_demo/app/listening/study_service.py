@@ -2,6 +2,13 @@
 rater's browser resumes (its id signed with the server's key), and the trial views sent to the page as
 JSON-ready dicts that carry opaque labels and clip URLs, never a system name.
 
+Blinding: the stimulus set names clips by their content hash, so the same audio under two labels (MUSHRA's
+hidden and labelled reference, ABX's X and its twin) would share a URL. Every condition of every trial is
+therefore served as its own copy, named by an HMAC of (session, trial, label) under the server's secret and
+carrying that HMAC in a JUNK chunk of a varying length, so neither its URL, nor its size, nor its bytes'
+hash matches another condition's. No per-condition duration is sent; the audio itself, and so the length
+the browser reads from it, is of course the same for the same clip.
+
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
 refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
 back as `{"refused": message}` for the page to show next to its control, never as an exception.
@@ -11,7 +18,10 @@ from __future__ import annotations
 
 import hmac
 import os
+import shutil
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +33,7 @@ from ...listening.study_sessions import StudyRegistry, StudyRunner, StudyTrialVi
 from .service import browser_secret, public_message
 
 STUDY_ENV = "SSD_DEMO_STUDY"
+COPY_SECONDS = 3600  # how long a condition's copy stays in the service's folder
 Publish = Callable[[Path], str]  # a clip's path -> the URL the browser fetches it from
 
 
@@ -66,15 +77,51 @@ class StudyService:
         self.registry = StudyRegistry(self.store, settings.data_dir)
         self.secret = browser_secret(settings.db_path)
         self.publish: Publish = publish or (lambda path: str(path))
+        self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
+        self._pruned_at = time.monotonic()
 
     def close(self) -> None:
         self.store.close()
+        shutil.rmtree(self._copies, ignore_errors=True)
 
     # -- tokens kept in the rater's browser
 
     def token(self, session_id: str) -> str:
         signature = hmac.new(self.secret.encode(), session_id.encode(), "sha256").hexdigest()[:32]
         return f"{session_id}.{signature}"
+
+    def clip_key(self, session_id: str, trial_id: str, label: str) -> str:
+        """An unpredictable name for one condition of one trial: same on a reload, distinct for every label."""
+        message = f"clip\0{session_id}\0{trial_id}\0{label}".encode()
+        return hmac.new(self.secret.encode(), message, "sha256").hexdigest()[:32]
+
+    def blinded_clip(self, view: StudyTrialView, label: str) -> Path:
+        """This condition's own copy of its clip (made once), under its HMAC name and with it in a JUNK chunk."""
+        key = self.clip_key(view.session_id, view.trial_id, label)
+        path = self._copies / f"{key}.wav"
+        if not path.exists():
+            self._prune_copies()
+            # The chunk's length varies too (up to 4 KiB, random but never the same for two labels of a trial),
+            # so equal clips do not have equal file sizes either.
+            index = [c.label for c in view.conditions].index(label)
+            padding = 2 * (index % 32 + 32 * (int(key[:4], 16) % 64))
+            write_tagged_wav(view.condition(label).clip, path, key.encode() + b"\0" * padding)
+        return path
+
+    def _prune_copies(self) -> None:
+        """Drop copies made over COPY_SECONDS ago (at most once a minute): Gradio's cache keeps its own copy of
+        each, and a copy is made again, identical, when its trial is shown again."""
+        now = time.monotonic()
+        if now - self._pruned_at < 60:
+            return
+        self._pruned_at = now
+        cutoff = time.time() - COPY_SECONDS
+        for old in self._copies.glob("*.wav"):
+            try:
+                if old.stat().st_mtime < cutoff:
+                    old.unlink()
+            except OSError:
+                pass  # made or removed by another request meanwhile
 
     def session_from_token(self, token: str | None) -> str | None:
         session_id, _, _ = (token or "").partition(".")
@@ -153,6 +200,22 @@ class StudyService:
             "trial": view.trial_id, "kind": view.kind, "number": view.number, "total": view.total,
             "text": view.text, "instructions": view.instructions, "played": sorted(view.played),
             "scale": list(view.scale) if view.scale else None, "choices": list(view.choices),
-            "conditions": [{"label": c.label, "url": self.publish(c.clip), "duration": c.duration_seconds,
+            "conditions": [{"label": c.label, "url": self.publish(self.blinded_clip(view, c.label)),
                             "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
         }
+
+
+def write_tagged_wav(source: Path, destination: Path, tag: bytes) -> None:
+    """Copy a RIFF/WAVE file with `tag` in a JUNK chunk before its first chunk (players skip JUNK chunks),
+    so that copies of the same audio differ in their bytes; the samples are untouched."""
+    data = Path(source).read_bytes()
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError(f"{source} is not a WAV file")
+    tag = tag + b"\0" * (len(tag) % 2)  # chunks have an even size
+    body = data[12:]
+    chunk = b"JUNK" + len(tag).to_bytes(4, "little") + tag
+    size = 4 + len(chunk) + len(body)
+    handle, temporary = tempfile.mkstemp(suffix=".part", dir=destination.parent)  # two requests may race
+    with os.fdopen(handle, "wb") as out:
+        out.write(b"RIFF" + size.to_bytes(4, "little") + b"WAVE" + chunk + body)
+    os.replace(temporary, destination)
