@@ -154,3 +154,16 @@ def test_stimuli_on_vllm_render_each_system_in_one_batch(tmp_path):
             assert clip["settings"]["engine"] == "vllm" and clip["seed"] == 5 + index
             audio, _ = sf.read(stimulus_set.root / clip["path"])
             assert audio[0] == pytest.approx(0.1 * (index + 1), abs=1e-3)  # text i's clip is the batch's text i
+
+
+def test_the_batch_command_skips_comments_and_names_texts_cut_at_the_length_limit(tmp_path):
+    from ssd_demo.tools.vllm_batch import limit_note, read_texts, summary
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("Hello there.\n# a comment line\n   \nSecond text.\n", encoding="utf-8")
+    assert read_texts(texts) == ["Hello there.", "Second text."]
+    render = _render([3, 5], wall=2.0)
+    assert limit_note(summary(render)) is None
+    render.texts[1].stopped_at_limit = True
+    note = limit_note(summary(render))
+    assert note.startswith("note: 1 of 2 texts stopped at the length limit") and note.endswith("(texts 2)")

@@ -78,8 +78,10 @@ class VllmSynthesizer(Synthesizer):
         for text, script in zip(texts, scripts):
             count = len(script.prompts)
             audio = self._decode(script, batch.tokens[offset:offset + count], voice_prompt)
-            renders.append(TextRender(text, audio, batch.tokens[offset:offset + count],
-                                      max(batch.latencies[offset:offset + count])))
+            chunk_tokens = batch.tokens[offset:offset + count]
+            at_limit = "length" in batch.finish_reasons[offset:offset + count]
+            renders.append(TextRender(text, audio, chunk_tokens, max(batch.latencies[offset:offset + count]),
+                                      stopped_at_limit=at_limit))
             offset += count
         return BatchRender(renders, self.backend.sample_rate, batch, mode, config,
                            codec_seconds=time.perf_counter() - started)
@@ -167,6 +169,7 @@ class TextRender:
     audio: np.ndarray
     chunk_tokens: list[list[int]]
     latency_seconds: float  # from the batch's submission to this text's last chunk
+    stopped_at_limit: bool = False  # a chunk ran to its length limit before the end token: audio may be cut
 
     @property
     def tokens(self) -> int:

@@ -3,7 +3,7 @@
     python -m ssd_demo vllm-batch texts.txt --preset llasa-1b-3b --mode speculative --beta 0.3 --out-dir wavs
     python -m ssd_demo vllm-batch texts.txt --target-model ./llasa-3b --draft-model ./llasa-1b --json batch.json
 
-One text per line (blank lines skipped). Every text's chunks go to vLLM at once (continuous batching); our text
+One text per line (blank lines and lines starting with # skipped, as in `eval --test-set`). Every text's chunks go to vLLM at once (continuous batching); our text
 front end builds the prompts and our codec decodes the tokens. Reports the LM's throughput (tokens per second,
 seconds of audio per second) and each text's latency from submission; --out-dir writes one WAV per text.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,12 @@ def read_texts(path: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
     try:
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
+        texts = [line for line in lines if line and not line.startswith("#")]
     except UnicodeDecodeError as error:
         raise InputError(f"{path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     if not texts:
-        raise InputError(f"{path} holds no text: give one text per line")
+        raise InputError(f"{path} holds no text: give one text per line (lines starting with # are skipped)")
     return texts
 
 
@@ -61,7 +63,9 @@ def summary(render) -> dict:
             "audio_seconds_per_second": render.audio_seconds_per_second,
             "latency_seconds": {"median": statistics.median(latencies), "max": max(latencies),
                                 "each": latencies},
-            "acceptance_rate": render.batch.acceptance_rate if render.mode == "speculative" else None}
+            "acceptance_rate": render.batch.acceptance_rate if render.mode == "speculative" else None,
+            "stopped_at_limit": [index for index, text in enumerate(render.texts) if text.stopped_at_limit],
+            "max_new_tokens": getattr(render.config, "max_new_tokens", None)}
 
 
 def summary_line(numbers: dict) -> str:
@@ -72,6 +76,16 @@ def summary_line(numbers: dict) -> str:
             f"audio per s; latency median {numbers['latency_seconds']['median']:.2f} s, max "
             f"{numbers['latency_seconds']['max']:.2f} s; codec {numbers['codec_seconds']:.2f} s"
             + (f"; acceptance {acceptance:.1%}" if acceptance is not None else ""))
+
+
+def limit_note(numbers: dict) -> str | None:
+    """A note naming the texts (1-based lines of the kept texts) that ran to the length limit, if any."""
+    cut = numbers.get("stopped_at_limit") or []
+    if not cut:
+        return None
+    which = ", ".join(str(index + 1) for index in cut[:10]) + (", ..." if len(cut) > 10 else "")
+    return (f"note: {len(cut)} of {numbers['texts']} texts stopped at the length limit ({numbers['max_new_tokens']} "
+            f"tokens per chunk) before the end token, so their audio may be cut off (texts {which})")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,6 +105,9 @@ def main(args: argparse.Namespace) -> int:
             pcm = (np.clip(text.audio, -1.0, 1.0) * 32767).astype(np.int16)
             sf.write(str(args.out_dir / f"text_{index:03d}.wav"), pcm, render.sample_rate, subtype="PCM_16")
     print(summary_line(numbers))
+    note = limit_note(numbers)
+    if note:
+        print(note, file=sys.stderr)
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
     return 0
