@@ -28,8 +28,8 @@ REPLAY_NOTE = (
     "at once), and on a fast machine both make speech faster than it plays, so both sound the same. These "
     "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
     "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
-    "the decoder was still working on it. The automatic factor makes the autoregressive run slower than real "
-    "time, so it stalls, and the speculative run faster, so it flows; pick or type another factor to "
+    "the decoder was still working on it. The automatic factor is the largest at which the speculative run "
+    "keeps flowing while the autoregressive one audibly stalls (when no factor does, the line says why); pick or type another factor to "
     "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
 #: What the slow-motion factor box offers (any other positive number can be typed); "auto": `automatic_factor`.
@@ -227,9 +227,11 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
 def replay_note(replay: compare.SlowMotion) -> str:
     """The replay row's line: the factor, and how long one second of speech took each lane at it."""
     how = "automatic" if replay.automatic else "chosen"
+    if replay.why_no_factor:
+        how = f"as measured: {replay.why_no_factor}; type a factor to try one"
     return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
             f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
-            f"**{replay.spec_real_time_factor:.2f} s** (speculative)")
+            f"**{replay.spec_real_time_factor:.2f} s** (speculative) on average")
 
 
 def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio, details: gr.JSON) -> Callable:
