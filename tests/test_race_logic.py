@@ -53,8 +53,22 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     again = slow_motion_from_files(ar_clip, spec_clip, shown)
     assert again.factor == replay.factor and len(again.ar_track) == len(replay.ar_track)
     assert slow_motion_from_files(ar_clip, spec_clip, shown, factor=3.0).factor == 3.0
-    assert headline(comparison, race).startswith("# Speculative is ")
+    assert headline(comparison, race).lstrip("#").startswith(" Speculative ")
     assert "first audio after" in headline(comparison, race)
+
+
+def test_the_headline_is_bold_only_for_a_speedup_on_a_run_that_is_not_short():
+    from ssd_demo.app.compare.race import SHORT_RUN_SECONDS, verdict_lines
+
+    long_run, short_run = 4 * SHORT_RUN_SECONDS, SHORT_RUN_SECONDS / 4
+    assert verdict_lines(2.6, long_run)[0] == "# Speculative is 2.6× faster"
+    slower = verdict_lines(1 / 2.8, long_run)
+    assert slower[0] == "## Speculative was 2.8× slower on this run"
+    assert "one run" in slower[1] and "race again" in slower[1]
+    short = verdict_lines(5.0, short_run)
+    assert short[0] == "## Speculative was 5.0× faster on this run"
+    assert f"one short run ({short_run:.1f} s)" in short[1] and "race again" in short[1]
+    assert not any(line.startswith("# ") for line in verdict_lines(0.77, short_run))
 
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
