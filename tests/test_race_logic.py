@@ -228,3 +228,10 @@ def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
         for frame in api("   ", preset=TOY_KEY):
             frames.append(named(frame))
     assert frames[-1]["status"] == final["status"]
+
+
+def test_done_says_the_speculative_voice_is_still_to_play():
+    from ssd_demo.app.compare.race import done_stage
+
+    assert done_stage(True).startswith("Done decoding") and "speculative voice plays next" in done_stage(True)
+    assert done_stage(False) == "Done"  # no live audio: nothing queued, the clips are already there

@@ -106,6 +106,17 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
 
 # --- what the page shows ----------------------------------------------------------------------------
 
+#: The status once both runs are decoded. With live audio the speculative voice is still to play then:
+#: the page's players take turns, so it waits for the autoregressive voice to finish, and a new race
+#: started before it plays would replace it unheard.
+DONE_LIVE = "Done decoding: the speculative voice plays next, after the autoregressive one"
+DONE_CLIPS = "Done"
+
+
+def done_stage(live_audio: bool) -> str:
+    """What the status line says when the race is over (`DONE_LIVE` while a voice may still be queued)."""
+    return DONE_LIVE if live_audio else DONE_CLIPS
+
 def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 

@@ -21,6 +21,7 @@ import gradio as gr
 
 from .. import compare, jobs
 from . import arguments
+from .race import done_stage
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -334,7 +335,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             yield from refused(error)
             return
-        race.stage = "Done"
+        race.stage = done_stage(LIVE_AUDIO)
         yield frame({**live(race), **shown, tokens: compare.comparison_token_view(comparison),
                      tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
                      accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
