@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ssd_demo.comparison.slow_motion import (AUDIBLE_STALL, GAP_TOLERANCE, MIN_FACTOR, NOT_FAST_ENOUGH, ONE_PIECE,
-    TimedPiece, automatic_factor, longest_stall, pieces_from_timing, slow_motion, slow_motion_track,
+    MAX_FACTOR, TimedPiece, automatic_factor, longest_stall, parse_factor, pieces_from_timing, slow_motion, slow_motion_track,
     stretched_schedule)
 
 RATE = 16_000
@@ -141,3 +141,15 @@ def test_pieces_from_the_timing_figures_match_the_pieces():
                          start_sample=p.start_sample, ready_seconds=p.ready_seconds, processing_seconds=0.1,
                          tokens_so_far=0, target_calls_so_far=0) for i, p in enumerate(timed)]
     assert pieces_from_timing(stream_timing(pieces), RATE) == timed
+
+
+@pytest.mark.parametrize("typed, factor, says", [
+    (None, None, None), ("", None, None), ("auto", None, None), ("0", None, None), (0, None, None),
+    ("3", 3.0, None), ("×2.5", 2.5, None), (7, 7.0, None),
+    ("-2", None, "not a factor"), ("abc", None, "not a number"), ("nan", None, "not a factor"),
+    ("1000", MAX_FACTOR, "above the most"), ("0.5", MIN_FACTOR, "below"),
+])
+def test_the_typed_factor_is_read_and_anything_not_taken_as_typed_is_said(typed, factor, says):
+    chosen, message = parse_factor(typed)
+    assert chosen == factor
+    assert (message is None) if says is None else (says in message)

@@ -102,6 +102,29 @@ def clamp_factor(factor: float) -> float:
     return min(max(factor, MIN_FACTOR), MAX_FACTOR) if math.isfinite(factor) else MIN_FACTOR
 
 
+def parse_factor(typed: object) -> tuple[float | None, str | None]:
+    """The speaker's typed factor: (the factor, None: automatic; a short message when the text was not
+    taken as typed). Empty, "auto" and 0 mean automatic; anything else must be a number from
+    `MIN_FACTOR` to `MAX_FACTOR` (outside it: clamped, and said so; not a number or below 0: automatic,
+    and said so)."""
+    text = str(typed if typed is not None else "").strip().lower().lstrip("×x").strip()
+    if text in ("", "auto") or text.startswith("auto"):
+        return None, None
+    try:
+        number = float(text)
+    except ValueError:
+        return None, f"\"{typed}\" is not a number: automatic factor"
+    if not math.isfinite(number) or number < 0:
+        return None, f"\"{typed}\" is not a factor (a number from {MIN_FACTOR:g} to {MAX_FACTOR:g}): automatic factor"
+    if number == 0:
+        return None, None
+    if number > MAX_FACTOR:
+        return MAX_FACTOR, f"×{number:g} is above the most, ×{MAX_FACTOR:g}: used ×{MAX_FACTOR:g}"
+    if number < MIN_FACTOR:
+        return MIN_FACTOR, f"×{number:g} is below ×{MIN_FACTOR:g} (as measured): used ×{MIN_FACTOR:g}"
+    return number, None
+
+
 @dataclass(frozen=True)
 class SlowMotion:
     """Both lanes' replay tracks at one factor, of equal length, and what the page prints about them."""

@@ -21,6 +21,7 @@ import gradio as gr
 
 from .. import compare, jobs
 from . import arguments
+from ...comparison.slow_motion import parse_factor
 from .race import done_stage
 from ..errors import to_gradio_error
 
@@ -33,8 +34,10 @@ REPLAY_NOTE = (
     "keeps flowing while the autoregressive one audibly stalls (when no factor does, the line says why); pick or type another factor to "
     "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
-#: What the slow-motion factor box offers (any other positive number can be typed); "auto": `automatic_factor`.
-FACTOR_CHOICES = ("auto", "1", "2", "3", "5", "10", "20")
+#: What the slow-motion factor box offers (any other number can be typed, read by `parse_factor`); "auto":
+#: `automatic_factor`. Its label holds a 0 so that a typed 0 filters to it first (0 means automatic).
+AUTO_FACTOR = "auto"
+FACTOR_CHOICES = (("auto (0)", AUTO_FACTOR), *((str(n), str(n)) for n in (1, 2, 3, 5, 10, 20)))
 #: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
 #: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
 STAGE_CSS = """
@@ -213,7 +216,7 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
             with gr.Row(equal_height=True):
                 replay_both = gr.Button("▶ Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
                                         scale=3)
-                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=FACTOR_CHOICES[0], allow_custom_value=True,
+                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=AUTO_FACTOR, allow_custom_value=True,
                                      label="Slow motion ×", show_label=False, container=False, elem_id="ssd-factor",
                                      scale=1, min_width=90)
         replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
@@ -242,22 +245,14 @@ def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio
         if not ar_path or not spec_path or not shown or "race" not in shown:
             return gr.skip(), gr.skip(), gr.skip()
         try:
-            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, _factor(factor))
+            chosen, message = parse_factor(factor)
+            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, chosen)
             paths = compare.write_replay_files(replay, shown["autoregressive"]["sample_rate"])
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             raise to_gradio_error(error) from None
-        return str(paths[0]), str(paths[1]), replay_note(replay)
+        return str(paths[0]), str(paths[1]), replay_note(replay) + (f" · *{message}*" if message else "")
 
     return rerender
-
-
-def _factor(value) -> float | None:
-    """The typed factor; None for "auto" (or anything that is not a positive number)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
 
 
 def warn_if_draft_replaced(comparison: compare.Comparison) -> None:

@@ -21,7 +21,7 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import (FACTOR_CHOICES, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
+from .race_view import (AUTO_FACTOR, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
     slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
@@ -346,7 +346,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     def after_race(chain):
         chain.then(race_run, api_visibility="private", **race_options).then(unlocked, **ended) \
-            .then(lambda *values: rerender(*values) if values[-1] != FACTOR_CHOICES[0] else (gr.skip(),) * 3,
+            .then(lambda *values: rerender(*values) if values[-1] != AUTO_FACTOR else (gr.skip(),) * 3,
                   **replay_inputs)
 
     after_race(run.click(locked, outputs=starters, js=RACE_START_JS, **private))
