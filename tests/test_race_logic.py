@@ -42,6 +42,7 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
         assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
         # One source for a run's time: the lane's "done" is the comparison's LM + codec seconds.
         assert lane.seconds == result.total_seconds
+        assert lane.time_to_first_audio <= lane.seconds  # one clock: first audio never after done
         assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
         assert race_details(race)[name]["run_seconds"] == result.total_seconds
     replay = slow_motion_of(race, comparison)
@@ -235,3 +236,26 @@ def test_done_says_the_speculative_voice_is_still_to_play():
 
     assert done_stage(True).startswith("Done decoding") and "speculative voice plays next" in done_stage(True)
     assert done_stage(False) == "Done"  # no live audio: nothing queued, the clips are already there
+
+
+def test_first_audio_and_done_are_on_one_clock():
+    from types import SimpleNamespace
+
+    from ssd_demo.streaming import AudioPiece
+
+    race = Race()
+    for index, ready in enumerate([1.19, 1.40]):  # wall seconds since the stream began
+        race.piece("autoregressive", AudioPiece(index=index, chunk_index=index, text="", audio=soundfile_free(),
+                                                sample_rate=16_000, start_sample=0, ready_seconds=ready,
+                                                processing_seconds=0.5, tokens_so_far=1, target_calls_so_far=1))
+    result = SimpleNamespace(generation=SimpleNamespace(stats=SimpleNamespace(target_calls=3), tokens=[1, 2]))
+    race.finished("autoregressive", result, 1.17)  # LM + codec seconds: less than the wall clock
+    lane = race.lanes["autoregressive"]
+    # Both on the LM + codec clock: the first piece's 0.5 s of processing, the run's 1.17 s.
+    assert lane.time_to_first_audio == 0.5 <= lane.seconds == 1.17
+
+
+def soundfile_free():
+    import numpy as np
+
+    return np.zeros(160, dtype=np.float32)

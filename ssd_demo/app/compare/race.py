@@ -44,7 +44,10 @@ class RaceLane:
 
     @property
     def time_to_first_audio(self) -> float | None:
-        return self.pieces[0].ready_seconds if self.pieces else None
+        """LM + codec seconds until the first piece: the clock "done" (`seconds`, the comparison's LM +
+        codec seconds) is on, so first audio <= done always. (The pieces' `ready_seconds`, wall seconds
+        that include the text front end and a busy machine's waits, time the slow-motion replay.)"""
+        return self.pieces[0].processing_seconds if self.pieces else None
 
     def elapsed(self) -> float:
         if self.seconds is not None:
