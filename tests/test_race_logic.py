@@ -259,3 +259,22 @@ def soundfile_free():
     import numpy as np
 
     return np.zeros(160, dtype=np.float32)
+
+
+def test_taking_the_model_turn_does_not_claim_a_load():
+    from ssd_demo.comparison import model_turn
+
+    said = []
+    with model_turn(lambda fraction=0.0, desc=None: said.append(desc)):
+        pass
+    assert said and not any("Loading" in desc for desc in said)  # the loader says so when it loads
+
+
+def test_tokens_per_second_uses_the_tables_own_lm_seconds():
+    from types import SimpleNamespace
+
+    from ssd_demo.app.compare.views import lm_tokens_per_second
+
+    result = SimpleNamespace(lm_seconds=9.559, generation=SimpleNamespace(stats=SimpleNamespace(sampled_tokens=956)))
+    assert lm_tokens_per_second(result) == 956 / 9.559
+    assert lm_tokens_per_second(SimpleNamespace(lm_seconds=0.0, generation=result.generation)) != 956  # nan

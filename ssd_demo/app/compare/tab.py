@@ -84,6 +84,11 @@ def _readiness_line() -> str:
     return readiness.describe() if readiness is not None else ""
 
 
+def _initial_status() -> str:
+    """The status line a page opens with: the start-up job's state, or ready when none was started."""
+    return _readiness_line() or READY_STATUS
+
+
 def _readiness_update(shown: str):
     """The timer's tick: the status line follows the start-up job while no race has used it; the timer
     stops once the job is done (or when there is none)."""
@@ -187,7 +192,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
-            status = gr.Markdown(_readiness_line() or READY_STATUS, elem_id="ssd-status")
+            status = gr.Markdown(_initial_status(), elem_id="ssd-status")
             # While the machine gets ready in the background (`comparison.startup`), the status line says so.
             readiness_timer = gr.Timer(1.0, active=True)
             headline = gr.Markdown(elem_id="ssd-headline")
@@ -354,6 +359,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
+    # Read again on every page load (the value above is the one at build time), so that a page opened
+    # while the app gets ready says so at once rather than after the timer's first tick.
+    gr.on(triggers=None, fn=_initial_status, outputs=[status], **private)
     readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **private)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
