@@ -78,8 +78,7 @@ def longest_stall(pieces: Sequence[TimedPiece], sample_rate: int, factor: float)
 
 #: Why the automatic choice found no factor (the page prints it, and the replay is at factor 1).
 ONE_PIECE = "one piece only: nothing to stall between pieces"
-NOT_FAST_ENOUGH = ("the speculative run was not fast enough on this run to show the difference in slow motion "
-                   "(at every factor where the autoregressive lane stalls, the speculative one stalls too)")
+NOT_FAST_ENOUGH = "the speculative run was not fast enough on this run to show the difference in slow motion"
 
 
 def automatic_factor(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece],

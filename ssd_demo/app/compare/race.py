@@ -112,7 +112,7 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
 #: The status once both runs are decoded. With live audio the speculative voice is still to play then:
 #: the page's players take turns, so it waits for the autoregressive voice to finish, and a new race
 #: started before it plays would replace it unheard.
-DONE_LIVE = "Done decoding: the speculative voice plays next, after the autoregressive one"
+DONE_LIVE = "Done decoding: the speculative voice plays next"
 DONE_CLIPS = "Done"
 
 
@@ -147,9 +147,8 @@ def verdict_lines(speedup: float, run_seconds: float) -> list[str]:
     basis = "LM + codec seconds per second of audio, on this machine"
     if speedup >= 1 and run_seconds >= SHORT_RUN_SECONDS:
         return [f"# Speculative is {verdict}", basis]
-    why = (f"one short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "one run")
-    return [f"## Speculative was {verdict} on this run",
-            f"{basis}: {why}, and a busy machine moves it a lot; race again"]
+    why = f"One short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "One run"
+    return [f"## Speculative was {verdict} on this run", f"{why}: a busy machine moves it a lot; race again"]
 
 
 def headline(comparison: Comparison, race: Race | None = None) -> str:

@@ -232,7 +232,7 @@ def replay_note(replay: compare.SlowMotion) -> str:
     """The replay row's line: the factor, and how long one second of speech took each lane at it."""
     how = "automatic" if replay.automatic else "chosen"
     if replay.why_no_factor:
-        how = f"as measured: {replay.why_no_factor}; type a factor to try one"
+        how = replay.why_no_factor
     return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
             f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
             f"**{replay.spec_real_time_factor:.2f} s** (speculative) on average")
