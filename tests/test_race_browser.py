@@ -110,7 +110,7 @@ def test_presenter_mode_fits_a_projector(app_url, browser, tmp_path_factory):
         page.locator(".ssd-example").first.click()  # one click: an example sentence, then the race
         page.locator("#ssd-headline").get_by_text(re.compile(r"Speculative (is|was) ")).wait_for(timeout=300_000)
         page.wait_for_function("document.querySelector('#ssd-status').innerText.includes('Done')", timeout=120_000)
-        for element in ("#ssd-headline h1", "#ssd-ar-live", "#ssd-spec-live", "#ssd-status", "#ssd-ar-stream",
+        for element in ("#ssd-headline :is(h1, h2)", "#ssd-ar-live", "#ssd-spec-live", "#ssd-status", "#ssd-ar-stream",
                         "#ssd-spec-stream", "#ssd-replay-both", "#ssd-replay-spec"):
             box = page.locator(element).first.bounding_box()
             assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 720, (element, box)
