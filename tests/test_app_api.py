@@ -346,7 +346,7 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
     assert soundfile.info(final["replay_ar"]).duration == soundfile.info(final["replay_spec"]).duration > 0
     assert Path(final["ar_audio"]).is_file() and final["stats"].startswith("| | Autoregressive")
     assert final["tokens_vs_time"]["plot"].startswith("data:image/png")
-    assert "Speculative is" in final["headline"]
+    assert "Speculative is" in final["headline"] or "Speculative was" in final["headline"]  # was: one short run
 
 
 def test_race_refuses_bad_input_plainly(client):

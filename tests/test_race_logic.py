@@ -42,6 +42,7 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
         assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
         # One source for a run's time: the lane's "done" is the comparison's LM + codec seconds.
         assert lane.seconds == result.total_seconds
+        assert lane.time_to_first_audio <= lane.seconds  # one clock: first audio never after done
         assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
         assert race_details(race)[name]["run_seconds"] == result.total_seconds
     replay = slow_motion_of(race, comparison)
@@ -53,8 +54,22 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     again = slow_motion_from_files(ar_clip, spec_clip, shown)
     assert again.factor == replay.factor and len(again.ar_track) == len(replay.ar_track)
     assert slow_motion_from_files(ar_clip, spec_clip, shown, factor=3.0).factor == 3.0
-    assert headline(comparison, race).startswith("# Speculative is ")
+    assert headline(comparison, race).lstrip("#").startswith(" Speculative ")
     assert "first audio after" in headline(comparison, race)
+
+
+def test_the_headline_is_bold_only_for_a_speedup_on_a_run_that_is_not_short():
+    from ssd_demo.app.compare.race import SHORT_RUN_SECONDS, verdict_lines
+
+    long_run, short_run = 4 * SHORT_RUN_SECONDS, SHORT_RUN_SECONDS / 4
+    assert verdict_lines(2.6, long_run)[0] == "# Speculative is 2.6× faster"
+    slower = verdict_lines(1 / 2.8, long_run)
+    assert slower[0] == "## Speculative was 2.8× slower on this run"
+    assert slower[1].startswith("One run") and "race again" in slower[1]
+    short = verdict_lines(5.0, short_run)
+    assert short[0] == "## Speculative was 5.0× faster on this run"
+    assert f"One short run ({short_run:.1f} s)" in short[1] and "race again" in short[1]
+    assert not any(line.startswith("# ") for line in verdict_lines(0.77, short_run))
 
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
@@ -214,3 +229,52 @@ def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
         for frame in api("   ", preset=TOY_KEY):
             frames.append(named(frame))
     assert frames[-1]["status"] == final["status"]
+
+
+def test_done_says_the_speculative_voice_is_still_to_play():
+    from ssd_demo.app.compare.race import done_stage
+
+    assert done_stage(True).startswith("Done decoding") and "speculative voice plays next" in done_stage(True)
+    assert done_stage(False) == "Done"  # no live audio: nothing queued, the clips are already there
+
+
+def test_first_audio_and_done_are_on_one_clock():
+    from types import SimpleNamespace
+
+    from ssd_demo.streaming import AudioPiece
+
+    race = Race()
+    for index, ready in enumerate([1.19, 1.40]):  # wall seconds since the stream began
+        race.piece("autoregressive", AudioPiece(index=index, chunk_index=index, text="", audio=soundfile_free(),
+                                                sample_rate=16_000, start_sample=0, ready_seconds=ready,
+                                                processing_seconds=0.5, tokens_so_far=1, target_calls_so_far=1))
+    result = SimpleNamespace(generation=SimpleNamespace(stats=SimpleNamespace(target_calls=3), tokens=[1, 2]))
+    race.finished("autoregressive", result, 1.17)  # LM + codec seconds: less than the wall clock
+    lane = race.lanes["autoregressive"]
+    # Both on the LM + codec clock: the first piece's 0.5 s of processing, the run's 1.17 s.
+    assert lane.time_to_first_audio == 0.5 <= lane.seconds == 1.17
+
+
+def soundfile_free():
+    import numpy as np
+
+    return np.zeros(160, dtype=np.float32)
+
+
+def test_taking_the_model_turn_does_not_claim_a_load():
+    from ssd_demo.comparison import model_turn
+
+    said = []
+    with model_turn(lambda fraction=0.0, desc=None: said.append(desc)):
+        pass
+    assert said and not any("Loading" in desc for desc in said)  # the loader says so when it loads
+
+
+def test_tokens_per_second_uses_the_tables_own_lm_seconds():
+    from types import SimpleNamespace
+
+    from ssd_demo.app.compare.views import lm_tokens_per_second
+
+    result = SimpleNamespace(lm_seconds=9.559, generation=SimpleNamespace(stats=SimpleNamespace(sampled_tokens=956)))
+    assert lm_tokens_per_second(result) == 956 / 9.559
+    assert lm_tokens_per_second(SimpleNamespace(lm_seconds=0.0, generation=result.generation)) != 956  # nan

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssd_demo.comparison.slow_motion import (MAX_FACTOR, MIN_AR_SLOWDOWN, TimedPiece, automatic_factor,
-    pieces_from_timing, slow_motion, slow_motion_track, stretched_schedule)
+from ssd_demo.comparison.slow_motion import (AUDIBLE_STALL, GAP_TOLERANCE, MIN_FACTOR, NOT_FAST_ENOUGH, ONE_PIECE,
+    MAX_FACTOR, TimedPiece, automatic_factor, longest_stall, parse_factor, pieces_from_timing, slow_motion, slow_motion_track,
+    stretched_schedule)
 
 RATE = 16_000
 TOLERANCE = 0.005  # seconds: a piece's sound may start at most this far from its stretched time
@@ -73,16 +74,47 @@ def test_silence_fills_each_stall_and_nothing_plays_early():
         assert abs(onset - start) <= TOLERANCE
 
 
-def test_the_automatic_factor_puts_real_time_between_the_lanes():
-    for ar, spec in [(0.2, 0.1), (0.05, 0.04), (0.5, 0.2)]:
-        factor = automatic_factor(ar, spec)
-        assert factor * ar >= MIN_AR_SLOWDOWN - 1e-9  # AR stalls
-        if ar / spec >= MIN_AR_SLOWDOWN ** 2:  # a speedup large enough: speculative keeps up with real time
-            assert factor * spec <= 1 + 1e-9
-            assert factor * ar == pytest.approx(1 / (factor * spec))  # real time halfway, on a log scale
-    assert automatic_factor(2.0, 1.0) == 1.0  # already slower than real time: replayed as measured
-    assert automatic_factor(float("inf"), 0.1) == 1.0 and automatic_factor(0.0, 0.1) == 1.0
-    assert automatic_factor(1e-6, 1e-6) == MAX_FACTOR
+def _steady_lane(pace: float, pieces: int, seconds_each: float, seed: int):
+    """A lane that makes `seconds_each` of speech per piece, each taking `pace` x its length to produce."""
+    ready = [pace * seconds_each * (i + 1) for i in range(pieces)]
+    return _lane([seconds_each] * pieces, ready, seed)
+
+
+@pytest.mark.parametrize("speedup", [1.1, 2.6])
+def test_the_automatic_factor_shows_the_difference_or_says_why_not(speedup):
+    ar_pace = 0.2  # 1 s of speech in 0.2 s: far faster than real time, as on a fast machine
+    _, ar = _steady_lane(ar_pace, 6, 1.0, seed=6)
+    _, spec = _steady_lane(ar_pace / speedup, 6, 1.0, seed=7)
+    factor, why = automatic_factor(ar, spec, RATE)
+    if speedup < 1.3:  # the AR lane cannot stall audibly without the speculative one stalling too
+        assert (factor, why) == (MIN_FACTOR, NOT_FAST_ENOUGH)
+        return
+    assert why is None and factor > MIN_FACTOR
+    assert longest_stall(spec, RATE, factor) <= GAP_TOLERANCE  # the speculative lane keeps flowing
+    assert longest_stall(ar, RATE, factor) >= AUDIBLE_STALL  # the autoregressive lane is heard to stall
+    assert longest_stall(spec, RATE, factor * 1.05) > GAP_TOLERANCE  # the largest such factor
+    # Heard in the rendered tracks: the longest silence once the speech has begun.
+    ar_audio, _ = _steady_lane(ar_pace, 6, 1.0, seed=6)
+    spec_audio, _ = _steady_lane(ar_pace / speedup, 6, 1.0, seed=7)
+    assert _longest_silence(slow_motion_track(spec_audio, spec, RATE, factor)) <= GAP_TOLERANCE + TOLERANCE
+    assert _longest_silence(slow_motion_track(ar_audio, ar, RATE, factor)) >= AUDIBLE_STALL - TOLERANCE
+
+
+def _longest_silence(track: np.ndarray) -> float:
+    """The longest silent stretch (seconds) after the first sound."""
+    loud = np.flatnonzero(np.abs(track) > 1e-4)
+    return float(np.diff(loud).max() - 1) / RATE if len(loud) > 1 else 0.0
+
+
+def test_uneven_arrivals_and_one_piece():
+    # Same average pace for both lanes' first pieces but a late speculative piece: the choice is read
+    # off the timeline, not the average, so the late piece caps the factor.
+    _, ar = _lane([1.0] * 4, [0.2, 0.4, 0.6, 0.8], seed=8)
+    _, spec = _lane([1.0] * 4, [0.05, 0.1, 0.35, 0.4], seed=9)
+    factor, why = automatic_factor(ar, spec, RATE)
+    assert why is None and longest_stall(spec, RATE, factor) <= GAP_TOLERANCE
+    _, one = _lane([2.0], [0.3], seed=10)
+    assert automatic_factor(one, one, RATE) == (MIN_FACTOR, ONE_PIECE)
 
 
 def test_both_lanes_at_one_factor_and_equal_length():
@@ -90,9 +122,9 @@ def test_both_lanes_at_one_factor_and_equal_length():
     spec_audio, spec_pieces = _lane([1.0, 1.0], [0.05, 0.1], seed=4)
     ar_rtf, spec_rtf = 0.2 / 2.0, 0.1 / 2.0
     replay = slow_motion(ar_audio, ar_pieces, ar_rtf, spec_audio, spec_pieces, spec_rtf, RATE)
-    assert replay.automatic and replay.factor == automatic_factor(ar_rtf, spec_rtf)
-    assert len(replay.ar_track) == len(replay.spec_track)
-    assert replay.ar_real_time_factor > 1 > replay.spec_real_time_factor
+    assert replay.automatic and replay.factor == automatic_factor(ar_pieces, spec_pieces, RATE)[0]
+    assert len(replay.ar_track) == len(replay.spec_track) and replay.why_no_factor is None
+    assert replay.ar_real_time_factor == pytest.approx(replay.factor * ar_rtf)
     chosen = slow_motion(ar_audio, ar_pieces, ar_rtf, spec_audio, spec_pieces, spec_rtf, RATE, factor=4.0)
     assert not chosen.automatic and chosen.factor == 4.0
     # The AR lane, slower, waits longer for its second piece than the speculative one.
@@ -109,3 +141,15 @@ def test_pieces_from_the_timing_figures_match_the_pieces():
                          start_sample=p.start_sample, ready_seconds=p.ready_seconds, processing_seconds=0.1,
                          tokens_so_far=0, target_calls_so_far=0) for i, p in enumerate(timed)]
     assert pieces_from_timing(stream_timing(pieces), RATE) == timed
+
+
+@pytest.mark.parametrize("typed, factor, says", [
+    (None, None, None), ("", None, None), ("auto", None, None), ("0", None, None), (0, None, None),
+    ("3", 3.0, None), ("×2.5", 2.5, None), (7, 7.0, None),
+    ("-2", None, "not a factor"), ("abc", None, "not a number"), ("nan", None, "not a factor"),
+    ("1000", MAX_FACTOR, "above the most"), ("0.5", MIN_FACTOR, "below"),
+])
+def test_the_typed_factor_is_read_and_anything_not_taken_as_typed_is_said(typed, factor, says):
+    chosen, message = parse_factor(typed)
+    assert chosen == factor
+    assert (message is None) if says is None else (says in message)

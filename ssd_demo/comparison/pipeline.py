@@ -113,11 +113,11 @@ def model_turn(progress: ProgressFn, doing: str = "") -> Iterator[None]:
         other = _holder["doing"]
         progress(0.0, desc=f"Waiting for the model: {other}" if other else "Waiting for the model")
     else:
-        progress(0.0, desc="Loading the model")
+        progress(0.0, desc="Preparing the run")
     with MODEL_JOB_LOCK:
         _holder["doing"] = doing
         try:
-            progress(0.0, desc="Loading the model")
+            progress(0.0, desc="Preparing the run")
             yield
         finally:
             _holder["doing"] = ""

@@ -3,9 +3,10 @@ audience hears what the numbers say.
 
 On a fast machine both decoders produce speech faster than it plays, so a listener hears the same
 speech from both and only the counters show the difference. Stretching both measured timelines by the
-same factor (as if the same models ran that many times slower) keeps their ratio, and once the
-autoregressive lane produces speech slower than real time it stalls audibly while the speculative
-lane, faster by the measured speedup, keeps flowing.
+same factor (as if the same models ran that many times slower) keeps their ratio. The automatic factor
+is read off the measured timelines: the largest one at which the speculative lane keeps flowing while
+the autoregressive one audibly stalls; when there is none (one piece only, or a speedup too small on
+this run) the replay says so and plays as measured.
 
 Each lane's replay plays every piece as it would have arrived: a piece starts at its stretched ready
 time or when the piece before it ends, whichever is later, with silence (a stall) before it. The audio
@@ -21,9 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The automatic factor makes the autoregressive lane this many times slower than real time at least,
-#: so that it audibly stalls even when the speedup is small.
-MIN_AR_SLOWDOWN = 1.25
+#: A silence between two pieces up to this long (seconds) is not heard as a stall (the speculative lane
+#: may have one this short at the automatic factor).
+GAP_TOLERANCE = 0.1
+#: The automatic factor makes the autoregressive lane stall at least this long (seconds) somewhere
+#: between two pieces, so that the stall is heard.
+AUDIBLE_STALL = 0.3
+#: The factors the automatic choice tries (a geometric grid over the allowed range).
+_GRID_STEPS = 400
 #: Factors are kept in this range (a typed 0 or a huge number would make no sense to a listener).
 MIN_FACTOR, MAX_FACTOR = 1.0, 200.0
 
@@ -63,20 +69,59 @@ def slow_motion_track(audio: np.ndarray, pieces: Sequence[TimedPiece], sample_ra
     return track
 
 
-def automatic_factor(ar_real_time_factor: float, spec_real_time_factor: float) -> float:
-    """The factor that puts real time between the two lanes: the autoregressive lane becomes
-    sqrt(speedup) times slower than real time and the speculative one sqrt(speedup) times faster (at
-    least `MIN_AR_SLOWDOWN` for AR); never below 1 (a lane already slower than real time stays as measured)."""
-    ar, spec = ar_real_time_factor, spec_real_time_factor
-    if not (math.isfinite(ar) and math.isfinite(spec)) or ar <= 0 or spec <= 0:
-        return MIN_FACTOR
-    target = max(math.sqrt(ar / spec), MIN_AR_SLOWDOWN)
-    return clamp_factor(target / ar)
+def longest_stall(pieces: Sequence[TimedPiece], sample_rate: int, factor: float) -> float:
+    """The longest silence (seconds) between two pieces at `factor` (the wait before the first piece is
+    not a stall: nothing has been said yet); 0 for one piece."""
+    schedule = stretched_schedule(pieces, sample_rate, factor)
+    return max((start - end for (_, end), (start, _) in zip(schedule, schedule[1:])), default=0.0)
+
+
+#: Why the automatic choice found no factor (the page prints it, and the replay is at factor 1).
+ONE_PIECE = "one piece only: nothing to stall between pieces"
+NOT_FAST_ENOUGH = "the speculative run was not fast enough on this run to show the difference in slow motion"
+
+
+def automatic_factor(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece],
+                     sample_rate: int) -> tuple[float, str | None]:
+    """The factor that shows the difference, from the measured timelines themselves: the largest factor at
+    which the speculative lane has no stall longer than `GAP_TOLERANCE` while the autoregressive lane has
+    one of `AUDIBLE_STALL` at least. None such (too few pieces, or a speedup too small on this run, as
+    per-piece arrival times vary): (`MIN_FACTOR`, the reason, to print)."""
+    if len(ar_pieces) < 2 or len(spec_pieces) < 2:
+        return MIN_FACTOR, ONE_PIECE
+    for factor in np.geomspace(MAX_FACTOR, MIN_FACTOR, _GRID_STEPS):
+        if (longest_stall(spec_pieces, sample_rate, factor) <= GAP_TOLERANCE
+                and longest_stall(ar_pieces, sample_rate, factor) >= AUDIBLE_STALL):
+            return float(factor), None
+    return MIN_FACTOR, NOT_FAST_ENOUGH
 
 
 def clamp_factor(factor: float) -> float:
     """A factor within [MIN_FACTOR, MAX_FACTOR] (not a number: MIN_FACTOR)."""
     return min(max(factor, MIN_FACTOR), MAX_FACTOR) if math.isfinite(factor) else MIN_FACTOR
+
+
+def parse_factor(typed: object) -> tuple[float | None, str | None]:
+    """The speaker's typed factor: (the factor, None: automatic; a short message when the text was not
+    taken as typed). Empty, "auto" and 0 mean automatic; anything else must be a number from
+    `MIN_FACTOR` to `MAX_FACTOR` (outside it: clamped, and said so; not a number or below 0: automatic,
+    and said so)."""
+    text = str(typed if typed is not None else "").strip().lower().lstrip("×x").strip()
+    if text in ("", "auto") or text.startswith("auto"):
+        return None, None
+    try:
+        number = float(text)
+    except ValueError:
+        return None, f"\"{typed}\" is not a number: automatic factor"
+    if not math.isfinite(number) or number < 0:
+        return None, f"\"{typed}\" is not a factor (a number from {MIN_FACTOR:g} to {MAX_FACTOR:g}): automatic factor"
+    if number == 0:
+        return None, None
+    if number > MAX_FACTOR:
+        return MAX_FACTOR, f"×{number:g} is above the most, ×{MAX_FACTOR:g}: used ×{MAX_FACTOR:g}"
+    if number < MIN_FACTOR:
+        return MIN_FACTOR, f"×{number:g} is below ×{MIN_FACTOR:g} (as measured): used ×{MIN_FACTOR:g}"
+    return number, None
 
 
 @dataclass(frozen=True)
@@ -87,22 +132,24 @@ class SlowMotion:
     automatic: bool
     ar_track: np.ndarray
     spec_track: np.ndarray
-    ar_real_time_factor: float  # after stretching: > 1 means the lane stalls
+    ar_real_time_factor: float  # after stretching: > 1 means the lane stalls on average
     spec_real_time_factor: float
+    why_no_factor: str | None = None  # automatic, but no factor shows the difference (`automatic_factor`)
 
 
 def slow_motion(ar_audio: np.ndarray, ar_pieces: Sequence[TimedPiece], ar_real_time_factor: float,
                 spec_audio: np.ndarray, spec_pieces: Sequence[TimedPiece], spec_real_time_factor: float,
                 sample_rate: int, factor: float | None = None) -> SlowMotion:
     """Both lanes' slow-motion tracks, at `factor` or (None) the `automatic_factor` of their measured
-    real-time factors (LM + codec seconds per second of audio)."""
+    timelines; the real-time factors (LM + codec seconds per second of audio) are the paces it prints."""
     automatic = factor is None or not factor > 0
-    chosen = automatic_factor(ar_real_time_factor, spec_real_time_factor) if automatic else clamp_factor(factor)
+    chosen, why = (automatic_factor(ar_pieces, spec_pieces, sample_rate) if automatic
+                   else (clamp_factor(factor), None))
     ar = slow_motion_track(ar_audio, ar_pieces, sample_rate, chosen)
     spec = slow_motion_track(spec_audio, spec_pieces, sample_rate, chosen)
     length = max(len(ar), len(spec))
     return SlowMotion(chosen, automatic, np.pad(ar, (0, length - len(ar))), np.pad(spec, (0, length - len(spec))),
-                      chosen * ar_real_time_factor, chosen * spec_real_time_factor)
+                      chosen * ar_real_time_factor, chosen * spec_real_time_factor, why)
 
 
 def pieces_from_timing(timing: dict, sample_rate: int) -> list[TimedPiece]:

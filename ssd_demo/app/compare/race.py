@@ -44,7 +44,10 @@ class RaceLane:
 
     @property
     def time_to_first_audio(self) -> float | None:
-        return self.pieces[0].ready_seconds if self.pieces else None
+        """LM + codec seconds until the first piece: the clock "done" (`seconds`, the comparison's LM +
+        codec seconds) is on, so first audio <= done always. (The pieces' `ready_seconds`, wall seconds
+        that include the text front end and a busy machine's waits, time the slow-motion replay.)"""
+        return self.pieces[0].processing_seconds if self.pieces else None
 
     def elapsed(self) -> float:
         if self.seconds is not None:
@@ -106,6 +109,17 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
 
 # --- what the page shows ----------------------------------------------------------------------------
 
+#: The status once both runs are decoded. With live audio the speculative voice is still to play then:
+#: the page's players take turns, so it waits for the autoregressive voice to finish, and a new race
+#: started before it plays would replace it unheard.
+DONE_LIVE = "Done decoding: the speculative voice plays next"
+DONE_CLIPS = "Done"
+
+
+def done_stage(live_audio: bool) -> str:
+    """What the status line says when the race is over (`DONE_LIVE` while a voice may still be queued)."""
+    return DONE_LIVE if live_audio else DONE_CLIPS
+
 def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
@@ -119,15 +133,32 @@ def lane_markdown(lane: RaceLane, label: str) -> str:
             f"First audio after **{_seconds(lane.time_to_first_audio)}**")
 
 
-def headline(comparison: Comparison, race: Race | None = None) -> str:
-    """The big readout: end-to-end speedup per second of audio, and both times to first audio."""
-    speedup = end_to_end_speedup(comparison)
-    if not math.isfinite(speedup):
-        return ""
+#: A race whose slower run took less than this (LM + codec seconds) is too short for a bold claim: one
+#: busy moment on the machine can move its speedup a lot.
+SHORT_RUN_SECONDS = 3.0
+
+
+def verdict_lines(speedup: float, run_seconds: float) -> list[str]:
+    """The headline's claim and its basis: bold only for a speedup of at least 1 on a run that is not
+    short; otherwise it says it was one run and why another may differ."""
     factor = speedup if speedup >= 1 else 1 / speedup
-    verdict = ("about as fast as autoregressive" if round(factor, 1) == 1.0
-               else f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}")
-    lines = [f"# Speculative is {verdict}", "LM + codec seconds per second of audio, on this machine"]
+    same = round(factor, 1) == 1.0
+    verdict = "about as fast as autoregressive" if same else f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}"
+    basis = "LM + codec seconds per second of audio, on this machine"
+    if speedup >= 1 and run_seconds >= SHORT_RUN_SECONDS:
+        return [f"# Speculative is {verdict}", basis]
+    why = f"One short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "One run"
+    return [f"## Speculative was {verdict} on this run", f"{why}: a busy machine moves it a lot; race again"]
+
+
+def headline(comparison: Comparison, race: Race | None = None) -> str:
+    """The big readout: end-to-end speedup per second of audio (`verdict_lines`), and both times to first
+    audio."""
+    speedup = end_to_end_speedup(comparison)
+    if not math.isfinite(speedup) or speedup <= 0:
+        return ""
+    run_seconds = max(comparison.ar.total_seconds, comparison.spec.total_seconds)
+    lines = verdict_lines(speedup, run_seconds)
     if race is not None:
         ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
         if ar is not None and spec is not None:

@@ -21,6 +21,8 @@ import gradio as gr
 
 from .. import compare, jobs
 from . import arguments
+from ...comparison.slow_motion import parse_factor
+from .race import done_stage
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -28,12 +30,14 @@ REPLAY_NOTE = (
     "at once), and on a fast machine both make speech faster than it plays, so both sound the same. These "
     "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
     "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
-    "the decoder was still working on it. The automatic factor makes the autoregressive run slower than real "
-    "time, so it stalls, and the speculative run faster, so it flows; pick or type another factor to "
+    "the decoder was still working on it. The automatic factor is the largest at which the speculative run "
+    "keeps flowing while the autoregressive one audibly stalls (when no factor does, the line says why); pick or type another factor to "
     "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
 )
-#: What the slow-motion factor box offers (any other positive number can be typed); "auto": `automatic_factor`.
-FACTOR_CHOICES = ("auto", "1", "2", "3", "5", "10", "20")
+#: What the slow-motion factor box offers (any other number can be typed, read by `parse_factor`); "auto":
+#: `automatic_factor`. Its label holds a 0 so that a typed 0 filters to it first (0 means automatic).
+AUTO_FACTOR = "auto"
+FACTOR_CHOICES = (("auto (0)", AUTO_FACTOR), *((str(n), str(n)) for n in (1, 2, 3, 5, 10, 20)))
 #: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
 #: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
 STAGE_CSS = """
@@ -212,7 +216,7 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
             with gr.Row(equal_height=True):
                 replay_both = gr.Button("▶ Replay both, one after the other", size="sm", elem_id="ssd-replay-both",
                                         scale=3)
-                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=FACTOR_CHOICES[0], allow_custom_value=True,
+                factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=AUTO_FACTOR, allow_custom_value=True,
                                      label="Slow motion ×", show_label=False, container=False, elem_id="ssd-factor",
                                      scale=1, min_width=90)
         replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
@@ -227,9 +231,11 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
 def replay_note(replay: compare.SlowMotion) -> str:
     """The replay row's line: the factor, and how long one second of speech took each lane at it."""
     how = "automatic" if replay.automatic else "chosen"
+    if replay.why_no_factor:
+        how = replay.why_no_factor
     return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
             f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
-            f"**{replay.spec_real_time_factor:.2f} s** (speculative)")
+            f"**{replay.spec_real_time_factor:.2f} s** (speculative) on average")
 
 
 def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio, details: gr.JSON) -> Callable:
@@ -239,22 +245,14 @@ def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio
         if not ar_path or not spec_path or not shown or "race" not in shown:
             return gr.skip(), gr.skip(), gr.skip()
         try:
-            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, _factor(factor))
+            chosen, message = parse_factor(factor)
+            replay = compare.slow_motion_from_files(ar_path, spec_path, shown, chosen)
             paths = compare.write_replay_files(replay, shown["autoregressive"]["sample_rate"])
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             raise to_gradio_error(error) from None
-        return str(paths[0]), str(paths[1]), replay_note(replay)
+        return str(paths[0]), str(paths[1]), replay_note(replay) + (f" · *{message}*" if message else "")
 
     return rerender
-
-
-def _factor(value) -> float | None:
-    """The typed factor; None for "auto" (or anything that is not a positive number)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
 
 
 def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
@@ -332,7 +330,7 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             yield from refused(error)
             return
-        race.stage = "Done"
+        race.stage = done_stage(LIVE_AUDIO)
         yield frame({**live(race), **shown, tokens: compare.comparison_token_view(comparison),
                      tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
                      accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],

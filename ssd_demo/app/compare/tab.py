@@ -21,7 +21,7 @@ from ...config import DecodingConfig
 from ...presets import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...cancellation import Cancelled
-from .race_view import (FACTOR_CHOICES, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
+from .race_view import (AUTO_FACTOR, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
     slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
@@ -82,6 +82,11 @@ def _readiness_line() -> str:
     """What the start-up job (`comparison.startup`) is doing, or "" when none was started."""
     readiness = startup_readiness()
     return readiness.describe() if readiness is not None else ""
+
+
+def _initial_status() -> str:
+    """The status line a page opens with: the start-up job's state, or ready when none was started."""
+    return _readiness_line() or READY_STATUS
 
 
 def _readiness_update(shown: str):
@@ -187,7 +192,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
-            status = gr.Markdown(_readiness_line() or READY_STATUS, elem_id="ssd-status")
+            status = gr.Markdown(_initial_status(), elem_id="ssd-status")
             # While the machine gets ready in the background (`comparison.startup`), the status line says so.
             readiness_timer = gr.Timer(1.0, active=True)
             headline = gr.Markdown(elem_id="ssd-headline")
@@ -346,7 +351,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     def after_race(chain):
         chain.then(race_run, api_visibility="private", **race_options).then(unlocked, **ended) \
-            .then(lambda *values: rerender(*values) if values[-1] != FACTOR_CHOICES[0] else (gr.skip(),) * 3,
+            .then(lambda *values: rerender(*values) if values[-1] != AUTO_FACTOR else (gr.skip(),) * 3,
                   **replay_inputs)
 
     after_race(run.click(locked, outputs=starters, js=RACE_START_JS, **private))
@@ -354,6 +359,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
+    # Read again on every page load (the value above is the one at build time), so that a page opened
+    # while the app gets ready says so at once rather than after the timer's first tick.
+    gr.on(triggers=None, fn=_initial_status, outputs=[status], **private)
     readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **private)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
