@@ -21,7 +21,8 @@ options:
                  SSD_DEMO_RESULTS_TOKEN. Create a study first: python -m ssd_demo study create FILE
 
 environment: GRADIO_SERVER_NAME (default 127.0.0.1), GRADIO_SERVER_PORT (default 7860),
-SSD_DEMO_DATA_DIR, SSD_DEMO_LISTENING_DB, GRADIO_ANALYTICS_ENABLED (default False).
+SSD_DEMO_DATA_DIR, SSD_DEMO_LISTENING_DB, SSD_DEMO_ENGINE (ours or vllm: the Llasa presets' speech LM in
+vLLM), GRADIO_ANALYTICS_ENABLED (default False).
 """
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
