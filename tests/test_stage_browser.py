@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_support import CHROMIUM, CHROMIUM_ARGS
+from browser_support import CHROMIUM, browser  # noqa: F401 (a shared fixture)
 
 EMBEDDED_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "embedded"
 
@@ -92,15 +92,6 @@ def app_url():
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())
     yield url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
