@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV="${VLLM_VENV:-.venv-vllm}"
-PLUGIN=scripts/vllm_plugin
+PLUGIN=ssd_vllm_plugin
 GPU=0
 [[ "${1:-}" == "--gpu" ]] && GPU=1
 

@@ -4,16 +4,14 @@ torch (run here on this project's torch), and choosing vLLM where it is missing 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from ssd_demo.errors import UserError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "vllm_plugin"))
-import ssd_vllm_plugin  # noqa: E402
-from ssd_vllm_plugin import tolerance  # noqa: E402
+import ssd_vllm_plugin
+from ssd_vllm_plugin import tolerance
 
 
 def test_only_the_tested_vllm_release_is_accepted():
@@ -83,7 +81,7 @@ def test_a_draw_from_the_residual_follows_it():
 
 
 def test_choosing_vllm_without_its_environment_is_a_clear_user_error(monkeypatch):
-    from ssd_demo.serving import VllmUnavailableError, engine_choice, use_engine
+    from ssd_demo.backends.vllm import VllmUnavailableError, engine_choice, use_engine
 
     monkeypatch.setenv("SSD_DEMO_VLLM_PYTHON", "/nonexistent/bin/python")
     with pytest.raises(VllmUnavailableError, match="scripts/vllm_env.sh") as caught:
