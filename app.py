@@ -39,7 +39,7 @@ except ImportError:
 from ssd_demo.app.page import build_demo, launch_options  # noqa: E402
 from ssd_demo.app.listening.study_service import served_studies  # noqa: E402
 from ssd_demo.comparison import get_ready_in_background  # noqa: E402
-from ssd_demo.presets import list_presets  # noqa: E402
+from ssd_demo.backends.registry import list_presets  # noqa: E402
 
 STUDIES = served_studies()
 if STUDIES:  # a rater-only page: no model to get ready

@@ -23,8 +23,8 @@ from scripts.decode_step import baseline_class
 from ssd_demo.config import DecodingConfig
 from ssd_demo.engine import kernels, kv
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
-from ssd_demo.tools.bench import load_pair
-from ssd_demo.tools.reporting import cpu_name
+from ssd_demo.measure.bench import load_pair
+from ssd_demo.measure.reporting import cpu_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

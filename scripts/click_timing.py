@@ -26,7 +26,7 @@ import torch
 from scripts._cli import run_cli
 
 from ssd_demo.app import compare
-from ssd_demo.tools.reporting import add_docs_argument, docs_target, git_commit, median, write_section
+from ssd_demo.measure.reporting import add_docs_argument, docs_target, git_commit, median, write_section
 
 SECTION = "## App: one click on the embedded voice"
 

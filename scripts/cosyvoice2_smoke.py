@@ -47,11 +47,11 @@ def main(args: argparse.Namespace) -> int:
     from ssd_demo.config import DecodingConfig
     from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
     from ssd_demo.engine.repetition_aware import RepetitionAwareSampling
-    from ssd_demo.tools.reporting import cpu_name
+    from ssd_demo.measure.reporting import cpu_name
     from ssd_demo.backends.cosyvoice2.flow import CosyVoice2Flow, FlowConfig
     from ssd_demo.backends.cosyvoice2.hift import HiFTConfig, HiFTVocoder
     from ssd_demo.backends.cosyvoice2.llm import (REAL_BACKBONE, SpeechVocabLayout, build_speech_lm, layer_draft,
-        speech_lm_config)
+                                                  speech_lm_config)
     from transformers import Qwen2Config
 
     if args.threads:

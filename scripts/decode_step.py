@@ -40,7 +40,7 @@ from scripts._cli import run_cli
 from ssd_demo.engine import kernels
 from ssd_demo.engine.kv import CachedLM
 from ssd_demo.engine.static_cache import StaticCacheLM
-from ssd_demo.tools.reporting import cpu_name
+from ssd_demo.measure.reporting import cpu_name
 
 DEFAULT_TARGET = "assets/embedded/target"
 

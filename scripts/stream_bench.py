@@ -25,7 +25,7 @@ import torch
 
 from scripts._cli import run_cli
 
-from ssd_demo.tools.reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, write_section
+from ssd_demo.measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, write_section
 
 SECTION = "## Streaming: time to first audio"
 TEXT = "The quick brown fox jumps over the lazy dog. Speculative decoding lets the small model guess ahead."

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate  # noqa: E402
-from ssd_demo.serving.vllm_process import VllmWorker, WorkerSpec  # noqa: E402
+from ssd_demo.backends.vllm.worker import VllmWorker, WorkerSpec  # noqa: E402
 
 
 def build_pair(root: Path, vocab: int) -> tuple[Path, Path, object, object]:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate  # noqa: E402
-from ssd_demo.serving.vllm_process import VllmWorker, WorkerSpec  # noqa: E402
+from ssd_demo.backends.vllm.worker import VllmWorker, WorkerSpec  # noqa: E402
 
 ROPE = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
         "rope_type": "llama3"}

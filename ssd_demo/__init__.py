@@ -39,13 +39,14 @@ __all__ = [
 # light modules (text, espeak) do not pay for torch and transformers.
 _PUBLIC = {
     "DecodingConfig": "config",
-    "list_presets": "presets", "load_custom_pair": "presets", "load_preset": "presets",
-    "autoregressive_generate": "decoding", "speculative_generate": "decoding",
-    "GenerationResult": "results", "GenerationStats": "results", "RoundRecord": "results",
-    "SpeedupReport": "results", "compare_runs": "results", "predicted_speedup": "results",
+    "list_presets": "backends.registry", "load_custom_pair": "backends.registry", "load_preset": "backends.registry",
+    "autoregressive_generate": "engine", "speculative_generate": "engine",
+    "GenerationResult": "engine.results", "GenerationStats": "engine.results", "RoundRecord": "engine.results",
+    "SpeedupReport": "engine.results", "compare_runs": "engine.results", "predicted_speedup": "engine.results",
     "InvalidSettingError": "errors", "ModelLoadError": "errors", "TextError": "errors",
     "UnknownPresetError": "errors", "UserError": "errors",
-    "Backend": "synthesis", "SynthesisResult": "synthesis", "Synthesizer": "synthesis", "VoicePrompt": "synthesis",
+    "Backend": "speech.synthesis", "SynthesisResult": "speech.synthesis", "Synthesizer": "speech.synthesis",
+    "VoicePrompt": "speech.synthesis",
     "load_synthesizer": "backends.embedded",
 }
 

@@ -1,7 +1,7 @@
 """Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,vllm-batch,train,train-recognizer,train-draft} ...
 
-Each subcommand lives in the tool module that does the work (`ssd_demo.tools`); that module provides
-`add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
+Each subcommand has a module in `ssd_demo.cli` (its flags and what it prints; the work is in the library)
+that provides `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
 their subcommand runs, so `--help` stays fast. A `UserError` (or a file the user named that does not
 exist) ends with a one-line message and exit status 2; any other exception is a bug: its traceback and
 exit status 1.
@@ -17,17 +17,17 @@ import traceback
 from .errors import UserError
 
 SUBCOMMANDS = {
-    "synth": ("ssd_demo.tools.synth", "synthesise text to a WAV file (AR or speculative)"),
-    "bench": ("ssd_demo.tools.bench", "time AR vs speculative vs transformers' assisted generation"),
-    "compare": ("ssd_demo.tools.compare", "the app's comparison: AR then speculative on one text, both WAVs and the speedup"),
-    "eval": ("ssd_demo.tools.evaluation", "AR, exact speculative and SSD on a test set: WER (Whisper) or PER, speedups"),
-    "train": ("ssd_demo.tools.training.cli", "build the corpus and train the embedded voice"),
-    "train-recognizer": ("ssd_demo.tools.training.recognizer", "train the phoneme recognizer that measures intelligibility"),
-    "stimuli": ("ssd_demo.tools.stimuli", "render a listening-test stimulus set"),
-    "study": ("ssd_demo.tools.study", "create a listening study from its file, list studies, report results"),
-    "sweep": ("ssd_demo.tools.sweep", "map speed against fidelity for every acceptance rule"),
-    "vllm-batch": ("ssd_demo.tools.vllm_batch", "render a file of texts through the vLLM engine in one batch"),
-    "train-draft": ("ssd_demo.tools.training.cosyvoice2_draft",
+    "synth": ("ssd_demo.cli.synth", "synthesise text to a WAV file (AR or speculative)"),
+    "bench": ("ssd_demo.cli.bench", "time AR vs speculative vs transformers' assisted generation"),
+    "compare": ("ssd_demo.cli.compare", "the app's comparison: AR then speculative on one text, both WAVs and the speedup"),
+    "eval": ("ssd_demo.cli.evaluation", "AR, exact speculative and SSD on a test set: WER (Whisper) or PER, speedups"),
+    "train": ("ssd_demo.cli.train", "build the corpus and train the embedded voice"),
+    "train-recognizer": ("ssd_demo.cli.train_recognizer", "train the phoneme recognizer that measures intelligibility"),
+    "stimuli": ("ssd_demo.cli.stimuli", "render a listening-test stimulus set"),
+    "study": ("ssd_demo.cli.study", "create a listening study from its file, list studies, report results"),
+    "sweep": ("ssd_demo.cli.sweep", "map speed against fidelity for every acceptance rule"),
+    "vllm-batch": ("ssd_demo.cli.vllm_batch", "render a file of texts through the vLLM engine in one batch"),
+    "train-draft": ("ssd_demo.cli.train_draft",
                     "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),
 }
 

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from .errors import InvalidSettingError
-from .rules.registry import RULE_NAMES
+from .rules.names import RULE_NAMES
 
 #: Acceptance rules that `speculative_generate` knows (`ssd_demo.rules.registry` is the one list).
 ACCEPTANCE_RULES = RULE_NAMES
@@ -217,6 +217,22 @@ def resolve_seed(seed: object, randomize: bool = False) -> int:
         seed = int(seed)
     SETTINGS["seed"].check(seed)
     return int(seed)
+
+
+def given_settings(values: Mapping[str, object], names: Sequence[str]) -> dict[str, object]:
+    """The named settings given in `values` (a command line's options, say), each checked against its bounds
+    before any model loads; one left unset (None) or a switch left off is not included, so the preset's own
+    default applies. The seed goes through the one seed rule (`resolve_seed`)."""
+    chosen: dict[str, object] = {}
+    for name in names:
+        value = values[name]
+        if value is None or (SETTINGS[name].kind == "bool" and not value):
+            continue
+        if name == "seed":
+            value = resolve_seed(value)
+        check_setting(name, value)
+        chosen[name] = value
+    return chosen
 
 
 def _default(name: str):

@@ -12,7 +12,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
-from ssd_demo.presets import load_preset
+from ssd_demo.backends.registry import load_preset
 from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
 
 pytestmark = pytest.mark.server
@@ -186,7 +186,7 @@ def test_queue_and_events_are_configured(launched):
 
 
 def test_app_starts_even_when_the_default_preset_cannot_load():
-    from ssd_demo.presets import Preset, register
+    from ssd_demo.backends.registry import Preset, register
     from ssd_demo.app.page import build_demo
 
     def broken(device):

@@ -14,8 +14,8 @@ from gradio_client import Client
 from ssd_demo.app import jobs as ui_jobs
 from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.listening.store import ListeningStore
-from ssd_demo.presets import Preset, register
-from ssd_demo.synthesis import Synthesizer
+from ssd_demo.backends.registry import Preset, register
+from ssd_demo.speech.synthesis import Synthesizer
 from ssd_demo.listening import sessions as sessions_module
 from test_listening_api import START, SUBMIT, cast_vote, make_data
 from toy_backend import EOS_ID, TOY_KEY, ToyBackend, register_toy_preset, tiny_llama
@@ -255,7 +255,7 @@ def test_custom_pairs_belong_to_the_session_that_added_them(app, monkeypatch):
     # A session keeps a handful; the oldest goes.
     keys = [alice.predict(f"some-org/target-{n}", "HKUSTAudio/Llasa-1B", "", api_name="/add_custom_pair")[0]["value"]
             for n in range(4)]
-    from ssd_demo import presets
+    from ssd_demo.backends import registry as presets
 
     mine = [p.key for p in presets.list_presets(owner=alice.session_hash) if p.owner]
     assert mine == keys[-presets.MAX_CUSTOM_PER_OWNER:] and key not in mine
@@ -290,7 +290,7 @@ def test_with_local_folders_off_every_path_gets_the_same_refusal(app, monkeypatc
 
 
 def test_a_pair_that_fails_its_checks_never_evicts_the_resident_one():
-    from ssd_demo import presets
+    from ssd_demo.backends import registry as presets
 
     register_toy_preset()
     resident = presets.load_preset(TOY_KEY)

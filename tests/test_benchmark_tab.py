@@ -4,8 +4,8 @@ import gradio as gr
 import pytest
 
 from ssd_demo.app.benchmark import tab as benchmark_tab
-from ssd_demo import presets
-from ssd_demo.tools import sweep
+from ssd_demo.backends import registry as presets
+from ssd_demo.measure import sweep
 from toy_backend import build_toy_synthesizer
 
 

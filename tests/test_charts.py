@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 
 from ssd_demo.app.compare import charts
 from ssd_demo.config import DecodingConfig
-from ssd_demo.results import GenerationResult, GenerationStats, RoundRecord
-from ssd_demo.synthesis import SynthesisResult
+from ssd_demo.engine.results import GenerationResult, GenerationStats, RoundRecord
+from ssd_demo.speech.synthesis import SynthesisResult
 
 
 def _stats(mode: str, steps: list[RoundRecord], draft_len: int, alpha: float = 0.0, **overrides) -> GenerationStats:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ssd_demo.synthesis import Synthesizer, TextChunk
+from ssd_demo.speech.synthesis import Synthesizer, TextChunk
 from toy_backend import ToyBackend, build_toy_synthesizer
 
 TEXT = "First sentence here. Second one, a bit longer. Third!"

@@ -192,13 +192,20 @@ def test_sweep_runs_a_chosen_subset_of_rules(tmp_path, capsys, monkeypatch):
 def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## App: one click on the embedded voice\nold numbers\n")
-    from scripts.click_timing import cli as clicks
+    clicks = _script_function("click_timing", "cli")  # a developer script, loaded from its file
 
     assert clicks(["--clicks", "2", "--docs", str(docs)]) == 0
     text = docs.read_text()
     assert "old numbers" not in text and "| first click" in text and "| LM speedup shown on the page |" in text
     assert clicks(["--clicks", "1", "--docs", ""]) == 2  # the first click alone says nothing
     assert "at least 2" in capsys.readouterr().err
+
+
+def _script_function(script: str, name: str):
+    """A function of a developer script, run from its file (scripts/ is a folder of programs, imported by nothing)."""
+    import runpy
+
+    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / f"{script}.py"), run_name=script)[name]
 
 
 @pytest.mark.parametrize("command", ["eval", "sweep", "scripts.click_timing", "scripts.stream_bench"])
@@ -208,11 +215,13 @@ def test_commands_rewrite_docs_only_when_asked(command):
     import importlib
 
     from ssd_demo.__main__ import SUBCOMMANDS
-    from ssd_demo.tools.reporting import docs_target
+    from ssd_demo.measure.reporting import docs_target
 
     parser = argparse.ArgumentParser()
-    module = SUBCOMMANDS[command][0] if command in SUBCOMMANDS else command
-    importlib.import_module(module).add_arguments(parser)
+    if command in SUBCOMMANDS:
+        importlib.import_module(SUBCOMMANDS[command][0]).add_arguments(parser)
+    else:  # a developer script, loaded from its file (nothing imports scripts/)
+        _script_function(command.split(".")[1], "add_arguments")(parser)
     assert docs_target(parser.parse_args([])) is None
     assert docs_target(parser.parse_args(["--docs", "docs/benchmarks.md"])) == Path("docs/benchmarks.md")
 
@@ -242,7 +251,7 @@ def test_top_level_help_and_the_package_import_leave_torch_unloaded():
 
 
 def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
-    from ssd_demo.tools.bench import markdown_table
+    from ssd_demo.measure.bench import markdown_table
 
     spec = {"alpha": 0.8, "cost_ratio_c": 0.08, "verify_ratio_v": 1.2, "measured_decode_speedup": 2.0,
             "predicted_speedup_strict": 2.1, "predicted_speedup_classic": 2.5, "fraction_of_strict_prediction": 0.95}

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ssd_demo.codec import Codec, CodecConfig, fit_codec
-from ssd_demo.codec.metrics import dtw_path_cost, mcd_dtw
+from ssd_demo.speech.codec import Codec, CodecConfig, fit_codec
+from ssd_demo.measure.mcd import dtw_path_cost, mcd_dtw
 
 
 def _tone(freq: float, seconds: float = 0.6, rate: int = 16_000) -> np.ndarray:

@@ -10,7 +10,7 @@ import soundfile
 from gradio_client import Client, handle_file
 
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
-from ssd_demo.presets import Preset, register
+from ssd_demo.backends.registry import Preset, register
 from test_cosyvoice2_backend import FLOW, HIFT, SPEECH, FakeEncoders, build_tiny_checkpoint, default_voice
 
 pytestmark = pytest.mark.server

@@ -19,12 +19,11 @@ from ssd_demo.backends.cosyvoice2.flow_decoder import EstimatorConfig
 from ssd_demo.backends.cosyvoice2.flow_encoder import EncoderConfig
 from ssd_demo.backends.cosyvoice2.frontend import VoiceFeatures
 from ssd_demo.backends.cosyvoice2.hift import HiFTConfig, HiFTVocoder
-from ssd_demo.backends.cosyvoice2.llm import (
-    ADDED_SPECIAL_TOKENS, SpeechVocabLayout, build_speech_lm, speech_lm_config, unified_to_official,
-)
+from ssd_demo.backends.cosyvoice2.llm import (ADDED_SPECIAL_TOKENS, SpeechVocabLayout, build_speech_lm,
+                                              speech_lm_config, unified_to_official)
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
 from ssd_demo.errors import InvalidSettingError, ModelLoadError, TextError
-from ssd_demo.synthesis import VoicePrompt
+from ssd_demo.speech.synthesis import VoicePrompt
 from test_cosyvoice2_llm import tiny_backbone
 
 SPEECH = 16
@@ -284,8 +283,8 @@ def test_a_new_voice_needs_the_prompt_encoders(synth):
 
 
 def test_the_paper_preset_is_listed_and_says_what_to_download(tmp_path, monkeypatch):
-    from ssd_demo import presets
-    from ssd_demo.hub import ModelUnavailableError
+    from ssd_demo.backends import registry as presets
+    from ssd_demo.models.hub import ModelUnavailableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))

@@ -14,8 +14,8 @@ import torch
 
 from ssd_demo.backends.cosyvoice2.llm import build_speech_lm, layer_draft, materialise
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
-from ssd_demo.tools.training import cosyvoice2_draft as recipe
-from ssd_demo.synthesis import VoicePrompt
+from ssd_demo.training import cosyvoice2_draft as recipe
+from ssd_demo.speech.synthesis import VoicePrompt
 from test_cosyvoice2_backend import FLOW, HIFT, FakeEncoders, default_voice, folder  # noqa: F401  (folder: a fixture)
 
 
@@ -180,7 +180,7 @@ def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
 
 
 def test_texts_are_prompted_as_the_app_speaks_them():
-    from ssd_demo.tools.training.cosyvoice2_draft import spoken_chunks
+    from ssd_demo.training.cosyvoice2_draft import spoken_chunks
 
     notes = []
     chunks = spoken_chunks(["It costs 12 euros", "Say <|endofprompt|> now", "It costs 12 euros"],

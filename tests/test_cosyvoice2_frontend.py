@@ -20,10 +20,10 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from llasa_fixtures import _small_bpe
-from ssd_demo.backends.cosyvoice2.frontend import (
-    ENCODER_RATE, SAMPLE_RATE, SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures,
-    load_text_tokenizer, prompt_mel, resample, slaney_mel_filters, speaker_fbank, text_tokens, whisper_log_mel,
-)
+from ssd_demo.backends.cosyvoice2.frontend import (ENCODER_RATE, SAMPLE_RATE, SPEAKER_ENCODER_FILE,
+                                                   SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures,
+                                                   load_text_tokenizer, prompt_mel, resample, slaney_mel_filters,
+                                                   speaker_fbank, text_tokens, whisper_log_mel)
 from ssd_demo.backends.cosyvoice2.llm import ADDED_SPECIAL_TOKENS, BACKBONE_FOLDER
 from ssd_demo.errors import ModelLoadError
 
@@ -246,7 +246,7 @@ def _real_checkpoint():
     from huggingface_hub import try_to_load_from_cache
 
     from ssd_demo.backends.cosyvoice2.loading import REPO
-    from ssd_demo.hub import revision_for
+    from ssd_demo.models.hub import revision_for
 
     if os.environ.get(REAL_CHECKPOINT_ENV):
         return Path(os.environ[REAL_CHECKPOINT_ENV]).expanduser()

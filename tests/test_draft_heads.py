@@ -9,7 +9,7 @@ import torch
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.engine.kv import cached_lm
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
-from ssd_demo.tools.training.heads import evaluate_heads, train_heads_on_sequences
+from ssd_demo.training.heads import evaluate_heads, train_heads_on_sequences
 from support.stats import chi_square_p, marginal, sample_count
 from test_exactness import NEW, PROMPT, VOCAB, exact_joint
 from test_forced_tokens import FREE, Markers, SAMPLED, sampled_only

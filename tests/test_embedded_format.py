@@ -6,9 +6,9 @@ import torch
 from ssd_demo.text import espeak
 from ssd_demo import text as text_frontend
 from ssd_demo.backends.vocab import VocabLayout
-from ssd_demo.codec import Codec, CodecConfig
-from ssd_demo.tools.training.dataset import align, make_example
-from ssd_demo.tools.training.train import IGNORE, collate
+from ssd_demo.speech.codec import Codec, CodecConfig
+from ssd_demo.training.dataset import align, make_example
+from ssd_demo.training.train import IGNORE, collate
 
 LAYOUT = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=16)
 

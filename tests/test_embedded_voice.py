@@ -7,7 +7,7 @@ import torch
 from ssd_demo import Backend, TextError
 from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend, load_synthesizer
 from ssd_demo.text import check_text
-from ssd_demo.tools.training.corpus import build_corpus
+from ssd_demo.training.corpus import build_corpus
 from tiny_models import onednn_call_rows
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
@@ -144,7 +144,7 @@ def test_token_view_names_codec_codes():
 
 
 def test_synthesize_fastest_retimes_the_same_tokens(synth, monkeypatch):
-    from ssd_demo.synthesis import synthesize_fastest
+    from ssd_demo.speech.synthesis import synthesize_fastest
 
     runs = []
     real = synth.synthesize

@@ -3,7 +3,7 @@
 import pytest
 
 from ssd_demo.errors import UserError
-from ssd_demo.tools.test_sets import TestSetError, parse_test_set, read_test_set
+from ssd_demo.measure.test_sets import TestSetError, parse_test_set, read_test_set
 
 
 @pytest.fixture

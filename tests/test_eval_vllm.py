@@ -8,11 +8,11 @@ import pytest
 import soundfile as sf
 
 from ssd_demo.__main__ import main
-from ssd_demo.serving.vllm_engine import BatchRender, TextRender
-from ssd_demo.serving.vllm_process import WorkerBatch
-from ssd_demo.tools.evaluation_batch import batch_numbers, voice_groups
-from ssd_demo.tools.evaluation_inputs import EvalItem
-from ssd_demo.tools.evaluation_report import markdown
+from ssd_demo.backends.vllm.synthesizer import BatchRender, TextRender
+from ssd_demo.backends.vllm.worker import WorkerBatch
+from ssd_demo.measure.evaluation_batch import batch_numbers, voice_groups
+from ssd_demo.measure.evaluation_inputs import EvalItem
+from ssd_demo.measure.evaluation_report import markdown
 from vllm_support import needs_vllm
 
 MISSING = {"SSD_DEMO_VLLM_PYTHON": "/nonexistent/vllm/bin/python"}
@@ -139,7 +139,7 @@ class _RecordingBatcher:
 
 
 def test_stimuli_on_vllm_render_each_system_in_one_batch(tmp_path):
-    from ssd_demo.tools.stimuli import batch_renderer, create_stimulus_set
+    from ssd_demo.listening.stimuli import batch_renderer, create_stimulus_set
 
     synth, lines = _RecordingBatcher(), []
     texts = ["One.", "Two.", "Three."]
@@ -157,7 +157,7 @@ def test_stimuli_on_vllm_render_each_system_in_one_batch(tmp_path):
 
 
 def test_the_batch_command_skips_comments_and_names_texts_cut_at_the_length_limit(tmp_path):
-    from ssd_demo.tools.vllm_batch import limit_note, read_texts, summary
+    from ssd_demo.measure.vllm_batch import limit_note, read_texts, summary
 
     texts = tmp_path / "texts.txt"
     texts.write_text("Hello there.\n# a comment line\n   \nSecond text.\n", encoding="utf-8")

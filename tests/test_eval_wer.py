@@ -8,7 +8,7 @@ import pytest
 from llasa_fixtures import install_in_hub_cache
 from tiny_whisper import build_tiny_whisper
 
-from ssd_demo.asr import WhisperScorer, corpus_wer, seed_tts_normalise, word_error_rate, word_errors
+from ssd_demo.measure.asr import WhisperScorer, corpus_wer, seed_tts_normalise, word_error_rate, word_errors
 from ssd_demo.errors import InputError, ModelLoadError
 
 

@@ -114,7 +114,7 @@ def test_adaptive_draft_length_stays_within_bounds_and_adapts():
 
 def test_a_backends_acoustic_embeddings_define_the_groups():
     from ssd_demo.rules import GroupRule, groups_for, make_rule
-    from ssd_demo.synthesis import Synthesizer
+    from ssd_demo.speech.synthesis import Synthesizer
 
     model = tiny_llama(seed=40, vocab=VOCAB, width=16, init=0.2)  # input embeddings: no structure
     assert groups_for(model.get_input_embeddings().weight, 0.9, None).sizes.tolist() == [1.0] * VOCAB

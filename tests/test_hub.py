@@ -15,31 +15,26 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llasa_fixtures import (  # noqa: E402
-    build_llasa_family,
-    build_llama,
-    build_tokenizer,
-    install_in_hub_cache,
-    rename_tensors,
-    save_causal_lm,
-)
+                            build_llasa_family,
+                            build_llama,
+                            build_tokenizer,
+                            install_in_hub_cache,
+                            rename_tensors,
+                            save_causal_lm,
+                            )
 
-from ssd_demo import hub, model_memory, presets  # noqa: E402
+from ssd_demo.models import hub, memory as model_memory
+from ssd_demo.backends import registry as presets  # noqa: E402
 from ssd_demo.backends import llasa_loading  # noqa: E402
 from ssd_demo.backends.llasa_loading import (  # noqa: E402
-    DEFAULT_CODEC,
-    DEFAULT_CODEC_REVISION,
-    load_custom_pair,
-    load_llasa_pair,
-)
-from ssd_demo.hub import (  # noqa: E402
-    IncompatiblePairError,
-    LoadOptions,
-    ModelLoadError,
-    ModelNotFoundError,
-    ModelUnavailableError,
-    NotACausalLMError,
-)
-from ssd_demo.model_memory import InsufficientMemoryError  # noqa: E402
+                                             DEFAULT_CODEC,
+                                             DEFAULT_CODEC_REVISION,
+                                             load_custom_pair,
+                                             load_llasa_pair,
+                                             )
+from ssd_demo.models.hub import (IncompatiblePairError, LoadOptions, ModelLoadError, ModelNotFoundError,
+                                 ModelUnavailableError, NotACausalLMError)
+from ssd_demo.models.memory import InsufficientMemoryError  # noqa: E402
 
 CPU = LoadOptions(device="cpu")
 
@@ -369,7 +364,7 @@ def test_default_codec_is_pinned_everywhere():
 def test_readme_ui_and_cli_name_the_same_pinned_codec():
     import argparse
 
-    from ssd_demo.tools import synth as cli_synth
+    from ssd_demo.cli import synth as cli_synth
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()

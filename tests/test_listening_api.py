@@ -19,7 +19,7 @@ from gradio_client.exceptions import AppError
 
 from ssd_demo.listening import sessions as sessions_module
 from ssd_demo.listening.export import read_votes_csv
-from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.stimulus_sets import load_stimulus_set
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.app.listening.service import close_listening_apps

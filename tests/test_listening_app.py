@@ -15,10 +15,10 @@ import soundfile as sf
 from ssd_demo.listening import sessions as sessions_module
 from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening.export import read_votes_csv
-from ssd_demo.tools.stimuli import create_stimulus_set, tone_renderer
+from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.store import ListeningError, ListeningStore
 from ssd_demo.app.listening.service import (CURRENT_SET, EXPORTS_KEPT, ListeningApp, ListeningSettings, browser_secret,
-    check_build_allowed, close_listening_apps, public_message)
+                                            check_build_allowed, close_listening_apps, public_message)
 from ssd_demo.app.listening.tab import build_listening_tab
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")

@@ -10,14 +10,14 @@ import pytest
 
 from ssd_demo.app.listening.charts import results_figure
 from ssd_demo.listening.stats import (
-    MOS_NOTE,
-    mos_summary,
-    sign_test,
-    summarize,
-    summary_markdown,
-    votes_in_set,
-    wilson_interval,
-)
+                                      MOS_NOTE,
+                                      mos_summary,
+                                      sign_test,
+                                      summarize,
+                                      summary_markdown,
+                                      votes_in_set,
+                                      wilson_interval,
+                                      )
 from ssd_demo.listening.store import VoteRecord
 
 Z = 1.959963984540054  # 97.5% standard normal quantile
@@ -170,7 +170,7 @@ def test_model_free_modules_do_not_import_gradio():
     import sys
 
     modules = "export, migrations, sessions, stats, stimulus_sets, store"
-    code = (f"import sys; from ssd_demo.listening import {modules}; import ssd_demo.tools.stimuli, "
+    code = (f"import sys; from ssd_demo.listening import {modules}; import ssd_demo.listening.stimuli, "
             "ssd_demo.app.listening.charts; sys.exit(1 if 'gradio' in sys.modules else 0)")
     repository = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], check=False, cwd=repository, timeout=120).returncode == 0

@@ -13,23 +13,23 @@ from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening import migrations as migrations_module
 from ssd_demo.listening.export import COLUMNS, prune_exports, read_votes_csv, write_votes_csv
 from ssd_demo.listening.sessions import ClipUnavailableError, ListeningTest, plan_trials
-from ssd_demo.tools.stimuli import create_stimulus_set, parse_system, tone_renderer
+from ssd_demo.listening.stimuli import create_stimulus_set, parse_system, tone_renderer
 from ssd_demo.listening.stimulus_sets import (
-    current_stimulus_set,
-    data_dir,
-    load_stimulus_set,
-    stimulus_set_by_checksum,
-    storage_warning,
-)
+                                              current_stimulus_set,
+                                              data_dir,
+                                              load_stimulus_set,
+                                              stimulus_set_by_checksum,
+                                              storage_warning,
+                                              )
 from ssd_demo.listening.store import (
-    SCHEMA_VERSION,
-    AlreadyVotedError,
-    InvalidVoteError,
-    ListeningError,
-    ListeningStore,
-    UnknownSessionError,
-    UnknownTrialError,
-)
+                                      SCHEMA_VERSION,
+                                      AlreadyVotedError,
+                                      InvalidVoteError,
+                                      ListeningError,
+                                      ListeningStore,
+                                      UnknownSessionError,
+                                      UnknownTrialError,
+                                      )
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = (
@@ -333,7 +333,7 @@ def test_small_set_with_the_embedded_voice(tmp_path):
 
     if not (DEFAULT_PATH / "target").is_dir():
         pytest.skip("the embedded voice (assets/embedded) is not built yet")
-    from ssd_demo.tools.stimuli import build_small_set
+    from ssd_demo.listening.stimuli import build_small_set
 
     stimulus_set = build_small_set(tmp_path, n_sentences=1)
     assert len(stimulus_set.items) == 1 and len(stimulus_set.items[0].clips) == 3
@@ -346,7 +346,7 @@ def test_small_set_with_the_embedded_voice(tmp_path):
 def test_model_revision_hashes_the_weight_folders(tmp_path):
     from types import SimpleNamespace
 
-    from ssd_demo.tools.stimuli import model_revision
+    from ssd_demo.listening.stimuli import model_revision
 
     def model(folder):
         return SimpleNamespace(config=SimpleNamespace(_name_or_path=str(folder)))

@@ -15,14 +15,14 @@ import soundfile as sf
 
 from ssd_demo.errors import UserError
 from ssd_demo.listening import study_sessions
-from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError, StudyChangedError,
-    StudyFileError, UnknownStudyError, UnknownTrialError)
+from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError,
+                                       StudyChangedError, StudyFileError, UnknownStudyError, UnknownTrialError)
 from ssd_demo.listening.migrations import MIGRATIONS, SCHEMA_VERSION
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR, load_study, parse_study
 from ssd_demo.listening.study_sessions import StudyRegistry, list_studies
-from ssd_demo.tools.stimuli import parse_system, tone_renderer
-from ssd_demo.tools.study import create_study
+from ssd_demo.listening.stimuli import parse_system, tone_renderer
+from ssd_demo.listening.study_setup import create_study
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ssd_demo" / "listening" / "data" / "example_study.toml"
 SYSTEMS = ("SSD beta=0.3 K=4", "SSD beta=1.0 K=4", "exact speculative K=4")

@@ -23,8 +23,8 @@ from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR
 from ssd_demo.listening.study_results import read_long_csv, read_summary_json, study_results
 from ssd_demo.listening.study_sessions import StudyRegistry
 from ssd_demo.listening.stimulus_sets import load_stimulus_set
-from ssd_demo.tools.stimuli import tone_renderer
-from ssd_demo.tools.study import create_study
+from ssd_demo.listening.stimuli import tone_renderer
+from ssd_demo.listening.study_setup import create_study
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = """

@@ -13,13 +13,13 @@ from ssd_demo.listening import study_sessions
 from ssd_demo.listening.screening import screen
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.study import LOWPASS_ANCHOR, parse_study
-from ssd_demo.listening.study_results import (read_long_csv, read_summary_json, results_from_ratings,
-    ratings_from_long, study_results, summary, write_long_csv, write_summary_json)
+from ssd_demo.listening.study_results import (read_long_csv, read_summary_json, results_from_ratings, ratings_from_long,
+                                              study_results, summary, write_long_csv, write_summary_json)
 from ssd_demo.listening import study_stats
 from ssd_demo.listening.study_stats import holm, paired_tests, study_statistics
 from ssd_demo.listening.study_store import RatingRow
-from ssd_demo.tools.stimuli import tone_renderer
-from ssd_demo.tools.study import create_study
+from ssd_demo.listening.stimuli import tone_renderer
+from ssd_demo.listening.study_setup import create_study
 from support.stats import sample_count
 
 GOOD, FAR = "SSD beta=0.3 K=4", "SSD beta=1.0 K=4"
@@ -164,7 +164,7 @@ def mushra_row(rater: str, system: str, score: float, kind: str = "mushra") -> R
 
 
 def test_intervals_stay_on_the_scale_and_few_raters_are_flagged():
-    from ssd_demo.tools.study_report import format_results
+    from ssd_demo.listening.study_report import format_results
 
     study = parse_study(STUDY)
     near_top = [mushra_row(f"r{n}", GOOD, score) for n, score in enumerate([100, 100, 60])]

@@ -18,7 +18,7 @@ from llasa_fixtures import NUM_SPEECH_TOKENS, build_llasa_family, sine_clip  # n
 from tiny_models import with_logit_bias  # noqa: E402
 
 from ssd_demo.backends.llasa import LlasaBackend, _join_transcript, to_mono_float  # noqa: E402
-from ssd_demo.synthesis import Backend, TextError, VoicePrompt  # noqa: E402
+from ssd_demo.speech.synthesis import Backend, TextError, VoicePrompt  # noqa: E402
 
 TEXT = "Hello there, how are you?"
 # The model card's prompt, rendered by Llama 3.2's chat template (date pinned).
@@ -40,7 +40,7 @@ def family(tmp_path_factory):
 @pytest.fixture(scope="module")
 def synth(family):
     from ssd_demo.backends.llasa_loading import load_llasa_pair
-    from ssd_demo.hub import LoadOptions
+    from ssd_demo.models.hub import LoadOptions
 
     return load_llasa_pair(
         str(family.target), str(family.draft), codec_ref=str(family.codec), options=LoadOptions(device="cpu")
@@ -255,7 +255,7 @@ def test_backend_rejects_codec_tokenizer_mismatch(backend):
 def test_bfloat16_language_models_with_float32_codec(family):
     # The CUDA configuration (bf16 LMs, fp32 codec), exercised on the CPU.
     from ssd_demo.backends.llasa_loading import load_llasa_pair
-    from ssd_demo.hub import LoadOptions
+    from ssd_demo.models.hub import LoadOptions
 
     synth = load_llasa_pair(
         str(family.target), str(family.draft), codec_ref=str(family.codec),

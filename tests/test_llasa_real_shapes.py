@@ -17,27 +17,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llasa_fixtures import (  # noqa: E402
-    LLASA_COMMON_CONFIG,
-    LLASA_CONFIGS,
-    LLASA_PARAMETERS,
-    LLASA_VOCAB_SIZE,
-    LLAMA3_VOCAB_SIZE,
-    REAL_CODEC_SHAPES,
-    REAL_CODEC_TENSORS,
-    REAL_SPEECH_TOKENS,
-    build_codec,
-    build_config_true_family,
-    build_config_true_llama,
-    build_real_layout_tokenizer,
-    real_width_parameters,
-    sine_clip,
-)
+                            LLASA_COMMON_CONFIG,
+                            LLASA_CONFIGS,
+                            LLASA_PARAMETERS,
+                            LLASA_VOCAB_SIZE,
+                            LLAMA3_VOCAB_SIZE,
+                            REAL_CODEC_SHAPES,
+                            REAL_CODEC_TENSORS,
+                            REAL_SPEECH_TOKENS,
+                            build_codec,
+                            build_config_true_family,
+                            build_config_true_llama,
+                            build_real_layout_tokenizer,
+                            real_width_parameters,
+                            sine_clip,
+                            )
 
-from ssd_demo import hub, model_memory, presets  # noqa: E402
+from ssd_demo.models import hub, memory as model_memory
+from ssd_demo.backends import registry as presets  # noqa: E402
 from ssd_demo.backends.llasa_loading import load_llasa_pair  # noqa: E402
 from ssd_demo.engine.kv import CachedLM  # noqa: E402
 from ssd_demo.engine.static_cache import StaticCacheLM  # noqa: E402
-from ssd_demo.synthesis import VoicePrompt  # noqa: E402
+from ssd_demo.speech.synthesis import VoicePrompt  # noqa: E402
 from tiny_models import check_same_logits  # noqa: E402
 
 SIZES = ("1B", "3B", "8B")

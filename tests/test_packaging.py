@@ -31,15 +31,15 @@ def test_the_wheel_holds_the_package_and_its_data_only(tmp_path):
     assert top == {"ssd_demo", next(t for t in top if t.endswith(".dist-info"))}, top  # no tests/, scripts/, assets/
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "ssd_demo").rglob("*.py")}
     assert modules - names == set(), "modules missing from the wheel"
-    assert "ssd_demo/tools/data/visitor_texts.json" in names  # read by the eval command
+    assert "ssd_demo/measure/data/visitor_texts.json" in names  # read by the eval command
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
     assert "Requires-Dist: torch==" in metadata  # requirements.txt's pins
 
 
 def test_a_missing_assets_folder_names_the_variable(tmp_path, monkeypatch):
-    from ssd_demo.assets import ENV_VAR, asset_path
+    from ssd_demo.models.assets import ENV_VAR, asset_path
     from ssd_demo.backends.embedded import default_path, load_synthesizer
-    from ssd_demo.recognizer import Recognizer
+    from ssd_demo.measure.recognizer import Recognizer
 
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
     assert default_path() == asset_path("embedded") == tmp_path / "nowhere" / "embedded"

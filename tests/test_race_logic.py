@@ -9,8 +9,9 @@ import time
 import soundfile
 
 from ssd_demo.app import compare as app_logic
-from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Stopped, Tick, headline,
-    lane_markdown, race_details, race_events, run_race, slow_motion_from_files, slow_motion_of, write_replay_files)
+from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Stopped, Tick, headline, lane_markdown,
+                                  race_details, race_events, run_race, slow_motion_from_files, slow_motion_of,
+                                  write_replay_files)
 from ssd_demo.errors import TextError
 from toy_backend import TOY_KEY, register_toy_preset
 
@@ -76,7 +77,7 @@ def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
     from ssd_demo.comparison import pipeline as session
     from test_streaming import TEXT, ChunkingToy
-    from ssd_demo.synthesis import Synthesizer
+    from ssd_demo.speech.synthesis import Synthesizer
     from toy_backend import build_toy_synthesizer
 
     toy = build_toy_synthesizer(max_new_tokens=24)
@@ -241,7 +242,7 @@ def test_done_says_the_speculative_voice_is_still_to_play():
 def test_first_audio_and_done_are_on_one_clock():
     from types import SimpleNamespace
 
-    from ssd_demo.streaming import AudioPiece
+    from ssd_demo.speech.streaming import AudioPiece
 
     race = Race()
     for index, ready in enumerate([1.19, 1.40]):  # wall seconds since the stream began

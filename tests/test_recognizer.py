@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from ssd_demo import text as text_frontend
-from ssd_demo.codec import Codec
-from ssd_demo.recognizer import DEFAULT_PATH, Recognizer, greedy_decode, phoneme_error_rate, readable
-from ssd_demo.tools.training.render import render
+from ssd_demo.speech.codec import Codec
+from ssd_demo.measure.recognizer import DEFAULT_PATH, Recognizer, greedy_decode, phoneme_error_rate, readable
+from ssd_demo.training.render import render
 
 needs_recognizer = pytest.mark.skipif(not (DEFAULT_PATH / "recognizer.json").exists(), reason="recognizer not shipped")
 CLIP_TEXT = "Please bring the yellow umbrella to the station tomorrow."

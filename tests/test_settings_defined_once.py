@@ -13,7 +13,8 @@ from ssd_demo.app.errors import INTERNAL_ERROR_MESSAGE, to_gradio_error
 from ssd_demo.config import MAX_SEED, SETTINGS, resolve_seed
 from ssd_demo.errors import InvalidSettingError, UserError
 from ssd_demo.listening.store import ListeningError
-from ssd_demo.tools import bench, evaluation, sweep, synth
+from ssd_demo.cli import bench, evaluation, sweep
+from ssd_demo.cli import synth
 
 #: Each tool's parser and the shortest argv that reaches its decoding-setting check (no model is loaded first).
 CLIS = {"synth": (synth, ["synth", "Hello.", "--out", "/dev/null"]), "bench": (bench, ["bench"]),

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ssd_demo.comparison.slow_motion import (AUDIBLE_STALL, GAP_TOLERANCE, MIN_FACTOR, NOT_FAST_ENOUGH, ONE_PIECE,
-    MAX_FACTOR, TimedPiece, automatic_factor, longest_stall, parse_factor, pieces_from_timing, slow_motion, slow_motion_track,
-    stretched_schedule)
+                                             MAX_FACTOR, TimedPiece, automatic_factor, longest_stall, parse_factor,
+                                             pieces_from_timing, slow_motion, slow_motion_track, stretched_schedule)
 
 RATE = 16_000
 TOLERANCE = 0.005  # seconds: a piece's sound may start at most this far from its stretched time
@@ -134,7 +134,7 @@ def test_both_lanes_at_one_factor_and_equal_length():
 
 
 def test_pieces_from_the_timing_figures_match_the_pieces():
-    from ssd_demo.streaming import AudioPiece, stream_timing
+    from ssd_demo.speech.streaming import AudioPiece, stream_timing
 
     audio, timed = _lane([0.5, 0.25], [0.1, 0.3], seed=5)
     pieces = [AudioPiece(index=i, chunk_index=i, text="", audio=audio[p.start_sample : p.end_sample], sample_rate=RATE,

@@ -11,9 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ssd_demo.streaming import (AudioPiece, CodecWindows, decode_windows, measured_timeline,  # noqa: E402
-                                playback_schedule)
-from ssd_demo.synthesis import Synthesizer  # noqa: E402
+from ssd_demo.speech.streaming import AudioPiece, CodecWindows, decode_windows, measured_timeline, playback_schedule
+from ssd_demo.speech.synthesis import Synthesizer  # noqa: E402
 from test_chunked_synthesis import PAUSE_MS, TEXT, ChunkingToy  # noqa: E402
 from toy_backend import build_toy_synthesizer  # noqa: E402
 
@@ -149,7 +148,7 @@ def test_windows_wait_for_their_lookahead_unless_final():
 def llasa(tmp_path_factory):
     from llasa_fixtures import build_llasa_family
     from ssd_demo.backends.llasa_loading import load_llasa_pair
-    from ssd_demo.hub import LoadOptions
+    from ssd_demo.models.hub import LoadOptions
 
     family = build_llasa_family(tmp_path_factory.mktemp("llasa-stream"))
     return load_llasa_pair(str(family.target), str(family.draft), codec_ref=str(family.codec),

@@ -14,8 +14,8 @@ from ssd_demo.app.listening.study_service import StudyService, StudySettings, se
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import ListeningError, UnknownSessionError
 from ssd_demo.listening.study_results import read_long_csv, read_summary_json
-from ssd_demo.tools.stimuli import tone_renderer
-from ssd_demo.tools.study import create_study
+from ssd_demo.listening.stimuli import tone_renderer
+from ssd_demo.listening.study_setup import create_study
 
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative|anchor|lowpass|attention", re.IGNORECASE)
 STUDY = """

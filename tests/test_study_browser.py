@@ -11,8 +11,8 @@ import pytest
 
 from ssd_demo.listening.store import ListeningStore
 from ssd_demo.listening.study_results import read_long_csv
-from ssd_demo.tools.stimuli import tone_renderer
-from ssd_demo.tools.study import create_study
+from ssd_demo.listening.stimuli import tone_renderer
+from ssd_demo.listening.study_setup import create_study
 
 sync_api = pytest.importorskip("playwright.sync_api")
 gradio_client = pytest.importorskip("gradio_client")

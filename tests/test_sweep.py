@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from ssd_demo.codec.metrics import mcd_dtw
+from ssd_demo.measure.mcd import mcd_dtw
 from ssd_demo.rules import build_groups
-from ssd_demo.tools.reporting import GENERATED_END, write_section
-from ssd_demo.tools.sweep import (Setting, SweepPoint, at_matched_fidelity, mark_pareto, markdown, pareto_figure,
-    run_sweep, theta_for_group_size)
+from ssd_demo.measure.reporting import GENERATED_END, write_section
+from ssd_demo.measure.sweep import (Setting, SweepPoint, at_matched_fidelity, mark_pareto, markdown, pareto_figure,
+                                    run_sweep, theta_for_group_size)
 from toy_backend import build_toy_synthesizer
 
 
@@ -58,7 +58,7 @@ def test_matched_fidelity_table_gives_the_paired_difference_and_its_interval():
 
 
 def test_paired_difference_removes_sentence_spread_and_skips_missing_values():
-    from ssd_demo.tools.reporting import paired_difference
+    from ssd_demo.measure.reporting import paired_difference
 
     rng = np.random.default_rng(0)
     base = rng.normal(40, 10, 200)  # sentences differ by ~10 dB

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from ssd_demo.tools.training import cli
+from ssd_demo.training import voice as cli
 
 
 def _args(out, **overrides):
@@ -79,7 +79,7 @@ def test_heads_stage_options_and_a_warm_start_of_another_shape(tmp_path, capsys)
 
 def test_layer_subset_draft_copies_the_right_layers():
     from ssd_demo.backends.vocab import VocabLayout
-    from ssd_demo.tools.training.train import ModelSpec, layer_subset_draft, make_llama
+    from ssd_demo.training.train import ModelSpec, layer_subset_draft, make_llama
 
     layout = VocabLayout(n_phonemes=5, n_speech=7)
     target = make_llama(layout, ModelSpec(layers=4, hidden=16, intermediate=32, heads=2, kv_heads=1))
@@ -98,8 +98,8 @@ def test_layer_subset_draft_copies_the_right_layers():
 
 @pytest.mark.train
 def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
-    from ssd_demo.recognizer import Recognizer
-    from ssd_demo.tools.training import recognizer as recipe
+    from ssd_demo.measure.recognizer import Recognizer
+    from ssd_demo.training import recognizer as recipe
 
     parser = argparse.ArgumentParser()
     recipe.add_arguments(parser)
@@ -118,7 +118,7 @@ def test_warm_start_keeps_every_row_when_the_layout_is_the_same():
     # A continued run (same vocabulary layout) must keep the learned phoneme and NEXT rows: re-initialising
     # them would make the model relearn how every phoneme sounds.
     from ssd_demo.backends.vocab import VocabLayout
-    from ssd_demo.tools.training.train import ModelSpec, make_llama, warm_start
+    from ssd_demo.training.train import ModelSpec, make_llama, warm_start
 
     layout = VocabLayout(n_phonemes=6, n_speech=16)
     spec = ModelSpec(layers=2, hidden=16, intermediate=32, heads=2, kv_heads=1, max_positions=64)

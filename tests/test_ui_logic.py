@@ -13,14 +13,14 @@ import soundfile
 import torch
 
 from ssd_demo.app import compare as app_logic
-from ssd_demo import cpu_threads
+from ssd_demo.models import cpu_threads
 from ssd_demo.app.compare import Request
 from ssd_demo.comparison import pipeline as session
 from ssd_demo.errors import ModelLoadError
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
-from ssd_demo.presets import Preset, get_preset, load_preset, register
-from ssd_demo.results import GenerationResult, GenerationStats, RoundRecord
-from ssd_demo.synthesis import TextError
+from ssd_demo.backends.registry import Preset, get_preset, load_preset, register
+from ssd_demo.engine.results import GenerationResult, GenerationStats, RoundRecord
+from ssd_demo.speech.synthesis import TextError
 from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
 
 TEXT = "Speculative decoding, tested."
@@ -266,7 +266,7 @@ def test_embedded_voice_compares_end_to_end(tmp_path):
 
 
 def test_preset_descriptions_list_licence_and_weights():
-    from ssd_demo.presets import list_presets
+    from ssd_demo.backends.registry import list_presets
 
     presets = list_presets()
     assert presets[0].key == "embedded"  # the offline voice is the default, first in the list
@@ -306,7 +306,7 @@ def test_a_run_cut_at_the_length_limit_is_flagged(toy, comparison):
 
 
 def test_gpu_memory_is_checked_inside_the_gpu_call(toy, monkeypatch):
-    from ssd_demo import model_memory
+    from ssd_demo.models import memory as model_memory
 
     checked = []
     monkeypatch.setattr(model_memory, "check_gpu_memory", lambda synthesizer: checked.append(synthesizer))

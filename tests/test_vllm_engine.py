@@ -11,7 +11,7 @@ import pytest
 
 from llasa_fixtures import build_config_true_family
 from ssd_demo.backends.llasa_loading import load_custom_pair
-from ssd_demo.serving import use_engine
+from ssd_demo.backends.vllm import use_engine
 from vllm_support import needs_vllm
 
 pytestmark = [pytest.mark.vllm, needs_vllm]

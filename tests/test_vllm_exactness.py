@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from ssd_demo import DecodingConfig, speculative_generate
-from ssd_demo.serving.vllm_process import VllmWorker, WorkerSpec
+from ssd_demo.backends.vllm.worker import VllmWorker, WorkerSpec
 from support.stats import chi_square_p, marginal, sample_count
 from vllm_support import BOS, VOCAB, needs_vllm, save_small_pair
 
@@ -154,7 +154,7 @@ def test_the_plugin_mends_vllms_cpu_expansion_of_per_token_temperatures():
     import json
     import subprocess
 
-    from ssd_demo.serving.vllm_process import vllm_python
+    from ssd_demo.backends.vllm.worker import vllm_python
 
     run = subprocess.run([str(vllm_python()), "-c", CPU_EXPAND_PROBE], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

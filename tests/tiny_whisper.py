@@ -1,7 +1,7 @@
 """A tiny random Whisper built offline: byte-level tokenizer, Whisper's special tokens, 16-wide model.
 
 Its transcripts are noise; it exists to run the real loading, feature extraction, generation (short and
-long-form) and decoding code of `ssd_demo.asr` without a download.
+long-form) and decoding code of `ssd_demo.measure.asr` without a download.
 """
 
 from __future__ import annotations

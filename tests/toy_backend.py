@@ -14,8 +14,8 @@ import tiny_models
 from transformers import LlamaForCausalLM
 
 from ssd_demo.config import DecodingConfig
-from ssd_demo.presets import Preset, register
-from ssd_demo.synthesis import Synthesizer, TextError
+from ssd_demo.backends.registry import Preset, register
+from ssd_demo.speech.synthesis import Synthesizer, TextError
 
 FIRST_CHAR = 32  # printable ASCII ' '..'~' -> ids 0..94
 TEXT_IDS = 95

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llasa_fixtures import llasa_config
-from ssd_demo.serving.vllm_process import vllm_python
+from ssd_demo.backends.vllm.worker import vllm_python
 
 VOCAB = 8
 BOS = 0

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 import gradio as gr
 from gradio.context import LocalContext
 
-from ..cancellation import StopCheck, never
+from ..engine.cancellation import StopCheck, never
 from ..errors import UserError
 
 MAX_WAITING_PER_SESSION = 2

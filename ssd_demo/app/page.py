@@ -3,7 +3,7 @@
 `build_demo()` returns a queued `gr.Blocks`; `launch_options()` holds what Gradio 6 takes at
 launch (theme, CSS). Each tab is a folder of logic modules with no Gradio plus a thin builder:
 Compare (`compare/`, built by `compare/tab.py`), Listening test (`listening/service.py` + `listening/tab.py`)
-and Benchmark (`tools.sweep` + `benchmark/tab.py`). Every event has an `api_name`, and the main one, `/synthesize`,
+and Benchmark (`measure.sweep` + `benchmark/tab.py`). Every event has an `api_name`, and the main one, `/synthesize`,
 has a default for every input but the text.
 """
 
@@ -18,7 +18,7 @@ from . import compare, jobs
 from .benchmark.tab import build_benchmark_tab
 from .compare.tab import build_compare_tab
 from .compare.race_view import PRESENTER_FROM_URL_JS
-from ..presets import list_presets
+from ..backends.registry import list_presets
 from ..engine.kernels import kernel_setting
 
 log = logging.getLogger(__name__)

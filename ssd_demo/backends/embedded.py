@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from ..assets import asset_path, where_to_find
-from ..codec import Codec
+from ..models.assets import asset_path, where_to_find
+from ..speech.codec import Codec
 from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
-from ..synthesis import Synthesizer, TextChunk, VoicePrompt
+from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from .vocab import PhonemeSchedule, VocabLayout
 

@@ -31,8 +31,8 @@ import torchaudio
 from ..config import DecodingConfig
 from .. import text as text_frontend
 from ..errors import InputError, ModelLoadError, TextError
-from ..streaming import CodecWindows, decode_windows
-from ..synthesis import TextChunk, VoicePrompt
+from ..speech.streaming import CodecWindows, decode_windows
+from ..speech.synthesis import TextChunk, VoicePrompt
 
 USER_PREFIX = "Convert the text to speech:"
 TEXT_START = "<|TEXT_UNDERSTANDING_START|>"
@@ -150,7 +150,7 @@ class LlasaBackend:
     licence: str = LICENCE
     supports_voice_prompt: bool = True
     #: How `Synthesizer.stream` decodes codes window by window: 1 s windows, 0.5 s of context before and
-    #: 0.2 s of lookahead after each, 40 ms crossfades (`ssd_demo.streaming`).
+    #: 0.2 s of lookahead after each, 40 ms crossfades (`ssd_demo.speech.streaming`).
     windows: CodecWindows = field(default_factory=CodecWindows)
     vocab: SpeechVocab = field(init=False)
 

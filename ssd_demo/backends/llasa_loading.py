@@ -2,8 +2,8 @@
 
 Holds what is specific to Llasa and XCodec2: the pinned default codec, the checks that a tokenizer
 is Llasa-shaped and that target and draft share its vocabulary, the codec's config check and
-loading, and `load_llasa_pair` / `load_custom_pair`, which put `ssd_demo.hub`'s generic steps
-(resolve, pre-flight checks, strict loading) and `ssd_demo.model_memory`'s check together for a pair.
+loading, and `load_llasa_pair` / `load_custom_pair`, which put `ssd_demo.models.hub`'s generic steps
+(resolve, pre-flight checks, strict loading) and `ssd_demo.models.memory`'s check together for a pair.
 """
 
 from __future__ import annotations
@@ -15,35 +15,14 @@ import torch
 from transformers import AutoFeatureExtractor, Xcodec2Model
 
 from ..errors import ModelLoadError
-from ..hub import (
-    IncompatiblePairError,
-    LoadOptions,
-    ModelUnavailableError,
-    ProgressCallback,
-    auto_device,
-    auto_dtype,
-    check_causal_lm,
-    download_command,
-    fetch_weights,
-    has_cached_weights,
-    load_causal_lm,
-    load_tokenizer,
-    pin_revision,
-    resolve_all,
-    short_name,
-    some_names,
-    strict_from_pretrained,
-    vocab_size_of,
-)
-from ..model_memory import (
-    MEMORY_ESTIMATES,
-    MemoryEstimate,
-    check_memory,
-    memory_checked_before_loading,
-    parameter_count,
-)
-from ..model_policy import MAX_DOWNLOAD_ENV
-from ..synthesis import Synthesizer
+from ..models.hub import (IncompatiblePairError, LoadOptions, ModelUnavailableError, ProgressCallback, auto_device,
+                          auto_dtype, check_causal_lm, download_command, fetch_weights, has_cached_weights,
+                          load_causal_lm, load_tokenizer, pin_revision, resolve_all, short_name, some_names,
+                          strict_from_pretrained, vocab_size_of)
+from ..models.memory import (MEMORY_ESTIMATES, MemoryEstimate, check_memory, memory_checked_before_loading,
+                             parameter_count)
+from ..models.policy import MAX_DOWNLOAD_ENV
+from ..speech.synthesis import Synthesizer
 from .llasa import CONTROL_TOKENS, LlasaBackend, missing_llasa_tokens, speech_token
 
 #: XCodec2 in transformers' native format: the checkpoint transformers' own Xcodec2 docs name, with the

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ModelLoadError
-from ..presets import Preset, get_preset, load_preset
-from ..synthesis import Synthesizer
+from ..backends.registry import Preset, get_preset, load_preset
+from ..speech.synthesis import Synthesizer
 
 #: progress(fraction in [0, 1], description); gr.Progress instances fit this shape.
 ProgressFn = Callable[..., object]

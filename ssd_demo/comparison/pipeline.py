@@ -24,15 +24,15 @@ from typing import Protocol
 
 import torch
 
-from .. import model_memory
-from ..cancellation import StopCheck
+from ..models import memory as model_memory
+from ..engine.cancellation import StopCheck
 from ..config import DecodingConfig
-from ..cpu_threads import cpu_threads_for
+from ..models.cpu_threads import cpu_threads_for
 from ..engine.calibration import StepCosts, calibrated_costs, is_calibrated
-from ..presets import MODEL_JOB_LOCK, Preset, load_preset
-from ..results import SpeedupReport, compare_runs
-from ..streaming import AudioPiece
-from ..synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
+from ..backends.registry import MODEL_JOB_LOCK, Preset, load_preset
+from ..engine.results import SpeedupReport, compare_runs
+from ..speech.streaming import AudioPiece
+from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
 from .request import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
 

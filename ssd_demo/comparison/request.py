@@ -17,8 +17,8 @@ import numpy as np
 
 from ..config import SETTINGS, DecodingConfig, resolve_seed
 from ..errors import InvalidSettingError, TextError, UserError
-from ..presets import Preset
-from ..synthesis import Synthesizer, VoicePrompt
+from ..backends.registry import Preset
+from ..speech.synthesis import Synthesizer, VoicePrompt
 
 #: Not a decoding setting: asks for a fresh random seed instead of the given (or the preset's) one.
 RANDOMIZE_SEED = "randomize_seed"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import SETTINGS, DecodingConfig
-from ..results import predicted_speedup
+from .results import predicted_speedup
 from .generate import autoregressive_generate, speculative_generate
 from .static_cache import describe_kernels
 

@@ -34,10 +34,10 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from ..cancellation import StopCheck
-from ..cancellation import check as check_stop
+from .cancellation import StopCheck
+from .cancellation import check as check_stop
 from ..config import DecodingConfig
-from ..results import GenerationResult, RoundRecord
+from .results import GenerationResult, RoundRecord
 from ..rules import RULES, AcceptanceRule, Block, make_rule
 from .adaptive import DraftLengths
 from .draft_heads import DraftHeads, check_fits, is_heads

@@ -230,6 +230,17 @@ def kernel_choice(model) -> KernelChoice:
     return choice
 
 
+#: The lean forward the probe times: `static_cache.StaticCacheLM`, registered by that module when it loads
+#: (`time_with`). It asks this module for its kernel, so this module does not import it.
+_lean_forward = None
+
+
+def time_with(lean_forward) -> None:
+    """Register the lean forward the kernel probe times (called once, by `static_cache`)."""
+    global _lean_forward
+    _lean_forward = lean_forward
+
+
 def kernel_threshold(model) -> int:
     """Rows from which the packed oneDNN matmul serves this model's calls (`NEVER`: the BLAS one always)."""
     return kernel_choice(model).onednn_from
@@ -239,9 +250,9 @@ def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: t
     """Time the model's forward over 1..16 new tokens (after `context` cached ones) with each kernel,
     interleaved so that a machine slowing down slows both, and pick the switch point from the medians
     (`threshold_from`). Raises RuntimeError where oneDNN cannot pack or run this model here."""
-    # Deferred: the probe times the lean forward, which asks this module for its kernel when built.
-    from .static_cache import StaticCacheLM
-
+    StaticCacheLM = _lean_forward
+    if StaticCacheLM is None:
+        raise RuntimeError("no lean forward to time (ssd_demo.engine.static_cache registers it when it loads)")
     packed = packed_weights(model)
     if packed is None or not onednn_copies(packed, wanted=True):
         raise RuntimeError("no oneDNN copy of the weights to time")

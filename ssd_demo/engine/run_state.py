@@ -16,7 +16,7 @@ from typing import Callable, Hashable, Protocol
 import torch
 
 from ..config import DecodingConfig
-from ..results import GenerationResult, GenerationStats, RoundRecord
+from .results import GenerationResult, GenerationStats, RoundRecord
 from .sampling import allowed_mask, probabilities, processed_scores
 
 #: A next-token distribution that depends on the generated tokens (repetition-aware sampling):

@@ -272,3 +272,6 @@ def _signed(sin: torch.Tensor) -> torch.Tensor:
     """The sine table with its first half negated: rotate_half(x) * sin == swap_halves(x) * _signed(sin)."""
     half = sin.shape[-1] // 2
     return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+kernels.time_with(StaticCacheLM)  # the kernel probe times this forward

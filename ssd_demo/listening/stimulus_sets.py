@@ -7,7 +7,7 @@ for every clip, the sentence, the system and its full decoding settings, the see
 model revision, the duration and the SHA-256 of the file.
 
 Nothing here needs a synthesizer, so a test can run on clips made anywhere; building a set
-(rendering its clips and writing the manifest) is `ssd_demo.tools.stimuli`.
+(rendering its clips and writing the manifest) is `ssd_demo.listening.stimuli`.
 """
 
 from __future__ import annotations

@@ -6,16 +6,29 @@
     topk      keep a drafted token in the target's top k
     pcg       rejection sampling over acoustic similarity groups (arXiv 2511.13732)
     registry  names, guarantees, help text, make_rule
+    names     the names alone (config reads them without loading torch)
 """
 
-from .base import AcceptanceRule, Block
-from .exact import ExactRule
-from .pcg import AcousticGroups, GroupRule, build_groups, groups_for
-from .registry import RULE_NAMES, RULES, RuleSpec, make_rule
-from .ssd import ToleranceRule
-from .topk import TopKRule
+# Where each name lives, imported on first use (PEP 562): `rules.names` (what config reads) loads no torch.
+_PUBLIC = {
+    "AcceptanceRule": "base", "Block": "base", "ExactRule": "exact",
+    "AcousticGroups": "pcg", "GroupRule": "pcg", "build_groups": "pcg", "groups_for": "pcg",
+    "RULE_NAMES": "names", "RULES": "registry", "RuleSpec": "registry", "make_rule": "registry",
+    "ToleranceRule": "ssd", "TopKRule": "topk",
+}
 
-__all__ = [
-    "RULES", "RULE_NAMES", "AcceptanceRule", "AcousticGroups", "Block", "ExactRule", "GroupRule", "RuleSpec",
-    "ToleranceRule", "TopKRule", "build_groups", "groups_for", "make_rule",
-]
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -1,7 +1,8 @@
 """The one list of acceptance rules: names, guarantees, help text and how to build each.
 
 Config validation, the app's rule menu and its help line, the CLI and the sweep all read this list;
-adding a rule is one module plus one entry here.
+adding a rule is one module plus one entry here (and its name in names.py, which config reads without
+loading the rules).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from ..errors import InvalidSettingError
 from .base import AcceptanceRule
+from .names import RULE_NAMES
 from .exact import ExactRule
 from .pcg import GroupRule
 from .ssd import ToleranceRule
@@ -40,7 +42,8 @@ RULES: dict[str, RuleSpec] = {spec.name: spec for spec in (
     RuleSpec("pcg", GroupRule, GroupRule.guarantee, "accept by groups of acoustically similar tokens (cosine > θ)",
              needs_embeddings=True),
 )}
-RULE_NAMES: tuple[str, ...] = tuple(RULES)
+if tuple(RULES) != RULE_NAMES:  # names.py is what config validates against; it must list these, in order
+    raise ImportError(f"rules/names.py lists {RULE_NAMES}, the registry has {tuple(RULES)}")
 
 
 def make_rule(config: DecodingConfig, embeddings: torch.Tensor | None = None) -> AcceptanceRule:

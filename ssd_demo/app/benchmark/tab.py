@@ -10,9 +10,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from ...tools import sweep
+from ...measure import sweep
 from ...backends.embedded import available_drafts
-from ...presets import MODEL_JOB_LOCK
+from ...backends.registry import MODEL_JOB_LOCK
 from ..errors import to_gradio_error
 
 DOCS_CHART = Path(__file__).resolve().parents[3] / "docs" / "sweep_pareto.png"

@@ -17,19 +17,20 @@ re-exported here; `session` names its `pipeline` module.
 
 from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .preset_info import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
-    MAX_EXAMPLES)
+                          MAX_EXAMPLES)
 from .events import Done, Event, Failed, Piece, Started, Stopped, Tick, race_events
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
-    slow_motion_from_files, slow_motion_of, write_replay_files)
+                   slow_motion_from_files, slow_motion_of, write_replay_files)
 from ...comparison.slow_motion import SlowMotion
 from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
-    preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run, token_label_for, warm_up)
+                           preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run,
+                           token_label_for, warm_up)
 from ...comparison import pipeline as session  # noqa: F401 - its name here before it moved to the library
-from ...cpu_threads import cpu_threads_for
+from ...models.cpu_threads import cpu_threads_for
 from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, read_voice_upload,
-    resolve_seed, voice_prompt_from_upload, voice_upload)
+                       resolve_seed, voice_prompt_from_upload, voice_upload)
 from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_speedup, figures, length_limit_note,
-    stats_markdown, stats_rows, token_view)
+                    stats_markdown, stats_rows, token_view)
 
 __all__ = [
     "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",

@@ -19,8 +19,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ...results import GenerationResult, RoundRecord
-from ...synthesis import SynthesisResult
+from ...engine.results import GenerationResult, RoundRecord
+from ...speech.synthesis import SynthesisResult
 
 # Mid-grey reads on both white and dark backgrounds.
 TEXT_COLOUR = "#8a8a8a"

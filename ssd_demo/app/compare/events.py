@@ -15,10 +15,10 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ...cancellation import Cancelled, StopCheck
+from ...engine.cancellation import Cancelled, StopCheck
 from ...comparison import Comparison
-from ...streaming import AudioPiece
-from ...synthesis import SynthesisResult
+from ...speech.streaming import AudioPiece
+from ...speech.synthesis import SynthesisResult
 from .race import Race, run_race
 from .settings import Request
 

@@ -11,7 +11,7 @@ import torch
 from ...backends.embedded import DEFAULT_PATH as EMBEDDED_VOICE
 from ...comparison import ProgressFn, load
 from ...config import DecodingConfig
-from ...presets import MODEL_JOB_LOCK, Preset, get_preset, preset_availability
+from ...backends.registry import MODEL_JOB_LOCK, Preset, get_preset, preset_availability
 
 EXAMPLE_TEXTS = (
     "Speculative decoding lets a small draft model guess ahead while the large model checks its work.",

@@ -26,7 +26,7 @@ from ...comparison.request import as_float, as_int
 from ...config import MAX_SEED, SETTINGS, DecodingConfig, SettingSpec, resolve_seed  # noqa: F401 - re-exported
 from ...errors import InvalidSettingError, UserError
 from ...rules import RULES
-from ...synthesis import Synthesizer, VoicePrompt
+from ...speech.synthesis import Synthesizer, VoicePrompt
 
 
 @dataclass(frozen=True)

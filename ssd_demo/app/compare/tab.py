@@ -18,11 +18,11 @@ from . import arguments
 from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Setting
 from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ...config import DecodingConfig
-from ...presets import get_preset, list_presets, register_custom_pair
+from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
-from ...cancellation import Cancelled
+from ...engine.cancellation import Cancelled
 from .race_view import (AUTO_FACTOR, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
-    slow_motion_handler, warn_if_draft_replaced)
+                        slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
 

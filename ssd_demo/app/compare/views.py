@@ -10,8 +10,8 @@ from dataclasses import asdict
 from . import charts
 from ...comparison import Comparison
 from ...engine.calibration import MEASURED_K, best_draft_len, predicted_with
-from ...results import GenerationResult
-from ...synthesis import SynthesisResult
+from ...engine.results import GenerationResult
+from ...speech.synthesis import SynthesisResult
 
 def _fmt(value: float, digits: int = 2, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

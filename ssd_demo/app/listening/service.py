@@ -21,9 +21,9 @@ from pathlib import Path
 from ...listening.export import prune_exports, write_votes_csv
 from ...listening.sessions import DEFAULT_TRIALS, ListeningTest, TrialView
 from ...listening.stats import set_label, summarize
-from ...tools.stimuli import build_small_set
+from ...listening.stimuli import build_small_set
 from ...listening.stimulus_sets import (StimulusSet, current_stimulus_set, data_dir, manifest_unchanged,
-    stimulus_set_by_checksum)
+                                        stimulus_set_by_checksum)
 from ...listening.store import ListeningError, ListeningStore
 
 CURRENT_SET = "current"  # the results selector's value for "the set now served"

@@ -21,9 +21,9 @@ from ...listening.figures import mushra_boxplot
 from ...listening.store import ListeningStore
 from ...listening.study_results import StudyResults, study_results, summary, write_long_csv, write_summary_json
 from ...listening.study_sessions import list_studies, load_study_and_stimuli
-from ...tools.study import create_study
-from ...tools.study_report import format_results
-from ...tools.stimuli import tone_renderer
+from ...listening.study_setup import create_study
+from ...listening.study_report import format_results
+from ...listening.stimuli import tone_renderer
 from ...listening.export import prune_exports
 from .service import _export_dir, _private_file, check_build_allowed, check_results_token
 

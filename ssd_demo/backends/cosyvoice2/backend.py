@@ -23,7 +23,7 @@ import torch
 from ...config import DecodingConfig
 from ...errors import InvalidSettingError, ModelLoadError, TextError
 from ...engine.repetition_aware import RepetitionAwareSampling
-from ...synthesis import TextChunk, VoicePrompt
+from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
 from .text_norm import normalize_english, speakable_chunks, split_paragraph

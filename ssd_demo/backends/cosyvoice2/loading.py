@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from ...errors import InvalidSettingError, ModelLoadError
-from ...hub import LoadOptions, auto_device, resolve, use_only
-from ...synthesis import Synthesizer
+from ...models.hub import LoadOptions, auto_device, resolve, use_only
+from ...speech.synthesis import Synthesizer
 from .backend import SAMPLING_RULES, CosyVoice2Backend
 from .frontend import (SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures, load_text_tokenizer,
                        text_tokens)

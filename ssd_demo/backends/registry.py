@@ -1,0 +1,397 @@
+"""The registry of model pairs the app, CLI and API can load by name.
+
+A preset is a target, one or more drafts that share its vocabulary, and the backend
+that turns text into prompts and tokens into audio. The embedded voice is always
+first (it works offline on a CPU); the Llasa pairs come from the Hugging Face Hub.
+Only one pair is kept resident at a time, because real pairs take gigabytes: loading
+another preset or a custom pair first drops the current one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import threading
+import time
+from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import ModelLoadError, UnknownPresetError
+from ..models.policy import check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes, valid_repo_id
+from ..models.hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
+from .vllm import environment_engine
+from ..speech.synthesis import Synthesizer
+
+# The backends are imported inside the functions that use them ("deferred" below): they load the
+# text front end (eSpeak, scipy.signal: about 0.4 s), which `import ssd_demo` alone does not need.
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str  # stable identifier used by the CLI and the API
+    label: str  # shown in the UI
+    description: str
+    licence: str
+    drafts: tuple[str, ...]  # draft names, in the order the UI lists them
+    default_draft: str
+    # Builds the Synthesizer; receives the device string ("cpu", "cuda", ...) or None for automatic.
+    # Loaders may also accept a `progress=` keyword (fraction, message) callback.
+    loader: Callable[..., Synthesizer] = field(repr=False, compare=False)
+    needs_download: bool = False  # True when weights come from the Hugging Face Hub
+    # What the Hub presets are made of, for display and for availability checks.
+    repos: tuple[str, ...] = ()  # Hub repo ids: target, draft(s), codec
+    revision: str | None = None  # the revision `repos` are loaded at, unless pinned below
+    pins: tuple[tuple[str, str], ...] = ()  # (repo, commit) pairs loaded at that commit instead
+    sample_rate: int | None = None
+    codec: str = ""
+    gated: bool = False  # some repos may ask users to accept terms first
+    recommended_device: str = "cpu"
+    # A custom pair belongs to the browser session that added it (None: everyone's, e.g. built-ins and
+    # pairs registered from Python); nobody else sees it or can load it by key.
+    owner: str | None = None
+    # Checks that need no weights (configs, tokenizers, vocabulary, download size), run before the
+    # resident pair is dropped: a pair that cannot load must not cost everyone a reload.
+    preflight: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def revision_for(self, repo: str) -> str | None:
+        """The revision `repo` is loaded at: its pin if it has one, else `revision`."""
+        return dict(self.pins).get(repo, self.revision)
+
+    @property
+    def download_hint(self) -> str:
+        """Commands that put this preset's models in the local cache."""
+        return " && ".join(download_command(repo, self.revision_for(repo)) for repo in self.repos)
+
+
+_REGISTRY: dict[str, Preset] = {}
+_builtins_registered = False
+_resident: dict[str, Synthesizer] = {}
+_lock = threading.Lock()
+#: Held by every job that runs the resident models (a comparison, a sweep, a stimulus set).
+#: Gradio's Stop cancels the awaiting task but not the worker thread already running the
+#: decoder, and then frees the queue slot; taking this lock keeps the next job out until the
+#: cancelled one has really finished, so timings never overlap and no pair is swapped mid-run.
+MODEL_JOB_LOCK = threading.Lock()
+
+
+def register(preset: Preset) -> None:
+    _register_builtin()  # built-ins first, so the embedded voice stays at the top of every list
+    if preset.default_draft not in preset.drafts:
+        raise ValueError(f"preset {preset.key!r}: default draft {preset.default_draft!r} is not one of its drafts")
+    _REGISTRY[preset.key] = preset
+
+
+def list_presets(owner: str | None = None) -> list[Preset]:
+    """Every preset `owner` may use: the shared ones and its own custom pairs."""
+    _register_builtin()
+    return [p for p in _REGISTRY.values() if p.owner is None or p.owner == owner]
+
+
+def get_preset(key: str, owner: str | None = None) -> Preset:
+    """The preset `key`; another session's custom pair is as unknown as a key never registered."""
+    _register_builtin()
+    preset = _REGISTRY.get(key)
+    if preset is None or (preset.owner is not None and preset.owner != owner):
+        available = ", ".join(p.key for p in list_presets(owner))
+        raise UnknownPresetError(f"unknown preset {key!r}; available: {available}") from None
+    return preset
+
+
+def preset_choices(owner: str | None = None) -> list[tuple[str, str]]:
+    """(label, key) pairs in display order, for a dropdown."""
+    return [(preset.label, preset.key) for preset in list_presets(owner)]
+
+
+def preset_availability(key: str, owner: str | None = None) -> tuple[bool, str]:
+    """(available without downloading, message for the user). Never touches the network."""
+    preset = get_preset(key, owner)
+    if not preset.needs_download:
+        return True, "ships with the demo"
+    missing = [repo for repo in preset.repos if not is_cached(repo, preset.revision_for(repo))]
+    if not missing:
+        return True, "models found in the local Hugging Face cache"
+    return False, (
+        f"not downloaded yet: {', '.join(missing)}. Loading will download them when the Hub is reachable; "
+        f"offline, fetch them first with `{preset.download_hint}`."
+    )
+
+
+def load_preset(
+    key: str, device: str | None = None, progress: Callable[[float, str], None] | None = None,
+    owner: str | None = None,
+) -> Synthesizer:
+    """Load (or reuse) a preset's synthesizer; loading another one first frees the current one
+    (after the new one's pre-flight checks passed)."""
+    preset = get_preset(key, owner)
+    with _lock:
+        if key not in _resident:
+            if preset.preflight is not None:
+                preset.preflight()
+            _drop_resident()
+            kwargs = {"progress": progress} if progress is not None and _accepts_progress(preset.loader) else {}
+            _resident[key] = environment_engine(preset.loader(device, **kwargs))  # SSD_DEMO_ENGINE=vllm
+        return _resident[key]
+
+
+def load_custom_pair(
+    target: str,
+    draft: str,
+    device: str | None = None,
+    progress: Callable[[float, str], None] | None = None,
+    **options,
+) -> Synthesizer:
+    """Load a custom target/draft pair (two Hub repo ids or two local folders), one pair resident at a time.
+
+    Supported: Llasa-style pairs (see `ssd_demo.backends.llasa_loading.load_custom_pair`); anything else
+    raises a `ssd_demo.errors.ModelLoadError` (a ValueError) that says what is supported. Extra keyword
+    options go to `ssd_demo.backends.llasa_loading.load_custom_pair` (revisions, codec_ref, token, offline, ...).
+    """
+    from .llasa_loading import load_custom_pair as load  # deferred: a backend (see the top)
+
+    key = f"custom:{target.strip()}|{draft.strip()}|{sorted(options.items())}"
+    with _lock:
+        if key not in _resident:
+            _drop_resident()
+            _resident[key] = environment_engine(load(target, draft, device=device, progress=progress, **options))
+        return _resident[key]
+
+
+#: Custom pairs kept per session (a fourth replaces that session's oldest) and in all (when full, new ones
+#: are refused: one visitor must not push out another's); pairs older than CUSTOM_PAIR_HOURS are forgotten.
+MAX_CUSTOM_PER_OWNER = 3
+MAX_CUSTOM_PAIRS = 64
+CUSTOM_PAIR_HOURS = 2.0
+MAX_REF_CHARS = 200
+_ADDED: dict[str, tuple[float, tuple]] = {}  # custom key -> (when added, (owner, target, draft, codec))
+
+
+def register_custom_pair(target: str, draft: str, codec: str | None = None, owner: str | None = None) -> Preset:
+    """Make a user's target/draft pair (two Hub repo ids or local folders) selectable like a preset.
+
+    `owner` (the app passes the browser session) scopes it: only that owner lists or loads it, by an
+    opaque key that names no path. Nothing is loaded or downloaded here; the references are checked
+    against what the operator allows (`ssd_demo.models.policy`: local folders, Hub allow-list) without
+    touching the file system when local folders are off, and the pair's pre-flight checks run on first
+    use, before the resident pair is dropped.
+    """
+    from .llasa_loading import DEFAULT_CODEC  # deferred: a backend (see the top)
+    from .llasa_loading import load_custom_pair as load
+    from .llasa_loading import plan_llasa_pair
+
+    refs = [(what, (ref or "").strip()) for what, ref in (("target", target), ("draft", draft), ("codec", codec))]
+    if not refs[0][1] or not refs[1][1]:
+        raise ModelLoadError("a custom pair needs both a target and a draft (Hub repo ids or local folders)")
+    refs[2] = ("codec", refs[2][1] or DEFAULT_CODEC)
+    local_ok = local_models_allowed()
+    for what, ref in refs:
+        if len(ref) > MAX_REF_CHARS:
+            raise ModelLoadError(f"the {what} reference is {len(ref)} characters long; at most {MAX_REF_CHARS}")
+        if any(ord(c) < 32 or ord(c) == 127 for c in ref):
+            raise ModelLoadError(f"the {what} reference contains control characters (a line break?)")
+        if not local_ok:
+            check_hub_only(ref)
+        check_hub_allowed(ref)
+    (_, target), (_, draft), (_, codec) = refs
+    refs_key = (owner, target, draft, codec)
+    same = [key for key, (_, added) in _ADDED.items() if added == refs_key and key in _REGISTRY]
+    if same:  # added before: the same preset, not a second key
+        return _REGISTRY[same[0]]
+    draft_name = short_name(draft)
+    options = LoadOptions(allow_local=local_ok)
+
+    def preflight() -> None:
+        plan_llasa_pair(target, draft, codec_ref=codec, options=options, download_limit=max_download_bytes())
+
+    def loader(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+        synthesizer = load(target, draft, device=device, progress=progress, codec_ref=codec, allow_local=local_ok)
+        synthesizer.drafts = {draft_name: next(iter(synthesizer.drafts.values()))}
+        synthesizer.draft_name = draft_name
+        return synthesizer
+
+    preset = Preset(
+        key=f"custom-{secrets.token_hex(6)}",
+        label=f"Custom: {short_name(draft)} -> {short_name(target)}",
+        description=(f"Target `{target}`, draft `{draft}`, codec `{codec}` (Llasa-shaped pairs: same speech "
+                     "vocabulary and special tokens; checked before loading)."),
+        licence="see the models' own cards",
+        drafts=(draft_name,),
+        default_draft=draft_name,
+        loader=loader,
+        # Only Hub repositories download; a local folder that is missing is reported as missing.
+        needs_download=any(valid_repo_id(ref) and not (local_ok and Path(ref).is_dir()) for ref in (target, draft)),
+        owner=owner,
+        preflight=preflight,
+    )
+    _make_room_for_custom(owner)
+    register(preset)
+    _ADDED[preset.key] = (time.monotonic(), refs_key)
+    return preset
+
+
+def _make_room_for_custom(owner: str | None) -> None:
+    """Forget expired custom pairs and this owner's oldest beyond its share; refuse when the server is full
+    (a pair that is resident stays loaded until another preset replaces it)."""
+    now = time.monotonic()
+    for key in [k for k, (added, _) in _ADDED.items() if now - added > CUSTOM_PAIR_HOURS * 3600]:
+        _REGISTRY.pop(key, None)
+        _ADDED.pop(key, None)
+    # Custom pairs are the ones in _ADDED (built-in presets may have pre-flight checks too).
+    mine = [key for key in _ADDED if key in _REGISTRY and _REGISTRY[key].owner == owner]
+    for key in mine[: max(len(mine) - MAX_CUSTOM_PER_OWNER + 1, 0)]:
+        _REGISTRY.pop(key, None)
+        _ADDED.pop(key, None)
+    if sum(1 for key in _ADDED if key in _REGISTRY) >= MAX_CUSTOM_PAIRS:
+        raise ModelLoadError(f"this server already holds {MAX_CUSTOM_PAIRS} custom pairs from its visitors; "
+                             "try again later, or use a preset")
+
+
+def unload() -> None:
+    """Drop the resident pair and return its memory."""
+    with _lock:
+        _drop_resident()
+
+
+def _drop_resident() -> None:
+    if _resident:
+        _resident.clear()
+        free_models()
+
+
+def _accepts_progress(loader: Callable) -> bool:
+    try:
+        return "progress" in inspect.signature(loader).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# -- built-in presets --------------------------------------------------------------------
+
+LLASA_1B = "HKUSTAudio/Llasa-1B"
+LLASA_3B = "HKUSTAudio/Llasa-3B"
+LLASA_8B = "HKUSTAudio/Llasa-8B"
+
+
+def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
+    def load(device: str | None, progress: Callable[[float, str], None] | None = None) -> Synthesizer:
+        # deferred: a backend (see the top)
+        from .llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION, load_llasa_pair
+
+        return load_llasa_pair(
+            target,
+            draft,
+            target_revision=DEFAULT_REVISION,
+            draft_revision=DEFAULT_REVISION,
+            codec_ref=DEFAULT_CODEC,
+            codec_revision=DEFAULT_CODEC_REVISION,
+            draft_name="Llasa-1B",
+            options=LoadOptions(device=device),
+            progress=progress,
+        )
+
+    return load
+
+
+def _register_builtin() -> None:
+    global _builtins_registered
+    if _builtins_registered:
+        return
+    _builtins_registered = True
+
+    from .embedded import available_drafts, default_draft, load_synthesizer  # deferred: a backend (see the top)
+
+    def load_embedded(device: str | None) -> Synthesizer:
+
+        return load_synthesizer(device=device)
+
+    register(
+        Preset(
+            key="embedded",
+            label="Embedded voice (offline, CPU)",
+            description=(
+                "A small codec-token TTS trained on eSpeak NG speech, shipped with the demo: "
+                "a 12-layer target and its drafts (distilled, SSD-style layer subset, and draft heads on the "
+                "target's own hidden state)."
+            ),
+            licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
+            drafts=available_drafts(),
+            default_draft=default_draft(),
+            loader=load_embedded,
+        )
+    )
+    _register_llasa()
+    _register_cosyvoice2()
+
+
+def _register_cosyvoice2() -> None:
+    from .cosyvoice2.backend import LICENCE  # deferred: a backend (see the top)
+    from .cosyvoice2.loading import REPO, load_from_hub, preflight
+
+    register(
+        Preset(
+            key="cosyvoice2-paper",
+            label="CosyVoice 2 (paper setting; Hugging Face Hub, GPU)",
+            description=(
+                "The SSD paper's own system: CosyVoice2-0.5B speaks (Qwen2.5-0.5B speech LM, flow matching, HiFT, "
+                "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as the official "
+                "code does today (the server's SSD_COSYVOICE2_RULES=release: as the paper ran it). "
+                "The draft is the untrained layer subset unless the server sets SSD_COSYVOICE2_DRAFT to a trained "
+                "one (the paper trains its bottom layers and head first: `python -m ssd_demo train-draft "
+                "--checkpoint PATH/TO/CosyVoice2-0.5B`); untrained, it accepts less than the paper's. "
+                "Zero-shot: give a 3-10 s clip and its transcript (a clip alone: its voice only, the official "
+                "cross-lingual mode); without one it imitates a synthetic eSpeak NG clip. No instruct mode yet. "
+                f"Downloads about 3.1 GB of {REPO}; encoding a clip needs onnxruntime."
+            ),
+            licence=LICENCE,
+            drafts=("layers",),
+            default_draft="layers",
+            loader=lambda device, progress=None: load_from_hub(device, progress),
+            needs_download=True,
+            repos=(REPO,),
+            revision=DEFAULT_REVISION,
+            sample_rate=24_000,
+            codec="flow matching + HiFT",
+            recommended_device="cuda",
+            preflight=lambda: preflight(),
+        )
+    )
+
+
+def _register_llasa() -> None:
+    # deferred: the backends (see the top); this runs when the presets are first listed
+    from .llasa import LICENCE
+    from .llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+
+    common = dict(
+        licence=LICENCE,
+        drafts=("Llasa-1B",),
+        default_draft="Llasa-1B",
+        needs_download=True,
+        revision=DEFAULT_REVISION,
+        pins=((DEFAULT_CODEC, DEFAULT_CODEC_REVISION),),
+        sample_rate=16_000,
+        codec=DEFAULT_CODEC,
+        gated=True,  # not verified for every size; gated repos ask for HF_TOKEN (hub.resolve says so)
+        recommended_device="cuda",
+    )
+    for key, target, size, memory in (
+        ("llasa-1b-3b", LLASA_3B, "3B", "about 15 GB"),
+        ("llasa-1b-8b", LLASA_8B, "8B", "about 28 GB"),
+    ):
+        register(
+            Preset(
+                key=key,
+                label=f"Llasa-1B -> Llasa-{size} (Hugging Face Hub, GPU)",
+                description=(
+                    f"Llasa-{size} speaks, Llasa-1B drafts: Llama-based TTS models that share one vocabulary of "
+                    "65,536 XCodec2 speech tokens (16 kHz), so the 1B model drafts with no training. "
+                    "Voice cloning from a short clip and its transcript. Sampling: temperature 0.8, top-p 1. "
+                    f"Downloads {LLASA_1B}, {target} and {DEFAULT_CODEC} (commit {DEFAULT_CODEC_REVISION[:7]}); "
+                    f"needs {memory} of GPU memory "
+                    "(bfloat16 LMs, float32 codec, with headroom)."
+                ),
+                loader=_llasa_loader(target, LLASA_1B),
+                repos=(target, LLASA_1B, DEFAULT_CODEC),
+                **common,
+            )
+        )

@@ -1,0 +1,39 @@
+"""`python -m ssd_demo train`: its flags (the recipe is ssd_demo.training.voice)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from ..training.dataset import DataConfig
+from ..training.voice import Recipe, STAGES, run
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("runs/voice"), help="work directory (data, checkpoints)")
+    parser.add_argument("--smoke", action="store_true", help="tiny corpus and models, a few steps (seconds)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="where the export stage writes the voice (default: OUT/export)")
+    parser.add_argument("--target-steps", type=int, default=None)
+    parser.add_argument("--draft-steps", type=int, default=None)
+    parser.add_argument("--target-lr", type=float, default=None,
+                        help="peak learning rate of the target stage (lower it to continue a trained target)")
+    parser.add_argument("--draft-lr", type=float, default=None,
+                        help="peak learning rate of the draft stages (lower it to continue trained drafts)")
+    parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
+    parser.add_argument("--corpus-size", type=int, default=None,
+                        help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
+    parser.add_argument("--heads-unroll", type=int, default=None,
+                        help=f"tokens the heads stage rolls the target's state forward (default {Recipe.heads_unroll})")
+    parser.add_argument("--heads-inner", type=int, default=None,
+                        help=f"width of each heads block's MLP (default {Recipe.heads.inner}; smaller steps faster)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--init-from", type=Path, default=None,
+                        help="a trained voice folder to start the target and the distilled draft from (same widths)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(args)

@@ -1,0 +1,422 @@
+"""Building stimulus sets for listening tests: WAV files plus a manifest, rendered once and reused.
+
+Each sentence is rendered under every system with the same seed, so only the decoding differs;
+the set is written atomically (a half-written set never appears). Rendering needs a synthesizer
+(`render_stimulus_set`, `build_small_set`, the CLI) or any `Renderer` (`tone_renderer` needs no
+model). Where sets live and how they are read back and verified is `ssd_demo.listening.stimulus_sets`.
+
+CLI: python -m ssd_demo stimuli --name pilot --systems "AR" "SSD beta=0.3 K=4" "exact speculative"
+With `--engine vllm` (Llasa presets) each system's sentences go to the vLLM engine in one batch (`batch_renderer`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from ..config import SETTINGS
+from ..errors import InputError
+from . import anchors
+from ..backends.registry import MODEL_JOB_LOCK, load_preset
+from ..backends.vllm import engine_choice, use_engine
+from ..backends.vllm.worker import require_vllm_python
+from .stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet, load_stimulus_set,
+                            stimuli_root)
+
+
+DEFAULT_SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
+# The settings an AR decode uses: the sampling ones (a manifest's AR clips record only these).
+AR_SETTINGS = frozenset(name for name, spec in SETTINGS.items() if spec.control and spec.control.section == "sampling")
+
+# Harvard sentences (IEEE 1969, public domain): phonetically balanced, common in listening tests.
+DEFAULT_SENTENCES = (
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It's easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck.",
+    "The hogs were fed chopped corn and garbage.",
+)
+
+
+# ----------------------------------------------------------------------------- systems
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A named decoding setup, e.g. "SSD beta=0.3 K=4"."""
+
+    name: str
+    mode: str  # "ar" | "speculative" | "anchor" | "attention" (the last two are made from the reference clip)
+    overrides: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields to change; an anchor's cutoff
+    draft: str | None = None  # draft model name; None = the preset's default
+
+    @property
+    def derived(self) -> bool:
+        """Made from the reference's clip of the same sentence, not decoded."""
+        return self.mode in ("anchor", "attention")
+
+
+_KEY_VALUE = re.compile(r"^([A-Za-z_]+)=(\S+)$")
+
+
+def parse_system(name: str) -> SystemSpec:
+    """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n" (any may add draft=NAME), or one
+    made from the reference: "anchor lowpass=HZ" (BS.1534: 3500 low, 7000 mid), "attention noise"."""
+    words = name.split()
+    if not words:
+        raise InputError("a system name is empty")
+    head = words[0].lower()
+    rest = words[1:]
+    if head in ("anchor", "attention"):
+        return _parse_derived(name, head, rest)
+    if head == "exact" and rest and rest[0].lower() == "speculative":
+        rest = rest[1:]
+    options: dict[str, str] = {}
+    for word in rest:
+        match = _KEY_VALUE.match(word)
+        if not match:
+            raise InputError(f"system {name!r}: cannot read {word!r}; expected KEY=VALUE (beta=0.3, K=4, draft=NAME)")
+        options[match.group(1).lower()] = match.group(2)
+    draft = options.pop("draft", None)
+    overrides: dict[str, Any] = {}
+    try:
+        if "k" in options:
+            overrides["draft_len"] = int(options.pop("k"))
+        if "beta" in options:
+            overrides["beta"] = float(options.pop("beta"))
+    except ValueError:
+        raise InputError(f"system {name!r}: K must be an integer and beta a number") from None
+    if options:
+        raise InputError(f"system {name!r}: unknown setting(s) {', '.join(sorted(options))}; known: K, beta, draft")
+    if head == "ar":
+        if overrides or draft:
+            raise InputError(f"system {name!r}: AR takes no K, beta or draft")
+        return SystemSpec(name=name, mode="ar")
+    if head == "exact":
+        if "beta" in overrides:
+            raise InputError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
+        return SystemSpec(
+            name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft
+        )
+    if head == "ssd":
+        if "beta" not in overrides:
+            raise InputError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
+        return SystemSpec(name=name, mode="speculative", overrides={**overrides, "acceptance": "ssd"}, draft=draft)
+    raise InputError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
+
+
+def _parse_derived(name: str, head: str, rest: list[str]) -> SystemSpec:
+    if head == "attention":
+        if [w.lower() for w in rest] != ["noise"]:
+            raise InputError(f"system {name!r}: the attention-check clip is 'attention noise'")
+        return SystemSpec(name=name, mode="attention")
+    match = _KEY_VALUE.match(rest[0]) if len(rest) == 1 else None
+    if not match or match.group(1).lower() != "lowpass":
+        raise InputError(f"system {name!r}: an anchor is 'anchor lowpass=HZ', e.g. 'anchor lowpass=3500'")
+    try:
+        cutoff = float(match.group(2))
+    except ValueError:
+        raise InputError(f"system {name!r}: the cut-off must be a number of Hz") from None
+    if not 100 <= cutoff <= 20000:
+        raise InputError(f"system {name!r}: the cut-off must be between 100 and 20000 Hz")
+    return SystemSpec(name=name, mode="anchor", overrides={"lowpass_hz": cutoff})
+
+
+def derive_clip(spec: SystemSpec, reference_audio: np.ndarray, sample_rate: int, seed: int,
+                reference: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """An anchor or attention clip made from the reference's clip of the same sentence."""
+    if spec.mode == "anchor":
+        cutoff = spec.overrides["lowpass_hz"]
+        try:
+            audio = anchors.lowpass(reference_audio, sample_rate, cutoff)
+        except ValueError as error:
+            raise InputError(f"system {spec.name!r}: {error}") from None
+        return audio, {"mode": "anchor", "source": reference, "lowpass_hz": cutoff,
+                       "filter": f"Butterworth order {anchors.FILTER_ORDER}, zero phase"}
+    return anchors.attention_noise(reference_audio, seed), {
+        "mode": "attention", "source": reference, "noise_db_above_signal": anchors.NOISE_DB}
+
+
+# ----------------------------------------------------------------------------- writing a set
+
+
+# (audio float32 mono, sample rate, settings to record) for one sentence under one system and seed.
+Renderer = Callable[[str, SystemSpec, int], tuple[np.ndarray, int, dict[str, Any]]]
+
+
+def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1 or audio.size == 0:
+        raise ValueError(f"a clip must be non-empty mono audio, got shape {audio.shape}")
+    if not np.all(np.isfinite(audio)):
+        raise ValueError("a clip contains NaN or infinite samples")
+    buffer = io.BytesIO()
+    # 16-bit PCM: what every browser plays, and the clip is stored exactly as the rater hears it.
+    sf.write(buffer, np.clip(audio, -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def create_stimulus_set(
+    name: str,
+    texts: Sequence[str],
+    systems: Sequence[SystemSpec | str],
+    render: Renderer,
+    *,
+    root: Path | None = None,
+    base_seed: int = 0,
+    preset: str = "",
+    model_revision: str = "unknown",
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+    reference: str = "AR",
+) -> StimulusSet:
+    """Render every text under every system and write the set atomically (a half-written set never appears).
+    Anchors and the attention clip are made from the `reference` system's clip of the same sentence."""
+    if not SET_NAME.match(name):
+        raise InputError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    specs = [parse_system(s) if isinstance(s, str) else s for s in systems]
+    names = [s.name for s in specs]
+    if len(specs) < 2:
+        raise InputError("a listening test needs at least two systems to compare")
+    if len(set(names)) != len(names):
+        raise InputError(f"system names must be unique, got {names}")
+    if any(spec.derived for spec in specs) and reference not in [s.name for s in specs if not s.derived]:
+        raise InputError(f"anchors and attention clips are made from the reference {reference!r}: list it among the systems")
+    texts = [t.strip() for t in texts]
+    if not texts or any(not t for t in texts):
+        raise InputError("give at least one sentence, and no empty ones")
+    destination = stimuli_root(root) / name
+    if destination.exists() and not overwrite:
+        raise InputError(f"stimulus set {name!r} already exists at {destination}; pick another name or overwrite")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=destination.parent))
+    try:
+        (staging / "clips").mkdir()
+        items = []
+        for index, text in enumerate(texts):
+            seed = base_seed + index  # same seed for every system: only the decoding differs
+            clips, rendered = [], {}
+            for spec in sorted(specs, key=lambda s: s.derived):  # the reference before what is made from it
+                if progress:
+                    progress(f"[{index + 1}/{len(texts)}] {spec.name}: {text}")
+                if spec.derived:
+                    reference_audio, sample_rate = rendered[reference]
+                    audio, settings = derive_clip(spec, reference_audio, sample_rate, seed, reference)
+                else:
+                    audio, sample_rate, settings = render(text, spec, seed)
+                    rendered[spec.name] = (audio, sample_rate)
+                data = _wav_bytes(audio, sample_rate)
+                digest = hashlib.sha256(data).hexdigest()
+                relative = f"clips/{digest[:24]}.wav"
+                (staging / relative).write_bytes(data)
+                clips.append(
+                    {
+                        "system": spec.name,
+                        "path": relative,
+                        "sha256": digest,
+                        "duration_seconds": round(len(audio) / sample_rate, 4),
+                        "sample_rate": int(sample_rate),
+                        "seed": seed,
+                        "settings": settings,
+                    }
+                )
+            items.append({"item_id": f"s{index + 1:03d}", "text": text, "clips": clips})
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_VERSION,
+            "name": name,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "preset": preset,
+            "model_revision": model_revision,
+            "base_seed": base_seed,
+            "systems": [{"name": s.name, "mode": s.mode, "overrides": s.overrides, "draft": s.draft} for s in specs],
+            "items": items,
+        }
+        (staging / MANIFEST_NAME).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        if destination.exists():
+            shutil.rmtree(destination)
+        staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return load_stimulus_set(destination)
+
+
+def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
+    """A model-free Renderer: a tone per system plus seeded noise. For trying the app and for tests."""
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        frequency = 220.0 + 40.0 * (int(hashlib.sha256(spec.name.encode()).hexdigest(), 16) % 16)
+        # Length varies a little with the text, like speech does; never with the system.
+        t = np.arange(int(sample_rate * (seconds + 0.001 * (len(text) % 50)))) / sample_rate
+        noise = np.random.default_rng(seed).standard_normal(t.size)
+        audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.02 * noise
+        return audio.astype(np.float32), sample_rate, {"mode": spec.mode, **spec.overrides, "renderer": "tone"}
+
+    return render
+
+
+# ----------------------------------------------------------------------------- rendering with a model
+
+
+def model_revision(synthesizer) -> str:
+    """A short fingerprint of the weights: a declared revision if the model has one, else a hash of the
+    local folders the target and drafts were loaded from; "unknown" for models built in memory."""
+    for owner in (synthesizer, getattr(synthesizer, "backend", None)):
+        revision = getattr(owner, "revision", None)
+        if revision:
+            return str(revision)
+    models = [getattr(synthesizer, "target", None), *getattr(synthesizer, "drafts", {}).values()]
+    folders = []
+    for model in models:
+        source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+        if source and Path(source).is_dir():
+            folders.append(Path(source))
+    if not folders:
+        return "unknown"
+    digest = hashlib.sha256()
+    for folder in folders:
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(f"{folder.name}/{file.relative_to(folder).as_posix()}".encode())
+            with file.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def synthesizer_renderer(synthesizer) -> Renderer:
+    """A Renderer that speaks with `synthesizer` (ssd_demo.Synthesizer)."""
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        config = synthesizer.config(seed=seed, **spec.overrides)
+        result = synthesizer.synthesize(text, mode=spec.mode, config=config, draft=spec.draft)
+        return result.audio, result.sample_rate, _recorded_settings(result.config, spec, synthesizer)
+
+    return render
+
+
+def _recorded_settings(config, spec: SystemSpec, synthesizer) -> dict[str, Any]:
+    """The decoding settings a clip's manifest entry records."""
+    settings = {k: v for k, v in asdict(config).items() if k != "allowed_token_ids"}
+    if spec.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
+        settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
+    settings["mode"] = spec.mode
+    if spec.mode == "speculative":
+        settings["draft"] = spec.draft or synthesizer.draft_name
+    return settings
+
+
+def batch_renderer(synthesizer, texts: Sequence[str], base_seed: int = 0,
+                   progress: Callable[[str], None] | None = None, end_engines: bool = True) -> Renderer:
+    """A Renderer on the vLLM engine: a system's first clip renders all `texts` under it in one batch (continuous
+    batching; `progress` gets its throughput line), the rest are read from that batch. The batch seeds text i with
+    base_seed + its first chunk's index among all chunks (base_seed + i when every text is one chunk); with `end_engines` its
+    engine process ends before the next system's starts (engines hold their models)."""
+    from ..measure.vllm_batch import summary, summary_line  # deferred: it loads the CLI's model flags
+
+    texts = [t.strip() for t in texts]
+    batches: dict[str, Any] = {}
+
+    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        if spec.name not in batches:
+            config = synthesizer.config(seed=base_seed, **spec.overrides)
+            try:
+                batches[spec.name] = synthesizer.render_batch(texts, mode=spec.mode, config=config, draft=spec.draft)
+            finally:
+                if end_engines:
+                    synthesizer.close()
+            if progress:
+                progress(f"{spec.name} on vLLM: " + summary_line(summary(batches[spec.name])))
+        batch = batches[spec.name]
+        clip = batch.texts[seed - base_seed]
+        if clip.text != text:
+            raise ValueError(f"sentence {seed - base_seed} of the batch is {clip.text!r}, not {text!r}")
+        return clip.audio, batch.sample_rate, {**_recorded_settings(batch.config, spec, synthesizer), "engine": "vllm"}
+
+    return render
+
+
+def render_stimulus_set(
+    name: str,
+    texts: Sequence[str],
+    systems: Sequence[str] = DEFAULT_SYSTEMS,
+    *,
+    preset: str = "embedded",
+    synthesizer=None,
+    root: Path | None = None,
+    base_seed: int = 0,
+    overwrite: bool = False,
+    device: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    reference: str = "AR",
+    engine: str | None = None,
+) -> StimulusSet:
+    """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set (`engine="vllm"`: each
+    system's texts in one vLLM batch)."""
+    specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
+    on_vllm = engine is not None and engine_choice(engine) == "vllm"
+    if on_vllm and synthesizer is None and not preset.startswith("llasa"):
+        raise InputError(f"--engine vllm serves the Llasa presets; preset {preset!r} runs on our engine only (leave "
+                         "out --engine)")
+    if on_vllm:
+        require_vllm_python()  # before the models load
+    if synthesizer is None:
+        # Rendering with the resident models: one model job at a time (see presets.MODEL_JOB_LOCK).
+        with MODEL_JOB_LOCK:
+            return render_stimulus_set(
+                name, texts, systems, preset=preset, synthesizer=load_preset(preset, device=device),
+                root=root, base_seed=base_seed, overwrite=overwrite, progress=progress, reference=reference,
+                engine=engine)
+    if engine is not None:
+        synthesizer = use_engine(synthesizer, engine)  # an InputError for a voice vLLM does not serve
+    # also a voice SSD_DEMO_ENGINE=vllm moved there on loading (the app's: its engines are kept running)
+    batched = getattr(synthesizer, "on_vllm", False)
+    render = (batch_renderer(synthesizer, texts, base_seed, progress, end_engines=on_vllm) if batched
+              else synthesizer_renderer(synthesizer))
+    return create_stimulus_set(
+        name,
+        texts,
+        specs,
+        render,
+        root=root,
+        base_seed=base_seed,
+        preset=preset,
+        model_revision=model_revision(synthesizer),
+        overwrite=overwrite,
+        progress=progress,
+        reference=reference,
+    )
+
+
+def build_small_set(
+    root: Path | None = None, n_sentences: int = 4, name: str = "quick", synthesizer=None
+) -> StimulusSet:
+    """The app's on-demand set: a few default sentences under the default systems (reused if present)."""
+    existing = stimuli_root(root) / name
+    if (existing / MANIFEST_NAME).is_file():
+        return load_stimulus_set(existing)
+    if not 1 <= n_sentences <= len(DEFAULT_SENTENCES):
+        raise InputError(f"n_sentences must be between 1 and {len(DEFAULT_SENTENCES)}, got {n_sentences}")
+    return render_stimulus_set(
+        name, DEFAULT_SENTENCES[:n_sentences], DEFAULT_SYSTEMS, synthesizer=synthesizer, root=root
+    )
+
+
+# ----------------------------------------------------------------------------- CLI

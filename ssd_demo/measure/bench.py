@@ -1,0 +1,270 @@
+"""`python -m ssd_demo bench`: AR vs speculative vs transformers' assisted generation.
+
+All methods run on the same models, prompt and sampling settings, interleaved
+(method order rotates each repetition so drift and thermal noise hit all of them),
+after warm-up; we report medians and ratios inside the run, never absolute claims.
+
+Methods:
+  ar           our autoregressive_generate
+  speculative  our speculative_generate (draft_len K, beta, rule)
+  speculative_calibrated  the same with K chosen each round (up to draft_len, or 0 = an AR step)
+               from this machine's measured draft and verify costs (`ssd_demo.engine.calibration`)
+  ar_transformers, speculative_transformers
+               the same two loops on transformers' own forward and DynamicCache instead of the
+               lean static-cache step (static_cache=False): separates what the loop wins from
+               what the forward implementation wins
+  hf_assisted  target.generate(assistant_model=draft) with K tokens, constant schedule
+  hf_assisted_default  the same with transformers' own defaults (heuristic K schedule starting
+               at 20, confidence early stop): what a user gets without tuning
+  hf_generate  plain target.generate
+
+Next to each of our methods: its median time per target call (an AR step, or a verify call with its
+acceptance), the time to stream the target's weights once on this CPU (a sum over a buffer of their size,
+measured in every repetition, median) and their ratio: how far the step is from the floor a decode step
+sits on, since it reads every weight once. The CPU's name goes with it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from ..errors import InputError
+from ..engine.calibration import calibrated_costs
+from ..config import DecodingConfig
+from ..engine.generate import autoregressive_generate, speculative_generate
+from .reporting import cpu_name
+from ..engine.results import compare_runs
+from ..engine.kernels import weight_bytes, weight_stream_seconds
+
+METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
+           "speculative_transformers")
+_ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def random_pair(vocab: int = 1024, seed: int = 0):
+    """The default pair until trained weights are given: random Llamas, 12 x 512 and 2 x 256."""
+    def build(layers: int, width: int, heads: int, offset: int):
+        torch.manual_seed(seed + offset)
+        config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=width,
+            intermediate_size=width * 8 // 3 // 64 * 64 + 64,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(heads // 4, 1),
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+        )
+        return LlamaForCausalLM(config).eval()
+
+    return build(12, 512, 8, 0), build(2, 256, 4, 1)
+
+
+def load_pair(target: str | None, draft: str | None, device: str):
+    if target is None and draft is None:
+        return random_pair()
+    if not (target and draft):
+        raise InputError("give both --target and --draft (model directories), or neither for the random pair")
+    models = []
+    for path in (target, draft):
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"model directory not found: {path}")
+        models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+    return tuple(m.to(device) for m in models)
+
+
+@dataclass
+class MethodSummary:
+    method: str
+    median_seconds: float
+    median_tokens: float
+    median_tokens_per_second: float
+    speedup_vs_ar: float
+    # Median seconds per target call (an AR step, or a verify call), and that over the weight-streaming
+    # time (None for transformers' generate, which reports no per-call times, and off the CPU).
+    median_target_call_seconds: float | None = None
+    target_call_vs_weight_stream: float | None = None
+
+
+def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, assisted: bool,
+                 pin_draft_len: bool = True) -> tuple[int, float]:
+    sampling = not config.greedy
+    generation = GenerationConfig(
+        do_sample=sampling,
+        temperature=config.temperature if sampling else None,
+        top_k=config.top_k if sampling else None,
+        top_p=config.top_p if sampling else None,
+        max_new_tokens=config.max_new_tokens,
+        min_new_tokens=config.max_new_tokens,  # same length as ours: no early stop
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    kwargs = {}
+    saved = None
+    if assisted:
+        kwargs["assistant_model"] = draft
+    if assisted and pin_draft_len:
+        # transformers reads K, its schedule and the confidence stop from the ASSISTANT's
+        # generation config (defaults: 20 tokens, a heuristic schedule that changes K every
+        # round, early stop at confidence 0.4). Pin them so both methods draft exactly K.
+        assistant_config = draft.generation_config
+        saved = {name: getattr(assistant_config, name, None) for name in _ASSISTANT_SETTINGS}
+        assistant_config.num_assistant_tokens = config.draft_len
+        assistant_config.num_assistant_tokens_schedule = "constant"
+        assistant_config.assistant_confidence_threshold = 0.0
+    torch.manual_seed(config.seed or 0)
+    try:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = target.generate(prompt, generation_config=generation, **kwargs)
+        if prompt.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    finally:
+        for name, value in (saved or {}).items():
+            setattr(draft.generation_config, name, value)
+    return output.shape[1] - prompt.shape[1], elapsed
+
+
+def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
+                  methods=METHODS, progress: bool = True) -> dict:
+    seconds: dict[str, list[float]] = {m: [] for m in methods}
+    costs = calibrated_costs(target, draft) if "speculative_calibrated" in methods else None
+    calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
+        if costs is not None else None
+    tokens: dict[str, list[int]] = {m: [] for m in methods}
+    call_seconds: dict[str, list[float]] = {m: [] for m in methods}
+    # The weight-streaming floor, measured once per repetition among the methods, against drift.
+    on_cpu = prompt.device.type == "cpu"
+    stream_seconds: list[float] = []
+    reports = []
+    total = (warmup + repeats) * len(methods)
+    bar = tqdm(total=total, desc="bench", disable=not progress)
+    for rep in range(warmup + repeats):
+        order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
+        run_config = config.with_(seed=(config.seed or 0) + rep)
+        ar_result = spec_result = None
+        if on_cpu and rep >= warmup:
+            stream_seconds.append(weight_stream_seconds(target, repeats=5))
+        for method in order:
+            result = None
+            if method == "ar":
+                result = ar_result = autoregressive_generate(target, prompt, run_config)
+            elif method == "speculative":
+                result = spec_result = speculative_generate(target, draft, prompt, run_config)
+            elif method == "speculative_calibrated":
+                result = speculative_generate(target, draft, prompt, calibrated.with_(seed=run_config.seed))
+            elif method == "ar_transformers":
+                result = autoregressive_generate(target, prompt, run_config, static_cache=False)
+            elif method == "speculative_transformers":
+                result = speculative_generate(target, draft, prompt, run_config, static_cache=False)
+            if result is not None:
+                n, wall = len(result.tokens), result.stats.wall_seconds
+            else:
+                n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method.startswith("hf_assisted"),
+                                       pin_draft_len=method == "hf_assisted")
+            if rep >= warmup:
+                seconds[method].append(wall)
+                tokens[method].append(n)
+                if result is not None:
+                    call_seconds[method].append(result.stats.mean_target_call_seconds)
+            bar.update(1)
+        if rep >= warmup and ar_result is not None and spec_result is not None:
+            reports.append(compare_runs(ar_result, spec_result))
+    bar.close()
+    median = statistics.median
+    ar_seconds = median(seconds["ar"]) if "ar" in seconds else None
+    stream = median(stream_seconds) if stream_seconds else None
+    summaries = []
+    for m in methods:
+        call = median(call_seconds[m]) if call_seconds[m] else None
+        summaries.append(MethodSummary(
+            method=m,
+            median_seconds=median(seconds[m]),
+            median_tokens=median(tokens[m]),
+            median_tokens_per_second=median(n / s for n, s in zip(tokens[m], seconds[m])),
+            speedup_vs_ar=(ar_seconds / median(seconds[m])) if ar_seconds else float("nan"),
+            median_target_call_seconds=call,
+            target_call_vs_weight_stream=call / stream if call is not None and stream else None,
+        ))
+    result = {"methods": [asdict(s) for s in summaries]}
+    if stream is not None:
+        size = weight_bytes(target)
+        result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
+                                   "cpu": cpu_name(), "torch_threads": torch.get_num_threads()}
+    if costs is not None:
+        result["calibration"] = {"cost_ratio_c": costs.draft, "verify_costs": list(costs.verify),
+                                 "described": costs.describe()}
+    if reports:
+        result["speculative"] = {
+            "alpha": median(r.alpha for r in reports),
+            "acceptance_rate": None,
+            "cost_ratio_c": median(r.cost_ratio for r in reports),
+            "verify_ratio_v": median(r.verify_ratio for r in reports),
+            "measured_decode_speedup": median(r.measured for r in reports),
+            "predicted_speedup_classic": median(r.predicted for r in reports),
+            "predicted_speedup_strict": median(r.predicted_strict for r in reports),
+            "fraction_of_strict_prediction": median(r.fraction_of_prediction for r in reports),
+        }
+        result["speculative"]["acceptance_rate"] = spec_result.stats.acceptance_rate if spec_result else None
+        result["speculative"]["mean_accepted_length"] = spec_result.stats.mean_accepted_length if spec_result else None
+    if "speculative" in seconds and "hf_assisted" in seconds:
+        result["speculative_vs_hf_assisted"] = median(seconds["hf_assisted"]) / median(seconds["speculative"])
+    if "speculative_transformers" in seconds and "hf_assisted" in seconds:
+        result["speculative_transformers_vs_hf_assisted"] = (
+            median(seconds["hf_assisted"]) / median(seconds["speculative_transformers"])
+        )
+    return result
+
+
+def markdown_table(result: dict) -> str:
+    lines = ["| method | median s | tokens | tokens/s | speedup vs AR | ms per target call | x weight stream |",
+             "|---|---|---|---|---|---|---|"]
+    for m in result["methods"]:
+        call, ratio = m.get("median_target_call_seconds"), m.get("target_call_vs_weight_stream")
+        lines.append(
+            f"| {m['method']} | {m['median_seconds']:.3f} | {m['median_tokens']:.0f} | "
+            f"{m['median_tokens_per_second']:.1f} | {m['speedup_vs_ar']:.2f}x | "
+            f"{'-' if call is None else f'{call * 1e3:.2f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+        )
+    stream = result.get("weight_stream")
+    if stream:
+        lines.append("")
+        lines.append(
+            f"{stream['cpu']}, {stream['torch_threads']} thread(s): the target's {stream['bytes'] / 1e6:.1f} MB of "
+            f"weights stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
+            "a sum over a buffer of that size, median over the repetitions)")
+    spec = result.get("speculative")
+    if spec:
+        lines.append("")
+        versus = result.get("speculative_vs_hf_assisted")  # only when hf_assisted ran too
+        lines.append(
+            (f"speculative vs hf_assisted: {versus:.2f}x; " if versus is not None else "speculative: ")
+            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
+            f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
+            f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
+            f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"
+        )
+    if "speculative_transformers_vs_hf_assisted" in result:
+        lines.append(
+            "speculative on transformers' forward vs hf_assisted: "
+            f"{result['speculative_transformers_vs_hf_assisted']:.2f}x"
+        )
+    if "calibration" in result:
+        lines.append(f"calibrated on this machine: {result['calibration']['described']}")
+    if "machine" in result:
+        lines.append(f"target forward: {result['machine']['kernels']}")
+    return "\n".join(lines)
+
+
+#: The decoding settings bench takes as flags, and its defaults (a fixed, exact configuration to time).
+DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
+DECODING_DEFAULTS = {"draft_len": 4, "beta": 0.0, "acceptance": "ssd", "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                     "max_new_tokens": 128, "seed": 0}

@@ -1,0 +1,200 @@
+"""The `eval` report as markdown: the systems table, the table by length, and what was measured how.
+
+Columns follow what the run measured: WER (Whisper) and PER (the phoneme recognizer) when scored, MCD-DTW,
+target NLL and the duration ratio only for the embedded voice (they need its eSpeak reference and its
+plain-LM target).
+"""
+
+from __future__ import annotations
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return f"{value:.{digits}f}"
+
+
+def _ci(diff, scale: float = 1.0, digits: int = 3) -> str:
+    if not diff or diff[0] != diff[0]:
+        return ""
+    a, b, c = (x * scale for x in diff)
+    return f"{a:+.{digits}f} [{b:+.{digits}f}, {c:+.{digits}f}]"
+
+
+def voice_summary(meta: dict) -> dict:
+    """Sizes and training cost of the evaluated voice, from its voice.json."""
+    training = meta.get("training", {})
+    return {
+        "models": meta.get("models"),
+        "parameters": {name: t.get("parameters") for name, t in training.items()},
+        "test_ce": {name: t.get("test_ce") for name, t in training.items()},
+        # draft heads have no cross-entropy of their own: their held-out expected acceptance per step instead
+        "expected_acceptance": {name: t["expected_acceptance"] for name, t in training.items() if "expected_acceptance" in t},
+        "steps": {name: t.get("steps") for name, t in training.items()},
+        "training_seconds": {name: t.get("wall_seconds") for name, t in training.items()},
+        "total_training_seconds": meta.get("total_training_seconds"),
+        "dataset_build_seconds": meta.get("dataset_build_seconds"),
+        "train_sentences": meta.get("train_sentences"),
+    }
+
+
+def _columns(report: dict) -> list[tuple[str, callable]]:
+    """(header, cell of a system row) for each column this report has."""
+    metrics, embedded = report.get("metrics", ["per"]), report.get("embedded", True)
+    columns: list[tuple[str, callable]] = [("system", lambda r: r["system"])]
+    if "wer" in metrics:
+        columns += [("WER %", lambda r: _fmt(_pct(r.get("wer")))),
+                    ("WER - AR, points (95% CI)", lambda r: _ci(r.get("wer_vs_ar"), 100, 2)),
+                    ("corpus WER %", lambda r: _fmt(_pct(r.get("wer_corpus"))))]
+    if "per" in metrics:
+        columns += [("PER", lambda r: _fmt(r.get("per"), 3)), ("PER - AR (95% CI)", lambda r: _ci(r.get("per_vs_ar")))]
+    if embedded:
+        columns += [("MCD-DTW dB", lambda r: _fmt(r.get("mcd"))), ("target NLL", lambda r: _fmt(r.get("nll")))]
+    if report.get("engine") == "vllm":  # batches: throughput and latency, not one-text timings
+        return columns + [
+            ("acceptance", lambda r: _fmt(r.get("acceptance"))),
+            ("tokens/s", lambda r: _fmt(r.get("tokens_per_second"), 1)),
+            ("audio s / s", lambda r: _fmt(r.get("audio_seconds_per_second"))),
+            ("throughput vs AR", lambda r: _fmt(r.get("throughput_vs_ar"))),
+            ("LM-RTF", lambda r: _fmt(r.get("lm_rtf"), 3)),
+            ("latency median / max s", lambda r: f"{_fmt(r.get('latency_median_s'))} / {_fmt(r.get('latency_max_s'))}"),
+        ]
+    columns += [
+        ("acceptance", lambda r: _fmt(r.get("acceptance"))),
+        ("alpha", lambda r: _fmt(r.get("alpha"))),
+        ("c / v", lambda r: f"{_fmt(r['cost_ratio'])} / {_fmt(r['verify_ratio'])}"
+         if r.get("cost_ratio") is not None else ""),
+        ("LM speedup", lambda r: _fmt(r.get("lm_speedup"))),
+        ("predicted (strict)", lambda r: _fmt(r.get("predicted_strict"))),
+        ("LM-RTF", lambda r: _fmt(r.get("lm_rtf"), 3)),
+        ("end-to-end speedup", lambda r: _fmt(r.get("e2e_speedup"))),
+    ]
+    return columns
+
+
+def _pct(value):
+    return None if value is None else value * 100
+
+
+def markdown(report: dict, command: str) -> str:
+    embedded = report.get("embedded", True)
+    metrics = report.get("metrics", ["per"])
+    columns = _columns(report)
+    lines = [
+        report.get("section", "## Embedded voice evaluation"),
+        "",
+        f"Command: `{command}` (commit {report['commit']}, {report['date']}, {report['machine']}).",
+        _what_was_measured(report),
+        f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
+        f"top-p {report['config']['top_p']}, "
+        + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured costs)."
+           if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}.")
+        + " SSD at beta = 0 is exact speculative sampling.",
+        "",
+        "| " + " | ".join(header for header, _ in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for row in report["systems"]:
+        lines.append("| " + " | ".join(cell(row) for _, cell in columns) + " |")
+    lines += _by_length(report, metrics, embedded)
+    lines += _instruments(report, metrics)
+    if report.get("notes"):
+        lines += [""] + [f"Note: {note}" for note in report["notes"]]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _what_was_measured(report: dict) -> str:
+    metrics = report.get("metrics", ["per"])
+    if report.get("test_set"):
+        texts = (f"{len(report['texts'])} items of the test set `{report['test_set']}` "
+                 f"({report['test_set_format']} format)")
+    else:
+        texts = (f"{len(report['texts'])} texts a visitor would type (`ssd_demo/measure/visitor_texts.py`, never "
+                 "trained on)")
+    parts = [f"Pair: {report.get('pair', 'the embedded voice')}; {texts}"]
+    if report.get("engine") == "vllm":
+        return "; ".join(parts + _intelligibility_parts(report, metrics)) + "; " + _BATCHED
+    if report.get("embedded", True):
+        parts.append("reference = eSpeak NG's own rendering")
+    parts += _intelligibility_parts(report, metrics)
+    return ("; ".join(parts) + "; other columns are medians; times are the fastest of "
+            f"{report.get('repeats', 1)} identical runs; speedups per sampled token; LM-RTF = LM seconds / audio "
+            "seconds over all texts; c / v = a draft step / a verify call in AR target steps, and `predicted (strict)` "
+            "= (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per text, medians"
+            + (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes."
+               if report.get("embedded", True) else "."))
+
+
+_BATCHED = ("speech LM on the vLLM engine: each system's texts submitted at once (continuous batching; one batch "
+            "per voice prompt), so a text's time is shared with the others and there is no per-text speedup. "
+            "tokens/s and audio s / s = all tokens and all seconds of audio over the batch's LM time (the codec's "
+            "time apart); throughput vs AR = tokens/s over AR's; LM-RTF = LM seconds / audio seconds; latency = "
+            "each text's time from the batch's submission to its last token, median and max; acceptance = "
+            "accepted / drafted over the batch.")
+
+
+def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
+    parts = []
+    if "wer" in metrics:
+        asr = report.get("asr", {})
+        parts.append(f"WER = word error rate heard by `{asr.get('model')}` ({asr.get('normaliser')} normalisation; "
+                     "mean over texts, and corpus WER = all errors / all reference words)")
+    if "per" in metrics:
+        parts.append("PER = phoneme error rate heard by the phoneme recognizer (mean over texts)")
+    return parts
+
+
+def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
+    buckets = report.get("bucket_names") or list(report["systems"][0].get("per_by_bucket", {}))
+    if not buckets:
+        return []
+    shown = [m for m in ("wer", "per") if m in metrics]
+    what = " / ".join(m.upper() + (" %" if m == "wer" else "") for m in shown)
+    lines = ["", f"By length ({what}{' / duration ratio output : eSpeak' if embedded else ''}):", "",
+             "| system | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+    for row in report["systems"]:
+        cells = []
+        for bucket in buckets:
+            values = [_fmt(_pct(row.get("wer_by_bucket", {}).get(bucket))) if m == "wer" else
+                      _fmt(row.get("per_by_bucket", {}).get(bucket), 3) for m in shown]
+            durations = row.get("duration_by_bucket", {})
+            if embedded and bucket in durations:
+                values.append(_fmt(durations[bucket]))
+            cells.append(" / ".join(values))
+        lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _instruments(report: dict, metrics: list[str]) -> list[str]:
+    lines = []
+    recognizer = report.get("recognizer") or {}
+    if "per" in metrics and recognizer:
+        lines += ["", f"Recognizer (its own held-out sentences): PER {_fmt(recognizer.get('per_clean'), 3)} on clean "
+                  f"eSpeak speech, {_fmt(recognizer.get('per_round_trip'), 3)} through the codec; the floor row above is "
+                  "its PER on the codec round trip of these very texts."]
+    voice = report.get("voice")
+    if voice and voice.get("parameters"):
+        lines += ["", _voice_line(voice)]
+    return lines
+
+
+def _voice_line(voice: dict) -> str:
+    params, ce, secs, steps = voice["parameters"], voice["test_ce"], voice["training_seconds"], voice["steps"]
+    accept = voice.get("expected_acceptance", {})
+
+    def held_out(name: str) -> str:
+        if ce.get(name) is not None:
+            return f"held-out cross-entropy {ce[name]:.2f} nats/token"
+        if name in accept:
+            return "held-out expected acceptance (temperature 1) " + " / ".join(f"{a:.2f}" for a in accept[name]) \
+                + " after 1.." + str(len(accept[name])) + " steps"
+        return "no held-out score"
+
+    return ("Voice: " + "; ".join(
+        f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
+        + held_out(name) for name in params)
+        + f". Training stages add up to {voice['total_training_seconds'] / 60:.0f} min on 2 shared CPU cores "
+        "(summed; the two draft stages are independent and may run side by side), "
+        f"plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
+        f"{voice['train_sentences']} training sentences.")

@@ -1,0 +1,27 @@
+"""How many torch threads decoding a model uses on the CPU: one for small models, torch's default otherwise."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..speech.synthesis import Synthesizer
+
+#: Below this many target parameters one torch thread is used: such models are bound by
+#: per-call overhead, and a second thread only adds synchronisation (and, on a shared or
+#: busy CPU, waits for a core another process holds: 10x slower was seen on 2 cores).
+SMALL_MODEL_PARAMETERS = 100_000_000
+_DEFAULT_THREADS = None
+
+
+def cpu_threads_for(synthesizer: Synthesizer) -> int:
+    """Torch CPU threads for this model: $SSD_TORCH_THREADS, else 1 for small models, else torch's default."""
+    global _DEFAULT_THREADS
+    if _DEFAULT_THREADS is None:
+        _DEFAULT_THREADS = torch.get_num_threads()
+    override = os.environ.get("SSD_TORCH_THREADS", "").strip()
+    if override:
+        return max(1, int(override))
+    parameters = sum(p.numel() for p in synthesizer.target.parameters())
+    return 1 if parameters < SMALL_MODEL_PARAMETERS else _DEFAULT_THREADS

@@ -1,0 +1,372 @@
+"""Text in, audio out: a backend (prompt format + codec) around the decoding engine.
+
+The engine only knows token ids. A `Backend` knows one model family: how to turn
+text into prompt ids, which ids are speech tokens, and how generated ids become a
+waveform. `Synthesizer` joins a backend, a target, a draft and the engine, and
+times the language model and the codec separately. `Synthesizer.stream()` yields the audio
+piece by piece as it is decoded (`ssd_demo.speech.streaming`); `synthesize()` is that stream, consumed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from ..engine.cancellation import StopCheck
+from ..engine.cancellation import check as check_stop
+from ..config import DecodingConfig, resolve_seed
+from ..engine.generate import RoundCallback, autoregressive_generate, speculative_generate
+from ..errors import InputError, TextError
+from ..engine.results import GenerationResult, combine
+from ..rules import RULES, AcceptanceRule, make_rule
+from ..engine.static_cache import prepare_kernels
+from .streaming import AudioPiece, SynthesisStream
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a model family must provide. One module per family in `ssd_demo.backends`."""
+
+    name: str
+    sample_rate: int
+    max_text_chars: int
+    eos_token_id: int | tuple[int, ...]  # the id(s) that end an utterance
+    licence: str
+
+    def allowed_token_ids(self) -> list[int]:
+        """Ids the LM may generate: speech tokens plus end of speech."""
+
+    def default_config(self) -> DecodingConfig:
+        """Sampling settings the model was trained/published with."""
+
+    def prompt_ids(self, text: str, voice_prompt: "VoicePrompt | None" = None) -> list[int]:
+        """Prompt token ids for `text`; raises TextError for text it cannot speak."""
+
+    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
+        """Generated ids (end token allowed) -> float32 mono waveform at `sample_rate`.
+
+        Backends with voice cloning also take `prompt_ids=` (the prompt, voice prompt included),
+        which `Synthesizer` passes when a voice prompt was given: their codecs decode the
+        generated speech after the prompt's.
+        """
+
+
+@dataclass
+class VoicePrompt:
+    """A reference clip to imitate (backends that support voice cloning)."""
+
+    audio: np.ndarray  # float32 mono
+    sample_rate: int
+    transcript: str
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """A piece of the text decoded on its own, and the silence that follows it in the audio."""
+
+    text: str
+    pause_after_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Script:
+    """A text as its backend speaks it: the chunks, and each chunk's prompt ids (voice prompt included).
+    Built once (`Synthesizer.script`), it can be decoded any number of times: AR and speculative alike."""
+
+    chunks: list[TextChunk]
+    prompts: list[list[int]]
+
+
+@dataclass
+class ChunkResult:
+    text: str
+    generation: GenerationResult
+    config: DecodingConfig  # as decoded: the chunk's seed, the length limit cut to the model's context
+    start_sample: int  # where this chunk's audio starts in the joined audio
+    end_sample: int
+    lm_seconds: float
+    codec_seconds: float
+
+    @property
+    def seed(self) -> int:
+        """This chunk's decoding seed: the run's seed + the chunk's index."""
+        return self.config.seed
+
+
+@dataclass
+class SynthesisResult:
+    text: str
+    mode: str  # "ar" | "speculative"
+    audio: np.ndarray  # float32 mono in [-1, 1]
+    sample_rate: int
+    generation: GenerationResult  # all chunks combined (see results.combine)
+    config: DecodingConfig
+    lm_seconds: float
+    codec_seconds: float
+    chunks: list[ChunkResult] = field(default_factory=list)
+
+    @property
+    def duration_seconds(self) -> float:
+        return len(self.audio) / self.sample_rate if self.sample_rate else 0.0
+
+    @property
+    def total_seconds(self) -> float:
+        return self.lm_seconds + self.codec_seconds
+
+    @property
+    def real_time_factor(self) -> float:
+        """Processing seconds per second of audio (< 1 is faster than real time)."""
+        return self.total_seconds / self.duration_seconds if self.duration_seconds > 0 else float("inf")
+
+
+class Synthesizer:
+    """A backend with its target and drafts, ready to speak."""
+
+    def __init__(self, backend: Backend, target, drafts: dict, default_draft: str | None = None):
+        if not drafts:
+            raise ValueError("a Synthesizer needs at least one draft model")
+        self.backend = backend
+        self.target = target
+        self.drafts = dict(drafts)
+        self.draft_name = default_draft or next(iter(self.drafts))
+        self._acoustic: torch.Tensor | None = None
+        if self.draft_name not in self.drafts:
+            raise InputError(f"unknown draft {self.draft_name!r}; available: {', '.join(self.drafts)}")
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    def config(self, **overrides) -> DecodingConfig:
+        """The backend's default settings with the speech-token mask and end token filled in."""
+        base = self.backend.default_config().with_(
+            eos_token_id=self.backend.eos_token_id,
+            allowed_token_ids=self.backend.allowed_token_ids(),
+        )
+        return base.with_(**overrides) if overrides else base
+
+    def grouping_embeddings(self) -> torch.Tensor:
+        """[V, d] table the pcg rule groups tokens by: the backend's acoustic embeddings when it has
+        them (e.g. codec centroids), else the target's input embeddings (the PCG paper's choice)."""
+        vocab = self.target.get_input_embeddings().weight.shape[0]
+        acoustic = getattr(self.backend, "acoustic_embeddings", None)
+        if acoustic is not None:
+            if self._acoustic is None:
+                self._acoustic = acoustic(vocab).to(self.device)
+            return self._acoustic
+        return self.target.get_input_embeddings().weight.detach()
+
+    def left_out(self, text: str) -> str:
+        """What of `text` the voice will not speak, where its backend can tell ("" otherwise)."""
+        tell = getattr(self.backend, "left_out", None)  # optional, like `acoustic_embeddings`
+        return tell(text) if tell is not None else ""
+
+    def rule(self, config: DecodingConfig) -> AcceptanceRule:
+        """The acceptance rule `config` names, built with this voice's grouping table when it needs one."""
+        return make_rule(config, embeddings=self.grouping_embeddings() if RULES[config.acceptance].needs_embeddings else None)
+
+    def synthesize(
+        self,
+        text: str,
+        mode: str = "speculative",
+        config: DecodingConfig | None = None,
+        draft: str | None = None,
+        voice_prompt: VoicePrompt | None = None,
+        should_stop: StopCheck | None = None,
+        on_progress: RoundCallback | None = None,
+        script: Script | None = None,
+    ) -> SynthesisResult:
+        """Speak `text`: split into the backend's chunks, each decoded on its own (AR and speculative
+        decode the same chunks with the same per-chunk seeds), audio joined with the chunks' pauses.
+        `should_stop` is asked before every chunk and every decoding round (`Cancelled` when it says so);
+        `on_progress(tokens, target calls)` hears the whole text's counts so far after every round.
+        The same work as `stream()`, each chunk's codes decoded at once."""
+        return self.stream(text, mode, config, draft, voice_prompt, should_stop, windows=False,
+                           on_progress=on_progress, script=script).run()
+
+    def stream(
+        self,
+        text: str,
+        mode: str = "speculative",
+        config: DecodingConfig | None = None,
+        draft: str | None = None,
+        voice_prompt: VoicePrompt | None = None,
+        should_stop: StopCheck | None = None,
+        windows: bool = True,
+        on_progress: RoundCallback | None = None,
+        script: Script | None = None,
+    ) -> SynthesisStream:
+        """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
+        chunk, or (`windows`, for a backend with `audio_windows`, e.g. Llasa's codec) one per codec
+        window. Joined, the pieces are the clip; after the last one `stream.result` holds the whole
+        `SynthesisResult`. The tokens are those of `synthesize` for the same seed; so are the samples,
+        except that codec windows blend at their joins (`ssd_demo.speech.streaming`).
+
+        Text and settings are checked here, before the first piece is asked for. `script`: the text
+        already split and prompted (`script()`, with the same voice prompt), so that runs of the same
+        text build it once; each piece's ready time then counts from the decoding, not the text work."""
+        if mode not in ("ar", "speculative"):
+            raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
+        draft_name = draft or self.draft_name
+        if mode == "speculative" and draft_name not in self.drafts:
+            raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+        started = time.perf_counter()
+        config = config or self.config()
+        # Whatever the caller passed, the LM must stay inside the speech vocabulary and stop at
+        # the backend's end token, or the codec would receive ids it cannot decode.
+        config = config.with_(eos_token_id=self.backend.eos_token_id, allowed_token_ids=self.backend.allowed_token_ids())
+        if script is None:
+            script = self.script(text, voice_prompt)
+        pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
+                              script.chunks, script.prompts, started)
+        return SynthesisStream(pieces)
+
+    def script(self, text: str, voice_prompt: VoicePrompt | None = None) -> Script:
+        """`text` split into the backend's chunks, with every chunk's prompt built first: a chunk that
+        cannot be spoken fails (TextError) before any decoding."""
+        split = getattr(self.backend, "split_text", None)
+        chunks = split(text) if split is not None else [TextChunk(text)]
+        return Script(list(chunks), [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks])
+
+    def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
+                should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,
+                chunks: list[TextChunk], prompts: list[list[int]], started: float) -> Generator[AudioPiece, None, SynthesisResult]:
+        base_seed = resolve_seed(config.seed)  # None: a fresh one, reported in the result's stats
+        windowed = getattr(self.backend, "audio_windows", None) if windows else None
+        results: list[ChunkResult] = []
+        played: list[np.ndarray] = []
+        tokens = calls = position = 0
+        for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
+            check_stop(should_stop)
+            seed = (base_seed + index) % 2**63
+            on_round = None if on_progress is None else (  # the chunk's counts on top of the earlier chunks'
+                lambda chunk_tokens, chunk_calls, before=(tokens, calls):
+                    on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
+            generation, chunk_config, lm_seconds = self._generate(prompt, mode, config.with_(seed=seed), draft_name,
+                                                                  should_stop, on_round, voice_prompt)
+            tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
+            context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
+            if windowed is not None:
+                parts = windowed(generation.tokens, **context)
+            else:
+                parts = iter([lambda: self.backend.tokens_to_audio(generation.tokens, **context)])
+            chunk_start = position
+            codec_seconds, cost = 0.0, lm_seconds  # the LM's time is charged to the chunk's first piece
+            for audio, seconds in _timed(parts):
+                codec_seconds += seconds
+                yield self._piece(len(played), index, chunk.text, audio, position, started, cost + seconds, tokens,
+                                  calls)
+                played.append(audio)
+                position, cost = position + len(audio), 0.0
+            speech_end = position
+            if index < len(chunks) - 1 and chunk.pause_after_ms:  # the pause is a piece of its own
+                pause = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000), dtype=np.float32)
+                yield self._piece(len(played), index, "", pause, position, started, 0.0, tokens, calls)
+                played.append(pause)
+                position += len(pause)
+            results.append(ChunkResult(chunk.text, generation, chunk_config, chunk_start, speech_end, lm_seconds,
+                                       codec_seconds))
+        generation = combine([r.generation for r in results])
+        generation.stats.seed = base_seed
+        return SynthesisResult(
+            text=text,
+            mode=mode,
+            audio=np.concatenate(played) if played else np.zeros(0, np.float32),
+            sample_rate=self.backend.sample_rate,
+            generation=generation,
+            # The settings as decoded; a length limit cut to the model's context shows as the tightest cut.
+            config=config.with_(seed=base_seed, max_new_tokens=min(r.config.max_new_tokens for r in results)),
+            lm_seconds=sum(r.lm_seconds for r in results),
+            codec_seconds=sum(r.codec_seconds for r in results),
+            chunks=results,
+        )
+
+    def _piece(self, index: int, chunk_index: int, text: str, audio: np.ndarray, start_sample: int, started: float,
+               seconds: float, tokens: int, calls: int) -> AudioPiece:
+        return AudioPiece(index=index, chunk_index=chunk_index, text=text, audio=audio,
+                          sample_rate=self.backend.sample_rate, start_sample=start_sample,
+                          ready_seconds=time.perf_counter() - started, processing_seconds=seconds,
+                          tokens_so_far=tokens, target_calls_so_far=calls)
+
+    def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
+                  should_stop: StopCheck | None, on_round: RoundCallback | None = None,
+                  voice_prompt: VoicePrompt | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
+        """One chunk's tokens, the config as decoded, and the LM seconds."""
+        # A backend may bound the length by the prompt and sample its own way (CosyVoice 2: 2-20 speech
+        # tokens per text token, repetition-aware sampling), for both decoders alike.
+        plan = getattr(self.backend, "plan_generation", None)
+        distribution = None
+        if plan is not None:
+            config, distribution = plan(prompt, config, voice_prompt)
+        # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
+        # generating past it gives audio of unknown quality, so the length limit is cut to fit.
+        max_context = getattr(self.backend, "max_context", None)
+        if max_context is not None and len(prompt) + config.max_new_tokens > max_context:
+            room = max_context - len(prompt)
+            if room < 1:
+                raise TextError(f"the prompt takes {len(prompt)} of the model's {max_context} tokens: shorten the text")
+            config = config.with_(max_new_tokens=room)
+        make_forced = getattr(self.backend, "forced_tokens", None)
+        forced = make_forced(prompt) if make_forced is not None else None
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        # the first call's kernel probe is not LM time
+        prepare_kernels(self.target, *([self.drafts[draft_name]] if mode == "speculative" else []))
+        start = time.perf_counter()
+        if mode == "ar":
+            generation = autoregressive_generate(self.target, input_ids, config, forced=forced,
+                                                 should_stop=should_stop, on_round=on_round,
+                                                 prefix_distribution=distribution)
+        else:
+            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
+                                              rule=self.rule(config), should_stop=should_stop, on_round=on_round,
+                                              prefix_distribution=distribution)
+        return generation, config, time.perf_counter() - start
+
+
+def _timed(parts: Iterator) -> Iterator[tuple[np.ndarray, float]]:
+    """(float32 samples, seconds it took to produce them) for each part; a part is an array from a
+    generator that decodes as it is asked, or a function that returns one."""
+    while True:
+        start = time.perf_counter()
+        try:
+            part = next(parts)
+        except StopIteration:
+            return
+        audio = part() if callable(part) else part
+        yield np.asarray(audio, dtype=np.float32), time.perf_counter() - start
+
+
+@dataclass
+class TimedSynthesis:
+    """One synthesis re-timed `repeats` times: the first result and the fastest timings."""
+
+    result: SynthesisResult
+    lm_seconds_per_token: float  # decode seconds per generated token (prefill excluded)
+    total_seconds: float  # LM + codec seconds of the fastest run
+    repeats: int
+
+
+def synthesize_fastest(synth: Synthesizer, text: str, repeats: int = 1, **kwargs) -> TimedSynthesis:
+    """Synthesise `text` `repeats` times with the same settings and keep the fastest timings.
+
+    With a fixed seed every run decodes the same tokens, so extra runs only re-time the same work;
+    a shared machine's stalls only ever add time, so the minimum is the least noisy estimate (as in
+    timeit). Without a seed each run would sample different tokens, and the minimum would pick the
+    luckiest output rather than the fastest timing, so a seed is required when repeating.
+    """
+    repeats = max(int(repeats), 1)
+    config = kwargs.get("config")
+    if repeats > 1 and (config is None or config.seed is None):
+        raise ValueError("synthesize_fastest needs a config with a fixed seed to repeat the same work")
+    runs = [synth.synthesize(text, **kwargs) for _ in range(repeats)]
+    return TimedSynthesis(
+        result=runs[0],
+        lm_seconds_per_token=min(r.generation.stats.decode_seconds_per_token for r in runs),
+        total_seconds=min(r.total_seconds for r in runs),
+        repeats=repeats,
+    )

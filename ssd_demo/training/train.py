@@ -1,0 +1,302 @@
+"""Train the embedded voice: the target LM, draft A ("layers") and draft B ("distilled").
+
+- Target: a LlamaForCausalLM over the sequences of `backends.vocab` (prompt, then speech tokens
+  with NEXT markers and the phonemes the decoder inserts), cross-entropy on what the model samples
+  at inference: speech tokens and NEXT (the text and the inserted tokens are given, not predicted).
+- Draft A, the SSD paper's construction: the target's bottom layer(s) and top layers stacked into a
+  shallow model of the same width, initialised from the target; only the bottom layer(s), the final
+  norm and the head are trained (cross-entropy), the rest stays frozen.
+- Draft B: a small standalone Llama trained with KL(target || draft) on the target's temperature-1
+  distributions at the speech positions.
+
+Every stage checkpoints (model, optimiser, step, losses) and resumes after an interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ..backends.vocab import VocabLayout
+from .precision import autocast
+from ..errors import InputError
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    max_positions: int = 1024
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    steps: int
+    lr: float = 1e-3
+    warmup: int = 100
+    batch_tokens: int = 3200  # padded tokens per batch
+    weight_decay: float = 0.01
+    checkpoint_every: int = 200
+    seed: int = 0
+    max_minutes: float = 0.0  # stop early (and record it) after this much wall time; 0 = no limit
+
+
+def make_llama(layout: VocabLayout, spec: ModelSpec) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=layout.vocab_size,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        max_position_embeddings=spec.max_positions,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=layout.bos_id,
+        eos_token_id=layout.end_of_speech_id,
+        pad_token_id=layout.pad_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def layer_subset_draft(target: LlamaForCausalLM, bottom: int, top: int) -> tuple[LlamaForCausalLM, list[str]]:
+    """Draft A: target layers [0, bottom) + [L - top, L), same width, weights copied.
+
+    Returns the draft and the names of the parameters to train (bottom layers, final norm, head).
+    """
+    n = target.config.num_hidden_layers
+    if bottom < 1 or top < 0 or bottom + top > n:
+        raise InputError(f"cannot take bottom {bottom} + top {top} layers from a {n}-layer target")
+    config = LlamaConfig.from_dict(target.config.to_dict())
+    config.num_hidden_layers = bottom + top
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[: bottom + top]
+    draft = LlamaForCausalLM(config)
+    source = list(range(bottom)) + list(range(n - top, n))
+    state = target.state_dict()
+    new_state = {}
+    for name in draft.state_dict():
+        if name.startswith("model.layers."):
+            parts = name.split(".")
+            parts[2] = str(source[int(parts[2])])
+            new_state[name] = state[".".join(parts)].clone()
+        else:
+            new_state[name] = state[name].clone()
+    draft.load_state_dict(new_state)
+    trainable = [name for name, _ in draft.named_parameters()
+                 if name.startswith("lm_head") or name == "model.norm.weight"
+                 or any(name.startswith(f"model.layers.{i}.") for i in range(bottom))]
+    return draft, trainable
+
+
+def make_batches(examples: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Length-bucketed batches of at most `batch_tokens` padded tokens, in random order."""
+    order = sorted(examples, key=lambda e: len(e["prompt"]) + len(e["speech"]) + rng.random())
+    batches, current, longest = [], [], 0
+    for example in order:
+        length = len(example["prompt"]) + len(example["speech"])
+        if current and max(longest, length) * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(example)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(batch: list[dict], layout: VocabLayout) -> dict[str, torch.Tensor]:
+    """input_ids / attention_mask / labels. Labels cover what the model samples at inference (speech
+    tokens and NEXT): the prompt, the padding and the tokens the decoder inserts are ignored."""
+    sequences = [e["prompt"] + e["speech"] for e in batch]
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(batch), width), layout.pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (example, seq) in enumerate(zip(batch, sequences)):
+        input_ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        start = len(example["prompt"])
+        stream = torch.tensor(seq[start:])
+        previous = torch.tensor(seq[start - 1 : -1])
+        labels[row, start : len(seq)] = stream.masked_fill(previous == layout.next_phoneme_id, IGNORE)
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def cross_entropy(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE)
+
+
+def distillation_kl(draft, target, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean over speech positions of KL(target || draft), both at temperature 1."""
+    with torch.no_grad():
+        teacher = target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    student = draft(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    keep = batch["labels"][:, 1:] != IGNORE
+    teacher_logp = F.log_softmax(teacher[keep], dim=-1)
+    student_logp = F.log_softmax(student[keep], dim=-1)
+    return F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
+
+
+@torch.no_grad()
+def evaluate_ce(model, examples: list[dict], layout: VocabLayout, batch_tokens: int) -> float:
+    """Teacher-forced cross-entropy (nats per speech token) on `examples`."""
+    model.eval()
+    total, count = 0.0, 0
+    for batch in make_batches(examples, batch_tokens, random.Random(0)):
+        tensors = collate(batch, layout)
+        n = int((tensors["labels"][:, 1:] != IGNORE).sum())
+        with autocast():
+            total += float(cross_entropy(model, tensors)) * n
+        count += n
+    model.train()
+    return total / max(count, 1)
+
+
+def optimizer_step(loss: torch.Tensor, params, optimizer, max_norm: float = 1.0) -> None:
+    """One update from `loss`: gradients of `params`, clipped to `max_norm`, applied by `optimizer`."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    optimizer.step()
+
+
+def lr_at(step: int, config: StageConfig) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def train_stage(
+    name: str,
+    model: LlamaForCausalLM,
+    loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    trainable: list[str] | None,
+    train_examples: list[dict],
+    layout: VocabLayout,
+    config: StageConfig,
+    out_dir: Path,
+    log=print,
+) -> dict:
+    """Train `model` in place; checkpoints to out_dir/<name>/checkpoint.pt and resumes from it."""
+    stage_dir = out_dir / name
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint_path = stage_dir / "checkpoint.pt"
+    names = set(trainable) if trainable is not None else None
+    params = []
+    for pname, param in model.named_parameters():
+        param.requires_grad_(names is None or pname in names)
+        if param.requires_grad:
+            params.append(param)
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
+    step, losses, elapsed = 0, [], 0.0
+    if checkpoint_path.exists():
+        state = torch.load(checkpoint_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, losses, elapsed = state["step"], state["losses"], state["elapsed"]
+        log(f"{name}: resumed at step {step}")
+
+    def save_checkpoint() -> None:
+        tmp = checkpoint_path.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                    "losses": losses, "elapsed": elapsed}, tmp)
+        tmp.replace(checkpoint_path)  # atomic: an interruption never leaves a torn checkpoint
+
+    model.train()
+    epoch_rng = random.Random(config.seed)
+    batches: list[list[dict]] = []
+    # Replay the batch order so a resumed run sees the same data stream.
+    consumed = 0
+    while consumed <= step:
+        batches.extend(make_batches(train_examples, config.batch_tokens, epoch_rng))
+        consumed = len(batches)
+    start = time.perf_counter() - elapsed
+    stopped_early = False
+    window: list[float] = []
+    while step < config.steps:
+        if config.max_minutes and (time.perf_counter() - start) / 60 > config.max_minutes:
+            stopped_early = True
+            log(f"{name}: time budget of {config.max_minutes} min reached at step {step}")
+            break
+        while step >= len(batches):
+            batches.extend(make_batches(train_examples, config.batch_tokens, epoch_rng))
+        tensors = collate(batches[step], layout)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        with autocast():
+            loss = loss_fn(tensors)
+        optimizer_step(loss, params, optimizer)
+        step += 1
+        window.append(loss.item())
+        if step % 25 == 0 or step == config.steps:
+            losses.append((step, sum(window) / len(window)))
+            elapsed = time.perf_counter() - start
+            log(f"{name}: step {step}/{config.steps} loss {losses[-1][1]:.4f} lr {lr_at(step, config):.2e} "
+                f"{elapsed:.0f} s")
+            window = []
+        if step % config.checkpoint_every == 0:
+            elapsed = time.perf_counter() - start
+            save_checkpoint()
+    elapsed = time.perf_counter() - start
+    save_checkpoint()
+    for param in model.parameters():
+        param.requires_grad_(True)
+    summary = {"steps": step, "planned_steps": config.steps, "stopped_early": stopped_early,
+               "wall_seconds": round(elapsed, 1), "final_loss": losses[-1][1] if losses else None,
+               "losses": losses, "config": asdict(config)}
+    (stage_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+@torch.no_grad()
+def warm_start(model: LlamaForCausalLM, source: LlamaForCausalLM, source_layout: dict, layout: VocabLayout) -> list[str]:
+    """Copy a trained voice's weights into `model` where they mean the same thing; returns what was copied.
+
+    Transformer layers and the final norm are copied when their shapes match. When both voices have the
+    same vocabulary layout (a continued run) the embedding and output tables are copied whole; across
+    layouts only the rows of the speech tokens (same codec) and of the shared specials are copied by
+    id, and phoneme rows stay freshly initialised: a new inventory has no row-by-row match in an old one.
+    """
+    copied = []
+    target_state = model.state_dict()
+    same_layout = VocabLayout.from_dict(source_layout).to_dict() == layout.to_dict()
+    for name, tensor in source.state_dict().items():
+        if name not in target_state or (name in ("model.embed_tokens.weight", "lm_head.weight") and not same_layout):
+            continue
+        if target_state[name].shape == tensor.shape:
+            target_state[name].copy_(tensor)
+            copied.append(name)
+    if same_layout:
+        model.load_state_dict(target_state)
+        return copied
+    n_speech = min(layout.n_speech, int(source_layout["n_speech"]))
+    old_speech = int(source_layout["speech_offset"])
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        new, old = target_state[name], source.state_dict()[name]
+        if new.shape[1] != old.shape[1]:
+            continue
+        new[layout.speech_offset : layout.speech_offset + n_speech] = old[old_speech : old_speech + n_speech]
+        for special in ("pad_id", "bos_id", "speech_start_id", "end_of_speech_id"):
+            new[getattr(layout, special)] = old[int(source_layout[special])]
+        copied.append(f"{name} (speech and special rows)")
+    model.load_state_dict(target_state)
+    return copied

@@ -1,0 +1,254 @@
+"""`python -m ssd_demo train`: build the corpus and codec, train target + drafts, export the voice.
+
+    python -m ssd_demo train --out runs/voice                  # default recipe (~45 min on 2 CPU cores)
+    python -m ssd_demo train --out runs/voice --export assets/embedded
+    # the shipped voice continues the previous one (--init-from); the whole chain of commands and
+    # times is in README.md, "Train the embedded voice"
+    python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
+
+Stages run in order (data, target, layers, distilled, export) and each resumes from its
+checkpoint, so re-running the same command after an interruption continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from ..errors import InputError
+from ..backends.vocab import VocabLayout
+from ..engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
+from .heads import evaluate_heads, heads_loss
+from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
+from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
+                    make_batches, make_llama, train_stage, warm_start)
+
+STAGES = ("data", "target", "layers", "distilled", "heads", "export")
+
+#: Example sentences the app offers (not from the training corpus).
+EXAMPLES = (
+    "Speculative decoding drafts several tokens and verifies them at once.",
+    "My sister bought a red bicycle last week.",
+    "When the orchestra finished the final movement, the audience stood up and applauded.",
+    "Could you call me back after 6 p.m. tomorrow?",
+    "The weather is nice today.",
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    data: DataConfig = DataConfig(corpus_size=20000, codec=str(SHIPPED_CODEC))
+    # Sized for a shared 2-core CPU: 12 layers keep the target's decode step >= 10x the one-layer
+    # draft's, 256 wide keeps training to about an hour.
+    target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2)
+    distilled: ModelSpec = ModelSpec(layers=1, hidden=256, intermediate=768, heads=4, kv_heads=2)
+    layers_bottom: int = 1
+    layers_top: int = 2
+    target_stage: StageConfig = StageConfig(steps=1300, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=45)
+    layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
+    # Draft heads on the frozen target: 2 residual blocks of 1,024 (1.6 M parameters), trained to roll its
+    # hidden state 8 tokens forward. Why 8 and not K = 4: at decode time the heads first step over the
+    # round's pending tokens (the target's new token and its inserted phoneme) and then over each drafted
+    # token and its inserted ones, so the K-th proposal sits 5-8 steps from the target's state; heads
+    # trained on 4 steps lost 4-11 points of acceptance at steps 5-8 (docs/benchmarks.md).
+    heads: HeadsConfig = HeadsConfig(hidden=256, inner=1024, blocks=2)
+    heads_unroll: int = 8
+    heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
+    eval_examples: int = 100
+    # Longest training sequence in tokens: a chunk of text.CHUNK_PHONEMES phonemes takes about 700,
+    # and the rare longer corpus sentences would only slow training down.
+    max_sequence: int = 900
+
+
+def smoke_recipe() -> Recipe:
+    tiny = ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512)
+    stage = StageConfig(steps=4, lr=1e-3, warmup=2, batch_tokens=1200, checkpoint_every=2)
+    return Recipe(
+        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64),
+        target=tiny,
+        distilled=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512),
+        layers_bottom=1,
+        layers_top=1,
+        target_stage=stage,
+        layers_stage=stage,
+        distilled_stage=stage,
+        heads=HeadsConfig(hidden=32, inner=64, blocks=1),
+        heads_unroll=2,
+        heads_stage=stage,
+        eval_examples=4,
+    )
+
+
+def _model_dir(out: Path, name: str) -> Path:
+    return out / name / "model"
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = smoke_recipe() if args.smoke else Recipe()
+    if args.target_steps is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, steps=args.target_steps))
+    if args.draft_steps is not None:
+        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
+                         distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps),
+                         heads_stage=replace(recipe.heads_stage, steps=args.draft_steps))
+    if args.target_lr is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, lr=args.target_lr))
+    if args.draft_lr is not None:
+        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
+                         distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr),
+                         heads_stage=replace(recipe.heads_stage, lr=args.draft_lr))
+    if args.heads_unroll is not None:
+        if args.heads_unroll < 1:
+            raise InputError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
+        recipe = replace(recipe, heads_unroll=args.heads_unroll)
+    if args.heads_inner is not None:
+        if args.heads_inner < 1:
+            raise InputError(f"--heads-inner must be at least 1, got {args.heads_inner}")
+        recipe = replace(recipe, heads=replace(recipe.heads, inner=args.heads_inner))
+    if args.corpus_size is not None:
+        recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
+    if args.max_minutes is not None:
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes),
+                         layers_stage=replace(recipe.layers_stage, max_minutes=args.max_minutes),
+                         distilled_stage=replace(recipe.distilled_stage, max_minutes=args.max_minutes),
+                         heads_stage=replace(recipe.heads_stage, max_minutes=args.max_minutes))
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise InputError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(recipe.data.seed)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    data = build_dataset(out, recipe.data, log=log)
+    layout = VocabLayout.from_dict(data["layout"])
+    train_examples = [e for e in data["train"] if len(e["prompt"]) + len(e["speech"]) <= recipe.max_sequence]
+    test_examples = data["test"][: recipe.eval_examples]
+    log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
+
+    def load_or_none(name: str):
+        path = _model_dir(out, name)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if path.exists() else None
+
+    def finish(name: str, model, summary: dict) -> None:
+        summary["test_ce"] = evaluate_ce(model, test_examples, layout, recipe.target_stage.batch_tokens)
+        summary["parameters"] = sum(p.numel() for p in model.parameters())
+        (out / name / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        model.save_pretrained(_model_dir(out, name))
+        log(f"{name}: test cross-entropy {summary['test_ce']:.4f} nats/token, {summary['wall_seconds']} s")
+
+    target = load_or_none("target")
+    if "target" in stages and target is None:
+        torch.manual_seed(recipe.data.seed)
+        target = make_llama(layout, recipe.target)
+        if args.init_from is not None:
+            _warm_start(target, args.init_from, "target", layout, log)
+        summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
+                              recipe.target_stage, out, log)
+        finish("target", target, summary)
+    if target is None and any(s in stages for s in ("layers", "distilled", "heads", "export")):
+        raise FileNotFoundError(f"no trained target in {out}; run the target stage first")
+    if target is not None:
+        target.eval()
+        for p in target.parameters():
+            p.requires_grad_(False)
+
+    if "layers" in stages and load_or_none("layers") is None:
+        draft, trainable = layer_subset_draft(target, recipe.layers_bottom, recipe.layers_top)
+        summary = train_stage("layers", draft, lambda b: cross_entropy(draft, b), trainable, train_examples,
+                              layout, recipe.layers_stage, out, log)
+        summary["trained_parameters"] = trainable
+        finish("layers", draft, summary)
+
+    if "distilled" in stages and load_or_none("distilled") is None:
+        torch.manual_seed(recipe.data.seed + 1)
+        draft_b = make_llama(layout, recipe.distilled)
+        if args.init_from is not None:
+            _warm_start(draft_b, args.init_from, "draft_distilled", layout, log)
+        summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
+                              train_examples, layout, recipe.distilled_stage, out, log)
+        finish("distilled", draft_b, summary)
+
+    heads_dir = _model_dir(out, "heads")
+    if "heads" in stages and not heads_dir.exists():
+        torch.manual_seed(recipe.data.seed + 2)
+        heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size))
+        if args.init_from is not None and (args.init_from / "draft_heads").exists():
+            previous = DraftHeads.load(args.init_from / "draft_heads")
+            if previous.config == heads.config:
+                heads.load_state_dict(previous.state_dict())
+                log(f"heads: warm start from {args.init_from / 'draft_heads'}")
+            else:  # another shape (e.g. --heads-inner): nothing to continue from
+                log(f"heads: {args.init_from / 'draft_heads'} has another shape ({previous.config}); starting afresh")
+        unroll = recipe.heads_unroll
+        summary = train_stage("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, train_examples,
+                              layout, recipe.heads_stage, out, log)
+        held_out = [collate(b, layout) for b in make_batches(test_examples, recipe.heads_stage.batch_tokens,
+                                                              random.Random(0))]
+        summary.update(evaluate_heads(heads, target, held_out, unroll))
+        summary["parameters"] = sum(p.numel() for p in heads.parameters())
+        summary["unroll"] = unroll
+        (out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        heads.made_for = target_fingerprint(target)
+        heads.save(heads_dir)
+        log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
+            f"{summary['wall_seconds']} s")
+
+    if "export" in stages:
+        export_voice(out, args.export or out / "export", data, recipe, log)
+    return 0
+
+
+def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> None:
+    source = AutoModelForCausalLM.from_pretrained(voice / folder, dtype=torch.float32)
+    source_layout = json.loads((voice / "voice.json").read_text())["vocab"]
+    copied = warm_start(model, source, source_layout, layout)
+    log(f"{folder}: warm start from {voice / folder}: {len(copied)} tensors copied")
+
+
+def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -> None:
+    """Write the shippable voice: float16 safetensors models, codec, voice.json, examples.txt."""
+    dest.mkdir(parents=True, exist_ok=True)
+    summaries = {}
+    for name, folder in (("target", "target"), ("layers", "draft_layers"), ("distilled", "draft_distilled")):
+        model = AutoModelForCausalLM.from_pretrained(_model_dir(out, name), dtype=torch.float32)
+        model.to(torch.float16).save_pretrained(dest / folder, safe_serialization=True)
+        summary = json.loads((out / name / "summary.json").read_text())
+        summary.pop("trained_parameters", None)
+        summaries[name] = summary
+    if _model_dir(out, "heads").exists():  # optional: voices trained before heads existed have none
+        DraftHeads.load(_model_dir(out, "heads")).to(torch.float16).save(dest / "draft_heads")
+        summaries["heads"] = json.loads((out / "heads" / "summary.json").read_text())
+    load_codec(data).save(dest / "codec")
+    test_texts = [e["text"] for e in data["test"]]
+    (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
+    meta = {
+        "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
+        "data": {**data["config"], "codec": Path(data["config"]["codec"]).name if data["config"]["codec"] else ""},
+        "audio_hours": round(data.get("audio_hours", 0.0), 2),
+        "dataset_build_seconds": round(data["build_seconds"], 1),
+        "train_sentences": len(data["train"]),
+        "test_sentences": test_texts,
+        "models": {"target": asdict(recipe.target), "distilled": asdict(recipe.distilled),
+                   "layers": {"bottom": recipe.layers_bottom, "top": recipe.layers_top},
+                   "heads": asdict(recipe.heads)},
+        "training": summaries,
+        "total_training_seconds": round(sum(s["wall_seconds"] for s in summaries.values()), 1),
+        "machine": f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "exported": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    (dest / "voice.json").write_text(json.dumps(meta, indent=1) + "\n")
+    log(f"export: voice written to {dest}")
