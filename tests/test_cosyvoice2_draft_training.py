@@ -14,6 +14,7 @@ import torch
 
 from ssd_demo.backends.cosyvoice2.llm import build_speech_lm, layer_draft, materialise
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
+from ssd_demo.cli import train_draft
 from ssd_demo.training import cosyvoice2_draft as recipe
 from ssd_demo.speech.synthesis import VoicePrompt
 from test_cosyvoice2_backend import FLOW, HIFT, FakeEncoders, default_voice, folder  # noqa: F401  (folder: a fixture)
@@ -21,7 +22,7 @@ from test_cosyvoice2_backend import FLOW, HIFT, FakeEncoders, default_voice, fol
 
 def _args(out, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    recipe.add_arguments(parser)
+    train_draft.add_arguments(parser)
     return parser.parse_args(["--out", str(out), "--threads", "1", "--device", "cpu", *extra])
 
 
@@ -34,7 +35,7 @@ def _report(out) -> dict:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("draft-smoke")
-    assert recipe.main(_args(out, "--smoke")) == 0
+    assert train_draft.main(_args(out, "--smoke")) == 0
     return out
 
 
@@ -102,19 +103,19 @@ def test_the_export_is_the_layer_draft_with_only_the_trained_tensors_changed(smo
 def test_an_interrupted_run_continues_to_the_same_draft(tmp_path):
     small = ("--smoke", "--num-texts", "16", "--held-out", "4", "--checkpoint-every", "1")
     first, fresh = tmp_path / "interrupted", tmp_path / "fresh"
-    assert recipe.main(_args(first, *small, "--steps", "2")) == 0
+    assert train_draft.main(_args(first, *small, "--steps", "2")) == 0
     assert torch.load(first / recipe.CHECKPOINT_FILE, weights_only=False)["step"] == 2
     # As if generation had stopped after 5 texts too: the next run generates the rest, and the same.
     generations = torch.load(first / recipe.GENERATIONS_FILE, weights_only=False)
     complete = generations["items"]
     torch.save({**generations, "items": complete[:5]}, first / recipe.GENERATIONS_FILE)
-    assert recipe.main(_args(first, *small, "--steps", "4")) == 0
+    assert train_draft.main(_args(first, *small, "--steps", "4")) == 0
     assert torch.load(first / recipe.GENERATIONS_FILE, weights_only=False)["items"] == complete
     report = _report(first)["training"]
     assert report["resumed_from_step"] == 2 and report["steps"] == 4
     # The smoke warmup is 4 steps, so the learning rates of steps 0-3 do not depend on the planned total:
     # resumed at step 2, the run must end where an uninterrupted 4-step run does.
-    assert recipe.main(_args(fresh, *small, "--steps", "4")) == 0
+    assert train_draft.main(_args(fresh, *small, "--steps", "4")) == 0
     resumed, straight = (recipe.load_draft_state(d / recipe.DRAFT_FILE) for d in (first, fresh))
     for name in resumed:
         assert torch.allclose(resumed[name], straight[name], atol=1e-6), name
@@ -144,7 +145,7 @@ def test_a_checkpoint_folder_trains_and_its_draft_loads_into_the_synthesizer(tmp
     texts = tmp_path / "texts.txt"
     texts.write_text("a cat sat\n\nthe mat\na dog ran\n  a   cat sat  \nthe sun is up\none more\n")
     out = tmp_path / "run"
-    assert recipe.main(_args(out, "--checkpoint", str(folder), "--texts", str(texts), "--held-out", "2",
+    assert train_draft.main(_args(out, "--checkpoint", str(folder), "--texts", str(texts), "--held-out", "2",
                              "--steps", "3", "--batch-size", "2", "--max-new-tokens", "12")) == 0
     report = _report(out)
     assert report["texts"] == 5 and report["train_generations"] == 3  # blank and repeated lines dropped
@@ -160,23 +161,23 @@ def test_a_checkpoint_folder_trains_and_its_draft_loads_into_the_synthesizer(tmp
 @pytest.mark.train
 def test_bad_requests_are_refused_clearly(smoke_run, tmp_path):
     with pytest.raises(ValueError, match="cosyvoice2"):
-        recipe.main(_args(tmp_path, "--smoke", "--preset", "llasa"))
+        train_draft.main(_args(tmp_path, "--smoke", "--preset", "llasa"))
     with pytest.raises(ValueError, match="--checkpoint .* or --smoke"):
-        recipe.main(_args(tmp_path))
+        train_draft.main(_args(tmp_path))
     with pytest.raises(ValueError, match="--steps must be at least 1"):
-        recipe.main(_args(tmp_path, "--smoke", "--steps", "0"))
+        train_draft.main(_args(tmp_path, "--smoke", "--steps", "0"))
     with pytest.raises(ValueError, match="generations of other texts"):  # another recipe in the same folder
-        recipe.main(_args(smoke_run, "--smoke", "--num-texts", "20"))
+        train_draft.main(_args(smoke_run, "--smoke", "--num-texts", "20"))
     with pytest.raises(ValueError, match="generations of other texts, settings"):  # another prompt mix
-        recipe.main(_args(smoke_run, "--smoke", "--zero-shot-fraction", "0.5"))
+        train_draft.main(_args(smoke_run, "--smoke", "--zero-shot-fraction", "0.5"))
     with pytest.raises(ValueError, match="--zero-shot-fraction must be from 0 to 1"):
-        recipe.main(_args(tmp_path, "--smoke", "--zero-shot-fraction", "1.5"))
+        train_draft.main(_args(tmp_path, "--smoke", "--zero-shot-fraction", "1.5"))
     with pytest.raises(ValueError, match="--default-voice needs --checkpoint"):
-        recipe.main(_args(tmp_path / "voice", "--smoke", "--default-voice"))
+        train_draft.main(_args(tmp_path / "voice", "--smoke", "--default-voice"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "a cat", "speech_tokens": [1, 99]}) + "\n")
     with pytest.raises(ValueError, match="line 1: .speech_tokens. must be a list of speech token ids from 0 to 60"):
-        recipe.main(_args(tmp_path / "data", "--smoke", "--data", str(bad)))
+        train_draft.main(_args(tmp_path / "data", "--smoke", "--data", str(bad)))
 
 
 def test_texts_are_prompted_as_the_app_speaks_them():
@@ -228,7 +229,7 @@ def test_data_trains_the_draft_with_cross_entropy(tmp_path):
                 record |= {"prompt_text": "the cat", "prompt_speech_tokens": [(start + 3 * k) % 61 for k in range(5)]}
             lines.write(json.dumps(record) + "\n")
     out = tmp_path / "run"
-    assert recipe.main(_args(out, "--smoke", "--data", str(data), "--held-out", "4", "--steps", "12")) == 0
+    assert train_draft.main(_args(out, "--smoke", "--data", str(data), "--held-out", "4", "--steps", "12")) == 0
     report = _report(out)
     assert report["recipe"]["loss"] == "cross_entropy_on_data" and report["recipe"]["data"] == str(data)
     assert report["recipe"]["paper_loss"] == "cross-entropy on LibriTTS"

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from ssd_demo.training import voice as cli
+from ssd_demo.cli import train as cli
 
 
 def _args(out, **overrides):
@@ -99,12 +99,13 @@ def test_layer_subset_draft_copies_the_right_layers():
 @pytest.mark.train
 def test_recognizer_recipe_trains_and_exports_a_loadable_recognizer(tmp_path):
     from ssd_demo.measure.recognizer import Recognizer
+    from ssd_demo.cli import train_recognizer
     from ssd_demo.training import recognizer as recipe
 
     parser = argparse.ArgumentParser()
-    recipe.add_arguments(parser)
+    train_recognizer.add_arguments(parser)
     out = tmp_path / "recognizer"
-    assert recipe.main(parser.parse_args(["--smoke", "--out", str(out), "--threads", "1"])) == 0
+    assert train_recognizer.main(parser.parse_args(["--smoke", "--out", str(out), "--threads", "1"])) == 0
     loaded = Recognizer.load(out / "export")
     assert set(loaded.meta["accuracy"]) == {"per_clean", "per_round_trip"}
     assert loaded.meta["training"]["steps"] == recipe.smoke_recipe().steps
