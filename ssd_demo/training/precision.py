@@ -31,7 +31,11 @@ def autocast_dtype() -> torch.dtype | None:
     return torch.bfloat16 if best(torch.bfloat16) < 0.8 * best(torch.float32) else None
 
 
-def autocast() -> torch.autocast:
-    """The CPU autocast context for training: bfloat16 where it pays (see `autocast_dtype`), else off."""
+def autocast(device: torch.device | str = "cpu") -> torch.autocast:
+    """The autocast context for training: on a CPU bfloat16 where it pays (see `autocast_dtype`), else off;
+    on a GPU always bfloat16 (every GPU the recipe targets has native bf16 matrix units)."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     dtype = autocast_dtype()
     return torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None)

@@ -139,6 +139,15 @@ def collate(batch: list[dict], layout: VocabLayout) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def to_device(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """A collated batch on the model's device (a no-op on the CPU)."""
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in tensors.items()}
+
+
 def cross_entropy(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE)
@@ -159,11 +168,12 @@ def distillation_kl(draft, target, batch: dict[str, torch.Tensor]) -> torch.Tens
 def evaluate_ce(model, examples: list[dict], layout: VocabLayout, batch_tokens: int) -> float:
     """Teacher-forced cross-entropy (nats per speech token) on `examples`."""
     model.eval()
+    device = model_device(model)
     total, count = 0.0, 0
     for batch in make_batches(examples, batch_tokens, random.Random(0)):
-        tensors = collate(batch, layout)
+        tensors = to_device(collate(batch, layout), device)
         n = int((tensors["labels"][:, 1:] != IGNORE).sum())
-        with autocast():
+        with autocast(device):
             total += float(cross_entropy(model, tensors)) * n
         count += n
     model.train()
@@ -209,7 +219,7 @@ def train_stage(
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
     step, losses, elapsed = 0, [], 0.0
     if checkpoint_path.exists():
-        state = torch.load(checkpoint_path, weights_only=False)
+        state = torch.load(checkpoint_path, weights_only=False, map_location=model_device(model))
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, losses, elapsed = state["step"], state["losses"], state["elapsed"]
@@ -222,6 +232,7 @@ def train_stage(
         tmp.replace(checkpoint_path)  # atomic: an interruption never leaves a torn checkpoint
 
     model.train()
+    device = model_device(model)
     epoch_rng = random.Random(config.seed)
     batches: list[list[dict]] = []
     # Replay the batch order so a resumed run sees the same data stream.
@@ -239,10 +250,10 @@ def train_stage(
             break
         while step >= len(batches):
             batches.extend(make_batches(train_examples, config.batch_tokens, epoch_rng))
-        tensors = collate(batches[step], layout)
+        tensors = to_device(collate(batches[step], layout), device)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
-        with autocast():
+        with autocast(device):
             loss = loss_fn(tensors)
         optimizer_step(loss, params, optimizer)
         step += 1
