@@ -1,11 +1,14 @@
 """The embedded offline voice: a small codec-token TTS shipped in assets/embedded.
 
-Text is cleaned, normalised and split into chunks of at most `text.CHUNK_PHONEMES` phonemes
-(sentences, then phrases). Each chunk's prompt is [BOS] + phonemes + [SPEECH_START] + first
-phoneme; the LM writes speech tokens (k-means codes of 50 Hz log-mel frames) and NEXT markers,
-and the decoder inserts the next phoneme after each NEXT and END after the last
-(`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. The codec turns the speech
-tokens back into audio with Griffin-Lim; chunks are joined with pauses set by their punctuation.
+Its teacher is a natural voice: Piper's en_US-joe-medium (a VITS model; dataset CC0; assets/embedded/
+MODEL_CARD.md). The corpus was rendered with it, and the codec is the teacher's own latent space: a token
+is the nearest of 1,024 centroids of its latent frames (about 86 a second), and audio comes from the
+teacher's decoder cut out of its graph (`speech.latent_codec`). Text is cleaned, normalised and split into
+chunks of at most `CHUNK_SYMBOLS` phoneme symbols, read by the teacher's own phonemizer
+(`text.piper_phonemes`). Each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol; the LM
+writes speech tokens and NEXT markers, and the decoder inserts the next symbol after each NEXT and END
+after the last (`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. Chunks are joined with
+pauses set by their punctuation.
 Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target),
 "layers" (the target's bottom layer + top two layers, the SSD paper's construction) and "heads"
 (`draft_heads.DraftHeads` on the target's hidden state: no draft model, one target call per round).
@@ -15,20 +18,24 @@ Everything loads offline on a CPU.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-from ..models.assets import asset_path, where_to_find
-from ..speech.codec import Codec
 from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
+from ..models.assets import asset_path, where_to_find
+from ..speech.latent_codec import LatentCodec
+from ..speech.streaming import CodecWindows, decode_windows
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
+from ..text.piper_phonemes import PiperPhonemes
 from .vocab import PhonemeSchedule, VocabLayout
+
 
 def default_path() -> Path:
     """Where the shipped voice lives: assets/embedded at the repository root, or under $SSD_DEMO_ASSETS."""
@@ -39,14 +46,15 @@ def default_path() -> Path:
 DEFAULT_PATH = default_path()
 DRAFT_FOLDERS = {"distilled": "draft_distilled", "layers": "draft_layers", "heads": "draft_heads"}
 META_NAME = "voice.json"
+#: Phoneme symbols per chunk: about 5 s of speech, about 700 tokens (frames, NEXT markers, inserted symbols),
+#: well inside the target's 1,280 positions; the corpus was rendered in chunks of this budget.
+CHUNK_SYMBOLS = 110
+#: A symbol that has lasted this many frames (2.3 s) is ended by the decoder, so a model stuck on one
+#: sound cannot run to the length limit; the teacher's longest pause in the corpus is far shorter.
+MAX_SYMBOL_FRAMES = 200
 
-# Decoding defaults measured on held-out sentences (docs/benchmarks.md, "Embedded voice evaluation"):
-# AR MCD-DTW was lowest at low temperature (greedy 41.9, 0.3 -> 44.3, 0.5 -> 46.1, 0.8 -> 54.3 dB on 8
-# sentences), and beta = 0.2 is the largest tested tolerance that kept both drafts within 5% of AR's MCD.
-# cost_ratio: c measured for the distilled draft on one CPU thread (0.13-0.15), for adaptive K.
-# max_new_tokens is per chunk: a 90-phoneme chunk takes about 700 tokens (frames, NEXT markers and
-# the inserted phonemes), and the schedule ends any phoneme after 120 frames, so 1,500 is never the
-# reason a chunk stops unless the model misbehaves.
+# Decoding defaults: see docs/benchmarks.md, "Embedded voice evaluation" (measured on held-out everyday
+# sentences with Whisper tiny.en WER and DNSMOS). cost_ratio: c of the distilled draft, for adaptive K.
 DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=4, beta=0.2, max_new_tokens=1500,
                                 cost_ratio=0.14)
 
@@ -55,22 +63,30 @@ class EmbeddedBackend:
     """Text <-> token ids <-> audio for the embedded voice."""
 
     name = "embedded"
-    licence = "Apache-2.0 (weights trained by this project on eSpeak NG output)"
+    licence = ("Apache-2.0 (weights trained by this project on speech rendered by Piper's en_US-joe-medium voice, "
+               "dataset CC0; its decoder is the codec's)")
     max_text_chars = text_frontend.MAX_TEXT_CHARS
-    chunk_phonemes = text_frontend.CHUNK_PHONEMES
+    chunk_phonemes = CHUNK_SYMBOLS
+    #: In-chunk streaming: 0.5 s windows decoded with 0.25 s of context before and 0.1 s after.
+    windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256)
 
-    def __init__(self, layout: VocabLayout, codec: Codec, default: DecodingConfig = DEFAULT_CONFIG):
+    def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
+                 default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES):
         if layout.n_speech != codec.config.codebook_size:
             raise ModelLoadError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
-        if layout.n_phonemes != len(text_frontend.SYMBOLS):
-            raise ModelLoadError(f"vocabulary has {layout.n_phonemes} phonemes but the text front end "
-                             f"{len(text_frontend.SYMBOLS)}: voice and code do not match")
+        if layout.n_phonemes != phonemes.n_symbols:
+            raise ModelLoadError(f"vocabulary has {layout.n_phonemes} phoneme symbols but the phonemizer's table "
+                                 f"{phonemes.n_symbols}: voice and code do not match")
         self.layout = layout
         self.codec = codec
+        self.phonemes = phonemes
         self.sample_rate = codec.sample_rate
+        self.hop_length = codec.hop_length
         self.eos_token_id = layout.end_of_speech_id
+        self.max_symbol_frames = max_symbol_frames
         self._default = default
         self._allowed = layout.allowed_ids()
+        self._labels = phonemes.inverse
 
     @classmethod
     def from_directory(cls, path: str | Path) -> "EmbeddedBackend":
@@ -79,7 +95,12 @@ class EmbeddedBackend:
         if not meta_path.exists():
             raise FileNotFoundError(f"no embedded voice in {path} (missing {META_NAME})")
         meta = json.loads(meta_path.read_text())
-        return cls(VocabLayout.from_dict(meta["vocab"]), Codec.load(path / "codec"))
+        if "phonemes" not in meta:
+            raise ModelLoadError(f"{meta_path} describes a voice made by an older version (no phoneme table): "
+                                 "retrain it with python -m ssd_demo train")
+        return cls(VocabLayout.from_dict(meta["vocab"]), LatentCodec.load(path / "codec"),
+                   PiperPhonemes.from_dict(meta["phonemes"]),
+                   max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)))
 
     def allowed_token_ids(self) -> list[int]:
         return list(self._allowed)
@@ -89,7 +110,8 @@ class EmbeddedBackend:
 
     def split_text(self, text: str) -> list[TextChunk]:
         """Cleaned, normalised text in chunks the voice speaks reliably (TextError if unusable)."""
-        chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.chunk_phonemes)
+        chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.chunk_phonemes,
+                                          count=self.phonemes.count)
         if len(chunks) > text_frontend.MAX_CHUNKS:
             raise TextError(f"The text takes {len(chunks)} chunks to speak; the embedded voice speaks at most "
                             f"{text_frontend.MAX_CHUNKS} at a time (numbers and codes take many sounds per character): "
@@ -103,18 +125,19 @@ class EmbeddedBackend:
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         if voice_prompt is not None:
             raise InputError("the embedded voice has a single speaker and does not take a voice prompt")
-        return self.layout.prompt(text_frontend.phonemes(text))
+        return self.layout.prompt(self.phonemes.ids(text))
 
     def forced_tokens(self, prompt: list[int]) -> PhonemeSchedule:
         """The chunk's phoneme schedule, read back from its prompt."""
         end = prompt.index(self.layout.speech_start_id)
-        return self.layout.schedule([token - self.layout.phoneme_offset for token in prompt[1:end]])
+        return self.layout.schedule([token - self.layout.phoneme_offset for token in prompt[1:end]],
+                                    max_frames=self.max_symbol_frames)
 
     def acoustic_embeddings(self, vocab_size: int) -> torch.Tensor:
-        """[vocab_size, n_mels]: each speech token's codec centroid (centred); zeros elsewhere.
+        """[vocab_size, latent_dim]: each speech token's codec centroid (centred); zeros elsewhere.
 
-        PCG groups this voice's tokens by these (`Synthesizer.grouping_embeddings`): the centroids
-        say which codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
+        PCG groups this voice's tokens by these (`Synthesizer.grouping_embeddings`): the centroids say which
+        codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
         """
         centroids = torch.as_tensor(np.asarray(self.codec.codebook), dtype=torch.float32)
         table = torch.zeros(vocab_size, centroids.shape[1])
@@ -130,7 +153,7 @@ class EmbeddedBackend:
         if token == self.layout.next_phoneme_id:
             return "|"
         if self.layout.phoneme_offset <= token < self.layout.speech_offset:
-            return "/" + text_frontend.SYMBOLS[token - self.layout.phoneme_offset] + "/"
+            return "/" + self._labels.get(token - self.layout.phoneme_offset, "?") + "/"
         return str(token - self.layout.speech_offset)
 
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
@@ -139,7 +162,15 @@ class EmbeddedBackend:
             return np.zeros(self.sample_rate // 10, dtype=np.float32)  # 0.1 s of silence
         return self.codec.decode(codes)
 
-
+    def audio_windows(self, tokens: list[int]) -> Iterator[np.ndarray]:
+        """`tokens_to_audio` in windows of `windows.window` codes, each decoded when asked for (streaming)."""
+        codes = self.layout.codes(tokens)
+        if not codes:
+            yield np.zeros(self.sample_rate // 10, dtype=np.float32)
+            return
+        for samples, _, _ in decode_windows(codes, lambda before, part: self.codec.decode(part, before),
+                                            self.hop_length, self.windows):
+            yield samples
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
     """The drafts a voice folder has, in the order the UI lists them."""
     root = Path(path) if path is not None else default_path()

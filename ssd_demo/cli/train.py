@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads-inner", type=int, default=None,
                         help=f"width of each heads block's MLP (default {Recipe.heads.inner}; smaller steps faster)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu", help="where the training stages run: cpu (default) or cuda")
     parser.add_argument("--init-from", type=Path, default=None,
                         help="a trained voice folder to start the target and the distilled draft from (same widths)")
 

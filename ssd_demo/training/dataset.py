@@ -1,33 +1,36 @@
-"""Corpus -> eSpeak audio and timed phonemes -> codec codes aligned to phonemes -> training examples.
+"""Corpus -> teacher renderings (audio, latents, durations) -> codec tokens aligned to phonemes -> examples.
 
-Each example is a prompt ([BOS] phonemes [SPEECH_START] first phoneme) and a stream: the codec
-codes of each phoneme's frames, NEXT, the next phoneme, ..., NEXT, END (`VocabLayout.stream`).
-Phoneme boundaries come from eSpeak NG's own timing of the audio it rendered, so they are exact.
-A held-out test split is kept apart from training (and from the codec fit, when one is fitted).
+Steps, each resumable (a re-run continues where an interruption stopped):
+1. render: corpus sentences are normalised and split into chunks as the voice splits text at inference
+   (`EmbeddedBackend.chunk_phonemes` symbols), each chunk rendered by the teacher (`teacher.Teacher`) into
+   shards of `SHARD` sentences (latents float16 + JSON), in `workers` processes;
+2. codec: k-means centroids of the latents of the training shards (`speech.latent_codec.fit_codebook`)
+   and the teacher's decoder cut out of its graph;
+3. examples: every chunk's latents -> nearest centroids, given to its symbols by the teacher's durations:
+   prompt [BOS] symbols [SPEECH_START] first symbol, stream of frames / NEXT / next symbol (`VocabLayout`).
+A held-out split of sentences (never rendered into the codebook fit or training) gives test loss.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from .. import text as text_frontend
-from ..models.assets import asset_path
-from ..backends.vocab import MAX_PHONEME_FRAMES, VocabLayout
-from ..speech.codec import Codec, CodecConfig, fit_codec
+from ..backends.vocab import VocabLayout
+from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook
 from .corpus import CorpusConfig, build_corpus, split_corpus
-from .render import render_many
+from .teacher import SCALES, Teacher, analysis_graph, extract_decoder, teacher_phonemes
 
-DATASET_NAME = "dataset.pt"
-#: The codec the shipped voice uses; the recipe reuses it so that the recognizer's codec round trips
-#: and the voice speak through the same tokenizer.
-SHIPPED_CODEC = asset_path("embedded") / "codec"
+DATASET_NAME = "dataset.npz"
+SHARD = 100
 
 
 @dataclass(frozen=True)
@@ -36,88 +39,149 @@ class DataConfig:
     test_size: int = 100
     codebook_size: int = 1024
     seed: int = 1234
-    codec: str = ""  # a codec folder to reuse; "" fits a new codebook on the training audio
-    free_share: float = 0.6  # share of free word sequences in the corpus (see corpus.py)
+    free_share: float = 0.35  # share of free word sequences in the corpus (see corpus.py)
+    chunk_symbols: int = 110
+    max_symbol_frames: int = 200
+    workers: int = 2
+    scales: tuple[float, float, float] = SCALES
 
 
-@dataclass
-class Example:
-    text: str
-    prompt: list[int]  # [BOS] + phonemes + [SPEECH_START] + first phoneme
-    speech: list[int]  # the stream: speech ids, NEXT, phoneme ids, ..., NEXT, END
+def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:
+    """Render one shard of sentences (a worker process); returns its number of chunks."""
+    graph, path, sentences, budget, scales, first = job
+    teacher = Teacher(graph, threads=1, scales=scales)
+    meta, latents = [], []
+    for offset, sentence in enumerate(sentences):
+        spoken = text_frontend.normalize_text(sentence)
+        for index, chunk in enumerate(text_frontend.split_text(spoken, budget=budget, count=teacher.phonemes.count)):
+            rendering = teacher.render(chunk.text)
+            if rendering is None:
+                continue
+            meta.append({"sentence": first + offset, "chunk": index, "text": chunk.text, "symbols": rendering.symbols,
+                         "frames": rendering.frames, "seconds": len(rendering.audio) / 22_050})
+            latents.append(rendering.latents)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, z=np.concatenate(latents) if latents else np.zeros((0, 192), np.float16))
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    os.replace(tmp, path)  # the shard exists only once complete
+    return len(meta)
 
 
-def align(track: list[text_frontend.TimedPhoneme], codes: np.ndarray, hop_ms: float) -> list[list[int]]:
-    """Codes per phoneme: frame k (centred at k * hop_ms) belongs to the phoneme sounding then."""
-    starts = np.array([p.start_ms for p in track])
-    owners = np.searchsorted(starts, np.arange(len(codes)) * hop_ms, side="right") - 1
-    owners = np.clip(owners, 0, len(track) - 1)
-    frames: list[list[int]] = [[] for _ in track]
-    for code, owner in zip(codes.tolist(), owners.tolist()):
-        frames[owner].append(code)
-    return frames
+def render_corpus(out: Path, sentences: list[str], config: DataConfig, log=print) -> list[Path]:
+    """Shards of rendered chunks under out/corpus (existing shards are kept: the step resumes)."""
+    folder = out / "corpus"
+    folder.mkdir(parents=True, exist_ok=True)
+    graph = out / "teacher_analysis.onnx"
+    if not graph.exists():
+        analysis_graph(graph)
+    shards = [folder / f"shard{i:04d}.npz" for i in range((len(sentences) + SHARD - 1) // SHARD)]
+    jobs = [(graph, path, sentences[i * SHARD : (i + 1) * SHARD], config.chunk_symbols, config.scales, i * SHARD)
+            for i, path in enumerate(shards) if not path.exists()]
+    if jobs:
+        log(f"render: {len(jobs)} of {len(shards)} shards of {SHARD} sentences to render with the teacher")
+        start = time.perf_counter()
+        with ProcessPoolExecutor(max_workers=config.workers) as pool:
+            for _ in tqdm(pool.map(_render_shard, jobs), total=len(jobs), desc="render", mininterval=10):
+                pass
+        log(f"render: {time.perf_counter() - start:.0f} s")
+    return shards
 
 
-def make_example(sentence: str, rendering, codec: Codec, layout: VocabLayout) -> Example | None:
-    """One training example, or None when eSpeak reported nothing pronounceable."""
-    spoken = text_frontend.normalize_text(sentence)
-    track = text_frontend.events_to_track(spoken, rendering.events, rendering.duration_ms)
-    if not track:
-        return None
-    frames = align(track, codec.encode(rendering.audio), 1000 / codec.config.frames_per_second)
-    frames = [f[: MAX_PHONEME_FRAMES - 1] for f in frames]  # the decoder ends longer phonemes itself
-    symbols = [p.symbol for p in track]
-    return Example(sentence, layout.prompt(symbols), layout.stream(symbols, frames))
+def load_shard(path: Path) -> tuple[list[dict], np.ndarray]:
+    return json.loads(path.with_suffix(".json").read_text()), np.load(path)["z"]
 
 
-def build_dataset(out_dir: Path, config: DataConfig, log=print) -> dict:
-    """Build (or load, if already built with the same config) the dataset under out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / DATASET_NAME
+def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, max_frames: int) -> list[dict]:
+    """Every rendered chunk as {"sentence", "text", "prompt", "speech"} (frames past `max_frames` - 1 dropped:
+    the decoder ends a symbol there itself)."""
+    examples = []
+    for path in shards:
+        meta, z = load_shard(path)
+        codes = codec.encode_latents(z.astype(np.float32))
+        start = 0
+        for chunk in meta:
+            frames, position = [], start
+            for count in chunk["frames"]:
+                frames.append(codes[position : position + count][: max_frames - 1].tolist())
+                position += count
+            start = position
+            examples.append({"sentence": chunk["sentence"], "text": chunk["text"],
+                             "prompt": layout.prompt(chunk["symbols"]), "speech": layout.stream(chunk["symbols"], frames)})
+        if start != len(z):
+            raise ValueError(f"{path}: chunk frames cover {start} of {len(z)} latents")
+    return examples
+
+
+def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
+    """Render, fit the codec, tokenise; reuses out/dataset.npz when built with the same config."""
+    path = out / DATASET_NAME
     if path.exists():
-        data = torch.load(path, weights_only=False)
-        if data["config"] == asdict(config):
+        data = load_dataset(path)
+        if data["config"] == json.loads(json.dumps(asdict(config))):
             log(f"dataset: reusing {path}")
             return data
     start = time.perf_counter()
     sentences = build_corpus(CorpusConfig(size=config.corpus_size, seed=config.seed, free_share=config.free_share))
     train_text, test_text = split_corpus(sentences, config.test_size, seed=config.seed)
-    spoken = {s: text_frontend.normalize_text(s) for s in sentences}
-    if config.codec:
-        codec = Codec.load(config.codec)
-    else:
-        # The codebook sees training audio only, so the test split stays unseen end to end.
-        fit_sentences = train_text[:2000]
-        codec = fit_codec([r.audio for r in render_many([spoken[s] for s in fit_sentences])],
-                          CodecConfig(codebook_size=config.codebook_size), seed=config.seed)
-    layout = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=codec.config.codebook_size)
-    log(f"dataset: {len(sentences)} sentences; rendering with eSpeak NG and encoding")
-    examples: dict[str, Example] = {}
-    seconds = 0.0
-    renderings = render_many([spoken[s] for s in sentences])
-    for sentence, rendering in tqdm(zip(sentences, renderings), total=len(sentences), desc="dataset", mininterval=10):
-        seconds += len(rendering.audio) / codec.sample_rate
-        example = make_example(sentence, rendering, codec, layout)
-        if example is not None:
-            examples[sentence] = example
-    data = {
-        "config": asdict(config),
-        "layout": layout.to_dict(),
-        "train": [asdict(examples[s]) for s in train_text if s in examples],
-        "test": [asdict(examples[s]) for s in test_text if s in examples],
-        "codec_config": asdict(codec.config),
-        "codebook": codec.codebook,
-        "build_seconds": time.perf_counter() - start,
-        "audio_hours": seconds / 3600,
-    }
-    torch.save(data, path)
-    codec.save(out_dir / "codec")
-    (out_dir / "split.json").write_text(json.dumps({"train": train_text, "test": test_text}, indent=1) + "\n")
+    test_ids = {sentences.index(s) for s in test_text}
+    shards = render_corpus(out, sentences, config, log)
+    train_latents = []
+    for shard in shards:
+        meta, z = load_shard(shard)
+        keep, position = [], 0
+        for chunk in meta:
+            n = sum(chunk["frames"])
+            if chunk["sentence"] not in test_ids:
+                keep.append(z[position : position + n])
+            position += n
+        train_latents.append(np.concatenate(keep) if keep else z[:0])
+    latents = np.concatenate(train_latents).astype(np.float32)
+    log(f"codec: fitting {config.codebook_size} centroids on {len(latents)} training frames")
+    codebook = fit_codebook(latents, config.codebook_size, seed=config.seed)
+    decoder = extract_decoder(out / "codec" / DECODER_NAME)
+    codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size), codebook, decoder)
+    codec.save(out / "codec")
+    phonemes = teacher_phonemes()
+    layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size)
+    examples = build_examples(shards, codec, layout, config.max_symbol_frames)
+    data = {"config": json.loads(json.dumps(asdict(config))), "layout": layout.to_dict(),
+            "phonemes": phonemes.to_dict(),
+            "train": [e for e in examples if e["sentence"] not in test_ids],
+            "test": [e for e in examples if e["sentence"] in test_ids],
+            "audio_hours": sum(c["seconds"] for s in shards for c in load_shard(s)[0]) / 3600,
+            "build_seconds": time.perf_counter() - start}
+    save_dataset(path, data)
     n_tokens = sum(len(e["prompt"]) + len(e["speech"]) for e in data["train"])
-    log(f"dataset: {len(data['train'])} train / {len(data['test'])} test, {seconds / 3600:.2f} h of audio, "
-        f"{n_tokens} train tokens, {time.perf_counter() - start:.0f} s")
+    log(f"dataset: {len(data['train'])} train / {len(data['test'])} test chunks, {data['audio_hours']:.2f} h of audio, "
+        f"{n_tokens} train tokens, {data['build_seconds']:.0f} s")
     return data
 
 
-def load_codec(data: dict) -> Codec:
-    return Codec(CodecConfig(**data["codec_config"]), np.asarray(data["codebook"]))
+def _pack(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]) if sequences else np.zeros(0, np.int32)
+    return flat, np.cumsum([0] + [len(s) for s in sequences]).astype(np.int64)
+
+
+def save_dataset(path: Path, data: dict) -> None:
+    """Token sequences packed flat (a few MB; travels to a GPU machine as one file)."""
+    arrays = {}
+    for split in ("train", "test"):
+        for field in ("prompt", "speech"):
+            arrays[f"{split}_{field}"], arrays[f"{split}_{field}_offsets"] = _pack([e[field] for e in data[split]])
+        arrays[f"{split}_text"] = np.array([e["text"] for e in data[split]])
+        arrays[f"{split}_sentence"] = np.array([e["sentence"] for e in data[split]], dtype=np.int64)
+    meta = {k: data[k] for k in ("config", "layout", "phonemes", "audio_hours", "build_seconds")}
+    np.savez_compressed(path, meta=json.dumps(meta), **arrays)
+
+
+def load_dataset(path: Path) -> dict:
+    stored = np.load(path)
+    data = json.loads(str(stored["meta"]))
+    for split in ("train", "test"):
+        def rows(field):
+            flat, offsets = stored[f"{split}_{field}"], stored[f"{split}_{field}_offsets"]
+            return [flat[offsets[i] : offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+        prompts, speech = rows("prompt"), rows("speech")
+        data[split] = [{"sentence": int(s), "text": str(t), "prompt": p, "speech": q}
+                       for s, t, p, q in zip(stored[f"{split}_sentence"], stored[f"{split}_text"], prompts, speech)]
+    return data

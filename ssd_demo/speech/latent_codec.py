@@ -1,0 +1,140 @@
+"""The embedded voice's codec: nearest centroids of a neural voice's latent frames, and its own decoder.
+
+The teacher voice (Piper's en_US-joe-medium, a VITS model) turns phonemes into a latent sequence z
+(192 channels, one frame per 256 samples at 22,050 Hz, about 86 frames a second) and its decoder turns z
+into audio. Cut out of the teacher's ONNX graph (`training.teacher.extract_decoder`), that decoder is this
+codec's: a token is the index of the nearest of `codebook_size` k-means centroids of z, and decoding runs
+the centroids of a token sequence through the decoder with onnxruntime.
+
+Streaming: the decoder is a stack of convolutions, so a frame's samples depend on a few frames either side.
+`CodecWindows` decodes windows of frames with left context and a short lookahead and cross-fades the
+joins (`speech.streaming.decode_windows`); tests bound the difference from a whole-clip decode.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelLoadError
+
+CONFIG_NAME = "codec_config.json"
+CODEBOOK_NAME = "codebook.npy"
+DECODER_NAME = "decoder.onnx"
+#: The decoder graph's input and output tensors (names from the teacher's export).
+DECODER_INPUT = "/Mul_7_output_0"
+DECODER_OUTPUT = "/dec/Tanh_output_0"
+
+
+@dataclass(frozen=True)
+class LatentCodecConfig:
+    sample_rate: int = 22_050
+    hop_length: int = 256  # samples per latent frame (token)
+    latent_dim: int = 192
+    codebook_size: int = 1024
+    kind: str = "latent"
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.sample_rate / self.hop_length
+
+
+class LatentCodec:
+    """Latent frames -> token ids in [0, codebook_size) -> audio, through the teacher's decoder."""
+
+    def __init__(self, config: LatentCodecConfig, codebook: np.ndarray, decoder_path: str | Path, threads: int = 1):
+        codebook = np.asarray(codebook, dtype=np.float32)
+        if codebook.shape != (config.codebook_size, config.latent_dim):
+            raise ModelLoadError(f"codebook shape {codebook.shape} does not match the codec config "
+                                 f"({config.codebook_size}, {config.latent_dim})")
+        if not Path(decoder_path).is_file():
+            raise ModelLoadError(f"no codec decoder at {decoder_path}")
+        self.config = config
+        self.codebook = codebook
+        self.decoder_path = Path(decoder_path)
+        self._threads = threads
+        self._session = None
+        self._lock = threading.Lock()  # one onnxruntime session, built on first use, shared by threads
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
+
+    @property
+    def hop_length(self) -> int:
+        return self.config.hop_length
+
+    def _decoder(self):
+        with self._lock:
+            if self._session is None:
+                import onnxruntime as ort  # deferred: importing the codec should not start a runtime
+
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self._threads
+                options.inter_op_num_threads = 1
+                options.log_severity_level = 3
+                self._session = ort.InferenceSession(str(self.decoder_path), options, providers=["CPUExecutionProvider"])
+            return self._session
+
+    def encode_latents(self, latents: np.ndarray) -> np.ndarray:
+        """[frames, latent_dim] -> int64 token ids (nearest centroid, squared Euclidean distance)."""
+        z = np.asarray(latents, dtype=np.float32)
+        if z.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        distances = (z * z).sum(1, keepdims=True) - 2.0 * z @ self.codebook.T + (self.codebook ** 2).sum(1)
+        return distances.argmin(axis=1).astype(np.int64)
+
+    def decode_latents(self, latents: np.ndarray) -> np.ndarray:
+        """[frames, latent_dim] -> float32 waveform of frames * hop_length samples."""
+        if len(latents) == 0:
+            return np.zeros(0, dtype=np.float32)
+        z = np.ascontiguousarray(np.asarray(latents, dtype=np.float32).T[None])  # [1, latent_dim, frames]
+        audio = self._decoder().run([DECODER_OUTPUT], {DECODER_INPUT: z})[0]
+        return np.clip(audio.reshape(-1), -1.0, 1.0).astype(np.float32)
+
+    def decode(self, tokens, context=()) -> np.ndarray:
+        """Token ids -> float32 waveform; `context` tokens are decoded before them and their samples cut off."""
+        ids = np.asarray([*context, *tokens], dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.codebook_size):
+            raise ValueError(f"codec token ids must be in [0, {self.config.codebook_size}); got {ids.min()}..{ids.max()}")
+        if not len(tokens):
+            return np.zeros(0, dtype=np.float32)
+        return self.decode_latents(self.codebook[ids])[len(context) * self.hop_length:]
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+        np.save(directory / CODEBOOK_NAME, self.codebook.astype(np.float32))
+        if self.decoder_path.resolve() != (directory / DECODER_NAME).resolve():
+            (directory / DECODER_NAME).write_bytes(self.decoder_path.read_bytes())
+
+    @classmethod
+    def load(cls, directory: str | Path, threads: int = 1) -> "LatentCodec":
+        directory = Path(directory)
+        config_path = directory / CONFIG_NAME
+        if not config_path.exists():
+            raise FileNotFoundError(f"no codec found in {directory} (missing {CONFIG_NAME})")
+        config = LatentCodecConfig(**json.loads(config_path.read_text()))
+        return cls(config, np.load(directory / CODEBOOK_NAME), directory / DECODER_NAME, threads=threads)
+
+
+def fit_codebook(latents: np.ndarray, codebook_size: int, seed: int = 0, max_frames: int = 400_000) -> np.ndarray:
+    """k-means centroids [codebook_size, latent_dim] of latent frames (scikit-learn MiniBatchKMeans)."""
+    from sklearn.cluster import MiniBatchKMeans  # deferred: only training fits a codebook
+
+    z = np.asarray(latents, dtype=np.float32)
+    if len(z) < codebook_size:
+        raise ValueError(f"need at least {codebook_size} frames to fit the codebook, got {len(z)}")
+    if len(z) > max_frames:
+        z = z[np.random.default_rng(seed).choice(len(z), max_frames, replace=False)]
+    kmeans = MiniBatchKMeans(n_clusters=codebook_size, batch_size=8192, n_init=1, max_iter=30, random_state=seed,
+                             reassignment_ratio=0.01)
+    return kmeans.fit(z).cluster_centers_.astype(np.float32)
+
+
+__all__ = ["LatentCodec", "LatentCodecConfig", "fit_codebook"]
