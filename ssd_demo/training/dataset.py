@@ -151,6 +151,7 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
             "audio_hours": sum(c["seconds"] for s in shards for c in load_shard(s)[0]) / 3600,
             "build_seconds": time.perf_counter() - start}
     save_dataset(path, data)
+    (out / "split.json").write_text(json.dumps({"train": train_text, "test": test_text}, indent=1) + "\n")
     n_tokens = sum(len(e["prompt"]) + len(e["speech"]) for e in data["train"])
     log(f"dataset: {len(data['train'])} train / {len(data['test'])} test chunks, {data['audio_hours']:.2f} h of audio, "
         f"{n_tokens} train tokens, {data['build_seconds']:.0f} s")
