@@ -309,11 +309,13 @@ def _register_builtin() -> None:
             key="embedded",
             label="Embedded voice (offline, CPU)",
             description=(
-                "A small codec-token TTS trained on eSpeak NG speech, shipped with the demo: "
+                "A small codec-token TTS shipped with the demo, trained on speech rendered by Piper's "
+                "en_US-joe-medium voice (dataset CC0), whose own decoder turns its 2,048 speech tokens into audio: "
                 "a 12-layer target and its drafts (distilled, SSD-style layer subset, and draft heads on the "
-                "target's own hidden state)."
+                "target's own hidden state). Judged by Whisper tiny.en (WER) and DNSMOS P.835."
             ),
-            licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
+            licence=("Apache-2.0 (weights trained by this project on speech from Piper's en_US-joe-medium voice; "
+                     "its decoder, dataset CC0)"),
             drafts=available_drafts(),
             default_draft=default_draft(),
             loader=load_embedded,
