@@ -309,13 +309,11 @@ def _register_builtin() -> None:
             key="embedded",
             label="Embedded voice (offline, CPU)",
             description=(
-                "A small codec-token TTS shipped with the demo, trained on speech rendered by Piper's "
-                "en_US-joe-medium voice (dataset CC0), whose own decoder turns its 2,048 speech tokens into audio: "
+                "A small codec-token TTS trained on eSpeak NG speech, shipped with the demo: "
                 "a 12-layer target and its drafts (distilled, SSD-style layer subset, and draft heads on the "
-                "target's own hidden state). Judged by Whisper tiny.en (WER) and DNSMOS P.835."
+                "target's own hidden state)."
             ),
-            licence=("Apache-2.0 (weights trained by this project on speech from Piper's en_US-joe-medium voice; "
-                     "its decoder, dataset CC0)"),
+            licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
             drafts=available_drafts(),
             default_draft=default_draft(),
             loader=load_embedded,
