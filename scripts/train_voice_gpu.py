@@ -16,10 +16,15 @@ from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerpr
 from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
-    evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage)
+    evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start)
+from transformers import AutoModelForCausalLM
 
 data_path, out, budget = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.set_num_threads(budget.get("threads", 2))
+def sync():
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 torch.backends.cuda.matmul.allow_tf32 = True
 T0 = time.time()
 def log(m): print(f"[{time.time()-T0:6.0f}s] {m}", flush=True)
@@ -51,16 +56,18 @@ log(f"device {device} {torch.cuda.get_device_name() if device.type=='cuda' else 
 BT = budget.get("batch_tokens", 32768)
 
 def steps_for(name, model, loss_fn, trainable, minutes):
-    """Time a few steps on this device and size the stage to its minutes (cosine schedule completes)."""
+    """Time a few steps on this device and size the stage to its minutes (cosine schedule completes);
+    a fixed count in budget["steps"] wins (a shared CPU's timings are too noisy to size from)."""
+    if name in budget.get("steps", {}): return budget["steps"][name]
     if minutes <= 0: return budget.get("cpu_steps", 3)
     params = [p for n, p in model.named_parameters() if trainable is None or n in trainable]
     opt = torch.optim.AdamW(params, lr=1e-5)
     batches = make_batches(train, BT, random.Random(9))[:12]
     for i, b in enumerate(batches):
-        if i == 4: torch.cuda.synchronize(); t = time.time()
+        if i == 4: sync(); t = time.time()
         with autocast(device): loss = loss_fn(to_device(collate(b, layout), device))
         opt.zero_grad(); loss.backward(); opt.step()
-    torch.cuda.synchronize(); per = (time.time() - t) / (len(batches) - 4)
+    sync(); per = (time.time() - t) / (len(batches) - 4)
     per_epoch = len(make_batches(train, BT, random.Random(9)))
     steps = max(50, min(int(minutes * 60 / per), int(budget.get("epochs", {}).get(name, 10) * per_epoch)))
     log(f"{name}: {per*1000:.0f} ms/step, {per_epoch} steps an epoch -> {steps} steps (<= {minutes} min)")
@@ -83,12 +90,22 @@ summaries = {}
 spec = ModelSpec(**budget["target"])
 torch.manual_seed(1234)
 target = make_llama(layout, spec).to(device)
+INIT = Path(budget["init_from"]) if budget.get("init_from") else None
+def warm(model, folder):
+    """Start from a trained voice of the same widths: its transformer layers (and speech/special rows where
+    the layouts agree) are copied (`training.train.warm_start`)."""
+    if INIT is None or not (INIT / folder).exists(): return
+    source = AutoModelForCausalLM.from_pretrained(INIT / folder, dtype=torch.float32)
+    copied = warm_start(model, source, json.loads((INIT / "voice.json").read_text())["vocab"], layout)
+    log(f"{folder}: warm start from {INIT / folder}: {len(copied)} tensors")
+warm(target, "target")
 mins = budget["minutes"]
 fresh = lambda: make_llama(layout, spec).to(device)
 probe = fresh(); s = steps_for("target", probe, lambda b: cross_entropy(probe, b), None, mins["target"]); del probe
 lr = budget.get("target_lr", 2e-3)
 summ = train_stage("target", target, lambda b: cross_entropy(target, b), None, train, layout,
-                   StageConfig(steps=s, lr=lr, warmup=min(200, s // 10), batch_tokens=BT, checkpoint_every=500,
+                   StageConfig(steps=s, lr=lr, warmup=min(200, s // 10), batch_tokens=BT, checkpoint_every=100,
+                               max_minutes=mins["target"],
                                weight_decay=budget.get("weight_decay", 0.05)), out, stage_log("target", target))
 summ["test_ce"] = evaluate_ce(target, test, layout, BT); summaries["target"] = summ
 log(f"target test CE {summ['test_ce']:.4f}")
@@ -101,7 +118,8 @@ copy.deepcopy(target).to("cpu").to(torch.float16).save_pretrained(dest / "target
 def run_draft(name, model, loss_fn, trainable, minutes, lr):
     s = steps_for(name, model, loss_fn, trainable, minutes)
     summ = train_stage(name, model, loss_fn, trainable, train, layout,
-                       StageConfig(steps=s, lr=lr, warmup=min(100, s // 10), batch_tokens=BT, checkpoint_every=500), out,
+                       StageConfig(steps=s, lr=lr, warmup=min(100, s // 10), batch_tokens=BT, checkpoint_every=100,
+                                   max_minutes=minutes), out,
                        stage_log(name, model) if name != "heads" else log)
     return summ
 
@@ -113,6 +131,7 @@ summaries["layers"] = summ; log(f"layers: CE {summ['test_ce']:.4f} acceptance {s
 
 torch.manual_seed(1235)
 distilled = make_llama(layout, ModelSpec(**budget["distilled"])).to(device)
+warm(distilled, "draft_distilled")
 summ = run_draft("distilled", distilled, lambda b: distillation_kl(distilled, target, b), None, mins["distilled"], 2e-3)
 summ["test_ce"] = evaluate_ce(distilled, test, layout, BT); summ["acceptance"] = expected_acceptance(distilled, target, test)
 summaries["distilled"] = summ; log(f"distilled: CE {summ['test_ce']:.4f} acceptance {summ['acceptance']:.3f}")

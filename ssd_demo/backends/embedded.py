@@ -1,15 +1,19 @@
 """The embedded offline voice: a small codec-token TTS shipped in assets/embedded.
 
-Its teacher is a natural voice: Piper's en_US-joe-medium (a VITS model; dataset CC0; assets/embedded/
-MODEL_CARD.md). The corpus was rendered with it, and the codec is the teacher's own latent space: a token
-is the nearest of 1,024 centroids of its latent frames (about 86 a second), and audio comes from the
-teacher's decoder cut out of its graph (`speech.latent_codec`). Text is cleaned, normalised and split into
-chunks of at most `CHUNK_SYMBOLS` phoneme symbols, read by the teacher's own phonemizer
-(`text.piper_phonemes`). Each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol; the LM
-writes speech tokens and NEXT markers, and the decoder inserts the next symbol after each NEXT and END
-after the last (`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. Chunks are joined with
-pauses set by their punctuation.
-Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target),
+A voice folder declares its format in voice.json:
+- a teacher voice's latent codec (voice.json has "phonemes"): the corpus was rendered by a natural voice
+  (Piper's en_US-joe-medium, a VITS model; `training.teacher`), a token is the nearest of its k-means
+  centroids of the teacher's latent frames (about 86 a second), and audio comes from the teacher's decoder cut
+  out of its graph (`speech.latent_codec`). Text is read by the teacher's own phonemizer
+  (`text.piper_phonemes`) in chunks of at most `CHUNK_SYMBOLS` symbols; audio streams window by window;
+- the earlier eSpeak NG voice (no "phonemes"): k-means codes of 50 Hz log-mels, Griffin-Lim back to audio
+  (`speech.codec`), eSpeak NG's phoneme inventory (`text.SYMBOLS`), chunks of `text.CHUNK_PHONEMES`. It is the
+  shipped voice until the teacher voice's models are trained (README, "Train the embedded voice"); then this
+  format goes.
+Either way each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol; the LM writes speech tokens
+and NEXT markers, and the decoder inserts the next symbol after each NEXT and END after the last
+(`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. Chunks are joined with pauses set by their
+punctuation. Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target),
 "layers" (the target's bottom layer + top two layers, the SSD paper's construction) and "heads"
 (`draft_heads.DraftHeads` on the target's hidden state: no draft model, one target call per round).
 Everything loads offline on a CPU.
@@ -29,12 +33,13 @@ from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
 from ..models.assets import asset_path, where_to_find
+from ..speech.codec import Codec
 from ..speech.latent_codec import LatentCodec
 from ..speech.streaming import CodecWindows, decode_windows
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from ..text.piper_phonemes import PiperPhonemes
-from .vocab import PhonemeSchedule, VocabLayout
+from .vocab import MAX_PHONEME_FRAMES, PhonemeSchedule, VocabLayout
 
 
 def default_path() -> Path:
@@ -59,19 +64,36 @@ DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=
                                 cost_ratio=0.14)
 
 
+class EspeakSymbols:
+    """The eSpeak NG voice's phonemizer: `text.phonemes` on the fixed inventory `text.SYMBOLS`."""
+
+    n_symbols = len(text_frontend.SYMBOLS)
+
+    def ids(self, text: str) -> list[int]:
+        return text_frontend.phonemes(text)
+
+    def count(self, text: str) -> int:
+        return len(text_frontend.phoneme_track(text))
+
+    def label(self, symbol: int) -> str:
+        return text_frontend.SYMBOLS[symbol]
+
+
 class EmbeddedBackend:
     """Text <-> token ids <-> audio for the embedded voice."""
 
     name = "embedded"
-    licence = ("Apache-2.0 (weights trained by this project on speech rendered by Piper's en_US-joe-medium voice, "
-               "dataset CC0; its decoder is the codec's)")
+    #: The weights' licence, by voice format (`licence` on an instance).
+    LICENCES = {"latent": "Apache-2.0 (weights trained by this project on speech rendered by Piper's en_US-joe-medium "
+                          "voice, dataset CC0; its decoder is the codec's)",
+                "espeak": "Apache-2.0 (weights trained by this project on eSpeak NG output)"}
     max_text_chars = text_frontend.MAX_TEXT_CHARS
-    chunk_phonemes = CHUNK_SYMBOLS
     #: In-chunk streaming: 0.5 s windows decoded with 0.25 s of context before and 0.1 s after.
     windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256)
 
-    def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
-                 default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES):
+    def __init__(self, layout: VocabLayout, codec: LatentCodec | Codec, phonemes: PiperPhonemes | EspeakSymbols,
+                 default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,
+                 chunk_symbols: int = CHUNK_SYMBOLS):
         if layout.n_speech != codec.config.codebook_size:
             raise ModelLoadError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
         if layout.n_phonemes != phonemes.n_symbols:
@@ -81,12 +103,14 @@ class EmbeddedBackend:
         self.codec = codec
         self.phonemes = phonemes
         self.sample_rate = codec.sample_rate
-        self.hop_length = codec.hop_length
         self.eos_token_id = layout.end_of_speech_id
         self.max_symbol_frames = max_symbol_frames
+        self.chunk_phonemes = chunk_symbols
+        latent = isinstance(codec, LatentCodec)
+        self._windows = self.windows if latent else None  # Griffin-Lim decodes whole chunks
+        self.licence = self.LICENCES["latent" if latent else "espeak"]
         self._default = default
         self._allowed = layout.allowed_ids()
-        self._labels = phonemes.inverse
 
     @classmethod
     def from_directory(cls, path: str | Path) -> "EmbeddedBackend":
@@ -95,12 +119,12 @@ class EmbeddedBackend:
         if not meta_path.exists():
             raise FileNotFoundError(f"no embedded voice in {path} (missing {META_NAME})")
         meta = json.loads(meta_path.read_text())
-        if "phonemes" not in meta:
-            raise ModelLoadError(f"{meta_path} describes a voice made by an older version (no phoneme table): "
-                                 "retrain it with python -m ssd_demo train")
-        return cls(VocabLayout.from_dict(meta["vocab"]), LatentCodec.load(path / "codec"),
-                   PiperPhonemes.from_dict(meta["phonemes"]),
-                   max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)))
+        layout = VocabLayout.from_dict(meta["vocab"])
+        if "phonemes" in meta:  # a teacher voice's latent codec
+            return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
+                       max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)))
+        return cls(layout, Codec.load(path / "codec"), EspeakSymbols(), max_symbol_frames=MAX_PHONEME_FRAMES,
+                   chunk_symbols=text_frontend.CHUNK_PHONEMES)
 
     def allowed_token_ids(self) -> list[int]:
         return list(self._allowed)
@@ -153,7 +177,7 @@ class EmbeddedBackend:
         if token == self.layout.next_phoneme_id:
             return "|"
         if self.layout.phoneme_offset <= token < self.layout.speech_offset:
-            return "/" + self._labels.get(token - self.layout.phoneme_offset, "?") + "/"
+            return "/" + self.phonemes.label(token - self.layout.phoneme_offset) + "/"
         return str(token - self.layout.speech_offset)
 
     def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
@@ -165,11 +189,11 @@ class EmbeddedBackend:
     def audio_windows(self, tokens: list[int]) -> Iterator[np.ndarray]:
         """`tokens_to_audio` in windows of `windows.window` codes, each decoded when asked for (streaming)."""
         codes = self.layout.codes(tokens)
-        if not codes:
-            yield np.zeros(self.sample_rate // 10, dtype=np.float32)
+        if not codes or self._windows is None:
+            yield self.tokens_to_audio(tokens)
             return
         for samples, _, _ in decode_windows(codes, lambda before, part: self.codec.decode(part, before),
-                                            self.hop_length, self.windows):
+                                            self.codec.hop_length, self._windows):
             yield samples
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
     """The drafts a voice folder has, in the order the UI lists them."""

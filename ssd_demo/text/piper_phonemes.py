@@ -66,6 +66,9 @@ class PiperPhonemes:
         inverse = self.inverse
         return [inverse.get(int(i), "?") for i in ids]
 
+    def label(self, symbol: int) -> str:
+        return self.inverse.get(int(symbol), "?")
+
     @property
     def inverse(self) -> dict[int, str]:
         return {v: k for k, v in self.id_map.items()}
