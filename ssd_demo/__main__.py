@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,vllm-batch,train,train-recognizer,train-draft} ...
+"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,vllm-batch,train,train-draft} ...
 
 Each subcommand has a module in `ssd_demo.cli` (its flags and what it prints; the work is in the library)
 that provides `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -20,9 +20,8 @@ SUBCOMMANDS = {
     "synth": ("ssd_demo.cli.synth", "synthesise text to a WAV file (AR or speculative)"),
     "bench": ("ssd_demo.cli.bench", "time AR vs speculative vs transformers' assisted generation"),
     "compare": ("ssd_demo.cli.compare", "the app's comparison: AR then speculative on one text, both WAVs and the speedup"),
-    "eval": ("ssd_demo.cli.evaluation", "AR, exact speculative and SSD on a test set: WER (Whisper) or PER, speedups"),
+    "eval": ("ssd_demo.cli.evaluation", "AR, exact speculative and SSD on a test set: WER (Whisper), DNSMOS, speedups"),
     "train": ("ssd_demo.cli.train", "build the corpus and train the embedded voice"),
-    "train-recognizer": ("ssd_demo.cli.train_recognizer", "train the phoneme recognizer that measures intelligibility"),
     "stimuli": ("ssd_demo.cli.stimuli", "render a listening-test stimulus set"),
     "study": ("ssd_demo.cli.study", "create a listening study from its file, list studies, report results"),
     "sweep": ("ssd_demo.cli.sweep", "map speed against fidelity for every acceptance rule"),

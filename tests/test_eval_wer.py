@@ -80,3 +80,16 @@ def test_whisper_loads_from_the_hub_cache_offline_and_says_how_to_fetch_a_missin
     assert loaded.name == "someone/tiny-whisper" and loaded.model.config.d_model == 16
     with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache.*hf download openai/whisper-large-v3"):
         WhisperScorer.load("openai/whisper-large-v3", device="cpu")
+
+
+def test_tiny_en_is_the_packaged_judge_with_whispers_normaliser():
+    from ssd_demo.measure.asr import JudgeScorer, load_scorer
+
+    judge_scorer = load_scorer("tiny.en")  # nothing loads until a clip is transcribed
+    assert isinstance(judge_scorer, JudgeScorer) and judge_scorer.name == "tiny.en"
+    assert judge_scorer.normaliser == "whisper"
+    assert judge_scorer.words("It's twenty-five dollars.") == judge_scorer.words("it is $25")
+    assert load_scorer("tiny.en", normaliser="seed-tts").words("Hello, World!") == ["hello", "world"]
+    assert judge_scorer.transcribe(np.zeros(0, np.float32), 22_050) == ""
+    with pytest.raises(InputError, match="no words"):
+        judge_scorer.score(np.zeros(1600, np.float32), 16_000, "?!")

@@ -43,9 +43,10 @@ def test_fastest_setting_per_rule_at_matched_fidelity():
     ]
     best = at_matched_fidelity(points, reference)
     assert {rule: p.label for rule, p in best.items()} == {"ssd": "ssd beta=0.2", "pcg": "pcg large"}
-    table = markdown(points, {"mcd": 39.0, "nll": 0.3}, "cmd", {"commit": "x", "date": "d", "machine": "m",
-                                                               "sentences": 2}, "ssd beta=0.2")
+    table = markdown(points, {"mcd": 39.0, "nll": 0.3, "wer": 0.05, "dnsmos": 3.1}, "cmd",
+                     {"commit": "x", "date": "d", "machine": "m", "sentences": 2}, "ssd beta=0.2")
     assert "| pcg | pcg large | 1.80x | 1.20x |" in table and "topk k=5 | 2.50x | 1" not in table.split("Fastest")[1]
+    assert "| WER % | DNSMOS OVRL |" in table and "WER 5.0 %, DNSMOS OVRL 3.10" in table and "PER" not in table
 
 
 def test_matched_fidelity_table_gives_the_paired_difference_and_its_interval():
@@ -68,7 +69,13 @@ def test_paired_difference_removes_sentence_spread_and_skips_missing_values():
     assert np.isnan(paired_difference([float("nan")], [1.0])[0])
 
 
-def test_sweep_runs_on_a_voice_and_draws_the_map():
+def test_sweep_runs_on_a_voice_and_draws_the_map(monkeypatch):
+    from ssd_demo.measure import judge
+
+    # the judges' plumbing (the judges themselves: test_judge.py): Whisper "hears" the first text only
+    heard = {"hello there": "Hello there!", "good morning all": "good morning"}
+    monkeypatch.setattr(judge, "transcribe", lambda audio, rate: "")
+    monkeypatch.setattr(judge, "dnsmos", lambda audio, rate: {"ovrl": 3.0, "sig": 3.5, "bak": 4.0})
     synth = build_toy_synthesizer(max_new_tokens=24)
     settings = [
         Setting("ssd beta=0", "ssd", "beta", 0.0, {"acceptance": "ssd", "beta": 0.0}),
@@ -77,11 +84,13 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
         Setting("topk k=3", "topk", "k", 3, {"acceptance": "topk", "topk_tolerance": 3}),
         Setting("adaptive", "exact-adaptive", "K max", 6, {"acceptance": "exact", "draft_len": 6, "adaptive_draft_len": True}),
     ]
-    texts = ["hello there", "one two three"]
+    texts = ["hello there", "good morning all"]
     references = [synth.synthesize(t, mode="ar").audio for t in texts]
     seen = []
+    real_word_errors = judge.word_errors
+    monkeypatch.setattr(judge, "word_errors", lambda text, hypothesis: real_word_errors(text, heard[text]))
     result = run_sweep(synth, texts, references, settings, progress=lambda f, m: seen.append(f),
-                       repeats=2)
+                       repeats=2, judges=("wer", "dnsmos"))
     points = result.points
     # AR's fidelity comes from the sweep's own AR runs: the same seeds give the same audio.
     ar_audio = [synth.synthesize(t, mode="ar", config=synth.config(seed=i)).audio for i, t in enumerate(texts)]
@@ -93,6 +102,10 @@ def test_sweep_runs_on_a_voice_and_draws_the_map():
     assert by_label["ssd beta=1"].acceptance == 1.0
     assert by_label["ssd beta=1"].acceptance >= by_label["ssd beta=0"].acceptance
     assert all(p.lm_speedup > 0 and np.isfinite(p.mcd) and np.isfinite(p.nll) for p in points)
+    # WER: 0 for the first text, 1/3 for the second (one word of three missed); mean over sentences
+    assert all(p.wers == pytest.approx([0.0, 1 / 3]) and p.wer == pytest.approx(1 / 6) for p in points)
+    assert result.ar_wer == pytest.approx(1 / 6) and result.ar_dnsmos == 3.0
+    assert all(p.dnsmos == 3.0 and p.dnsmoses == [3.0, 3.0] for p in points)
     for p in points:  # a frontier point is dominated by no other point; every other point by some point
         dominated = any(q.lm_speedup >= p.lm_speedup and q.mcd <= p.mcd and (q.lm_speedup, q.mcd) != (p.lm_speedup, p.mcd)
                         for q in points)

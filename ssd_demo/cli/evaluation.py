@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..measure.asr import DEFAULT_WHISPER, NORMALISERS
+from ..measure.asr import DEFAULT_WHISPER, NORMALISERS, TINY_EN
 from ..backends.vllm import ENGINES
 from .decoding_flags import add_decoding_arguments
 from ..measure.evaluation_report import markdown
@@ -44,15 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="embedded voice: phoneme budget per chunk (default: the voice's; to measure how long a "
                              "chunk can be)")
     parser.add_argument("--metrics", default=None,
-                        help="comma-separated: wer (Whisper), per (phoneme recognizer; embedded voice only) "
-                             "(default: per for the embedded voice, wer otherwise)")
-    parser.add_argument("--whisper", default=DEFAULT_WHISPER,
-                        help=f"Whisper checkpoint for WER: Hub repo id (read from the local cache when there; "
-                             f"HF_HUB_OFFLINE=1 never downloads) or local folder (default {DEFAULT_WHISPER})")
-    parser.add_argument("--normaliser", choices=NORMALISERS, default="seed-tts",
+                        help="comma-separated: wer (Whisper), dnsmos (DNSMOS P.835 OVRL and SIG) "
+                             "(default: wer,dnsmos for the embedded voice, wer otherwise)")
+    parser.add_argument("--whisper", default=None,
+                        help=f"Whisper for WER: {TINY_EN} (Whisper tiny.en from the package index, run by faster-whisper "
+                             "on the CPU), or a checkpoint: Hub repo id (read from the local cache when there; "
+                             "HF_HUB_OFFLINE=1 never downloads) or local folder "
+                             f"(default: {TINY_EN} for the embedded voice, {DEFAULT_WHISPER} otherwise)")
+    parser.add_argument("--normaliser", choices=NORMALISERS, default=None,
                         help="text normalisation before counting words: seed-tts (punctuation removed, lower case; "
-                             "the Seed-TTS evaluation's) or whisper (Whisper's English normaliser) (default seed-tts)")
-    parser.add_argument("--recognizer", type=Path, default=None, help="recognizer folder (default: the shipped one)")
+                             "the Seed-TTS evaluation's) or whisper (Whisper's English normaliser) "
+                             f"(default: whisper with {TINY_EN}, seed-tts with a checkpoint)")
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
@@ -75,8 +77,7 @@ def command_line(args: argparse.Namespace) -> str:
                ("buckets", f"'{args.buckets}'" if args.buckets else None), ("betas", args.betas),
                ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens),
                ("chunk-phonemes", args.chunk_phonemes),
-               ("metrics", args.metrics), ("whisper", args.whisper if args.whisper != DEFAULT_WHISPER else None),
-               ("normaliser", args.normaliser if args.normaliser != "seed-tts" else None),
+               ("metrics", args.metrics), ("whisper", args.whisper), ("normaliser", args.normaliser),
                ("repeats", args.repeats), ("threads", args.threads), ("engine", args.engine)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     return command + (" --adaptive-k" if args.adaptive_draft_len else "")

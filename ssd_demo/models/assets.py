@@ -1,4 +1,4 @@
-"""Where the trained assets live: the embedded voice and the phoneme recognizer (assets/ in the repository).
+"""Where the trained assets live: the embedded voice (assets/ in the repository).
 
 They are not part of the package (36 MB). A checkout, and a package installed from it with `pip install -e .`,
 finds them next to the package, at the repository root. A package installed from a wheel (`pip install .`)
@@ -24,7 +24,7 @@ def assets_root() -> Path:
 
 
 def asset_path(name: str) -> Path:
-    """One asset folder, e.g. asset_path("embedded") for the voice, asset_path("recognizer")."""
+    """One asset folder, e.g. asset_path("embedded") for the voice."""
     return assets_root() / name
 
 
