@@ -41,8 +41,6 @@ from .normalize import (
     normalize_text,
 )
 from .phonemes import (
-    BASE_PHONEMES,
-    BASE_TO_INDEX,
     CONSONANTS,
     PAUSE,
     PAUSE_MARKS,
@@ -52,16 +50,15 @@ from .phonemes import (
     SYMBOLS,
     VOWELS,
     TimedPhoneme,
-    base_phonemes,
     events_to_track,
     phoneme_track,
     phonemes,
 )
 
 __all__ = [
-    "BASE_PHONEMES", "BASE_TO_INDEX", "CHUNK_PHONEMES", "CONSONANTS", "Chunk", "EMOJI_BLOCKS", "LONG_NUMBER",
+    "CHUNK_PHONEMES", "CONSONANTS", "Chunk", "EMOJI_BLOCKS", "LONG_NUMBER",
     "LONG_WORD", "MAX_CHUNKS", "MAX_TEXT_CHARS", "PAUSE", "PAUSES", "PAUSE_MARKS", "PHRASE_PAUSE_MS",
     "READABLE_SCRIPTS", "SENTENCE_PAUSE_MS", "STRESS", "SYMBOLS", "SYMBOL_TO_INDEX", "TextError", "TimedPhoneme",
-    "VOWELS", "WORD_PAUSE_MS", "base_phonemes", "check_text", "clean_text", "events_to_track", "left_out",
+    "VOWELS", "WORD_PAUSE_MS", "check_text", "clean_text", "events_to_track", "left_out",
     "normalize_text", "phoneme_track", "phonemes", "split_text",
 ]

@@ -35,9 +35,6 @@ STRESS = ("", "ˈ", "ˌ")
 SYMBOLS: tuple[str, ...] = PAUSES + CONSONANTS + tuple(mark + vowel for vowel in VOWELS for mark in STRESS)
 SYMBOL_TO_INDEX = {symbol: index for index, symbol in enumerate(SYMBOLS)}
 
-#: Stress-free phoneme classes (what the phoneme recognizer hears and PER counts); pauses excluded.
-BASE_PHONEMES: tuple[str, ...] = CONSONANTS + VOWELS
-BASE_TO_INDEX = {symbol: index for index, symbol in enumerate(BASE_PHONEMES)}
 
 
 @dataclass(frozen=True)
@@ -103,13 +100,3 @@ def phonemes(text: str) -> list[int]:
     if not any(not SYMBOLS[s].startswith(PAUSE) for s in symbols):
         raise TextError("Nothing pronounceable in the text: it needs at least one word.")
     return symbols
-
-
-def base_phonemes(symbols: list[int]) -> list[int]:
-    """Inventory indices -> stress-free phoneme classes, pauses dropped (the units PER counts)."""
-    out = []
-    for s in symbols:
-        symbol = SYMBOLS[s]
-        if not symbol.startswith(PAUSE):
-            out.append(BASE_TO_INDEX[symbol.lstrip("ˈˌ")])
-    return out
