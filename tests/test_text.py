@@ -179,6 +179,14 @@ def test_events_map_onto_the_inventory_and_pauses_merge():
     assert all(a.end_ms == b.start_ms for a, b in zip(track, track[1:]))
 
 
+PARAGRAPH = (
+    "When the orchestra finished the final movement, the audience stood up and applauded for several "
+    "minutes. Please call Stella and ask her to bring these things from the store: six spoons of fresh "
+    "snow peas, five thick slabs of blue cheese, and maybe a snack for her brother Bob! Did she remember "
+    "the 12.50 dollars - or was it Dr. Brown who paid? Thanks."
+)
+
+
 def test_chunks_fit_the_budget_and_lose_no_text():
     normalised = text.check_text(PARAGRAPH)
     chunks = text.split_text(normalised, budget=40)
