@@ -118,8 +118,8 @@ def test_randomised_seed_is_returned(client):
     [
         ({"text": ""}, "type some text"),
         ({"text": "x" * 400}, "at most 120"),
-        ({"text": "Fine text.", "draft_len": 2.5}, "whole number"),  # our validation
-        ({"text": "Fine text.", "draft_len": 0}, "draft_len must be at least 1"),  # named, not Gradio's range text
+        ({"text": "Fine text.", "draft_len": 2.5}, "draft_len must be an integer"),  # our validation
+        ({"text": "Fine text.", "draft_len": 0}, "draft_len must be an integer from 1 to 16"),  # named, not Gradio's range text
         ({"text": "Fine text.", "acceptance": "magic"}, "magic"),
         ({"text": "Fine text.", "preset": "no-such-preset"}, "no-such-preset"),
     ],
@@ -290,14 +290,14 @@ def test_adaptive_draft_length_reaches_the_decoder(client):
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
-    ({"seed": 1.5}, "seed must be a whole number"),  # (NaN cannot travel in JSON at all)
-    ({"seed": 2**40}, "seed must be at most 2147483647"),
-    ({"beta": 5}, "beta must be at most 1, got 5"),
-    ({"draft_len": 100}, "draft_len must be at most 16, got 100"),
-    ({"max_new_tokens": 10**9}, "max_new_tokens must be at most 2048"),
-    ({"temperature": "hot"}, "temperature must be a number, got 'hot'"),
-    ({"top_k": -3}, "top_k must be at least 0, got -3"),
+    ({"seed": "abc"}, "seed must be an integer from 0 to 2,147,483,647, got 'abc'"),
+    ({"seed": 1.5}, "seed must be an integer from 0 to 2,147,483,647, got 1.5"),  # (NaN cannot travel in JSON)
+    ({"seed": 2**40}, "seed must be an integer from 0 to 2,147,483,647, got 1099511627776"),
+    ({"beta": 5}, "beta must be between 0 and 1 (1 keeps every drafted token), got 5"),  # the library's words
+    ({"draft_len": 100}, "draft_len must be an integer from 1 to 16, got 100"),
+    ({"max_new_tokens": 10**9}, "max_new_tokens must be an integer from 1 to 2048"),
+    ({"temperature": "hot"}, "temperature must be between 0 and 2, got 'hot'"),
+    ({"top_k": -3}, "top_k must be an integer from 0 to 1,000,000 (0 = off), got -3"),
     ({"adaptive_draft_len": "maybe"}, "adaptive_draft_len must be true or false"),
 ])
 def test_every_bad_setting_is_refused_by_name(client, changes, message):
@@ -307,9 +307,9 @@ def test_every_bad_setting_is_refused_by_name(client, changes, message):
 
 @pytest.mark.parametrize(("text", "changes", "message"), [
     (123, {}, "The text must be a string, got int"),
-    ("Fine.", {"beta": True}, "beta must be a number, got True"),
-    ("Fine.", {"top_k": 10**30}, "top_k must be at most 1000000, got 1e\\+30"),
-    ("Fine.", {"max_new_tokens": 1e308}, "max_new_tokens must be at most 2048, got 1e\\+308"),
+    ("Fine.", {"beta": True}, "beta must be between 0 and 1 \\(1 keeps every drafted token\\), got True"),
+    ("Fine.", {"top_k": 10**30}, "top_k must be an integer from 0 to 1,000,000 \\(0 = off\\), got 1e\\+30"),
+    ("Fine.", {"max_new_tokens": 1e308}, "max_new_tokens must be an integer from 1 to 2048, got 1e\\+308"),
 ])
 def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, message):
     with pytest.raises(AppError, match=message):
@@ -350,7 +350,7 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
 
 
 def test_race_refuses_bad_input_plainly(client):
-    with pytest.raises(AppError, match="beta must be at most 1, got 5") as raised:
+    with pytest.raises(AppError, match=r"beta must be between 0 and 1 \(1 keeps every drafted token\), got 5") as raised:
         client.predict("Bad race.", beta=5, api_name="/race")
     assert "Traceback" not in str(raised.value)
     with pytest.raises(AppError, match="type some text"):
@@ -363,3 +363,4 @@ def test_race_refuses_bad_input_plainly(client):
             job.result()
         status = dict(zip(RACE_OUTPUTS, job.outputs()[-1]))["status"]
         assert status.startswith("**Not run:**") and message in status
+

@@ -6,6 +6,7 @@ from ssd_demo import DecodingConfig
 from ssd_demo.config import ACCEPTANCE_RULES
 from ssd_demo.rules import RULE_NAMES, RULES, AcceptanceRule, make_rule
 from ssd_demo.app.compare import SETTINGS_BY_NAME
+from ssd_demo.app.compare.settings import control_info
 from tiny_models import tiny_llama
 
 
@@ -13,7 +14,7 @@ def test_config_and_app_read_the_registry():
     assert ACCEPTANCE_RULES == RULE_NAMES == ("exact", "ssd", "topk", "pcg")
     acceptance = SETTINGS_BY_NAME["acceptance"]  # the app's menu and its help text
     assert acceptance.choices == RULE_NAMES
-    assert all(acceptance.info_for(name) == RULES[name].help != "" for name in RULE_NAMES)
+    assert all(control_info(acceptance, name) == RULES[name].help != "" for name in RULE_NAMES)
     with pytest.raises(ValueError, match="acceptance must be one of exact, ssd, topk, pcg"):
         DecodingConfig(acceptance="nope")
 
@@ -37,3 +38,4 @@ def test_a_rule_handed_in_must_be_the_one_the_config_names():
         speculative_generate(target, draft, torch.tensor([[1, 2]]), config, rule=make_rule(config.with_(acceptance="exact")))
     handed = speculative_generate(target, draft, torch.tensor([[1, 2]]), config, rule=make_rule(config))
     assert handed.tokens == speculative_generate(target, draft, torch.tensor([[1, 2]]), config).tokens
+

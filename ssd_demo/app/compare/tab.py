@@ -1,7 +1,7 @@
 """The app's "Compare" tab: one text, synthesised autoregressively and speculatively, side by side.
 
 A thin Gradio builder around `ssd_demo.app.compare`: the decoding controls are drawn from
-`COMPARE_SETTINGS` (one entry per control: component, default, preset update, `/synthesize`
+`COMPARE_SETTINGS` (one setting per control: component, default, preset update, `/synthesize`
 parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
 button runs the race (`/race`, `race_view`: both decoders streamed as they decode); `/synthesize`
 returns every result at once for API callers.
@@ -15,9 +15,10 @@ import gradio as gr
 
 from .. import compare
 from . import arguments
-from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Setting
+from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults
+from .settings import control_info, control_range, control_value, control_visible, is_decoding_setting
 from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
-from ...config import DecodingConfig
+from ...config import DecodingConfig, SettingSpec
 from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...engine.cancellation import Cancelled
@@ -105,37 +106,39 @@ def stop_run(request: gr.Request) -> None:
     jobs.request_stop(request)
 
 
-def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
+def setting_component(setting: SettingSpec, config: DecodingConfig) -> gr.Component:
     """The control for one setting, showing the preset's default."""
-    value = setting.default(config)
-    common = {"label": setting.label, "info": setting.info_for(value) or None,
-              "visible": setting.visible_for(config.acceptance)}
-    if setting.widget == "slider":
-        return gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
-    if setting.widget == "number":
-        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
-                         maximum=setting.maximum, **common)
-    if setting.widget == "dropdown":
+    hint, value = setting.control, control_value(setting, config)
+    low, high = control_range(setting, config)
+    common = {"label": hint.label, "info": control_info(setting, value) or None,
+              "visible": control_visible(setting, config.acceptance)}
+    if hint.widget == "slider":
+        return gr.Slider(low, high, value=value, step=hint.step, **common)
+    if hint.widget == "number":
+        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=low, maximum=high,
+                         **common)
+    if hint.widget == "dropdown":
         return gr.Dropdown(choices=list(setting.choices), value=value, **common)
     return gr.Checkbox(value=value, **common)
 
 
-def setting_update(setting: Setting, config: DecodingConfig) -> dict:
+def setting_update(setting: SettingSpec, config: DecodingConfig) -> dict:
     """What a preset change sets the control to."""
-    value = setting.default(config)
-    if setting.widget == "slider" and setting.grows:
-        return gr.update(value=value, maximum=setting.top(config))
+    value = control_value(setting, config)
+    if setting.control.widget == "slider" and setting.control.grows:
+        return gr.update(value=value, maximum=control_range(setting, config)[1])
     return gr.update(value=value)
 
 
 def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Component]:
     """The section's controls in table order; consecutive settings that share a `row` sit side by side."""
     controls: dict[str, gr.Component] = {}
-    settings = [s for s in COMPARE_SETTINGS if s.section == section]
+    settings = [s for s in COMPARE_SETTINGS if s.control.section == section]
     index = 0
     while index < len(settings):
         group = [settings[index]]
-        while settings[index].row and index + 1 < len(settings) and settings[index + 1].row == settings[index].row:
+        row = settings[index].control.row
+        while row and index + 1 < len(settings) and settings[index + 1].control.row == row:
             index += 1
             group.append(settings[index])
         index += 1
@@ -156,7 +159,7 @@ def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
                   P("preset", P.POSITIONAL_OR_KEYWORD, default=defaults.key, annotation=str),
                   P("draft", P.POSITIONAL_OR_KEYWORD, default=defaults.default_draft, annotation=str)]
     kinds = {"int": int, "float": float, "choice": str, "bool": bool}
-    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default(defaults.config), annotation=kinds[s.kind])
+    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=control_value(s, defaults.config), annotation=kinds[s.kind])
                    for s in COMPARE_SETTINGS]
     parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
                    P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
@@ -295,16 +298,16 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             compare.preset_markdown(get_preset(chosen.key, arguments.owner_of(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
             gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
-            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
+            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if is_decoding_setting(s)],
         )
 
-    rule_dependent = [s for s in COMPARE_SETTINGS if s.rule is not None]
+    rule_dependent = [s for s in COMPARE_SETTINGS if s.control.rule is not None]
     acceptance_setting = SETTINGS_BY_NAME["acceptance"]
 
     def rule_options(acceptance: str):
         """Show the parameter of the chosen acceptance rule."""
-        return (*[gr.update(visible=s.visible_for(acceptance)) for s in rule_dependent],
-                gr.update(info=acceptance_setting.info_for(acceptance)))
+        return (*[gr.update(visible=control_visible(s, acceptance)) for s in rule_dependent],
+                gr.update(info=control_info(acceptance_setting, acceptance)))
 
     def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
         """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
@@ -317,8 +320,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
                 compare.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
 
-    # preprocess=False: values reach the handler as sent, and `Setting.coerce` checks each by name ("beta
-    # must be at most 1, got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
+    # preprocess=False: values reach the handler as sent, and the one validator (`SettingSpec.accept`) checks
+    # each by name ("beta must be between 0 and 1 ..., got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
     # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
     run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
                                         concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
@@ -369,7 +372,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     # more); /synthesize has nothing to show for a stop and is cancelled.
     stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
-                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
+                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if is_decoding_setting(s)]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
     add_pair.click(add_custom_pair, inputs=[custom_target, custom_draft, custom_codec],
                    outputs=[preset, preset_info, draft], api_name="add_custom_pair", queue=False)
