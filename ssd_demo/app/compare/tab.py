@@ -2,7 +2,7 @@
 
 A thin Gradio builder around `ssd_demo.app.compare`: the decoding controls are drawn from
 `COMPARE_SETTINGS` (one setting per control: component, default, preset update, `/synthesize`
-parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
+parameter; an API caller who leaves one out has not given it, and the chosen preset fills it), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
 button runs the race (`/race`, `race_view`: both decoders streamed as they decode); `/synthesize`
 returns every result at once for API callers.
 """
@@ -151,15 +151,31 @@ def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Compo
     return controls
 
 
+def api_twins(controls: dict[str, gr.Component], config: DecodingConfig) -> dict[str, gr.Component]:
+    """Hidden twins of the draft and setting controls, the inputs of the API endpoints (/synthesize, /race).
+    Gradio publishes an input's initial value as the API's default; a twin's is None (not given), so a
+    caller who leaves a setting out gets the default of the preset they name, not the page's default preset's
+    (the page's own race reads the page's controls). Same components, so the same types in `view_api`."""
+    twins: dict[str, gr.Component] = {}
+    with gr.Column(visible=False):
+        for name, control in controls.items():
+            twin = (setting_component(SETTINGS_BY_NAME[name], config) if name in SETTINGS_BY_NAME
+                    else gr.Dropdown(choices=control.choices, allow_custom_value=True))
+            twin.value = None  # after construction: a slider or checkbox would otherwise take a value of its own
+            twins[name] = twin
+    return twins
+
+
 def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
-    """The `/synthesize` parameters: text, preset, draft, every setting with the preset's default, the
-    voice prompt, then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
+    """The `/synthesize` parameters: text, preset (the page's default), draft and every setting (None: not
+    given, so the chosen preset's own default applies, whichever preset the caller names), the voice prompt,
+    then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
     P = inspect.Parameter
     parameters = [P("text", P.POSITIONAL_OR_KEYWORD, annotation=str),
                   P("preset", P.POSITIONAL_OR_KEYWORD, default=defaults.key, annotation=str),
-                  P("draft", P.POSITIONAL_OR_KEYWORD, default=defaults.default_draft, annotation=str)]
+                  P("draft", P.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None)]
     kinds = {"int": int, "float": float, "choice": str, "bool": bool}
-    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=control_value(s, defaults.config), annotation=kinds[s.kind])
+    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=None, annotation=kinds[s.kind] | None)
                    for s in COMPARE_SETTINGS]
     parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
                    P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
@@ -252,6 +268,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     setting_inputs = [controls[s.name] for s in COMPARE_SETTINGS]
     inputs = [text, preset, draft, *setting_inputs, voice_audio, voice_transcript]
+    twins = api_twins({"draft": draft, **{s.name: controls[s.name] for s in COMPARE_SETTINGS}}, config)
+    api_inputs = [text, preset, twins["draft"], *[twins[s.name] for s in COMPARE_SETTINGS], voice_audio, voice_transcript]
     outputs = [ar_audio, spec_audio, stats, tokens, tokens_vs_time, breakdown, accepted_length, by_position,
                details, seed_used]
     signature = synthesize_signature(defaults)
@@ -321,9 +339,10 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 compare.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
 
     # preprocess=False: values reach the handler as sent, and the one validator (`SettingSpec.accept`) checks
-    # each by name ("beta must be between 0 and 1 ..., got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
-    # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
-    run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
+    # each by name ("beta must be between 0 and 1 ..., got 5") where Gradio's own checks say "Value 5 is
+    # greater than maximum value 1.0" or fail inside Gradio on "abc". Uploads are still validated and moved
+    # to Gradio's cache first. The API endpoints read the hidden twins (`api_twins`): a setting left out is None.
+    run_event = synthesize_button.click(synthesize, inputs=api_inputs, outputs=outputs, api_name="synthesize",
                                         concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
     # The race reports progress in one place (the status line), not with a spinner on every output.
     race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
@@ -344,7 +363,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
     # on a hidden button like /synthesize) raises the error as well.
-    race_api_button.click(race_api, api_name="race", **race_options)
+    race_api_button.click(race_api, api_name="race", **(race_options | {"inputs": api_inputs}))
     ended = dict(inputs=[status], outputs=[*starters, race_view.ar_stream, race_view.spec_stream], js=IDLE_PLAYERS_JS,
                  **private)
     # The replays at the speaker's factor, when one is typed (the race renders them at the automatic one).
