@@ -39,3 +39,19 @@ def test_a_rule_handed_in_must_be_the_one_the_config_names():
     handed = speculative_generate(target, draft, torch.tensor([[1, 2]]), config, rule=make_rule(config))
     assert handed.tokens == speculative_generate(target, draft, torch.tensor([[1, 2]]), config).tokens
 
+
+def test_only_the_ssd_rule_reads_beta_and_exact_stays_exact_at_any_beta():
+    import torch
+
+    from ssd_demo.rules import Block
+
+    assert [name for name in RULE_NAMES if RULES[name].uses_beta] == ["ssd"]
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    target = torch.tensor([[0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.3, 0.3, 0.4]])
+    block = Block(drafted=torch.tensor([0, 2]), draft_probs=probs, target_probs=target, target_scores=target.log())
+    exact = make_rule(DecodingConfig(acceptance="exact", beta=0.7))
+    assert exact.config.beta == 0.7  # built from the config as it is: nothing rewritten behind the caller's back
+    assert torch.equal(exact.accept_probability(block),
+                       make_rule(DecodingConfig(acceptance="exact", beta=0.0)).accept_probability(block))
+    assert not torch.equal(make_rule(DecodingConfig(acceptance="ssd", beta=0.7)).accept_probability(block),
+                           exact.accept_probability(block))
