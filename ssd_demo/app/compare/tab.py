@@ -152,10 +152,8 @@ def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Compo
 
 
 def api_twins(controls: dict[str, gr.Component], config: DecodingConfig) -> dict[str, gr.Component]:
-    """Hidden twins of the draft and setting controls, the inputs of the API endpoints (/synthesize, /race).
-    Gradio publishes an input's initial value as the API's default; a twin's is None (not given), so a
-    caller who leaves a setting out gets the default of the preset they name, not the page's default preset's
-    (the page's own race reads the page's controls). Same components, so the same types in `view_api`."""
+    """Hidden twins of the draft and setting controls: the API endpoints' inputs. Gradio publishes an input's
+    initial value as the API default; a twin's is None (not given), so the preset a caller names fills it."""
     twins: dict[str, gr.Component] = {}
     with gr.Column(visible=False):
         for name, control in controls.items():
