@@ -8,6 +8,12 @@ decoding loop. The app's controls and the command-line flags are generated from 
 Bounds: a `SettingSpec`'s minimum and maximum are the library's (and the command line's). The app
 may take a narrower part of that range, declared in the same spec's `ControlHint` (a slider's top
 is also the highest value the app's API accepts, as the page cannot show more).
+
+One validator: `SettingSpec.accept` turns a submitted value (a slider's float, an API caller's number)
+into the setting's kind and checks it against the setting's bounds, or the app's part of them; every
+refusal reads '<name> must be <requirement>, got <value>', from the library, the command line and
+the app alike. A setting not given is None, and the chosen preset's default fills it (the comparison
+request does, `ssd_demo.comparison.request.build_config`).
 """
 
 from __future__ import annotations
@@ -96,28 +102,45 @@ class SettingSpec:
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
-    def requirement_text(self) -> str:
+    def bounds(self, controls: bool = False, defaults: "DecodingConfig | None" = None
+               ) -> tuple[float | None, float | None, bool, bool]:
+        """(minimum, maximum, minimum exclusive, maximum exclusive) accepted: the setting's own range, or with
+        `controls` the part of it the app's control accepts (its `ControlHint`; a growing maximum rises to
+        the preset's default in `defaults`)."""
+        low, high, low_open, high_open = self.minimum, self.maximum, self.min_exclusive, self.max_exclusive
+        hint = self.control if controls else None
+        if hint is not None and hint.minimum is not None:
+            low, low_open = hint.minimum, False
+        if hint is not None and hint.maximum is not None:
+            high, high_open = hint.maximum, False
+            preset_value = getattr(defaults, self.name, None) if hint.grows else None
+            if isinstance(preset_value, (int, float)) and not isinstance(preset_value, bool):
+                high = max(high, preset_value)
+        return low, high, low_open, high_open
+
+    def requirement_text(self, controls: bool = False, defaults: "DecodingConfig | None" = None) -> str:
         """What a valid value is, in words: 'an integer from 1 to 64', 'in (0, 1]', ..."""
-        if self.requirement is not None:
+        low, high, low_open, high_open = self.bounds(controls, defaults)
+        own = (low, high, low_open, high_open) == (self.minimum, self.maximum, self.min_exclusive, self.max_exclusive)
+        if self.requirement is not None and own:
             return self.requirement
         if self.kind == "choice":
             return f"one of {', '.join(self.choices)}"
         if self.kind == "bool":
             return "true or false"
-        low, high = self.minimum, self.maximum
         noun = "an integer" if self.kind == "int" else "a finite number"
         if low is not None and high is not None:
-            if self.min_exclusive or self.max_exclusive:
-                return f"in {'(' if self.min_exclusive else '['}{_show(low)}, {_show(high)}{')' if self.max_exclusive else ']'}"
+            if low_open or high_open:
+                return f"in {'(' if low_open else '['}{_show(low)}, {_show(high)}{')' if high_open else ']'}"
             return f"{noun} from {_show(low)} to {_show(high)}" if self.kind == "int" else f"between {_show(low)} and {_show(high)}"
         if low is not None:
-            return f"{noun} {'>' if self.min_exclusive else '>='} {_show(low)}"
+            return f"{noun} {'>' if low_open else '>='} {_show(low)}"
         if high is not None:
-            return f"{noun} {'<' if self.max_exclusive else '<='} {_show(high)}"
+            return f"{noun} {'<' if high_open else '<='} {_show(high)}"
         return noun
 
-    def problem(self, value: object) -> str | None:
-        """Why `value` is not valid for this setting (None: it is)."""
+    def problem(self, value: object, controls: bool = False, defaults: "DecodingConfig | None" = None) -> str | None:
+        """Why `value` is not valid for this setting (None: it is); `controls`: within the app's range."""
         if value is None:
             return None if self.nullable else "missing"
         if self.kind == "choice":
@@ -129,19 +152,70 @@ class SettingSpec:
         if self.kind == "float" and (isinstance(value, bool) or not isinstance(value, numbers.Real)
                                      or not math.isfinite(value)):
             return "kind"
-        if self.minimum is not None and not (value > self.minimum if self.min_exclusive else value >= self.minimum):
+        low, high, low_open, high_open = self.bounds(controls, defaults)
+        if low is not None and not (value > low if low_open else value >= low):
             return "low"
-        if self.maximum is not None and not (value < self.maximum if self.max_exclusive else value <= self.maximum):
+        if high is not None and not (value < high if high_open else value <= high):
             return "high"
         return None
 
-    def check(self, value: object) -> None:
-        """InvalidSettingError, naming the setting and its valid values, when `value` is not one."""
-        problem = self.problem(value)
-        if problem is None:
-            return
+    def check(self, value: object, controls: bool = False, defaults: "DecodingConfig | None" = None,
+              shown: object = None) -> None:
+        """InvalidSettingError, naming the setting and its valid values, when `value` is not one (`shown`:
+        the value as submitted, when it was converted first)."""
+        if self.problem(value, controls, defaults) is not None:
+            self.refuse(value if shown is None else shown, controls, defaults)
+
+    def refuse(self, value: object, controls: bool = False, defaults: "DecodingConfig | None" = None):
+        """Raise the one message for an invalid value: '<name> must be <requirement><note>, got <value>'."""
         joiner = "; got" if self.kind == "choice" else ", got"
-        raise InvalidSettingError(f"{self.name} must be {self.requirement_text()}{self.note}{joiner} {value!r}")
+        raise InvalidSettingError(f"{self.name} must be {self.requirement_text(controls, defaults)}{self.note}"
+                                  f"{joiner} {_shown(value)}")
+
+    def accept(self, value: object, controls: bool = False, defaults: "DecodingConfig | None" = None) -> object:
+        """The one validator of a submitted value (a front end's, an API caller's): converted to the setting's
+        kind (an integral float is an int, sliders send them; a number a float; 0/1 a switch) and checked
+        against its bounds (`controls`: the part of them the app's control accepts; `defaults`: the preset's
+        config, which may raise a growing maximum). InvalidSettingError otherwise, worded as everywhere."""
+        converted = _converted(self.kind, value)
+        if converted is _UNREADABLE:
+            self.refuse(value, controls, defaults)
+        self.check(converted, controls, defaults, shown=value)
+        return converted
+
+
+_UNREADABLE = object()
+
+
+def _converted(kind: Kind, value: object) -> object:
+    """`value` as a setting of `kind` wants it, or _UNREADABLE (a word where a number goes, say)."""
+    if value is None:
+        return None
+    if kind == "choice":
+        return str(value)
+    if kind == "bool":
+        return bool(value) if isinstance(value, (bool, np.bool_)) or value in (0, 1) else _UNREADABLE
+    if isinstance(value, (bool, np.bool_)):
+        return _UNREADABLE
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return _UNREADABLE
+    if kind == "float":
+        return number if math.isfinite(number) else _UNREADABLE
+    if not number.is_integer():
+        return _UNREADABLE
+    return value if isinstance(value, int) else int(number)
+
+
+def _shown(value: object) -> str:
+    """A refused value as the message shows it: its repr, a huge integer short (1e+30, never 31 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        try:
+            return f"{float(value):.6g}"
+        except OverflowError:
+            return "a number too large to show"
+    return repr(value)
 
 
 def _show(number: float) -> str:
@@ -195,6 +269,11 @@ SETTINGS: Mapping[str, SettingSpec] = {spec.name: spec for spec in (
     SettingSpec("cost_ratio", "float", 0.1, "c, one draft step / one target step, for adaptive K (measure it with "
                 "`python -m ssd_demo bench`)", minimum=0.0, maximum=10.0, max_exclusive=True),
 )}
+
+
+#: Not a decoding setting but a request's: draw a fresh random seed instead of the given (or the preset's) one.
+RANDOMIZE_SEED = SettingSpec("randomize_seed", "bool", False, "draw a fresh random seed instead of the given one",
+                             control=ControlHint("Randomise seed", "sampling", "checkbox", info="", row="seed"))
 
 
 def check_setting(name: str, value: object) -> None:

@@ -13,7 +13,7 @@ from gradio_client.exceptions import AppError
 
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.backends.registry import load_preset
-from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, register_toy_preset
+from toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, ToyBackend, build_toy_synthesizer, register_toy_preset
 
 pytestmark = pytest.mark.server
 
@@ -118,8 +118,8 @@ def test_randomised_seed_is_returned(client):
     [
         ({"text": ""}, "type some text"),
         ({"text": "x" * 400}, "at most 120"),
-        ({"text": "Fine text.", "draft_len": 2.5}, "whole number"),  # our validation
-        ({"text": "Fine text.", "draft_len": 0}, "draft_len must be at least 1"),  # named, not Gradio's range text
+        ({"text": "Fine text.", "draft_len": 2.5}, "draft_len must be an integer"),  # our validation
+        ({"text": "Fine text.", "draft_len": 0}, "draft_len must be an integer from 1 to 16"),  # named, not Gradio's range text
         ({"text": "Fine text.", "acceptance": "magic"}, "magic"),
         ({"text": "Fine text.", "preset": "no-such-preset"}, "no-such-preset"),
     ],
@@ -290,14 +290,14 @@ def test_adaptive_draft_length_reaches_the_decoder(client):
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"seed": "abc"}, "seed must be a whole number, got 'abc'"),
-    ({"seed": 1.5}, "seed must be a whole number"),  # (NaN cannot travel in JSON at all)
-    ({"seed": 2**40}, "seed must be at most 2147483647"),
-    ({"beta": 5}, "beta must be at most 1, got 5"),
-    ({"draft_len": 100}, "draft_len must be at most 16, got 100"),
-    ({"max_new_tokens": 10**9}, "max_new_tokens must be at most 2048"),
-    ({"temperature": "hot"}, "temperature must be a number, got 'hot'"),
-    ({"top_k": -3}, "top_k must be at least 0, got -3"),
+    ({"seed": "abc"}, "seed must be an integer from 0 to 2,147,483,647, got 'abc'"),
+    ({"seed": 1.5}, "seed must be an integer from 0 to 2,147,483,647, got 1.5"),  # (NaN cannot travel in JSON)
+    ({"seed": 2**40}, "seed must be an integer from 0 to 2,147,483,647, got 1099511627776"),
+    ({"beta": 5}, "beta must be between 0 and 1 (1 keeps every drafted token), got 5"),  # the library's words
+    ({"draft_len": 100}, "draft_len must be an integer from 1 to 16, got 100"),
+    ({"max_new_tokens": 10**9}, "max_new_tokens must be an integer from 1 to 2048"),
+    ({"temperature": "hot"}, "temperature must be between 0 and 2, got 'hot'"),
+    ({"top_k": -3}, "top_k must be an integer from 0 to 1,000,000 (0 = off), got -3"),
     ({"adaptive_draft_len": "maybe"}, "adaptive_draft_len must be true or false"),
 ])
 def test_every_bad_setting_is_refused_by_name(client, changes, message):
@@ -307,9 +307,9 @@ def test_every_bad_setting_is_refused_by_name(client, changes, message):
 
 @pytest.mark.parametrize(("text", "changes", "message"), [
     (123, {}, "The text must be a string, got int"),
-    ("Fine.", {"beta": True}, "beta must be a number, got True"),
-    ("Fine.", {"top_k": 10**30}, "top_k must be at most 1000000, got 1e\\+30"),
-    ("Fine.", {"max_new_tokens": 1e308}, "max_new_tokens must be at most 2048, got 1e\\+308"),
+    ("Fine.", {"beta": True}, "beta must be between 0 and 1 \\(1 keeps every drafted token\\), got True"),
+    ("Fine.", {"top_k": 10**30}, "top_k must be an integer from 0 to 1,000,000 \\(0 = off\\), got 1e\\+30"),
+    ("Fine.", {"max_new_tokens": 1e308}, "max_new_tokens must be an integer from 1 to 2048, got 1e\\+308"),
 ])
 def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, message):
     with pytest.raises(AppError, match=message):
@@ -350,7 +350,7 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
 
 
 def test_race_refuses_bad_input_plainly(client):
-    with pytest.raises(AppError, match="beta must be at most 1, got 5") as raised:
+    with pytest.raises(AppError, match=r"beta must be between 0 and 1 \(1 keeps every drafted token\), got 5") as raised:
         client.predict("Bad race.", beta=5, api_name="/race")
     assert "Traceback" not in str(raised.value)
     with pytest.raises(AppError, match="type some text"):
@@ -363,3 +363,94 @@ def test_race_refuses_bad_input_plainly(client):
             job.result()
         status = dict(zip(RACE_OUTPUTS, job.outputs()[-1]))["status"]
         assert status.startswith("**Not run:**") and message in status
+
+
+# --- settings left out are not given: the preset the caller names fills them -------------------------
+
+def _preset_config(index: int) -> "DecodingConfig":
+    """Defaults unlike the page's default preset (the toy voice) and unlike each other, in every setting."""
+    from ssd_demo.config import DecodingConfig
+
+    return DecodingConfig(draft_len=4 + index, beta=round(0.3 + 0.05 * index, 2), acceptance=("exact", "topk", "ssd")[index % 3],
+                          topk_tolerance=2 + index, pcg_theta=round(0.5 + 0.05 * index, 2),
+                          temperature=round(0.6 + 0.1 * index, 2), top_k=10 + index, top_p=round(0.95 - 0.05 * index, 2),
+                          seed=100 + index, max_new_tokens=20 + 2 * index)
+
+
+class _StandInBackend(ToyBackend):
+    """The toy voice with a preset's own defaults."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config.max_new_tokens)
+        self.defaults = config
+
+    def default_config(self):
+        return self.defaults
+
+
+@pytest.fixture()
+def every_preset_standing_in(launched):
+    """Every preset in the registry, loaded as the toy voice with defaults of its own (no weights, no
+    downloads): {key: (preset, its defaults)}. The toy preset, the page's default, keeps its own."""
+    from dataclasses import replace
+
+    from ssd_demo.backends import registry
+    from ssd_demo.speech.synthesis import Synthesizer
+
+    shared = build_toy_synthesizer()  # one pair for all: warmed up and measured once
+    originals = [p for p in registry.list_presets() if p.key != TOY_KEY]
+    standing_in = {TOY_KEY: (registry.get_preset(TOY_KEY), load_preset(TOY_KEY).config())}
+    for index, preset in enumerate(originals):
+        config = _preset_config(index)
+
+        def loader(device, preset=preset, config=config):
+            drafts = {name: shared.drafts["small"] for name in preset.drafts}
+            return Synthesizer(_StandInBackend(config), shared.target, drafts, default_draft=preset.default_draft)
+
+        registry.register(replace(preset, loader=loader, preflight=None, needs_download=False))
+        standing_in[preset.key] = (preset, Synthesizer(_StandInBackend(config), shared.target, {"d": shared.target}).config())
+    registry.unload()
+    try:
+        yield standing_in
+    finally:
+        for preset in originals:
+            registry.register(preset)
+        registry.unload()
+
+
+def _assert_preset_defaults(details: dict, preset, defaults) -> None:
+    from ssd_demo.config import SETTINGS
+
+    assert details["preset"] == preset.key and details["draft"] == preset.default_draft
+    for name in SETTINGS:
+        shown, wanted = details["config"][name], getattr(defaults, name)
+        assert shown == (pytest.approx(wanted) if isinstance(wanted, float) else wanted), (preset.key, name)
+
+
+def test_every_preset_named_with_the_settings_left_out_gets_its_own_defaults(client, every_preset_standing_in):
+    """The page's default preset (the toy voice) is not where an API caller's defaults come from: each
+    preset named alone decodes with that preset's own settings and draft."""
+    assert len(every_preset_standing_in) >= 4  # the built-ins (embedded, Llasa, CosyVoice 2) and the toy voice
+    for key, (preset, defaults) in every_preset_standing_in.items():
+        out = _named(client.predict("Defaults, please.", preset=key, api_name="/synthesize"))
+        _assert_preset_defaults(out["details"], preset, defaults)
+        assert out["seed_used"] == defaults.seed
+
+
+def test_the_race_named_with_another_preset_gets_its_defaults(client, every_preset_standing_in):
+    preset, defaults = every_preset_standing_in["cosyvoice2-paper"]
+    final = dict(zip(RACE_OUTPUTS, client.predict("Race on its defaults.", preset=preset.key, api_name="/race")))
+    _assert_preset_defaults(final["details"], preset, defaults)
+    # A setting that is given still wins over the preset's default.
+    given = _named(client.predict("Given.", preset=preset.key, beta=0.0, draft_len=2, api_name="/synthesize"))
+    assert (given["details"]["config"]["beta"], given["details"]["config"]["draft_len"]) == (0.0, 2)
+    assert given["details"]["config"]["temperature"] == pytest.approx(defaults.temperature)
+
+
+def test_the_synthesize_parameters_leave_settings_to_the_preset(client):
+    parameters = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/synthesize"]["parameters"]
+    defaults = {p["parameter_name"]: p["parameter_default"] for p in parameters}
+    from ssd_demo.app.compare import COMPARE_SETTINGS
+
+    assert defaults["preset"] == TOY_KEY  # the page's default preset ...
+    assert all(defaults[s.name] is None for s in COMPARE_SETTINGS) and defaults["draft"] is None  # ... not its settings

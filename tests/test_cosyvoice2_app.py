@@ -1,6 +1,7 @@
-"""The app with a CosyVoice 2 preset (a tiny checkpoint folder laid out like the Hub repository):
-/synthesize speaks 24 kHz audio with both decoders at the paper's settings, takes a voice clip, and
-refuses sampling settings that CosyVoice 2's own sampling would override."""
+"""The app with a CosyVoice 2 preset (a tiny checkpoint folder laid out like the Hub repository) beside a page
+whose default preset is another (the toy voice): /synthesize, naming CosyVoice 2 and nothing else, speaks 24 kHz
+audio with both decoders at CosyVoice 2's own (the paper's) settings, takes a voice clip, and refuses sampling
+settings that CosyVoice 2's own sampling would override."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gradio_client import Client, handle_file
 from ssd_demo.backends.cosyvoice2.loading import load_cosyvoice2
 from ssd_demo.backends.registry import Preset, register
 from test_cosyvoice2_backend import FLOW, HIFT, SPEECH, FakeEncoders, build_tiny_checkpoint, default_voice
+from toy_backend import TOY_KEY, register_toy_preset
 
 pytestmark = pytest.mark.server
 
@@ -33,7 +35,8 @@ def client(tmp_path_factory):
                     drafts=("layers",), default_draft="layers", loader=load, sample_rate=24_000))
     from ssd_demo.app.page import build_demo
 
-    demo = build_demo(default_preset=KEY)
+    register_toy_preset()
+    demo = build_demo(default_preset=TOY_KEY)  # the settings an API caller leaves out are not the page's
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     yield Client(url, verbose=False)
     demo.close()
@@ -46,7 +49,9 @@ def _named(result) -> dict:
 def test_both_decoders_speak_at_the_paper_settings(client):
     out = _named(client.predict("A cat sat on the mat.", preset=KEY, api_name="/synthesize"))
     details = out["details"]
-    assert details["config"]["draft_len"] == 3 and details["config"]["beta"] == 0.4
+    config = details["config"]  # CosyVoice 2's defaults, not the page's default preset's (K 3, beta 0.2, ...)
+    assert (config["draft_len"], config["beta"], config["temperature"], config["top_k"]) == (3, 0.4, 1.0, 0)
+    assert details["preset"] == KEY and details["draft"] == "layers"
     for key, run in (("ar_audio", "autoregressive"), ("spec_audio", "speculative")):
         info = soundfile.info(out[key])
         speech = [t for t in details[run]["tokens"] if t < SPEECH]

@@ -59,5 +59,5 @@ def test_build_config_reports_a_non_number_as_an_invalid_setting():
         def config(self, **changes):
             return DecodingConfig(**changes)
 
-    with pytest.raises(errors.InvalidSettingError, match="beta must be a number"):
+    with pytest.raises(errors.InvalidSettingError, match="beta must be between 0 and 1"):
         build_config(Defaults(), Request(text="Hi.", beta="abc"), seed=0)

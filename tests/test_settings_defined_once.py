@@ -1,5 +1,5 @@
-"""Each decoding setting is defined once: the config, the app's check and every CLI flag refuse the same values,
-and a bug (any exception that is not a UserError) is reported as one by the CLI and the app alike."""
+"""Each decoding setting is defined once and checked by one validator (`SettingSpec.accept`): the config, the
+app and every CLI flag refuse the same values in the same words, and a bug (any exception that is not a UserError) is reported as one by the CLI and the app alike."""
 
 import argparse
 import math
@@ -9,6 +9,7 @@ import pytest
 from ssd_demo import DecodingConfig
 from ssd_demo.__main__ import main
 from ssd_demo.app.compare import COMPARE_SETTINGS, SETTINGS_BY_NAME
+from ssd_demo.app.compare import settings as app_settings
 from ssd_demo.app.errors import INTERNAL_ERROR_MESSAGE, to_gradio_error
 from ssd_demo.config import MAX_SEED, SETTINGS, resolve_seed
 from ssd_demo.errors import InvalidSettingError, UserError
@@ -49,9 +50,11 @@ CASES = [(spec, value) for spec in SETTINGS.values() for value in _out_of_bounds
 def test_a_value_out_of_the_specs_bounds_is_refused_everywhere_alike(spec, value, capsys):
     with pytest.raises(InvalidSettingError, match=f"^Invalid decoding setting: {spec.name} must be"):
         DecodingConfig(**{spec.name: value})
-    if spec.name in SETTINGS_BY_NAME and spec.kind in ("int", "float"):
-        with pytest.raises(InvalidSettingError, match=spec.name):  # the app's range lies within the spec's
-            SETTINGS_BY_NAME[spec.name].coerce(value, DecodingConfig())
+    with pytest.raises(InvalidSettingError, match=f"^Invalid decoding setting: {spec.name} must be"):
+        spec.accept(value)  # a submitted value, as the library takes it
+    if spec.name in SETTINGS_BY_NAME:
+        with pytest.raises(InvalidSettingError, match=f"^Invalid decoding setting: {spec.name} must be"):
+            spec.accept(value, controls=True, defaults=DecodingConfig())  # the app's range lies within the spec's
     if spec.kind == "bool" or isinstance(value, str):
         return  # a switch takes no value; argparse itself refuses a word where a number goes
     for name, (tool, argv) in CLIS.items():
@@ -72,34 +75,58 @@ def test_every_cli_flag_of_a_setting_is_the_specs_flag():
     }
 
 
-@pytest.mark.parametrize("setting", [s for s in COMPARE_SETTINGS if s.in_config and s.kind in ("int", "float")],
+@pytest.mark.parametrize("setting", [s for s in COMPARE_SETTINGS if s.name in SETTINGS and s.kind in ("int", "float")],
                          ids=lambda s: s.name)
 def test_the_apps_range_lies_within_the_specs_and_its_bounds_are_accepted_by_both(setting):
-    spec = SETTINGS[setting.name]
-    low = setting.floor if setting.floor is not None else setting.minimum
-    high = setting.maximum
+    low, high, low_open, _ = setting.bounds(controls=True, defaults=DecodingConfig())
     for value in (low, high):
-        if value == low and setting.floor_exclusive:
-            value = value + (setting.step or 0.01) / 10
-        assert spec.problem(int(value) if spec.kind == "int" else float(value)) is None
-        DecodingConfig(**{setting.name: setting.coerce(value, DecodingConfig())})
-    assert spec.default == getattr(DecodingConfig(), setting.name)
+        if value == low and low_open:
+            value = value + (setting.control.step or 0.01) / 10
+        assert setting.problem(int(value) if setting.kind == "int" else float(value)) is None
+        DecodingConfig(**{setting.name: setting.accept(value, controls=True, defaults=DecodingConfig())})
+    assert setting.default == getattr(DecodingConfig(), setting.name)
 
 
-def test_the_app_keeps_its_narrower_ranges():
+def test_the_app_keeps_its_narrower_ranges_in_the_librarys_words():
     defaults = DecodingConfig()
-    for name, value in (("draft_len", 17), ("seed", MAX_SEED + 1), ("pcg_theta", -0.5), ("temperature", 2.5)):
+    for name, value, words in (("draft_len", 17, "an integer from 1 to 16"), ("seed", MAX_SEED + 1, "an integer from 0 to"),
+                               ("pcg_theta", -0.5, "between 0 and 1"), ("temperature", 2.5, "between 0 and 2")):
         DecodingConfig(**{name: value})  # the library takes it ...
-        with pytest.raises(InvalidSettingError, match=f"{name} must be at"):  # ... the app does not, as before
-            SETTINGS_BY_NAME[name].coerce(value, defaults)
-    assert SETTINGS_BY_NAME["top_p"].coerce(0.01) == 0.01  # below the slider, within the spec: accepted as before
-    with pytest.raises(InvalidSettingError, match="top_p must be greater than 0"):
-        SETTINGS_BY_NAME["top_p"].coerce(0)
+        with pytest.raises(InvalidSettingError, match=f"{name} must be {words}"):  # ... the app does not, as before
+            SETTINGS[name].accept(value, controls=True, defaults=defaults)
+    top_p = SETTINGS["top_p"]
+    assert top_p.accept(0.01, controls=True) == 0.01  # below the slider, within the spec: accepted as before
+    assert app_settings.control_range(top_p, defaults)[0] == 0.05  # ... though the slider starts higher
+    with pytest.raises(InvalidSettingError, match=r"top_p must be in \(0, 1\]"):
+        top_p.accept(0, controls=True)
+    # beta: one range and one message, the library's, wherever it is checked
+    for check in (lambda: DecodingConfig(beta=5), lambda: SETTINGS["beta"].accept(5),
+                  lambda: SETTINGS["beta"].accept(5, controls=True, defaults=defaults)):
+        with pytest.raises(InvalidSettingError, match=r"^Invalid decoding setting: beta must be between 0 and 1 "
+                                                      r"\(1 keeps every drafted token\), got 5$"):
+            check()
 
 
-def test_the_library_request_takes_every_setting_and_the_apps_only_its_controls_within_their_ranges():
+def test_a_growing_control_reaches_the_presets_default():
+    spec, roomy = SETTINGS["max_new_tokens"], DecodingConfig(max_new_tokens=3000)
+    assert spec.accept(3000.0, controls=True, defaults=roomy) == 3000
+    assert app_settings.control_range(spec, roomy) == (8, 3000)
+    with pytest.raises(InvalidSettingError, match="max_new_tokens must be an integer from 1 to 2048"):
+        spec.accept(3000, controls=True, defaults=DecodingConfig())
+
+
+def test_submitted_values_are_converted_once():
+    assert SETTINGS["draft_len"].accept(16.0) == 16 and type(SETTINGS["draft_len"].accept(16.0)) is int
+    assert SETTINGS["beta"].accept(1) == 1.0 and SETTINGS["adaptive_draft_len"].accept(1) is True
+    assert SETTINGS["acceptance"].accept("exact") == "exact"
+    for name, value in (("draft_len", 2.5), ("draft_len", True), ("beta", "lots"), ("beta", math.nan),
+                        ("adaptive_draft_len", "maybe"), ("acceptance", "magic")):
+        with pytest.raises(InvalidSettingError, match=f"{name} must be {SETTINGS[name].requirement_text()}"):
+            SETTINGS[name].accept(value)
+
+
+def test_one_request_takes_every_setting_within_the_librarys_or_the_controls_ranges():
     from ssd_demo import comparison
-    from ssd_demo.app.compare import Request, build_config
 
     class Defaults:
         def config(self, **changes):
@@ -113,11 +140,18 @@ def test_the_library_request_takes_every_setting_and_the_apps_only_its_controls_
         comparison.build_config(Defaults(), comparison.Request(text="Hi.", draft_len=65), seed=0)
     with pytest.raises(TypeError, match="unknown setting"):
         comparison.Request(text="Hi.", no_such_setting=1)
-    with pytest.raises(TypeError, match="Compare settings"):  # the app's request: only the page's controls
-        Request(text="Hi.", cost_ratio=0.5)
-    with pytest.raises(InvalidSettingError, match="draft_len must be at most 16"):  # within the controls' ranges
-        build_config(Defaults(), Request(text="Hi.", draft_len=17), seed=0)
-    assert build_config(Defaults(), Request(text="Hi.", draft_len=16.0), seed=0).draft_len == 16
+    app = dict(within_controls=True)  # the web app's requests: within the controls' ranges
+    with pytest.raises(InvalidSettingError, match="draft_len must be an integer from 1 to 16, got 17"):
+        comparison.build_config(Defaults(), comparison.Request(text="Hi.", draft_len=17, **app), seed=0)
+    assert comparison.build_config(Defaults(), comparison.Request(text="Hi.", draft_len=16.0, **app), seed=0).draft_len == 16
+    # Not given (left out or None): the preset's default fills it.
+    given = comparison.build_config(Defaults(), comparison.Request(text="Hi.", beta=None, top_k=None, **app), seed=0)
+    assert given == DecodingConfig(seed=0)
+
+
+def test_the_app_has_no_validator_of_its_own():
+    assert not hasattr(app_settings, "Setting") and not hasattr(app_settings, "coerce_control")
+    assert all(control is SETTINGS.get(control.name, control) for control in COMPARE_SETTINGS)
 
 
 def test_one_seed_rule():

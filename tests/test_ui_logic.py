@@ -94,7 +94,7 @@ def test_bad_text_is_a_text_error(toy, text, message):
     "changes, message",
     [
         ({"draft_len": 0}, "draft_len"),
-        ({"draft_len": 2.5}, "whole number"),
+        ({"draft_len": 2.5}, "draft_len must be an integer"),
         ({"top_p": 0.0}, "top_p"),
         ({"temperature": -1.0}, "temperature"),
         ({"acceptance": "magic"}, "acceptance"),

@@ -13,13 +13,13 @@ from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
 from .pipeline import (LANES, Comparison, Job, LaneSink, Prepared, compare, decode_both, decode_job,
     decodes_in_gpu_worker, get_ready, model_turn, prepare, ready_machine, replay, replayed_pieces, run)
 from .startup import Readiness, get_ready_in_background, startup_readiness
-from .request import (RANDOMIZE_SEED, REQUEST_SETTINGS, Coercion, Request, VoiceSource, build_config, check_text,
-    coerce_setting, request_seed, resolve_draft, resolve_voice_prompt)
+from .request import (RANDOMIZE_SEED, REQUEST_SETTINGS, REQUEST_SPECS, Request, VoiceSource, build_config, check_text,
+    request_seed, resolve_draft, resolve_voice_prompt)
 
 __all__ = [
-    "LANES", "RANDOMIZE_SEED", "REQUEST_SETTINGS",
-    "Coercion", "Comparison", "Job", "LaneSink", "Prepared", "ProgressFn", "Request", "VoiceSource",
-    "build_config", "check_text", "coerce_setting", "compare", "decode_both", "decode_job", "decodes_in_gpu_worker",
+    "LANES", "RANDOMIZE_SEED", "REQUEST_SETTINGS", "REQUEST_SPECS",
+    "Comparison", "Job", "LaneSink", "Prepared", "ProgressFn", "Request", "VoiceSource",
+    "build_config", "check_text", "compare", "decode_both", "decode_job", "decodes_in_gpu_worker",
     "Readiness", "get_ready", "get_ready_in_background", "ready_machine", "startup_readiness", "load", "model_turn", "preferred_device", "prepare", "replay", "replayed_pieces", "request_seed",
     "resolve_draft", "resolve_voice_prompt", "run", "token_label_for", "warm_up",
 ]

@@ -1,83 +1,30 @@
 """What one comparison asks for: the `Request`, and its checks (text, seed, settings, draft, voice prompt).
 
 A `Request` names its decoding settings as `ssd_demo.config.SETTINGS` does (plus `randomize_seed`); one
-left out or None takes the preset's default. Each submitted value is turned into what the config wants
-by the request's `coercion`: by default the library's whole range (`coerce_setting`); a front end with
-narrower controls passes its own (the web app's `Setting.coerce`), and its bounds are the ones enforced.
+left out or None is not given, and the chosen preset's default fills it (`build_config`, `request_seed`),
+so a caller who names a preset and nothing else gets that preset's settings. Every given value goes
+through the one validator, `SettingSpec.accept`: within the setting's whole range, or, for a request
+from the web app (`within_controls`), within the part of it the app's control accepts.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
-from ..config import SETTINGS, DecodingConfig, resolve_seed
-from ..errors import InvalidSettingError, TextError, UserError
+from ..config import RANDOMIZE_SEED as RANDOMIZE_SEED_SETTING
+from ..config import SETTINGS, DecodingConfig, SettingSpec, resolve_seed
+from ..errors import TextError, UserError
 from ..backends.registry import Preset
 from ..speech.synthesis import Synthesizer, VoicePrompt
 
 #: Not a decoding setting: asks for a fresh random seed instead of the given (or the preset's) one.
-RANDOMIZE_SEED = "randomize_seed"
+RANDOMIZE_SEED = RANDOMIZE_SEED_SETTING.name
 
-#: The settings a request may name: every decoding setting, and `randomize_seed`.
-REQUEST_SETTINGS: tuple[str, ...] = (*SETTINGS, RANDOMIZE_SEED)
-
-#: coercion(name, value, defaults) -> the value as the config wants it, or InvalidSettingError; `defaults`
-#: is the preset's config when known (a control whose maximum grows with the preset's default reads it).
-Coercion = Callable[[str, object, "DecodingConfig | None"], object]
-
-
-def as_float(name: str, value) -> float:
-    """A submitted number as a finite float; InvalidSettingError naming `name` otherwise."""
-    if isinstance(value, bool):
-        raise InvalidSettingError(f"{name} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidSettingError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
-    return number
-
-
-def as_int(name: str, value) -> int:
-    """Sliders and number boxes may deliver floats; integral floats are fine, others are not."""
-    if isinstance(value, bool):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}") from None
-    if not number.is_integer():
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}")
-    return int(number)
-
-
-def as_bool(name: str, value) -> bool:
-    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
-        return bool(value)
-    raise InvalidSettingError(f"{name} must be true or false, got {value!r}")
-
-
-def coerce_setting(name: str, value: object, defaults: DecodingConfig | None = None) -> object:
-    """The library's coercion: the value as its setting's kind, within the setting's whole range."""
-    if name == RANDOMIZE_SEED:
-        return as_bool(name, value)
-    spec = SETTINGS[name]
-    if spec.kind == "int":
-        value = as_int(name, value)
-    elif spec.kind == "float":
-        value = as_float(name, value)
-    elif spec.kind == "bool":
-        value = as_bool(name, value)
-    else:
-        value = str(value)
-    spec.check(value)
-    return value
+#: What a request may name: every decoding setting, and `randomize_seed`.
+REQUEST_SPECS: Mapping[str, SettingSpec] = {**SETTINGS, RANDOMIZE_SEED: RANDOMIZE_SEED_SETTING}
+REQUEST_SETTINGS: tuple[str, ...] = tuple(REQUEST_SPECS)
 
 
 @runtime_checkable
@@ -92,9 +39,10 @@ class VoiceSource(Protocol):
 class Request:
     """Everything one comparison asks for.
 
-    `settings` holds decoding settings by name (`REQUEST_SETTINGS`); one left out or None takes the
-    preset's default (`Synthesizer.config()`). Written as keywords:
-    `Request(text="Hi.", preset="embedded", beta=0.2, seed=7)`.
+    `settings` holds the decoding settings given, by name (`REQUEST_SETTINGS`); one left out or None is
+    not given and takes the chosen preset's default (`Synthesizer.config()`). `within_controls`: each
+    value must also lie within the range the web app's control accepts (`ControlHint`), as for the app's
+    own requests. Written as keywords: `Request(text="Hi.", preset="embedded", beta=0.2, seed=7)`.
     """
 
     text: str
@@ -103,11 +51,11 @@ class Request:
     voice_prompt: VoicePrompt | VoiceSource | None  # a clip to imitate (backends that clone voices)
     owner: str | None  # the browser session: whose custom pairs this request may use
     settings: Mapping[str, object]
-    coercion: Coercion = field(compare=False, repr=False)
+    within_controls: bool
 
     def __init__(self, text: str, preset: str = "embedded", draft: str | None = None,
                  voice_prompt: VoicePrompt | VoiceSource | None = None, owner: str | None = None, *,
-                 coercion: Coercion | None = None, **settings: object) -> None:
+                 within_controls: bool = False, **settings: object) -> None:
         unknown = sorted(set(settings) - set(REQUEST_SETTINGS))
         if unknown:
             raise TypeError(f"unknown setting(s) {unknown}; the settings are {', '.join(REQUEST_SETTINGS)}")
@@ -117,13 +65,17 @@ class Request:
         object.__setattr__(self, "voice_prompt", voice_prompt)
         object.__setattr__(self, "owner", owner)
         object.__setattr__(self, "settings", {k: v for k, v in settings.items() if v is not None})
-        object.__setattr__(self, "coercion", coercion or coerce_setting)
+        object.__setattr__(self, "within_controls", bool(within_controls))
 
     def get(self, name: str) -> object | None:
+        """The value given for `name` as submitted, or None when it was not given."""
         return self.settings.get(name)
 
-    def coerce(self, name: str, value: object, defaults: DecodingConfig | None = None) -> object:
-        return self.coercion(name, value, defaults)
+    def accepted(self, name: str, defaults: DecodingConfig | None = None) -> object | None:
+        """The value given for `name`, validated (`SettingSpec.accept`), or None when it was not given;
+        `defaults`: the preset's config (a growing control's maximum reads it)."""
+        value = self.settings.get(name)
+        return None if value is None else REQUEST_SPECS[name].accept(value, self.within_controls, defaults)
 
 
 def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceSource | None) -> VoicePrompt | None:
@@ -140,22 +92,17 @@ def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceSou
 
 def request_seed(synthesizer: Synthesizer, request: Request) -> int:
     """The seed this request runs with: its own, else the preset's, else a random one."""
-    randomize = request.coerce(RANDOMIZE_SEED, request.get(RANDOMIZE_SEED) or False)
-    seed = request.get("seed")
-    if seed is not None and not randomize:
-        seed = request.coerce("seed", seed)
+    randomize = bool(request.accepted(RANDOMIZE_SEED))
+    seed = None if randomize else request.accepted("seed")
     return resolve_seed(seed if seed is not None else synthesizer.config().seed, randomize)
 
 
 def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> DecodingConfig:
-    """The preset's defaults with the request's choices on top; InvalidSettingError for bad values."""
+    """The chosen preset's defaults, with the settings the request gives on top (each validated once,
+    `SettingSpec.accept`); a setting not given keeps the preset's default. InvalidSettingError for a bad value."""
     defaults = synthesizer.config()
-    changes: dict[str, object] = {
-        name: request.coerce(name, value, defaults)
-        for name, value in request.settings.items()
-        if name not in (RANDOMIZE_SEED, "seed")
-    }
-    return synthesizer.config(**changes, seed=seed)
+    given = {name: request.accepted(name, defaults) for name in request.settings if name not in (RANDOMIZE_SEED, "seed")}
+    return synthesizer.config(**given, seed=seed)
 
 
 def resolve_draft(preset: Preset, synthesizer: Synthesizer, draft: str | None) -> str:

@@ -1,7 +1,7 @@
 """The web app's Compare tab. What it does, as plain functions with no Gradio inside, by job:
 
-    settings     the page's controls defined once (`COMPARE_SETTINGS`), the `Request` of one click (the
-                 library's, within the controls' ranges) and voice-prompt uploads
+    settings     the page's controls (`COMPARE_SETTINGS`: the config's own settings, in /synthesize order),
+                 how each looks, and voice-prompt uploads; a click is the library's `Request`
     race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
     events       the race as events (`race_events`: started, piece, tick, done, failed, stopped) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
@@ -22,12 +22,12 @@ from .events import Done, Event, Failed, Piece, Started, Stopped, Tick, race_eve
 from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
                    slow_motion_from_files, slow_motion_of, write_replay_files)
 from ...comparison.slow_motion import SlowMotion
-from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, build_config, check_text, compare, load,
+from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, Request, build_config, check_text, compare, load,
                            preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run,
                            token_label_for, warm_up)
 from ...comparison import pipeline as session  # noqa: F401 - its name here before it moved to the library
 from ...models.cpu_threads import cpu_threads_for
-from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, Request, Setting, VoiceUpload, read_voice_upload,
+from .settings import (COMPARE_SETTINGS, MAX_SEED, SETTINGS_BY_NAME, VoiceUpload, read_voice_upload,
                        resolve_seed, voice_prompt_from_upload, voice_upload)
 from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_speedup, figures, length_limit_note,
                     stats_markdown, stats_rows, token_view)
@@ -38,7 +38,7 @@ __all__ = [
     "Done", "Event", "Failed", "Piece", "Started", "Stopped", "Tick", "race_events",
     "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",
     "COMPARE_SETTINGS", "EXAMPLE_TEXTS", "MAX_EXAMPLES", "MAX_SEED", "SETTINGS_BY_NAME", "TOKEN_COLOURS",
-    "Comparison", "PresetDefaults", "Request", "Setting", "VoiceUpload", "audio_directory", "build_config", "check_text",
+    "Comparison", "PresetDefaults", "Request", "VoiceUpload", "audio_directory", "build_config", "check_text",
     "compare", "comparison_token_view", "cpu_threads_for", "details", "device_note", "end_to_end_speedup",
     "example_texts", "figures", "length_limit_note", "load", "preferred_device", "preset_defaults",
     "preset_markdown", "read_voice_upload", "resolve_draft", "resolve_voice_prompt", "resolve_seed", "stats_markdown", "stats_rows", "to_int16", "token_label_for",

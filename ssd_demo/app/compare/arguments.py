@@ -1,7 +1,8 @@
 """From an API call's arguments to a `Request`: what `/synthesize` and `/race` share before any model runs.
 
 Both events take the same parameters (`tab.synthesize_signature`); `admitted_request` admits the job
-(`jobs.admit`: a session's flood is turned away) and builds the click's `Request` from the bound values.
+(`jobs.admit`: a session's flood is turned away) and builds the click's `Request` from the bound values:
+a setting left out (None) is not given, and the library fills it from the chosen preset.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import jobs
-from .settings import COMPARE_SETTINGS, Request, voice_upload
+from ...comparison import Request
+from .settings import COMPARE_SETTINGS, voice_upload
 
 
 def upload_path(upload) -> str | None:
@@ -29,7 +31,7 @@ def admitted_request(chosen: Mapping[str, object], concurrency_id: str) -> Reque
     """Admit the job and build its request from the bound parameters (raising what the user can fix)."""
     jobs.admit(chosen["request"], concurrency_id)
     return Request(
-        text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"], owner=owner_of(chosen["request"]),
+        text=chosen["text"], preset=chosen["preset"], draft=chosen["draft"] or None, owner=owner_of(chosen["request"]),
         voice_prompt=voice_upload(upload_path(chosen["voice_audio"]), chosen["voice_transcript"]),
-        **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
+        within_controls=True, **{s.name: chosen[s.name] for s in COMPARE_SETTINGS},
     )

@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ...engine.cancellation import Cancelled, StopCheck
-from ...comparison import Comparison
+from ...comparison import Comparison, Request
 from ...speech.streaming import AudioPiece
 from ...speech.synthesis import SynthesisResult
 from .race import Race, run_race
-from .settings import Request
 
 #: How often the live counters are redrawn while nothing else happens (seconds).
 LIVE_EVERY = 0.25

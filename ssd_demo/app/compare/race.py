@@ -21,12 +21,11 @@ import numpy as np
 import soundfile
 
 from ...engine.cancellation import StopCheck, check
-from ...comparison import LANES, Comparison, LaneSink, model_turn, prepare, run
+from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, run
 from ...comparison.slow_motion import SlowMotion, TimedPiece, pieces_from_timing, slow_motion
 from ...speech.streaming import AudioPiece, stream_timing
 from ...speech.synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
-from .settings import Request
 from .views import end_to_end_speedup
 
 

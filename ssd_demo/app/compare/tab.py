@@ -1,8 +1,8 @@
 """The app's "Compare" tab: one text, synthesised autoregressively and speculatively, side by side.
 
 A thin Gradio builder around `ssd_demo.app.compare`: the decoding controls are drawn from
-`COMPARE_SETTINGS` (one entry per control: component, default, preset update, `/synthesize`
-parameter), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
+`COMPARE_SETTINGS` (one setting per control: component, default, preset update, `/synthesize`
+parameter; an API caller who leaves one out has not given it, and the chosen preset fills it), and every handler turns failures into a `gr.Error` through `to_gradio_error`. The page's
 button runs the race (`/race`, `race_view`: both decoders streamed as they decode); `/synthesize`
 returns every result at once for API callers.
 """
@@ -15,9 +15,10 @@ import gradio as gr
 
 from .. import compare
 from . import arguments
-from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults, Setting
+from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults
+from .settings import control_info, control_range, control_value, control_visible, is_decoding_setting
 from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
-from ...config import DecodingConfig
+from ...config import DecodingConfig, SettingSpec
 from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...engine.cancellation import Cancelled
@@ -105,37 +106,39 @@ def stop_run(request: gr.Request) -> None:
     jobs.request_stop(request)
 
 
-def setting_component(setting: Setting, config: DecodingConfig) -> gr.Component:
+def setting_component(setting: SettingSpec, config: DecodingConfig) -> gr.Component:
     """The control for one setting, showing the preset's default."""
-    value = setting.default(config)
-    common = {"label": setting.label, "info": setting.info_for(value) or None,
-              "visible": setting.visible_for(config.acceptance)}
-    if setting.widget == "slider":
-        return gr.Slider(setting.minimum, setting.top(config), value=value, step=setting.step, **common)
-    if setting.widget == "number":
-        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=setting.minimum,
-                         maximum=setting.maximum, **common)
-    if setting.widget == "dropdown":
+    hint, value = setting.control, control_value(setting, config)
+    low, high = control_range(setting, config)
+    common = {"label": hint.label, "info": control_info(setting, value) or None,
+              "visible": control_visible(setting, config.acceptance)}
+    if hint.widget == "slider":
+        return gr.Slider(low, high, value=value, step=hint.step, **common)
+    if hint.widget == "number":
+        return gr.Number(value=value, precision=0 if setting.kind == "int" else None, minimum=low, maximum=high,
+                         **common)
+    if hint.widget == "dropdown":
         return gr.Dropdown(choices=list(setting.choices), value=value, **common)
     return gr.Checkbox(value=value, **common)
 
 
-def setting_update(setting: Setting, config: DecodingConfig) -> dict:
+def setting_update(setting: SettingSpec, config: DecodingConfig) -> dict:
     """What a preset change sets the control to."""
-    value = setting.default(config)
-    if setting.widget == "slider" and setting.grows:
-        return gr.update(value=value, maximum=setting.top(config))
+    value = control_value(setting, config)
+    if setting.control.widget == "slider" and setting.control.grows:
+        return gr.update(value=value, maximum=control_range(setting, config)[1])
     return gr.update(value=value)
 
 
 def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Component]:
     """The section's controls in table order; consecutive settings that share a `row` sit side by side."""
     controls: dict[str, gr.Component] = {}
-    settings = [s for s in COMPARE_SETTINGS if s.section == section]
+    settings = [s for s in COMPARE_SETTINGS if s.control.section == section]
     index = 0
     while index < len(settings):
         group = [settings[index]]
-        while settings[index].row and index + 1 < len(settings) and settings[index + 1].row == settings[index].row:
+        row = settings[index].control.row
+        while row and index + 1 < len(settings) and settings[index + 1].control.row == row:
             index += 1
             group.append(settings[index])
         index += 1
@@ -148,15 +151,29 @@ def setting_controls(section: str, config: DecodingConfig) -> dict[str, gr.Compo
     return controls
 
 
+def api_twins(controls: dict[str, gr.Component], config: DecodingConfig) -> dict[str, gr.Component]:
+    """Hidden twins of the draft and setting controls: the API endpoints' inputs. Gradio publishes an input's
+    initial value as the API default; a twin's is None (not given), so the preset a caller names fills it."""
+    twins: dict[str, gr.Component] = {}
+    with gr.Column(visible=False):
+        for name, control in controls.items():
+            twin = (setting_component(SETTINGS_BY_NAME[name], config) if name in SETTINGS_BY_NAME
+                    else gr.Dropdown(choices=control.choices, allow_custom_value=True))
+            twin.value = None  # after construction: a slider or checkbox would otherwise take a value of its own
+            twins[name] = twin
+    return twins
+
+
 def synthesize_signature(defaults: PresetDefaults) -> inspect.Signature:
-    """The `/synthesize` parameters: text, preset, draft, every setting with the preset's default, the
-    voice prompt, then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
+    """The `/synthesize` parameters: text, preset (the page's default), draft and every setting (None: not
+    given, so the chosen preset's own default applies, whichever preset the caller names), the voice prompt,
+    then Gradio's progress tracker. Built from the table so a new setting is a new parameter."""
     P = inspect.Parameter
     parameters = [P("text", P.POSITIONAL_OR_KEYWORD, annotation=str),
                   P("preset", P.POSITIONAL_OR_KEYWORD, default=defaults.key, annotation=str),
-                  P("draft", P.POSITIONAL_OR_KEYWORD, default=defaults.default_draft, annotation=str)]
+                  P("draft", P.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None)]
     kinds = {"int": int, "float": float, "choice": str, "bool": bool}
-    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=s.default(defaults.config), annotation=kinds[s.kind])
+    parameters += [P(s.name, P.POSITIONAL_OR_KEYWORD, default=None, annotation=kinds[s.kind] | None)
                    for s in COMPARE_SETTINGS]
     parameters += [P("voice_audio", P.POSITIONAL_OR_KEYWORD, default=None),
                    P("voice_transcript", P.POSITIONAL_OR_KEYWORD, default="", annotation=str),
@@ -249,6 +266,8 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     setting_inputs = [controls[s.name] for s in COMPARE_SETTINGS]
     inputs = [text, preset, draft, *setting_inputs, voice_audio, voice_transcript]
+    twins = api_twins({"draft": draft, **{s.name: controls[s.name] for s in COMPARE_SETTINGS}}, config)
+    api_inputs = [text, preset, twins["draft"], *[twins[s.name] for s in COMPARE_SETTINGS], voice_audio, voice_transcript]
     outputs = [ar_audio, spec_audio, stats, tokens, tokens_vs_time, breakdown, accepted_length, by_position,
                details, seed_used]
     signature = synthesize_signature(defaults)
@@ -295,16 +314,16 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             compare.preset_markdown(get_preset(chosen.key, arguments.owner_of(request))),
             gr.update(choices=list(chosen.drafts), value=chosen.default_draft),
             gr.update(label=f"Text (up to {chosen.max_text_chars} characters)"),
-            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if s.in_config],
+            *[setting_update(s, chosen.config) for s in COMPARE_SETTINGS if is_decoding_setting(s)],
         )
 
-    rule_dependent = [s for s in COMPARE_SETTINGS if s.rule is not None]
+    rule_dependent = [s for s in COMPARE_SETTINGS if s.control.rule is not None]
     acceptance_setting = SETTINGS_BY_NAME["acceptance"]
 
     def rule_options(acceptance: str):
         """Show the parameter of the chosen acceptance rule."""
-        return (*[gr.update(visible=s.visible_for(acceptance)) for s in rule_dependent],
-                gr.update(info=acceptance_setting.info_for(acceptance)))
+        return (*[gr.update(visible=control_visible(s, acceptance)) for s in rule_dependent],
+                gr.update(info=control_info(acceptance_setting, acceptance)))
 
     def add_custom_pair(target: str, draft_ref: str, codec: str, request: gr.Request):
         """Add a custom target/draft pair to this session's presets and select it (checked and loaded on
@@ -317,10 +336,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         return (gr.update(choices=[(p.label, p.key) for p in list_presets(owner)], value=added.key),
                 compare.preset_markdown(added), gr.update(choices=list(added.drafts), value=added.default_draft))
 
-    # preprocess=False: values reach the handler as sent, and `Setting.coerce` checks each by name ("beta
-    # must be at most 1, got 5") where Gradio's own checks say "Value 5 is greater than maximum value 1.0"
-    # or fail inside Gradio on "abc". Uploads are still validated and moved to Gradio's cache first.
-    run_event = synthesize_button.click(synthesize, inputs=inputs, outputs=outputs, api_name="synthesize",
+    # preprocess=False: values reach the handler as sent, and the one validator (`SettingSpec.accept`) checks
+    # each by name ("beta must be between 0 and 1 ..., got 5") where Gradio's own checks say "Value 5 is
+    # greater than maximum value 1.0" or fail inside Gradio on "abc". Uploads are still validated and moved
+    # to Gradio's cache first. The API endpoints read the hidden twins (`api_twins`): a setting left out is None.
+    run_event = synthesize_button.click(synthesize, inputs=api_inputs, outputs=outputs, api_name="synthesize",
                                         concurrency_limit=1, concurrency_id=concurrency_id, preprocess=False)
     # The race reports progress in one place (the status line), not with a spinner on every output.
     race_options = dict(inputs=inputs, outputs=[*race_view.outputs, *outputs], concurrency_limit=1, concurrency_id=concurrency_id,
@@ -341,7 +361,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
 
     # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
     # on a hidden button like /synthesize) raises the error as well.
-    race_api_button.click(race_api, api_name="race", **race_options)
+    race_api_button.click(race_api, api_name="race", **(race_options | {"inputs": api_inputs}))
     ended = dict(inputs=[status], outputs=[*starters, race_view.ar_stream, race_view.spec_stream], js=IDLE_PLAYERS_JS,
                  **private)
     # The replays at the speaker's factor, when one is typed (the race renders them at the automatic one).
@@ -369,7 +389,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     # more); /synthesize has nothing to show for a stop and is cancelled.
     stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
     preset.input(select_preset, inputs=[preset],
-                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if s.in_config]],
+                 outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if is_decoding_setting(s)]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
     add_pair.click(add_custom_pair, inputs=[custom_target, custom_draft, custom_codec],
                    outputs=[preset, preset_info, draft], api_name="add_custom_pair", queue=False)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...config import DecodingConfig, resolve_seed
 from ...errors import InputError
+from ...rules.registry import RULES
 from ...engine.results import GenerationResult, GenerationStats
 from ...speech.synthesis import Synthesizer, VoicePrompt
 from .worker import VLLM_BACKENDS, VllmWorker, WorkerBatch, WorkerSpec
@@ -94,8 +95,10 @@ class VllmSynthesizer(Synthesizer):
         speculative = mode == "speculative"
         if speculative and draft_name not in self.drafts:
             raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
+        # beta reaches the engine only for a rule that reads it (ssd): "exact" at any beta is exact, as on our engine.
+        beta = config.beta if speculative and RULES[config.acceptance].uses_beta else 0.0
         spec = WorkerSpec(target=_folder(self.target), draft=_folder(self.drafts[draft_name]) if speculative else None,
-                          draft_len=config.draft_len if speculative else 0, beta=config.beta if speculative else 0.0,
+                          draft_len=config.draft_len if speculative else 0, beta=beta,
                           dtype=str(self.target.dtype).removeprefix("torch."),
                           max_model_len=int(getattr(self.backend, "max_context", 2048) or 2048),
                           max_num_seqs=self._max_num_seqs,
