@@ -2,7 +2,8 @@
 
 Each stage is sized by timing a few of its steps on the device: as many steps as fit its minutes, capped at
 its epochs, so the cosine schedule completes. Held-out cross-entropy every 200 steps is kept for the docs.
-Usage (repository root): python scripts/train_voice_gpu.py DATASET.npz OUT_DIR BUDGET_JSON
+Usage (repository root): python scripts/train_voice_gpu.py DATASET.npz OUT_DIR BUDGET (a JSON file or string;
+scripts/train_voice_gpu.json is the H200-sized one: about 9 minutes of a 15-minute lease)
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
 which `python -m ssd_demo train --stages export` style assembly turns into a voice folder (README).
 """
@@ -19,7 +20,8 @@ from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entr
     evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start)
 from transformers import AutoModelForCausalLM
 
-data_path, out, budget = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+data_path, out = Path(sys.argv[1]), Path(sys.argv[2])
+budget = json.loads(Path(sys.argv[3]).read_text() if sys.argv[3].endswith(".json") else sys.argv[3])
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 torch.set_num_threads(budget.get("threads", 2))
 def sync():
