@@ -1,6 +1,6 @@
 """Where the trained assets live: the embedded voice (assets/ in the repository).
 
-They are not part of the package (31 MB). A checkout, and a package installed from it with `pip install -e .`,
+They are not part of the package (36 MB). A checkout, and a package installed from it with `pip install -e .`,
 finds them next to the package, at the repository root. A package installed from a wheel (`pip install .`)
 looks next to its own files, where there are none, so it is told where they are:
 SSD_DEMO_ASSETS=/path/to/repo/assets. The variable is read on each call, so it may be set after import.
