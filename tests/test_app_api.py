@@ -327,10 +327,11 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
     final = dict(zip(RACE_OUTPUTS, job.result()))
     updates = [dict(zip(RACE_OUTPUTS, values)) for values in job.outputs()]
     assert len(updates) >= 3  # live frames before the end
-    # Each decoder's first audio is reported while the race still runs (before the final frame), AR first.
+    # Each decoder's first audio is reported while the race still runs (before the final frame), AR's no later
+    # than the speculative one's: on a fast machine both can land in the same live frame.
     heard = {name: next(i for i, u in enumerate(updates) if "First audio after **–**" not in u[name])
              for name in ("ar_live", "spec_live")}
-    assert heard["ar_live"] < heard["spec_live"] < len(updates) - 1
+    assert heard["ar_live"] <= heard["spec_live"] < len(updates) - 1
     assert "Done" in final["status"]
     details = final["details"]
     # The race decodes what /synthesize decodes for the same seed.

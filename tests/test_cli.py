@@ -137,6 +137,13 @@ def test_bench_on_local_models(tmp_path, capsys):
 
 
 @needs_voice
+def _latent_voice() -> bool:
+    """Whether the shipped voice is on the teacher's latent codec (only then is there a codec round trip row)."""
+    from ssd_demo.backends.embedded import DEFAULT_PATH
+
+    return "phonemes" in json.loads((DEFAULT_PATH / "voice.json").read_text())
+
+
 @pytest.mark.slow
 def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
@@ -145,14 +152,15 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
                  "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
-    references = {"teacher (Piper en_US-joe-medium)", "codec round trip of the teacher"} \
-        if teacher_reference.available() else set()
+    references = ({"teacher (Piper en_US-joe-medium)"} | ({"codec round trip of the teacher"} if _latent_voice() else set())
+                  if teacher_reference.available() else set())
     assert set(rows) == references | {"AR", "SSD distilled beta=0"}
     assert report["buckets"] == ["3-8 words", "9-15 words"]
     assert set(rows["AR"]["wer_by_bucket"]) == set(rows["AR"]["dnsmos_ovrl_by_bucket"]) == {"3-8 words", "9-15 words"}
     if references:  # Whisper tiny.en hears the teacher, and the codec round trip keeps most of it
         assert rows["teacher (Piper en_US-joe-medium)"]["wer"] <= 0.1
-        assert rows["codec round trip of the teacher"]["dnsmos_ovrl"] > 2.5
+        if _latent_voice():  # the round trip exists for a voice on the teacher's latent codec
+            assert rows["codec round trip of the teacher"]["dnsmos_ovrl"] > 2.5
     assert 0 <= rows["AR"]["wer"] < 1.5 and 1 <= rows["AR"]["dnsmos_ovrl"] <= 5
     assert rows["AR"]["lm_speedup"] == 1.0 and rows["SSD distilled beta=0"]["lm_speedup"] > 0
     assert len(rows["SSD distilled beta=0"]["wer_vs_ar"]) == 3

@@ -243,7 +243,8 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print, m
         DraftHeads.load(_model_dir(out, "heads")).to(torch.float16).save(dest / "draft_heads")
         summaries["heads"] = json.loads((out / "heads" / "summary.json").read_text())
     LatentCodec.load(out / "codec").save(dest / "codec")
-    test_texts = [e["text"] for e in data["test"]]
+    split = out / "split.json"  # the held-out sentences (a sentence may be spoken in several chunks)
+    test_texts = json.loads(split.read_text())["test"] if split.exists() else sorted({e["text"] for e in data["test"]})
     (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
     meta = {
         "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
