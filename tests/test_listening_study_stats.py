@@ -183,3 +183,31 @@ def test_intervals_stay_on_the_scale_and_few_raters_are_flagged():
 def test_a_sentence_given_twice_is_named():
     with pytest.raises(Exception, match="sentences lists the same sentence twice: 'Sentence number 1.'"):
         parse_study(STUDY.replace('"Sentence number 2."', '"Sentence number 1."'))
+
+
+def _scores(total: int, count: int = 10) -> list[int]:
+    """`count` whole-number scores that sum to `total`."""
+    base, extra = divmod(total, count)
+    return [base + 1] * extra + [base] * (count - extra)
+
+
+def test_wilcoxon_ranks_exact_differences_so_equal_differences_tie():
+    # Rater means over 10 items: 60.0 - 58.7 and 58.8 - 60.1 are both 1.3 apart. As float means the two
+    # differences are 1.2999999999999972 and -1.3000000000000043 and would be ranked apart.
+    study = parse_study(STUDY)
+    totals = {"r1": (600, 587), "r2": (588, 601), "r3": (620, 600), "r4": (630, 600), "r5": (560, 600)}
+    rows = []
+    for index, (rater, (good, reference)) in enumerate(totals.items()):
+        for system, total in ((GOOD, good), ("AR", reference)):
+            for item, score in enumerate(_scores(total)):
+                rows.append(RatingRow(study="sim", session_id=f"s{index}", rater_id=rater, trial_index=item,
+                                      kind="mushra", item_id=f"s{item + 1:03d}", attention_check=False, label=system,
+                                      system=system, other_system=None, score=float(score), plays=1,
+                                      trial_seconds=20.0, submitted_at=""))
+    exact = [1.3, -1.3, 2.0, 3.0, -4.0]
+    test = next(t for t in paired_tests(rows, study) if (t.system_x, t.system_y) == (GOOD, "AR"))
+    expected = scipy_stats.wilcoxon(exact)
+    assert test.p_value == float(expected.pvalue) and test.statistic == float(expected.statistic)
+    float_differences = [60.0 - 58.7, 58.8 - 60.1, 2.0, 3.0, -4.0]
+    assert scipy_stats.wilcoxon(float_differences).pvalue != expected.pvalue  # what ranking float means gave
+    assert test.mean_difference == pytest.approx(sum(exact) / 5, abs=1e-12)
