@@ -211,3 +211,29 @@ def test_wilcoxon_ranks_exact_differences_so_equal_differences_tie():
     float_differences = [60.0 - 58.7, 58.8 - 60.1, 2.0, 3.0, -4.0]
     assert scipy_stats.wilcoxon(float_differences).pvalue != expected.pvalue  # what ranking float means gave
     assert test.mean_difference == pytest.approx(sum(exact) / 5, abs=1e-12)
+
+
+def test_an_export_analysed_again_keeps_its_invalidations(tmp_path):
+    from ssd_demo.listening.study_results import EXCLUDED_IN_EXPORT, LONG_COLUMNS, results_from_long
+
+    study = parse_study(STUDY)
+    rows = simulated_rows(RATERS[:6] + CARELESS[:1], np.random.default_rng(4), study)
+    invalidated = {"s2": "answered in 20 seconds"}  # rater-02's session
+    results = results_from_ratings(rows, study, invalidated)
+    assert results.excluded_raters == {"rater-02", "random-1"}
+    back = read_long_csv(write_long_csv(results.rows, tmp_path / "ratings.csv"))
+    assert {row.invalidated for row in back if row.rater == "rater-02"} == {"answered in 20 seconds"}
+    assert summary(results_from_long(back, study)) == summary(results)
+    # Without the invalidations the screening alone would count rater-02 again.
+    assert "rater-02" not in results_from_ratings(ratings_from_long(back), study).excluded_raters
+
+    # An export made before the invalidated column: the rater it marks excluded stays out.
+    old = tmp_path / "old.csv"
+    lines = (tmp_path / "ratings.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == ",".join(LONG_COLUMNS)
+    old.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n", encoding="utf-8")
+    again = results_from_long(read_long_csv(old), study)
+    assert again.excluded_raters == results.excluded_raters
+    assert [(e.rater, e.rule, e.detail) for e in again.exclusions if e.rater == "rater-02"] == [
+        ("rater-02", "invalidated", EXCLUDED_IN_EXPORT)]
+    assert summary(again)["results"] == summary(results)["results"]

@@ -4,6 +4,7 @@ results token, and the page's layout (a rater page with nothing but the player).
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -13,7 +14,8 @@ from ssd_demo.app.listening.study_experimenter import StudyExperimenter
 from ssd_demo.app.listening.study_service import StudyService, StudySettings, served_studies
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import ListeningError, UnknownSessionError
-from ssd_demo.listening.study_results import read_long_csv, read_summary_json
+from ssd_demo.listening.study_results import read_long_csv, read_summary_json, results_from_long, summary
+from ssd_demo.listening.study_sessions import load_study_and_stimuli
 from ssd_demo.listening.stimuli import tone_renderer
 from ssd_demo.listening.study_setup import create_study
 
@@ -152,6 +154,21 @@ def test_experimenter_sees_progress_results_exports_and_invalidates(service, mon
     with pytest.raises(ListeningError, match="No study"):
         admin.results("right", "third")
     assert running["state"] == "trial"
+
+
+def test_reanalysis_of_the_exported_csv_equals_the_served_summary_with_an_invalidated_rater(service, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    admin = StudyExperimenter(service.store, service.settings.data_dir)
+    sessions = [finish(service, service.start("first", f"rater-{n}"))["session"] for n in range(1, 4)]
+    admin.invalidate("right", "first", sessions[1], "answered in 20 seconds")
+    csv_path, json_path = admin.export("right", "first")
+    served = read_summary_json(json_path)
+    assert [(e["rater"], e["rule"]) for e in served["exclusions"]] == [("rater-2", "invalidated")]
+    assert served["results"]["raters"] == 2 and served["results_all_raters"]["raters"] == 3
+
+    study, stimuli = load_study_and_stimuli("first", service.settings.data_dir, verify=False)
+    again = results_from_long(read_long_csv(csv_path), study, stimuli.manifest_sha256)
+    assert json.loads(json.dumps(summary(again))) == served
 
 
 def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkeypatch):
