@@ -278,3 +278,25 @@ def test_old_clip_copies_are_pruned_and_made_again_identical(service, monkeypatc
     assert not first.exists() and study_service.COPY_SECONDS >= 600
     again = service.open("first", view["token"])
     assert again["conditions"] == view["conditions"] and first.read_bytes() == data
+
+
+def test_a_wrong_results_token_is_one_warning_line_without_a_traceback(root, monkeypatch, caplog):
+    gr = pytest.importorskip("gradio")
+    from ssd_demo.app.listening.service import close_listening_apps
+    from ssd_demo.app.listening.study_page import build_study_demo
+
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    demo = build_study_demo(["first"], root)
+    try:
+        handlers = [f.fn for f in demo.fns.values() if f.api_name == "study_admin_results"]
+        assert len(handlers) == 1
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            with pytest.raises(gr.Error) as refused:
+                handlers[0]("wrong", "first", True)
+        assert "token" in refused.value.message and refused.value.print_exception is False  # Gradio prints no traceback
+        lines = [r for r in caplog.records if "token" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].levelname == "WARNING" and lines[0].exc_info is None
+        assert "\n" not in lines[0].getMessage()
+    finally:
+        close_listening_apps()
