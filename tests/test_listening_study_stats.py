@@ -237,3 +237,17 @@ def test_an_export_analysed_again_keeps_its_invalidations(tmp_path):
     assert [(e.rater, e.rule, e.detail) for e in again.exclusions if e.rater == "rater-02"] == [
         ("rater-02", "invalidated", EXCLUDED_IN_EXPORT)]
     assert summary(again)["results"] == summary(results)["results"]
+
+
+def test_the_box_plot_says_every_rater_was_excluded():
+    from ssd_demo.listening.figures import mushra_boxplot
+
+    study = parse_study(STUDY)
+    rows = simulated_rows(CARELESS[:2], np.random.default_rng(5), study)
+    results = results_from_ratings(rows, study)
+    assert results.excluded_raters == set(CARELESS[:2])
+    texts = [t.get_text() for t in mushra_boxplot(results).axes[0].texts]
+    assert len(texts) == 1 and "every rater (2) was excluded" in texts[0] and "yet" not in texts[0]
+    assert list(mushra_boxplot(results, exclude=False).axes[0].texts) == []  # all raters: the boxes
+    empty = results_from_ratings([], study)
+    assert [t.get_text() for t in mushra_boxplot(empty).axes[0].texts] == ["no MUSHRA ratings yet"]
