@@ -272,3 +272,42 @@ def test_an_answer_sooner_than_its_clips_end_to_end_is_refused(root, registry, m
         runner.submit(session.session_id, view.trial_id, answer_for(view))
     shift_shown_time(root, view.trial_id, 0.9 * together)
     assert runner.submit(session.session_id, view.trial_id, answer_for(view)).trial_id != view.trial_id
+
+
+@pytest.mark.parametrize("bad", ["9" * 100_000, "\u0665\u0660", "\u00b2", "\uff15\uff10", "1e1", "0x10", " 5 0 ",
+                                 "5" * 20, 10 ** 100_000, float("nan"), float("inf"), 50.5],
+                         ids=["100000-digits", "arabic-indic", "superscript", "fullwidth", "exponent", "hex",
+                              "inner-space", "20-digits", "huge-int", "nan", "inf", "fraction"])
+def test_a_score_is_a_short_ascii_number_or_a_typed_refusal(registry, bad):
+    runner = registry.runner("pilot")
+    session = runner.start_session(seed=1)
+    view = runner.next_view(session.session_id)
+    play_all(runner, view)
+    labels = [c.label for c in view.conditions if c.rated]
+    with pytest.raises(InvalidAnswerError) as refused:
+        runner.submit(session.session_id, view.trial_id, {"scores": {label: bad for label in labels}})
+    assert isinstance(refused.value, UserError) and len(str(refused.value)) < 200
+    runner.submit(session.session_id, view.trial_id, {"scores": {label: s for label, s in
+                                                                 zip(labels, ["+50", " 50 ", "50.0", 50.0] * 4)}})
+    assert {r.score for r in registry.store.study_ratings("pilot")} == {50.0}
+
+
+def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
+    from ssd_demo.listening.errors import QUOTED_CHARS
+    from ssd_demo.listening.store import normalize_choice, normalize_score
+
+    runner = registry.runner("pilot")
+    session = runner.start_session(seed=1)
+    view = runner.next_view(session.session_id)
+    play_all(runner, view)
+    labels = [c.label for c in view.conditions if c.rated]
+    huge = "L" * 1_000_000
+    for answer in ({"scores": {**{label: 5 for label in labels}, huge: 1}}, {"scores": {label: huge for label in labels}}):
+        with pytest.raises(InvalidAnswerError) as refused:
+            runner.submit(session.session_id, view.trial_id, answer)
+        assert "L" * QUOTED_CHARS not in str(refused.value) and len(str(refused.value)) < 200
+    for call in (lambda: runner.record_play(session.session_id, view.trial_id, huge),
+                 lambda: normalize_choice(huge), lambda: normalize_score(huge, "A"), lambda: normalize_score("\u0663", "A")):
+        with pytest.raises(ListeningError) as refused:
+            call()
+        assert len(str(refused.value)) < 200

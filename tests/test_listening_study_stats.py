@@ -183,3 +183,71 @@ def test_intervals_stay_on_the_scale_and_few_raters_are_flagged():
 def test_a_sentence_given_twice_is_named():
     with pytest.raises(Exception, match="sentences lists the same sentence twice: 'Sentence number 1.'"):
         parse_study(STUDY.replace('"Sentence number 2."', '"Sentence number 1."'))
+
+
+def _scores(total: int, count: int = 10) -> list[int]:
+    """`count` whole-number scores that sum to `total`."""
+    base, extra = divmod(total, count)
+    return [base + 1] * extra + [base] * (count - extra)
+
+
+def test_wilcoxon_ranks_exact_differences_so_equal_differences_tie():
+    # Rater means over 10 items: 60.0 - 58.7 and 58.8 - 60.1 are both 1.3 apart. As float means the two
+    # differences are 1.2999999999999972 and -1.3000000000000043 and would be ranked apart.
+    study = parse_study(STUDY)
+    totals = {"r1": (600, 587), "r2": (588, 601), "r3": (620, 600), "r4": (630, 600), "r5": (560, 600)}
+    rows = []
+    for index, (rater, (good, reference)) in enumerate(totals.items()):
+        for system, total in ((GOOD, good), ("AR", reference)):
+            for item, score in enumerate(_scores(total)):
+                rows.append(RatingRow(study="sim", session_id=f"s{index}", rater_id=rater, trial_index=item,
+                                      kind="mushra", item_id=f"s{item + 1:03d}", attention_check=False, label=system,
+                                      system=system, other_system=None, score=float(score), plays=1,
+                                      trial_seconds=20.0, submitted_at=""))
+    exact = [1.3, -1.3, 2.0, 3.0, -4.0]
+    test = next(t for t in paired_tests(rows, study) if (t.system_x, t.system_y) == (GOOD, "AR"))
+    expected = scipy_stats.wilcoxon(exact)
+    assert test.p_value == float(expected.pvalue) and test.statistic == float(expected.statistic)
+    float_differences = [60.0 - 58.7, 58.8 - 60.1, 2.0, 3.0, -4.0]
+    assert scipy_stats.wilcoxon(float_differences).pvalue != expected.pvalue  # what ranking float means gave
+    assert test.mean_difference == pytest.approx(sum(exact) / 5, abs=1e-12)
+
+
+def test_an_export_analysed_again_keeps_its_invalidations(tmp_path):
+    from ssd_demo.listening.study_results import EXCLUDED_IN_EXPORT, LONG_COLUMNS, results_from_long
+
+    study = parse_study(STUDY)
+    rows = simulated_rows(RATERS[:6] + CARELESS[:1], np.random.default_rng(4), study)
+    invalidated = {"s2": "answered in 20 seconds"}  # rater-02's session
+    results = results_from_ratings(rows, study, invalidated)
+    assert results.excluded_raters == {"rater-02", "random-1"}
+    back = read_long_csv(write_long_csv(results.rows, tmp_path / "ratings.csv"))
+    assert {row.invalidated for row in back if row.rater == "rater-02"} == {"answered in 20 seconds"}
+    assert summary(results_from_long(back, study)) == summary(results)
+    # Without the invalidations the screening alone would count rater-02 again.
+    assert "rater-02" not in results_from_ratings(ratings_from_long(back), study).excluded_raters
+
+    # An export made before the invalidated column: the rater it marks excluded stays out.
+    old = tmp_path / "old.csv"
+    lines = (tmp_path / "ratings.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == ",".join(LONG_COLUMNS)
+    old.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n", encoding="utf-8")
+    again = results_from_long(read_long_csv(old), study)
+    assert again.excluded_raters == results.excluded_raters
+    assert [(e.rater, e.rule, e.detail) for e in again.exclusions if e.rater == "rater-02"] == [
+        ("rater-02", "invalidated", EXCLUDED_IN_EXPORT)]
+    assert summary(again)["results"] == summary(results)["results"]
+
+
+def test_the_box_plot_says_every_rater_was_excluded():
+    from ssd_demo.listening.figures import mushra_boxplot
+
+    study = parse_study(STUDY)
+    rows = simulated_rows(CARELESS[:2], np.random.default_rng(5), study)
+    results = results_from_ratings(rows, study)
+    assert results.excluded_raters == set(CARELESS[:2])
+    texts = [t.get_text() for t in mushra_boxplot(results).axes[0].texts]
+    assert len(texts) == 1 and "every rater (2) was excluded" in texts[0] and "yet" not in texts[0]
+    assert list(mushra_boxplot(results, exclude=False).axes[0].texts) == []  # all raters: the boxes
+    empty = results_from_ratings([], study)
+    assert [t.get_text() for t in mushra_boxplot(empty).axes[0].texts] == ["no MUSHRA ratings yet"]

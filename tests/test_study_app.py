@@ -4,6 +4,7 @@ results token, and the page's layout (a rater page with nothing but the player).
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -13,7 +14,8 @@ from ssd_demo.app.listening.study_experimenter import StudyExperimenter
 from ssd_demo.app.listening.study_service import StudyService, StudySettings, served_studies
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import ListeningError, UnknownSessionError
-from ssd_demo.listening.study_results import read_long_csv, read_summary_json
+from ssd_demo.listening.study_results import read_long_csv, read_summary_json, results_from_long, summary
+from ssd_demo.listening.study_sessions import load_study_and_stimuli
 from ssd_demo.listening.stimuli import tone_renderer
 from ssd_demo.listening.study_setup import create_study
 
@@ -154,6 +156,21 @@ def test_experimenter_sees_progress_results_exports_and_invalidates(service, mon
     assert running["state"] == "trial"
 
 
+def test_reanalysis_of_the_exported_csv_equals_the_served_summary_with_an_invalidated_rater(service, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    admin = StudyExperimenter(service.store, service.settings.data_dir)
+    sessions = [finish(service, service.start("first", f"rater-{n}"))["session"] for n in range(1, 4)]
+    admin.invalidate("right", "first", sessions[1], "answered in 20 seconds")
+    csv_path, json_path = admin.export("right", "first")
+    served = read_summary_json(json_path)
+    assert [(e["rater"], e["rule"]) for e in served["exclusions"]] == [("rater-2", "invalidated")]
+    assert served["results"]["raters"] == 2 and served["results_all_raters"]["raters"] == 3
+
+    study, stimuli = load_study_and_stimuli("first", service.settings.data_dir, verify=False)
+    again = results_from_long(read_long_csv(csv_path), study, stimuli.manifest_sha256)
+    assert json.loads(json.dumps(summary(again))) == served
+
+
 def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkeypatch):
     gr = pytest.importorskip("gradio")
     from ssd_demo.app.listening.service import close_listening_apps
@@ -261,3 +278,25 @@ def test_old_clip_copies_are_pruned_and_made_again_identical(service, monkeypatc
     assert not first.exists() and study_service.COPY_SECONDS >= 600
     again = service.open("first", view["token"])
     assert again["conditions"] == view["conditions"] and first.read_bytes() == data
+
+
+def test_a_wrong_results_token_is_one_warning_line_without_a_traceback(root, monkeypatch, caplog):
+    gr = pytest.importorskip("gradio")
+    from ssd_demo.app.listening.service import close_listening_apps
+    from ssd_demo.app.listening.study_page import build_study_demo
+
+    monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "right")
+    demo = build_study_demo(["first"], root)
+    try:
+        handlers = [f.fn for f in demo.fns.values() if f.api_name == "study_admin_results"]
+        assert len(handlers) == 1
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            with pytest.raises(gr.Error) as refused:
+                handlers[0]("wrong", "first", True)
+        assert "token" in refused.value.message and refused.value.print_exception is False  # Gradio prints no traceback
+        lines = [r for r in caplog.records if "token" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].levelname == "WARNING" and lines[0].exc_info is None
+        assert "\n" not in lines[0].getMessage()
+    finally:
+        close_listening_apps()

@@ -1,6 +1,7 @@
 """A study trial's answer: the dict a client submits, checked and turned into one rating per condition.
 
-Accepted answers (values may be ints, integral floats or digit strings; never booleans):
+Accepted answers (values may be ints, integral floats or short ASCII number strings such as "85", "+85" or
+"85.0"; never booleans, other scripts' digits or strings longer than MAX_SCORE_CHARS):
 
 - MUSHRA: {"scores": {label: 0..100 for every rated label}}
 - MOS:    {"score": 1..5}
@@ -14,15 +15,18 @@ for X: 1 when the rater matched X correctly, else 0, with the other system of th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import InvalidAnswerError
+from .errors import InvalidAnswerError, quote
 
 MUSHRA_RANGE = (0, 100)
 MOS_RANGE = (1, 5)
 AB_CHOICES = ("A", "B", "none")
 ABX_CHOICES = ("A", "B")
+MAX_SCORE_CHARS = 12
+SCORE_TEXT = re.compile(r"[+-]?[0-9]{1,6}(?:\.0*)?")  # ASCII only: "٥٠" or "²" is not a score
 ANSWER_FIELDS = {"mushra": ("scores",), "mos": ("score",), "ab": ("choice",), "abx": ("choice",)}
 
 
@@ -49,9 +53,10 @@ def normalize_answer(kind: str, answer: object, rated_labels: Sequence[str]) -> 
         missing = [label for label in rated_labels if label not in scores]
         if missing:
             raise InvalidAnswerError(f"Rate every sample: {', '.join(missing)} has no score yet.")
-        unknown = sorted(str(label) for label in scores if label not in rated_labels)
+        unknown = [label for label in scores if label not in rated_labels]
         if unknown:
-            raise InvalidAnswerError(f"This trial has no sample {', '.join(unknown)}.")
+            raise InvalidAnswerError(f"This trial has no sample {quote(unknown[0])}"
+                                     f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}.")
         return {"scores": {label: whole_number(scores[label], MUSHRA_RANGE, f"sample {label}")
                            for label in rated_labels}}
     if kind == "mos":
@@ -60,22 +65,32 @@ def normalize_answer(kind: str, answer: object, rated_labels: Sequence[str]) -> 
     choice = answer["choice"]
     if choice not in choices:
         words = "A, B or no preference ('none')" if kind == "ab" else "whether X is A or B"
-        raise InvalidAnswerError(f"Choose {words} (got {choice!r}).")
+        raise InvalidAnswerError(f"Choose {words} (got {quote(choice)}).")
     return {"choice": choice}
+
+
+def parse_whole_number(value: object) -> int | None:
+    """An int, an integral float or a short ASCII number string ("85", " +85 ", "85.0") as an int; None for
+    anything else (a bool, another script's digits, a long string, 85.5, inf)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip() if len(value) <= 4 * MAX_SCORE_CHARS else ""
+        if len(text) > MAX_SCORE_CHARS or not SCORE_TEXT.fullmatch(text):
+            return None
+        return int(float(text))
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    return value if isinstance(value, int) else None
 
 
 def whole_number(value: object, bounds: tuple[int, int], what: str) -> int:
     low, high = bounds
-    problem = f"The score of {what} must be a whole number from {low} to {high} (got {value!r})."
-    if isinstance(value, bool) or value is None:
-        raise InvalidAnswerError(problem)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or not low <= value <= high:
-        raise InvalidAnswerError(problem)
-    return value
+    number = parse_whole_number(value)
+    if number is None or not low <= number <= high:
+        raise InvalidAnswerError(f"The score of {what} must be a whole number from {low} to {high} "
+                                 f"(got {quote(value)}).")
+    return number
 
 
 def ratings(kind: str, answer: dict, systems: Mapping[str, str]) -> list[Rating]:

@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import reprlib
+
 from ..errors import UserError
+
+QUOTED_CHARS = 40  # a message quotes at most this much of what a client sent
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = _QUOTE.maxother = _QUOTE.maxlong = QUOTED_CHARS
+_QUOTE.maxlist = _QUOTE.maxdict = _QUOTE.maxtuple = _QUOTE.maxset = 3
+_QUOTE.maxlevel = 2
+
+
+def quote(value: object) -> str:
+    """`value` as a message may quote it: its repr, cut to about QUOTED_CHARS characters (a client's 1 MB label
+    or 100,000-digit number is not echoed back)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return "a number of about %d digits" % int(value.bit_length() * 0.30103)
+    text = _QUOTE.repr(value)
+    return text if len(text) <= QUOTED_CHARS + 5 else text[:QUOTED_CHARS] + "..."
 
 
 class ListeningError(UserError):

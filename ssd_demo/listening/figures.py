@@ -23,7 +23,12 @@ def mushra_boxplot(results: StudyResults, exclude: bool = True) -> Figure:
     figure = Figure(figsize=(max(4.0, 1.3 * len(systems) + 1.5), 4.2), layout="constrained")
     axes = figure.add_subplot()
     if not systems:
-        axes.text(0.5, 0.5, "no MUSHRA ratings yet", ha="center", va="center", transform=axes.transAxes)
+        rated = {row.rater for row in results.rows if row.kind == "mushra" and not row.attention_check}
+        message = "no MUSHRA ratings yet"
+        if exclude and rated and all(row.excluded for row in results.rows if row.rater in rated):
+            message = (f"every rater ({len(rated)}) was excluded by the screening:\n"
+                       "no MUSHRA ratings are left; show all raters to see them")
+        axes.text(0.5, 0.5, message, ha="center", va="center", transform=axes.transAxes)
         axes.set_axis_off()
         return figure
     positions = list(range(1, len(systems) + 1))

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from .answers import parse_whole_number
 from .database import SqliteDatabase, utc_now
 from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError,  # noqa: F401 (re-exported)
-    UnknownSessionError, UnknownTrialError)
+    UnknownSessionError, UnknownTrialError, quote)
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION  # the version a store opened here ends at
 from .records import MAX_RATER_ID_CHARS, SESSION_COLUMNS, SessionRecord, normalize_rater_id  # noqa: F401
 from .study_store import StudyTables
@@ -94,7 +95,7 @@ class SubmitOutcome:
 
 def normalize_choice(choice: object) -> str:
     if choice not in CHOICES:
-        raise InvalidVoteError(f"Choose A, B or no preference (got {choice!r}).")
+        raise InvalidVoteError(f"Choose A, B or no preference (got {quote(choice)}).")
     return str(choice)
 
 
@@ -102,15 +103,11 @@ def normalize_score(score: object, label: str) -> int | None:
     """None/"" = not rated; otherwise an integer 1..5 (int or its digit string, never bool or 3.5)."""
     if score is None or score == "":
         return None
-    if isinstance(score, bool):
-        raise InvalidVoteError(f"The naturalness score for {label} must be a whole number from 1 to 5.")
-    if isinstance(score, str) and score.strip().isdigit():
-        score = int(score.strip())
-    if isinstance(score, float) and score.is_integer():
-        score = int(score)
-    if not isinstance(score, int) or not SCORE_RANGE[0] <= score <= SCORE_RANGE[1]:
-        raise InvalidVoteError(f"The naturalness score for {label} must be a whole number from 1 to 5 (got {score!r}).")
-    return score
+    number = parse_whole_number(score)
+    if number is None or not SCORE_RANGE[0] <= number <= SCORE_RANGE[1]:
+        raise InvalidVoteError(f"The naturalness score for {label} must be a whole number from 1 to 5 "
+                               f"(got {quote(score)}).")
+    return number
 
 
 def _looks_like_id(value: object) -> bool:
@@ -216,7 +213,7 @@ class ListeningStore(StudyTables, SqliteDatabase):
         nobody can have heard it yet, so a client that reports plays it never made gains nothing.
         """
         if clip not in CLIPS:
-            raise InvalidVoteError(f"No such clip {clip!r}: A or B.")
+            raise InvalidVoteError(f"No such clip {quote(clip)}: A or B.")
         trial = self.get_trial(session_id, trial_id)
         now = utc_now()
         if trial.presented_at is not None and min_seconds > 0:

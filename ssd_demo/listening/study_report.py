@@ -63,7 +63,10 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
         lines += ["", "MUSHRA (mean over raters, 95% t interval clipped to the scale 0-100)"]
         lines += [f"  {m.system:32} {m.mean:6.1f} {_interval(m.low, m.high):>16}  raters {m.raters}, ratings {m.ratings}"
                   for m in stats.mushra]
-        lines += ["", "Paired Wilcoxon signed-rank on raters' means (Holm-corrected over all pairs)"]
+        lines += ["", "Paired Wilcoxon signed-rank on raters' means (two-sided, Holm-corrected over all pairs)",
+                  "  (exact differences of the raters' means, so equal differences tie; zero differences dropped;",
+                  "  p exact with no ties and n <= 50, exact over sign permutations of the mid-ranks with ties or",
+                  "  zeros and n <= 13, else the normal approximation with tie correction, no continuity correction)"]
         lines += [f"  {t.system_x} vs {t.system_y}: difference {t.mean_difference:+.1f}, p {_p(t.p_value)}, "
                   f"Holm p {_p(t.p_holm)} (raters {t.raters})" for t in stats.mushra_tests]
     if stats.abx:

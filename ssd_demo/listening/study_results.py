@@ -5,9 +5,11 @@ current one, so answers given before the study was created again are never poole
 
 Exports:
 - long CSV, one row per rating: `study, rater, session, kind, item, trial, label, system, other_system,
-  score, plays, seconds, attention_check, excluded, stimulus_version` (`seconds`: from the trial shown to
-  its answer; `excluded`: the rater is excluded by the screening, whichever view the results show;
-  `stimulus_version`: the SHA-256 of the stimulus manifest the session heard);
+  score, plays, seconds, attention_check, excluded, stimulus_version, invalidated` (`seconds`: from the
+  trial shown to its answer; `excluded`: the rater is excluded by the screening, whichever view the results
+  show; `stimulus_version`: the SHA-256 of the stimulus manifest the session heard; `invalidated`: the
+  experimenter's reason when the session was invalidated, else empty). `results_from_long` analyses an
+  export again with its invalidations, so it reproduces the served results and JSON summary;
 - JSON summary: the screening (exclusions with their rules, the per-rater table) and the statistics
   both with the exclusions (`results`) and with every rater (`results_all_raters`).
 """
@@ -48,6 +50,7 @@ class LongRow:
     attention_check: bool
     excluded: bool
     stimulus_version: str = ""
+    invalidated: str = ""  # the experimenter's reason when the session was invalidated
 
 
 LONG_COLUMNS = tuple(f.name for f in fields(LongRow))
@@ -82,13 +85,15 @@ def study_results(store: ListeningStore, study: Study, stimulus_version: str | N
 
 
 def results_from_ratings(ratings: list[RatingRow], study: Study, invalidated: dict[str, str] | None = None) -> StudyResults:
+    invalidated = invalidated or {}
     exclusions = screen(ratings, study, invalidated)
     excluded = {exclusion.rater for exclusion in exclusions}
     long = tuple(
         LongRow(study=row.study, rater=row.rater, session=row.session_id, kind=row.kind, item=row.item_id,
                 trial=row.trial_index + 1, label=row.label, system=row.system, other_system=row.other_system,
                 score=row.score, plays=row.plays, seconds=row.trial_seconds, attention_check=row.attention_check,
-                excluded=row.rater in excluded, stimulus_version=row.stimulus_set_sha256)
+                excluded=row.rater in excluded, stimulus_version=row.stimulus_set_sha256,
+                invalidated=invalidated.get(row.session_id, ""))
         for row in ratings)
     return StudyResults(
         study=study.name, exclusions=tuple(exclusions), raters=tuple(rater_summaries(ratings, study, exclusions)),
@@ -118,7 +123,8 @@ def write_long_csv(rows, path: Path | str) -> Path:
 def read_long_csv(path: Path | str) -> list[LongRow]:
     with Path(path).open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
-        if tuple(reader.fieldnames or ()) not in (LONG_COLUMNS, LONG_COLUMNS[:-1]):  # before stimulus_version
+        # Exports made before the invalidated column, and before the stimulus_version column, read too.
+        if tuple(reader.fieldnames or ()) not in (LONG_COLUMNS, LONG_COLUMNS[:-1], LONG_COLUMNS[:-2]):
             raise ValueError(f"not a study export: expected the columns {', '.join(LONG_COLUMNS)}")
         return [_long_row(record) for record in reader]
 
@@ -140,7 +146,7 @@ def _long_row(record: dict[str, str]) -> LongRow:
         other_system=record["other_system"] or None, score=float(record["score"]), plays=int(record["plays"]),
         seconds=float(record["seconds"]) if record["seconds"] else None,
         attention_check=_boolean(record["attention_check"]), excluded=_boolean(record["excluded"]),
-        stimulus_version=record.get("stimulus_version") or "")
+        stimulus_version=record.get("stimulus_version") or "", invalidated=record.get("invalidated") or "")
 
 
 def _boolean(text: str) -> bool:
@@ -184,3 +190,28 @@ def ratings_from_long(rows: list[LongRow]) -> list[RatingRow]:
                       item_id=r.item, attention_check=r.attention_check, label=r.label, system=r.system,
                       other_system=r.other_system, score=r.score, plays=r.plays, trial_seconds=r.seconds,
                       submitted_at="", stimulus_set_sha256=r.stimulus_version) for r in rows]
+
+
+EXCLUDED_IN_EXPORT = "excluded in the export (an export without the invalidated column)"
+
+
+def invalidations_from_long(rows: list[LongRow]) -> dict[str, str]:
+    """{session: reason} for the sessions the export marks invalidated."""
+    return {row.session: row.invalidated for row in rows if row.invalidated}
+
+
+def results_from_long(rows: list[LongRow], study: Study, stimulus_version: str | None = None) -> StudyResults:
+    """An export analysed again as the served results were: the same screening, with the export's
+    invalidations (so an invalidated rater stays out), over the sessions that heard `stimulus_version`
+    (None: every row). With an export made before the invalidated column, a rater the export marks excluded
+    whom the screening alone keeps is taken as invalidated, with the reason `EXCLUDED_IN_EXPORT`."""
+    kept = [row for row in rows if stimulus_version is None or row.stimulus_version == stimulus_version]
+    ratings = ratings_from_long(kept)
+    invalidated = invalidations_from_long(kept)
+    results = results_from_ratings(ratings, study, invalidated)
+    marked = {row.rater for row in kept if row.excluded}
+    missing = marked - results.excluded_raters
+    if missing:
+        invalidated.update({row.session: EXCLUDED_IN_EXPORT for row in kept if row.rater in missing})
+        results = results_from_ratings(ratings, study, invalidated)
+    return replace(results, stimulus_version=stimulus_version, other_versions_left_out=len(rows) - len(kept))

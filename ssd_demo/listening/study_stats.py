@@ -6,6 +6,13 @@
 - Paired tests (MUSHRA): Wilcoxon signed-rank (scipy.stats.wilcoxon, two-sided) on the raters' mean
   scores, each system against the reference and every pair of systems under test; one family, whose
   p-values are Holm-corrected together (`holm`). Pairs with no difference at all get p = 1.
+  The differences are exact: each rater's mean is the fraction (sum of whole-number scores) / count, and
+  the difference of two fractions is rounded to a float only after it is formed, so raters whose means
+  differ by the same amount tie (with float means, 60.0 - 58.7 and 60.1 - 58.8 differ in the last bit
+  and would get distinct ranks). Zero differences are dropped (zero_method "wilcox"); with n <= 50
+  nonzero differences and no ties the p-value is the exact null distribution; with ties (or zeros) and
+  n <= 13 it is exact over all sign permutations of the tied (mid-)ranks; otherwise it is the normal
+  approximation with the tie correction of the variance and no continuity correction (scipy's "auto").
 - ABX, per pair: accuracy with its exact (Clopper-Pearson) 95% interval and the one-sided binomial
   p-value of "no better than chance" (scipy.stats.binomtest, p = 0.5); Holm over the pairs. Trials
   are pooled over raters, as ABX studies report.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -109,6 +117,19 @@ def rater_means(rows: Sequence[RatingRow], kind: str) -> dict[str, dict[str, flo
     return {system: {rater: statistics.fmean(v) for rater, v in by_rater.items()} for system, by_rater in scores.items()}
 
 
+def exact_rater_means(rows: Sequence[RatingRow], kind: str) -> dict[str, dict[str, Fraction]]:
+    """{system: {rater: mean score}} as exact fractions (scores are whole numbers; a float score is taken at
+    its exact binary value), so differences of means are exact and equal differences tie."""
+    sums: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [Fraction(0), 0]))
+    for row in rows:
+        if row.kind == kind:
+            total = sums[row.system][row.rater]
+            total[0] += Fraction(row.score)
+            total[1] += 1
+    return {system: {rater: total / count for rater, (total, count) in by_rater.items()}
+            for system, by_rater in sums.items()}
+
+
 SCALE_BOUNDS = {"mushra": (0.0, 100.0), "mos": (1.0, 5.0)}  # a t interval may run past the scale: clipped to it
 FEW_RATERS = 5  # below this, the report says the intervals are rough
 
@@ -139,7 +160,7 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
 
 
 def paired_tests(rows: Sequence[RatingRow], study: Study) -> tuple[PairedTest, ...]:
-    means = rater_means(rows, "mushra")
+    means = exact_rater_means(rows, "mushra")
     if study.reference not in means:
         return ()
     against_reference = [(s, study.reference) for s in (*study.systems, *study.anchors) if s in means]
@@ -147,15 +168,16 @@ def paired_tests(rows: Sequence[RatingRow], study: Study) -> tuple[PairedTest, .
     raw = []
     for x, y in against_reference + between:
         raters = sorted(set(means[x]) & set(means[y]))
-        differences = [means[x][r] - means[y][r] for r in raters]
-        if not differences:
+        exact = [means[x][r] - means[y][r] for r in raters]  # Fractions: equal differences are equal
+        if not exact:
             continue
-        if all(d == 0 for d in differences):
+        if all(d == 0 for d in exact):
             statistic, p = None, 1.0
         else:
-            test = scipy_stats.wilcoxon(differences)
+            test = scipy_stats.wilcoxon([float(d) for d in exact], zero_method="wilcox", correction=False,
+                                        alternative="two-sided", method="auto")
             statistic, p = float(test.statistic), float(test.pvalue)
-        raw.append((x, y, len(raters), statistics.fmean(differences), statistic, p))
+        raw.append((x, y, len(raters), float(sum(exact) / len(exact)), statistic, p))
     adjusted = holm([r[-1] for r in raw])
     return tuple(PairedTest(x, y, n, d, s, p, a) for (x, y, n, d, s, p), a in zip(raw, adjusted))
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from .answers import normalize_answer, ratings
 from .database import utc_now
 from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
-                     UnknownTrialError)
+                     UnknownTrialError, quote)
 from .records import SESSION_COLUMNS, SessionRecord, normalize_rater_id
 from .study_plan import PlannedStudyTrial
 
@@ -58,7 +58,7 @@ class StudyTrialRecord:
         for condition in self.conditions:
             if condition.label == label:
                 return condition
-        raise InvalidVoteError(f"This trial has no sample {label!r}.")
+        raise InvalidVoteError(f"This trial has no sample {quote(label)}.")
 
 
 @dataclass(frozen=True)
@@ -337,7 +337,7 @@ def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_s
            FROM sessions s WHERE s.study = ? AND s.rater_id = ? ORDER BY s.created_at DESC""",
         (study, rater_id)).fetchall()
     if any(row["answered"] >= row["n_trials"] for row in rows):
-        raise RaterFinishedError(f"Rater id {rater_id!r} has already taken this study; each rater takes it once. "
+        raise RaterFinishedError(f"Rater id {quote(rater_id)} has already taken this study; each rater takes it once. "
                                  "If this is not you, check the id you were given.")
     for row in rows:
         if row["stimulus_set_sha256"] == stimulus_set_sha256:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ...errors import UserError
+from .refusals import refused
 from .service import EXPERIMENTER_OFF, public_message, results_token_configured
 from .study_experimenter import PROGRESS_COLUMNS, StudyExperimenter
 
@@ -50,9 +51,6 @@ def build_study_admin(service, concurrency_id: str | None = "model") -> None:
             discard_box = gr.Checkbox(False, label="Even if it has answers (kept; results show the current stimuli only)")
         create_button = gr.Button("Create study")
     timer = gr.Timer(REFRESH_SECONDS, active=False)
-
-    def refused(error: Exception) -> gr.Error:
-        return gr.Error(public_message(error))
 
     def open_study(token, name, exclude):
         try:

@@ -30,6 +30,7 @@ import gradio as gr
 from .service import (CURRENT_SET, EXPERIMENTER_OFF, ListeningApp, ListeningSettings, public_message, register_app,
     results_token_configured)
 from .charts import results_figure
+from .refusals import refused
 from ...listening.sessions import TrialView
 from ...listening.stats import set_label, summary_dict, summary_markdown
 from ...listening.stimulus_sets import storage_warning
@@ -157,7 +158,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         try:
             view = app.start(rater_id)
         except ListeningError as error:
-            raise gr.Error(public_message(error)) from None
+            raise refused(error) from None
         return show(view, view.session_id if view else "")
 
     def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
@@ -168,7 +169,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         except NotListenedError as error:
             return (*keep, public_message(error))
         except ListeningError as error:
-            raise gr.Error(public_message(error)) from None
+            raise refused(error) from None
         return show(view, session_id)
 
     def played(clip: str):
@@ -251,7 +252,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         try:
             summary, key = app.results(token, selected)
         except ListeningError as error:
-            raise gr.Error(public_message(error)) from None
+            raise refused(error) from None
         text = summary_markdown(summary)
         if key is not None and summary.empty:
             text = f"Stimulus set **{set_label(*key)}**: " + text
@@ -263,7 +264,7 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         try:
             return str(app.export_votes(token))
         except ListeningError as error:
-            raise gr.Error(public_message(error)) from None
+            raise refused(error) from None
 
     def build(token: str | None) -> str:
         try:
