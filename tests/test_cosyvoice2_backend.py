@@ -521,3 +521,18 @@ def test_release_era_greedy_masks_every_stop_id_and_unknown_rules_are_refused(re
     assert masked.masked_until_min_len == backend.layout.stop_ids
     with pytest.raises(InvalidSettingError, match="head, release"):
         load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, rules="paper")
+
+
+def test_prompt_ids_and_split_text_refuse_the_same_texts(synth):
+    backend = synth.backend
+    for text in ("...", "!?", " - , ", "a.", "7", "\ud800", "   ", "<|im_end|>", "ok!"):
+        refusals = []
+        for call in (backend.split_text, backend.prompt_ids):
+            try:
+                call(text)
+                refusals.append(None)
+            except TextError as error:
+                refusals.append(type(error))
+        assert refusals[0] == refusals[1], text
+    with pytest.raises(TextError, match="nothing to say"):
+        backend.prompt_ids("...")  # accepted before, though split_text refused it

@@ -26,7 +26,7 @@ from ...engine.repetition_aware import RepetitionAwareSampling
 from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
-from .text_norm import normalize_english, speakable_chunks, split_paragraph
+from .text_norm import has_words, normalize_english, speakable_chunks, split_paragraph
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # never spoken; a tokenizer would keep them
 
@@ -131,7 +131,7 @@ class CosyVoice2Backend:
         count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
         chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens)
         if not chunks:
-            raise TextError("the text has nothing to say (only punctuation)")
+            raise TextError(_nothing_to_say("text"))
         return [TextChunk(chunk) for chunk in chunks]
 
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> VoicedPrompt:
@@ -246,10 +246,12 @@ class CosyVoice2Backend:
     # -- helpers ----------------------------------------------------------------------
 
     def _text_tokens(self, text: str, what: str = "text") -> list[int]:
-        """The text checked as typed (its length before numbers become words), normalised, tokenised."""
-        tokens = text_tokens(self.tokenizer, normalize_english(self._check_text(text, what)))
+        """The text checked as typed (its length before numbers become words), normalised, tokenised;
+        refused as `split_text` refuses it: text without a word (punctuation alone) has nothing to say."""
+        spoken = normalize_english(self._check_text(text, what))
+        tokens = text_tokens(self.tokenizer, spoken) if has_words(spoken) else []
         if not tokens:
-            raise TextError(f"the {what} has nothing to say")
+            raise TextError(_nothing_to_say(what))
         return tokens
 
     def _check_text(self, text: str, what: str = "text") -> str:
@@ -268,6 +270,10 @@ class CosyVoice2Backend:
         if "<|" in text and "|>" in text:
             raise TextError(f"the {what} contains token markup like '<|...|>'; remove it")
         return text
+
+
+def _nothing_to_say(what: str) -> str:
+    return f"the {what} has nothing to say (only punctuation)"
 
 
 __all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "SAMPLING_RULES", "VoicedPrompt", "normalize_english",

@@ -29,6 +29,7 @@ import unicodedata
 from functools import lru_cache
 
 from ... import text as text_frontend
+from ...errors import TextError
 from ...text import LONG_NUMBER, normalize_text
 
 
@@ -182,21 +183,117 @@ def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60
             chunks[-1] += current
         else:
             chunks.append(current)
-    return [chunk for chunk in chunks if re.search(r"\w", chunk)]  # punctuation alone is not spoken
+    return [chunk for chunk in chunks if has_words(chunk)]  # punctuation alone is not spoken
+
+
+def has_words(text: str) -> bool:
+    """Whether `text` has anything to say: a word character. Text without one (punctuation, symbols,
+    whitespace) is what the official front end drops, and what the backend refuses."""
+    return re.search(r"\w", text) is not None
 
 
 def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
     """`text` as the backend speaks it: `normalize_english`, the official paragraph split, and a sentence
     over twice the budget cut further at phrases and words (the official front end never cuts a sentence
     and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
-    generation is allowed here and lose its end)."""
+    generation is allowed here and lose its end), and a word over the budget (a digit run, a URL, text with
+    no spaces) cut inside: no chunk is over twice `max_tokens`, whatever the text.
+
+    Total on strings: text with nothing to say (empty, whitespace, punctuation alone) gives no chunks; text
+    that is not a string, or not valid Unicode (a lone surrogate), raises `TextError`."""
+    if not isinstance(text, str):
+        raise TextError(f"the text must be a string, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
+        raise TextError("the text contains characters that are not valid Unicode") from None
+    spoken = normalize_english(text)
+    if not has_words(spoken):
+        return []
+    limit = 2 * max_tokens
     chunks = []
-    for chunk in split_paragraph(normalize_english(text), count, max_tokens=max_tokens):
-        if count(chunk) <= 2 * max_tokens:
+    for chunk in split_paragraph(spoken, count, max_tokens=max_tokens):
+        if count(chunk) <= limit:
             chunks.append(chunk)
-        else:
-            chunks.extend(piece.text for piece in text_frontend.split_text(chunk, budget=max_tokens, count=count))
+            continue
+        for piece in _cut_sentence(chunk, count, max_tokens):
+            pieces = [piece] if count(piece) <= limit else _cut_run(piece, count, max_tokens)
+            chunks.extend(p for p in pieces if has_words(p))  # a cut-off run of punctuation is not spoken
     return chunks
 
 
-__all__ = ["normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
+#: Most token counts `text.split_text` may take over one run of words: it tries every group size in turn and
+#: counts the groups of each, which ordinary text settles in tens of counts, but a run of long words (spelt-out
+#: digit runs, words of tens of tokens) would take hundreds of thousands. Past it the run is cut at spaces.
+SPLIT_COUNTS = 2000
+
+
+class _TooManyCounts(Exception):
+    pass
+
+
+def _cut_sentence(sentence: str, count, max_tokens: int) -> list[str]:
+    """A sentence over twice the budget at phrases and word groups (`text.split_text`), a word over the
+    budget set apart as a piece of its own first (word groups around it could never fit); a run of words
+    `split_text` cannot settle within SPLIT_COUNTS counts is cut at spaces instead (`_cut_run`)."""
+    words = sentence.split(" ")
+    long_words = {index for index, word in enumerate(words) if count(word) > max_tokens}
+    pieces, run = [], []
+    for index, word in enumerate(words + [None]):
+        if word is not None and index not in long_words:
+            run.append(word)
+            continue
+        if any(w.strip() for w in run):
+            pieces.extend(_split_words(" ".join(run), count, max_tokens))
+        run = []
+        if word is not None:
+            pieces.append(word)
+    return pieces
+
+
+def _split_words(run: str, count, max_tokens: int) -> list[str]:
+    calls = 0
+
+    def counted(piece: str) -> int:
+        nonlocal calls
+        calls += 1
+        if calls > SPLIT_COUNTS:
+            raise _TooManyCounts
+        return count(piece)
+
+    try:
+        return [piece.text for piece in text_frontend.split_text(run, budget=max_tokens, count=counted)]
+    except _TooManyCounts:
+        return _cut_run(run, count, max_tokens)
+
+
+def _cut_run(run: str, count, max_tokens: int) -> list[str]:
+    """`run` in pieces of at most `max_tokens` each (a single character may be more), taken from the front:
+    the longest prefix that fits, cut after its last space or, failing that, after its last character
+    that is not a letter or a digit ("/", "-", ".") when that keeps at least half of it; never before a
+    combining mark. Joining the pieces gives `run` back."""
+    pieces = []
+    while run and count(run) > max_tokens:
+        low, high = 1, len(run) - 1  # the longest prefix within the budget (token counts grow with the prefix)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if count(run[:middle]) <= max_tokens:
+                low = middle
+            else:
+                high = middle - 1
+        cut = low
+        for boundary in (lambda ch: ch.isspace(), lambda ch: not ch.isalnum()):
+            found = next((i for i in range(low, low // 2, -1) if boundary(run[i - 1])), None)
+            if found is not None:
+                cut = found
+                break
+        while 1 < cut < len(run) and unicodedata.combining(run[cut]):
+            cut -= 1
+        pieces.append(run[:cut])
+        run = run[cut:]
+    if run:
+        pieces.append(run)
+    return pieces
+
+
+__all__ = ["has_words", "normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
