@@ -51,4 +51,21 @@ class ModelLoadError(UserError):
     title = "Cannot load the models"
 
 
-__all__ = ["InputError", "InvalidSettingError", "ModelLoadError", "TextError", "UnknownPresetError", "UserError"]
+class ModelNotFoundError(ModelLoadError):
+    """No such local folder or Hub repository (or revision)."""
+
+
+class ModelUnavailableError(ModelLoadError):
+    """The model exists but cannot be fetched now (offline and not cached, gated, no weights)."""
+
+
+class IncompatiblePairError(ModelLoadError):
+    """Target and draft cannot be used together, or are not a supported model family."""
+
+
+class NotACausalLMError(ModelLoadError):
+    """The repository does not hold a causal language model."""
+
+
+__all__ = ["IncompatiblePairError", "InputError", "InvalidSettingError", "ModelLoadError", "ModelNotFoundError",
+           "ModelUnavailableError", "NotACausalLMError", "TextError", "UnknownPresetError", "UserError"]

@@ -284,7 +284,7 @@ def test_a_new_voice_needs_the_prompt_encoders(synth):
 
 def test_the_paper_preset_is_listed_and_says_what_to_download(tmp_path, monkeypatch):
     from ssd_demo.backends import registry as presets
-    from ssd_demo.models.hub import ModelUnavailableError
+    from ssd_demo.errors import ModelUnavailableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))

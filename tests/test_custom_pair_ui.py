@@ -7,7 +7,7 @@ from llasa_fixtures import build_llasa_family, sine_clip
 from ssd_demo.app import compare as app_logic
 from ssd_demo.backends import registry as presets
 from ssd_demo.app.compare import Request
-from ssd_demo.models.hub import ModelLoadError
+from ssd_demo.errors import ModelLoadError
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 
 from ssd_demo import DecodingConfig, errors
 from ssd_demo.app.compare import build_config, resolve_seed
-from ssd_demo.models.hub import ModelNotFoundError
+from ssd_demo.errors import ModelNotFoundError
 from ssd_demo.backends.registry import get_preset
 from ssd_demo.text import check_text
 from ssd_demo.app.errors import to_gradio_error as _user_error

@@ -23,7 +23,7 @@ from llasa_fixtures import (  # noqa: E402
                             save_causal_lm,
                             )
 
-from ssd_demo.models import hub, memory as model_memory
+from ssd_demo.models import hub, memory as model_memory, weights
 from ssd_demo.backends import registry as presets  # noqa: E402
 from ssd_demo.backends import llasa_loading  # noqa: E402
 from ssd_demo.backends.llasa_loading import (  # noqa: E402
@@ -32,8 +32,9 @@ from ssd_demo.backends.llasa_loading import (  # noqa: E402
                                              load_custom_pair,
                                              load_llasa_pair,
                                              )
-from ssd_demo.models.hub import (IncompatiblePairError, LoadOptions, ModelLoadError, ModelNotFoundError,
-                                 ModelUnavailableError, NotACausalLMError)
+from ssd_demo.errors import (IncompatiblePairError, ModelLoadError, ModelNotFoundError, ModelUnavailableError,
+                             NotACausalLMError)
+from ssd_demo.models.hub import LoadOptions
 from ssd_demo.models.memory import InsufficientMemoryError  # noqa: E402
 
 CPU = LoadOptions(device="cpu")
@@ -429,14 +430,14 @@ def test_wrong_shapes_and_truncated_files_are_refused(family, tmp_path):
 
 def test_loading_report_check():
     clean = {"missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set(), "error_msgs": []}
-    hub.check_loading_info(clean, "org/model")
+    weights.check_loading_info(clean, "org/model")
     no_head = {**clean, "missing_keys": {"lm_head.weight"}}
-    hub.check_loading_info(no_head, "org/model", tied_embeddings=True)  # the head is the embedding matrix
+    weights.check_loading_info(no_head, "org/model", tied_embeddings=True)  # the head is the embedding matrix
     with pytest.raises(ModelLoadError, match=r"org/model: .*1 weights missing from the checkpoint \(lm_head.weight\)"):
-        hub.check_loading_info(no_head, "org/model", tied_embeddings=False)
+        weights.check_loading_info(no_head, "org/model", tied_embeddings=False)
     many = {**clean, "unexpected_keys": {f"extra.{i}" for i in range(5)}}
     with pytest.raises(ModelLoadError, match=r"5 checkpoint tensors .*\(extra.0, extra.1, extra.2, \.\.\.\)"):
-        hub.check_loading_info(many, "org/model")
+        weights.check_loading_info(many, "org/model")
 
 
 def test_tied_output_layer_loads_without_a_stored_head(family, tmp_path):
@@ -493,11 +494,11 @@ def test_zerogpu_never_touches_cuda_before_the_gpu_call(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", no_cuda)
     cuda = torch.device("cuda")
     assert hub.auto_dtype(cuda) == torch.bfloat16
-    assert hub.placement(cuda) == "cpu"  # weights wait in host RAM; ZeroGPU moves them for each call
+    assert weights.placement(cuda) == "cpu"  # weights wait in host RAM; ZeroGPU moves them for each call
     assert not model_memory.memory_checked_before_loading(LoadOptions(), cuda)
     assert model_memory.memory_checked_before_loading(LoadOptions(), torch.device("cpu"))
     monkeypatch.setenv("SPACES_ZERO_GPU", "")
-    assert not hub.on_zerogpu() and hub.placement(cuda) == "cuda"
+    assert not hub.on_zerogpu() and weights.placement(cuda) == "cuda"
     assert model_memory.memory_checked_before_loading(LoadOptions(), cuda)
     assert not model_memory.memory_checked_before_loading(LoadOptions(check_memory=False), cuda)
 

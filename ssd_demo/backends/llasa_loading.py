@@ -15,10 +15,11 @@ import torch
 from transformers import AutoFeatureExtractor, Xcodec2Model
 
 from ..errors import ModelLoadError
-from ..models.hub import (IncompatiblePairError, LoadOptions, ModelUnavailableError, ProgressCallback, auto_device,
-                          auto_dtype, check_causal_lm, download_command, fetch_weights, has_cached_weights,
-                          load_causal_lm, load_tokenizer, pin_revision, resolve_all, short_name, some_names,
-                          strict_from_pretrained, vocab_size_of)
+from ..errors import IncompatiblePairError, ModelUnavailableError
+from ..models.checks import check_causal_lm, load_tokenizer, some_names, vocab_size_of
+from ..models.hub import (LoadOptions, ProgressCallback, auto_device, auto_dtype, download_command, fetch_weights,
+                          has_cached_weights, pin_revision, resolve_all, short_name)
+from ..models.weights import load_causal_lm, strict_from_pretrained
 from ..models.memory import (MEMORY_ESTIMATES, MemoryEstimate, check_memory, memory_checked_before_loading,
                              parameter_count)
 from ..models.policy import MAX_DOWNLOAD_ENV

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ModelLoadError, UnknownPresetError
 from ..models.policy import check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes, valid_repo_id
-from ..models.hub import DEFAULT_REVISION, LoadOptions, download_command, free_models, is_cached, short_name
+from ..models.hub import DEFAULT_REVISION, LoadOptions, download_command, is_cached, short_name
+from ..models.weights import free_models
 from .vllm import environment_engine
 from ..speech.synthesis import Synthesizer
 

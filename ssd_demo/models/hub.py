@@ -1,7 +1,8 @@
 """Load model pairs from the Hugging Face Hub or local folders: safe, checked, offline-capable.
 
-The generic steps live here; a model family's loader (next to its backend) puts them
-together with its own checks. Loading goes in three steps so that mistakes fail in seconds,
+The generic steps live here (resolving files) and beside it (`checks`: the pre-flight checks,
+`weights`: loading the weights, `memory`: will the pair fit, `policy`: what visitors may load); a
+model family's loader (next to its backend) puts them together with its own checks. Loading goes in three steps so that mistakes fail in seconds,
 before gigabytes move:
   1. resolve the small files (configs, tokenizers) of the target, the draft and the codec,
      from a local folder or with `snapshot_download` at an explicit revision
@@ -18,14 +19,8 @@ used for gated repositories through huggingface_hub's own lookup, or pass `token
 Errors are `ModelLoadError`s (`ssd_demo.errors`, a `ValueError`) with a message that says what to do.
 """
 
-# Somewhat over the usual size: the three steps above and the error kinds they raise read best in one
-# place; what visitors may load (`model_policy`) and memory (`model_memory`) live apart.
-
 from __future__ import annotations
 
-import gc
-import importlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +35,10 @@ from huggingface_hub.errors import (
                                     RepositoryNotFoundError,
                                     RevisionNotFoundError,
                                     )
-from safetensors import SafetensorError
 from tqdm.auto import tqdm
-from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from ..errors import ModelLoadError
+from ..errors import ModelNotFoundError, ModelUnavailableError
+from .checks import read_config
 from .policy import check_hub_only, valid_repo_id
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
@@ -84,22 +77,6 @@ METADATA_PATTERNS = [
     "*.safetensors.index.json",
 ]
 WEIGHT_PATTERNS = ["*.safetensors"]
-
-
-class ModelNotFoundError(ModelLoadError):
-    """No such local folder or Hub repository (or revision)."""
-
-
-class ModelUnavailableError(ModelLoadError):
-    """The model exists but cannot be fetched now (offline and not cached, gated, no weights)."""
-
-
-class IncompatiblePairError(ModelLoadError):
-    """Target and draft cannot be used together, or are not a supported model family."""
-
-
-class NotACausalLMError(ModelLoadError):
-    """The repository does not hold a causal language model."""
 
 
 @dataclass(frozen=True)
@@ -261,61 +238,6 @@ def _progress_bar(progress: ProgressCallback, label: str):
     return ForwardingBar
 
 
-# -- pre-flight checks -------------------------------------------------------------------
-
-
-def read_config(folder: Path, ref: str) -> dict:
-    path = folder / "config.json"
-    if not path.is_file():
-        raise ModelNotFoundError(f"{ref}: no config.json (is this a transformers model folder?)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ModelLoadError(f"{ref}: config.json is not valid JSON ({error})") from None
-
-
-def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> None:
-    """Raise NotACausalLMError unless transformers can build a causal LM from `config` natively."""
-    model_type = config.get("model_type")
-    architectures = config.get("architectures") or []
-    if model_type not in CONFIG_MAPPING:
-        if config.get("auto_map") and not trust_remote_code:
-            raise ModelLoadError(
-                f"{ref} needs custom code from its repository (model type {model_type!r}); it is not run "
-                "unless you pass trust_remote_code=True after reading that code"
-            )
-        if not config.get("auto_map"):
-            raise NotACausalLMError(f"{ref}: unknown model type {model_type!r} for this transformers version")
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
-            raise NotACausalLMError(f"{ref} is a {', '.join(architectures)}, not a causal language model")
-        return
-    if not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
-        kind = ", ".join(architectures) or model_type
-        raise NotACausalLMError(f"{ref} is a {kind} model, not a causal language model (e.g. LlamaForCausalLM)")
-
-
-def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
-    try:
-        return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"{ref}: its tokenizer cannot be loaded ({error})") from None
-
-
-def vocab_size_of(config: dict) -> int | None:
-    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-
-
-#: How many names an error message shows of a longer list.
-SHOWN_NAMES = 3
-
-
-def some_names(items: list, what: str) -> str:
-    """'5 tokens only in the draft (a, b, c, ...)': a count and the first few names."""
-    shown = ", ".join(str(item) for item in items[:SHOWN_NAMES])
-    return f"{len(items)} {what} ({shown}{', ...' if len(items) > SHOWN_NAMES else ''})"
-
-
 # -- loading -----------------------------------------------------------------------------
 
 
@@ -359,72 +281,6 @@ def fetch_weights(item: _Resolved, options: LoadOptions, progress: ProgressCallb
     return folder
 
 
-def placement(device: torch.device) -> str:
-    """The `device_map` for from_pretrained: accelerate puts each tensor on `device` as it is read.
-
-    Without it transformers builds the whole model in host RAM first and moves it afterwards (about
-    17 GB of host RAM at peak for Llasa-8B). ZeroGPU is the exception: there CUDA must not be
-    touched outside the GPU-decorated call, so weights load to host RAM and `.to("cuda")` hands them
-    to ZeroGPU, which moves them when a call gets a GPU.
-    """
-    try:
-        # deferred: checked only when weights are placed, to say how to install it if it is missing
-        importlib.import_module("accelerate")  # a pinned requirement; from_pretrained needs it for device_map
-    except ImportError:
-        raise ModelLoadError(
-            "loading onto a device needs the `accelerate` package: `pip install -r requirements.txt`"
-        ) from None
-    return "cpu" if on_zerogpu() and device.type == "cuda" else str(device)
-
-
-def check_loading_info(info: dict, ref: str, tied_embeddings: bool = False, hint: str = "") -> None:
-    """Raise ModelLoadError unless every weight of the model came from the checkpoint, and only those.
-
-    transformers only logs missing, unexpected and mismatched keys and initialises the missing
-    weights at random, so a checkpoint with other tensor names (an older conversion, another
-    architecture, a truncated upload) would load without error and produce noise. A missing
-    `lm_head.weight` is fine only when the output layer is tied to the input embeddings.
-    """
-    missing = sorted(info.get("missing_keys") or ())
-    if tied_embeddings:
-        missing = [key for key in missing if key != "lm_head.weight"]
-    unexpected = sorted(info.get("unexpected_keys") or ())
-    mismatched = sorted(info.get("mismatched_keys") or ())
-    reshaped = [f"{key} {tuple(saved)} vs {tuple(expected)}" for key, saved, expected in mismatched]
-    problems = [some_names(items, what) for items, what in (
-        (missing, "weights missing from the checkpoint"), (unexpected, "checkpoint tensors the model does not have"),
-        (reshaped, "tensors of the wrong shape"), (list(info.get("error_msgs") or ()), "loading errors"),
-    ) if items]
-    if problems:
-        raise ModelLoadError(
-            f"{ref}: the checkpoint does not match the model, so some weights would be random: "
-            + "; ".join(problems)
-            + ". Check the repository and revision (a different conversion or a truncated download?)"
-            + hint
-        )
-
-
-def strict_from_pretrained(model_class, folder: Path, ref: str, device: torch.device, hint: str = "", **kwargs):
-    """`model_class.from_pretrained` placed on `device`, with its loading report checked (strict)."""
-    try:
-        model, info = model_class.from_pretrained(
-            folder, use_safetensors=True, device_map=placement(device), output_loading_info=True,
-            # Shape mismatches are reported in `info` (and raised below) instead of as a bare RuntimeError.
-            ignore_mismatched_sizes=True, **kwargs,
-        )
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        raise ModelLoadError(f"{ref}: the model cannot be loaded ({error})") from None
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    check_loading_info(info, ref, tied_embeddings=tied, hint=hint)
-    return model.to(device).eval()
-
-
-def load_causal_lm(folder: Path, ref: str, device: torch.device, dtype: torch.dtype, options: LoadOptions):
-    return strict_from_pretrained(
-        AutoModelForCausalLM, folder, ref, device, dtype=dtype, trust_remote_code=options.trust_remote_code
-    )
-
-
 def is_cached(ref: str, revision: str | None = None, cache_dir: str | Path | None = None) -> bool:
     """True when `ref` is a local folder or its config is in the Hub cache (no network)."""
     if Path(ref).expanduser().is_dir():
@@ -447,13 +303,6 @@ def has_cached_weights(ref: str, revision: str | None = None) -> bool:
     cache = _cache_dir(LoadOptions())
     return any(isinstance(try_to_load_from_cache(ref, name, revision=revision_for(ref, revision), cache_dir=cache), str)
                for name in ("model.safetensors", "model.safetensors.index.json"))
-
-
-def free_models() -> None:
-    """Return memory held by models that are no longer referenced (call after dropping a pair)."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def human_count(count: float, unit: str = "") -> str:

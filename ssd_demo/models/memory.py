@@ -18,7 +18,8 @@ import torch
 from huggingface_hub import get_safetensors_metadata
 
 from ..errors import ModelLoadError
-from .hub import LoadOptions, human_count, is_offline, on_zerogpu, revision_for, valid_repo_id, vocab_size_of
+from .checks import vocab_size_of
+from .hub import LoadOptions, human_count, is_offline, on_zerogpu, revision_for, valid_repo_id
 from ..speech.synthesis import Synthesizer
 
 
