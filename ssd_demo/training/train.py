@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -195,6 +195,49 @@ def lr_at(step: int, config: StageConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
+def _select_trainable(model: torch.nn.Module, trainable: list[str] | None) -> list[torch.nn.Parameter]:
+    """Freeze every parameter not named in `trainable` (None: train all); return those that train."""
+    names = set(trainable) if trainable is not None else None
+    params = []
+    for pname, param in model.named_parameters():
+        param.requires_grad_(names is None or pname in names)
+        if param.requires_grad:
+            params.append(param)
+    return params
+
+
+@dataclass
+class _Progress:
+    step: int = 0
+    losses: list = field(default_factory=list)  # (step, mean loss over the last 25 steps)
+    elapsed: float = 0.0
+
+
+def _resume(path: Path, model, optimizer, progress: _Progress) -> bool:
+    if not path.exists():
+        return False
+    state = torch.load(path, weights_only=False, map_location=model_device(model))
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    progress.step, progress.losses, progress.elapsed = state["step"], state["losses"], state["elapsed"]
+    return True
+
+
+def _save_checkpoint(path: Path, model, optimizer, progress: _Progress) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": progress.step,
+                "losses": progress.losses, "elapsed": progress.elapsed}, tmp)
+    tmp.replace(path)  # atomic: an interruption never leaves a torn checkpoint
+
+
+def _batches_up_to(step: int, train_examples: list[dict], config: StageConfig, rng: random.Random) -> list[list[dict]]:
+    """Whole epochs of batches covering `step`: replaying the order, a resumed run sees the same data stream."""
+    batches: list[list[dict]] = []
+    while len(batches) <= step:
+        batches.extend(make_batches(train_examples, config.batch_tokens, rng))
+    return batches
+
+
 def train_stage(
     name: str,
     model: LlamaForCausalLM,
@@ -210,69 +253,50 @@ def train_stage(
     stage_dir = out_dir / name
     stage_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path = stage_dir / "checkpoint.pt"
-    names = set(trainable) if trainable is not None else None
-    params = []
-    for pname, param in model.named_parameters():
-        param.requires_grad_(names is None or pname in names)
-        if param.requires_grad:
-            params.append(param)
+    params = _select_trainable(model, trainable)
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
-    step, losses, elapsed = 0, [], 0.0
-    if checkpoint_path.exists():
-        state = torch.load(checkpoint_path, weights_only=False, map_location=model_device(model))
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, losses, elapsed = state["step"], state["losses"], state["elapsed"]
-        log(f"{name}: resumed at step {step}")
-
-    def save_checkpoint() -> None:
-        tmp = checkpoint_path.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                    "losses": losses, "elapsed": elapsed}, tmp)
-        tmp.replace(checkpoint_path)  # atomic: an interruption never leaves a torn checkpoint
-
+    progress = _Progress()
+    if _resume(checkpoint_path, model, optimizer, progress):
+        log(f"{name}: resumed at step {progress.step}")
     model.train()
     device = model_device(model)
     epoch_rng = random.Random(config.seed)
-    batches: list[list[dict]] = []
-    # Replay the batch order so a resumed run sees the same data stream.
-    consumed = 0
-    while consumed <= step:
-        batches.extend(make_batches(train_examples, config.batch_tokens, epoch_rng))
-        consumed = len(batches)
-    start = time.perf_counter() - elapsed
+    batches = _batches_up_to(progress.step, train_examples, config, epoch_rng)
+    start = time.perf_counter() - progress.elapsed
     stopped_early = False
     window: list[float] = []
-    while step < config.steps:
+    while progress.step < config.steps:
         if config.max_minutes and (time.perf_counter() - start) / 60 > config.max_minutes:
             stopped_early = True
-            log(f"{name}: time budget of {config.max_minutes} min reached at step {step}")
+            log(f"{name}: time budget of {config.max_minutes} min reached at step {progress.step}")
             break
-        while step >= len(batches):
+        while progress.step >= len(batches):
             batches.extend(make_batches(train_examples, config.batch_tokens, epoch_rng))
-        tensors = to_device(collate(batches[step], layout), device)
+        tensors = to_device(collate(batches[progress.step], layout), device)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
+            group["lr"] = lr_at(progress.step, config)
         with autocast(device):
             loss = loss_fn(tensors)
         optimizer_step(loss, params, optimizer)
-        step += 1
+        progress.step += 1
         window.append(loss.item())
+        step = progress.step
         if step % 25 == 0 or step == config.steps:
-            losses.append((step, sum(window) / len(window)))
-            elapsed = time.perf_counter() - start
-            log(f"{name}: step {step}/{config.steps} loss {losses[-1][1]:.4f} lr {lr_at(step, config):.2e} "
-                f"{elapsed:.0f} s")
+            progress.losses.append((step, sum(window) / len(window)))
+            progress.elapsed = time.perf_counter() - start
+            log(f"{name}: step {step}/{config.steps} loss {progress.losses[-1][1]:.4f} lr {lr_at(step, config):.2e} "
+                f"{progress.elapsed:.0f} s")
             window = []
         if step % config.checkpoint_every == 0:
-            elapsed = time.perf_counter() - start
-            save_checkpoint()
-    elapsed = time.perf_counter() - start
-    save_checkpoint()
+            progress.elapsed = time.perf_counter() - start
+            _save_checkpoint(checkpoint_path, model, optimizer, progress)
+    progress.elapsed = time.perf_counter() - start
+    _save_checkpoint(checkpoint_path, model, optimizer, progress)
     for param in model.parameters():
         param.requires_grad_(True)
-    summary = {"steps": step, "planned_steps": config.steps, "stopped_early": stopped_early,
-               "wall_seconds": round(elapsed, 1), "final_loss": losses[-1][1] if losses else None,
+    losses = progress.losses
+    summary = {"steps": progress.step, "planned_steps": config.steps, "stopped_early": stopped_early,
+               "wall_seconds": round(progress.elapsed, 1), "final_loss": losses[-1][1] if losses else None,
                "losses": losses, "config": asdict(config)}
     (stage_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

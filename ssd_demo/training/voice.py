@@ -17,6 +17,7 @@ import json
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -92,20 +93,23 @@ def _model_dir(out: Path, name: str) -> Path:
     return out / name / "model"
 
 
-def run(args: argparse.Namespace) -> int:
+def _all_drafts(recipe: Recipe, **changes) -> Recipe:
+    """The same change to the three draft stages' StageConfig."""
+    return replace(recipe, **{name: replace(getattr(recipe, name), **changes)
+                              for name in ("layers_stage", "distilled_stage", "heads_stage")})
+
+
+def recipe_from_flags(args: argparse.Namespace) -> Recipe:
+    """The recipe (full or smoke) with the command line's overrides; a flag left out keeps the recipe's value."""
     recipe = smoke_recipe() if args.smoke else Recipe()
     if args.target_steps is not None:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, steps=args.target_steps))
     if args.draft_steps is not None:
-        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, steps=args.draft_steps),
-                         distilled_stage=replace(recipe.distilled_stage, steps=args.draft_steps),
-                         heads_stage=replace(recipe.heads_stage, steps=args.draft_steps))
+        recipe = _all_drafts(recipe, steps=args.draft_steps)
     if args.target_lr is not None:
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, lr=args.target_lr))
     if args.draft_lr is not None:
-        recipe = replace(recipe, layers_stage=replace(recipe.layers_stage, lr=args.draft_lr),
-                         distilled_stage=replace(recipe.distilled_stage, lr=args.draft_lr),
-                         heads_stage=replace(recipe.heads_stage, lr=args.draft_lr))
+        recipe = _all_drafts(recipe, lr=args.draft_lr)
     if args.heads_unroll is not None:
         if args.heads_unroll < 1:
             raise InputError(f"--heads-unroll must be at least 1, got {args.heads_unroll}")
@@ -117,102 +121,144 @@ def run(args: argparse.Namespace) -> int:
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
     if args.max_minutes is not None:
-        recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes),
-                         layers_stage=replace(recipe.layers_stage, max_minutes=args.max_minutes),
-                         distilled_stage=replace(recipe.distilled_stage, max_minutes=args.max_minutes),
-                         heads_stage=replace(recipe.heads_stage, max_minutes=args.max_minutes))
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+        recipe = _all_drafts(recipe, max_minutes=args.max_minutes)
+        recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes))
+    return recipe
+
+
+def stages_from(text: str) -> list[str]:
+    stages = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise InputError(f"unknown stage(s) {unknown}; choose from {', '.join(STAGES)}")
+    return stages
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass
+class TrainingRun:
+    """What every stage needs: where checkpoints go, the device, the data and the recipe."""
+
+    out: Path
+    device: torch.device
+    recipe: Recipe
+    layout: VocabLayout
+    train_examples: list[dict]
+    test_examples: list[dict]
+    init_from: Path | None = None
+    log: Callable[[str], None] = _log
+
+    def load_or_none(self, name: str):
+        path = _model_dir(self.out, name)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device) if path.exists() else None
+
+    def finish(self, name: str, model, summary: dict) -> None:
+        """Held-out cross-entropy and size into the stage's summary.json, the model beside it."""
+        summary["test_ce"] = evaluate_ce(model, self.test_examples, self.layout, self.recipe.target_stage.batch_tokens)
+        summary["parameters"] = sum(p.numel() for p in model.parameters())
+        (self.out / name / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        model.to("cpu").save_pretrained(_model_dir(self.out, name))
+        model.to(self.device)
+        self.log(f"{name}: test cross-entropy {summary['test_ce']:.4f} nats/token, {summary['wall_seconds']} s")
+
+    def train(self, name: str, model, loss, trainable, stage: StageConfig) -> dict:
+        return train_stage(name, model, loss, trainable, self.train_examples, self.layout, stage, self.out, self.log)
+
+
+def train_target(run: TrainingRun):
+    recipe = run.recipe
+    torch.manual_seed(recipe.data.seed)
+    target = make_llama(run.layout, recipe.target).to(run.device)
+    if run.init_from is not None:
+        _warm_start(target, run.init_from, "target", run.layout, run.log)
+    summary = run.train("target", target, lambda b: cross_entropy(target, b), None, recipe.target_stage)
+    run.finish("target", target, summary)
+    return target
+
+
+def train_layers(run: TrainingRun, target) -> None:
+    recipe = run.recipe
+    draft, trainable = layer_subset_draft(target, recipe.layers_bottom, recipe.layers_top)
+    draft.to(run.device)
+    summary = run.train("layers", draft, lambda b: cross_entropy(draft, b), trainable, recipe.layers_stage)
+    summary["trained_parameters"] = trainable
+    run.finish("layers", draft, summary)
+
+
+def train_distilled(run: TrainingRun, target) -> None:
+    recipe = run.recipe
+    torch.manual_seed(recipe.data.seed + 1)
+    draft = make_llama(run.layout, recipe.distilled).to(run.device)
+    if run.init_from is not None:
+        _warm_start(draft, run.init_from, "draft_distilled", run.layout, run.log)
+    summary = run.train("distilled", draft, lambda b: distillation_kl(draft, target, b), None, recipe.distilled_stage)
+    run.finish("distilled", draft, summary)
+
+
+def _warm_start_heads(heads: DraftHeads, init_from: Path | None, log) -> None:
+    if init_from is None or not (init_from / "draft_heads").exists():
+        return
+    previous = DraftHeads.load(init_from / "draft_heads")
+    if previous.config == heads.config:
+        heads.load_state_dict(previous.state_dict())
+        log(f"heads: warm start from {init_from / 'draft_heads'}")
+    else:  # another shape (e.g. --heads-inner): nothing to continue from
+        log(f"heads: {init_from / 'draft_heads'} has another shape ({previous.config}); starting afresh")
+
+
+def train_heads(run: TrainingRun, target) -> None:
+    recipe = run.recipe
+    torch.manual_seed(recipe.data.seed + 2)
+    heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size)).to(run.device)
+    _warm_start_heads(heads, run.init_from, run.log)
+    unroll = recipe.heads_unroll
+    summary = run.train("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, recipe.heads_stage)
+    held_out = [to_device(collate(b, run.layout), run.device)
+                for b in make_batches(run.test_examples, recipe.heads_stage.batch_tokens, random.Random(0))]
+    summary.update(evaluate_heads(heads, target, held_out, unroll))
+    summary["parameters"] = sum(p.numel() for p in heads.parameters())
+    summary["unroll"] = unroll
+    (run.out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    heads.made_for = target_fingerprint(target)
+    heads.to("cpu").save(_model_dir(run.out, "heads"))
+    run.log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
+            f"{summary['wall_seconds']} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every asked-for stage in order; a stage whose model exists is skipped (resumes where it stopped)."""
+    recipe, stages = recipe_from_flags(args), stages_from(args.stages)
     torch.set_num_threads(args.threads)
     torch.manual_seed(recipe.data.seed)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-
-    def log(message: str) -> None:
-        print(message, flush=True)
-
-    data = build_dataset(out, recipe.data, log=log)
-    layout = VocabLayout.from_dict(data["layout"])
+    data = build_dataset(out, recipe.data, log=_log)
     train_examples = [e for e in data["train"] if len(e["prompt"]) + len(e["speech"]) <= recipe.max_sequence]
-    test_examples = data["test"][: recipe.eval_examples]
-    log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
-
+    _log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
     device = torch.device(getattr(args, "device", "cpu") or "cpu")
+    state = TrainingRun(out, device, recipe, VocabLayout.from_dict(data["layout"]), train_examples,
+                        data["test"][: recipe.eval_examples], args.init_from)
 
-    def load_or_none(name: str):
-        path = _model_dir(out, name)
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device) if path.exists() else None
-
-    def finish(name: str, model, summary: dict) -> None:
-        summary["test_ce"] = evaluate_ce(model, test_examples, layout, recipe.target_stage.batch_tokens)
-        summary["parameters"] = sum(p.numel() for p in model.parameters())
-        (out / name / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        model.to("cpu").save_pretrained(_model_dir(out, name))
-        model.to(device)
-        log(f"{name}: test cross-entropy {summary['test_ce']:.4f} nats/token, {summary['wall_seconds']} s")
-
-    target = load_or_none("target")
+    target = state.load_or_none("target")
     if "target" in stages and target is None:
-        torch.manual_seed(recipe.data.seed)
-        target = make_llama(layout, recipe.target).to(device)
-        if args.init_from is not None:
-            _warm_start(target, args.init_from, "target", layout, log)
-        summary = train_stage("target", target, lambda b: cross_entropy(target, b), None, train_examples, layout,
-                              recipe.target_stage, out, log)
-        finish("target", target, summary)
+        target = train_target(state)
     if target is None and any(s in stages for s in ("layers", "distilled", "heads", "export")):
         raise FileNotFoundError(f"no trained target in {out}; run the target stage first")
     if target is not None:
         target.eval()
         for p in target.parameters():
             p.requires_grad_(False)
-
-    if "layers" in stages and load_or_none("layers") is None:
-        draft, trainable = layer_subset_draft(target, recipe.layers_bottom, recipe.layers_top)
-        draft.to(device)
-        summary = train_stage("layers", draft, lambda b: cross_entropy(draft, b), trainable, train_examples,
-                              layout, recipe.layers_stage, out, log)
-        summary["trained_parameters"] = trainable
-        finish("layers", draft, summary)
-
-    if "distilled" in stages and load_or_none("distilled") is None:
-        torch.manual_seed(recipe.data.seed + 1)
-        draft_b = make_llama(layout, recipe.distilled).to(device)
-        if args.init_from is not None:
-            _warm_start(draft_b, args.init_from, "draft_distilled", layout, log)
-        summary = train_stage("distilled", draft_b, lambda b: distillation_kl(draft_b, target, b), None,
-                              train_examples, layout, recipe.distilled_stage, out, log)
-        finish("distilled", draft_b, summary)
-
-    heads_dir = _model_dir(out, "heads")
-    if "heads" in stages and not heads_dir.exists():
-        torch.manual_seed(recipe.data.seed + 2)
-        heads = DraftHeads(replace(recipe.heads, hidden=target.config.hidden_size)).to(device)
-        if args.init_from is not None and (args.init_from / "draft_heads").exists():
-            previous = DraftHeads.load(args.init_from / "draft_heads")
-            if previous.config == heads.config:
-                heads.load_state_dict(previous.state_dict())
-                log(f"heads: warm start from {args.init_from / 'draft_heads'}")
-            else:  # another shape (e.g. --heads-inner): nothing to continue from
-                log(f"heads: {args.init_from / 'draft_heads'} has another shape ({previous.config}); starting afresh")
-        unroll = recipe.heads_unroll
-        summary = train_stage("heads", heads, lambda b: heads_loss(heads, target, b, unroll), None, train_examples,
-                              layout, recipe.heads_stage, out, log)
-        held_out = [to_device(collate(b, layout), device) for b in make_batches(test_examples, recipe.heads_stage.batch_tokens,
-                                                              random.Random(0))]
-        summary.update(evaluate_heads(heads, target, held_out, unroll))
-        summary["parameters"] = sum(p.numel() for p in heads.parameters())
-        summary["unroll"] = unroll
-        (out / "heads" / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        heads.made_for = target_fingerprint(target)
-        heads.to("cpu").save(heads_dir)
-        log(f"heads: held-out expected acceptance by step {summary['expected_acceptance']} (temperature 1), "
-            f"{summary['wall_seconds']} s")
-
+    if "layers" in stages and state.load_or_none("layers") is None:
+        train_layers(state, target)
+    if "distilled" in stages and state.load_or_none("distilled") is None:
+        train_distilled(state, target)
+    if "heads" in stages and not _model_dir(out, "heads").exists():
+        train_heads(state, target)
     if "export" in stages:
-        export_voice(out, args.export or out / "export", data, recipe, log, machine=_machine(device))
+        export_voice(out, args.export or out / "export", data, recipe, _log, machine=_machine(device))
     return 0
 
 

@@ -266,111 +266,126 @@ def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
                    f"'{comparison.draft}'.")
 
 
-def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
-                 concurrency_id: str, raise_refusals: bool = True) -> Callable:
-    """The `/race` generator: the race's events (`events.race_events`) as updates of the page. `results`
-    names the `/synthesize` outputs (ar_audio, ..., seed_used).
+class RaceFrames:
+    """The race's events (`events.race_events`) as updates of the page. `results` names the `/synthesize`
+    outputs (ar_audio, ..., seed_used). A refused or failed race ends with a frame whose status line says why
+    and whose live players are empty; with `raise_refusals` (the API's `/race`) it then raises the error for
+    the client, while the page's own race ends there (its status line is the one message: no toast, no error
+    badge)."""
 
-    A refused or failed race ends with a frame whose status line says why and whose live players are
-    empty; with `raise_refusals` (the API's `/race`) it then raises the error for the client, while the
-    page's own race ends there (its status line is the one message: no toast, no error badge)."""
-    race_outputs = [*view.outputs, *results.values()]
-    status, headline, replay_ar, replay_spec = view.status, view.headline, view.replay_ar, view.replay_spec
-    note = view.replay_note
-    ar_stream, spec_stream = view.ar_stream, view.spec_stream
-    streams = {"autoregressive": ar_stream, "speculative": spec_stream}
-    lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
-    ar_audio, spec_audio, stats, tokens, details, seed_used = (results[name] for name in (
-        "ar_audio", "spec_audio", "stats", "tokens", "details", "seed_used"))
-    tokens_vs_time, breakdown, accepted_length, by_position = (results[name] for name in (
-        "tokens_vs_time", "breakdown", "accepted_length", "by_position"))
+    def __init__(self, view: RaceView, results: dict[str, gr.Component], raise_refusals: bool = True) -> None:
+        self.view, self.results, self.raise_refusals = view, results, raise_refusals
+        self.outputs = [*view.outputs, *results.values()]
+        self.streams = {"autoregressive": view.ar_stream, "speculative": view.spec_stream}
+        self.lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
 
-    def frame(changes: dict) -> tuple:
+    def frame(self, changes: dict) -> tuple:
         """One update of the race's outputs: the given ones, every other left as it is."""
-        return tuple(changes.get(component, gr.skip()) for component in race_outputs)
+        return tuple(changes.get(component, gr.skip()) for component in self.outputs)
 
-    def live(race: compare.Race) -> dict:
+    def live(self, race: compare.Race) -> dict:
         note = "" if LIVE_AUDIO else " (live audio needs FFmpeg on the server; the clips come when both runs end)"
-        return {status: f"**Now:** {race.stage}{note}",
-                **{lives[name]: compare.lane_markdown(race.lanes[name], label)
+        return {self.view.status: f"**Now:** {race.stage}{note}",
+                **{self.lives[name]: compare.lane_markdown(race.lanes[name], label)
                    for name, label in zip(compare.LANES, LANE_LABELS)}}
 
-    def flushes(last_sent: dict[str, float]) -> dict:
+    def silent(self) -> dict:
+        """Both live players empty (a race ends or starts)."""
+        return {self.view.ar_stream: None, self.view.spec_stream: None}
+
+    def flushes(self, last_sent: dict[str, float]) -> dict:
         """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
         of a chunk's tail only when the next chunk arrives, so without these the end of every piece
         would wait for the next piece (or the end of the race)."""
         now = time.perf_counter()
-        return {streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
+        return {self.streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
 
-    def refused(error: BaseException):
+    def refused(self, error: BaseException):
         """The status line says why nothing runs (it would keep its last stage otherwise; the next race
         replaces it) and both live players go back to empty; then the error, for an API client."""
         message = to_gradio_error(error)
-        yield frame({status: f"**Not run:** {message.message}", ar_stream: None, spec_stream: None})
-        if raise_refusals:
+        yield self.frame({self.view.status: f"**Not run:** {message.message}", **self.silent()})
+        if self.raise_refusals:
             raise message from None
 
-    def stopped(race: compare.Race):
+    def stopped(self, race: compare.Race):
         """The final frame of a stopped race: the counters where each run stopped, both live players
         stopped, and the status line says so."""
-        yield frame({**live(race), status: STOPPED_STATUS, ar_stream: None, spec_stream: None})
+        yield self.frame({**self.live(race), self.view.status: STOPPED_STATUS, **self.silent()})
 
-    def finish(comparison: compare.Comparison, race: compare.Race):
+    def shown_results(self, comparison: compare.Comparison, race: compare.Race) -> dict:
+        """Audio, numbers, the headline and the replay at the automatic factor (files written now)."""
+        view, results = self.view, self.results
+        ar_path, spec_path = compare.write_audio_files(comparison)
+        replay = compare.slow_motion_of(race, comparison)
+        replay_paths = compare.write_replay_files(replay, comparison.spec.sample_rate, ar_path.parent)
+        return {view.headline: compare.headline(comparison, race), view.replay_ar: str(replay_paths[0]),
+                view.replay_spec: str(replay_paths[1]), view.replay_note: replay_note(replay),
+                results["ar_audio"]: str(ar_path), results["spec_audio"]: str(spec_path),
+                results["stats"]: compare.stats_markdown(comparison), results["seed_used"]: comparison.seed,
+                results["details"]: {**compare.details(comparison), "race": compare.race_details(race)}}
+
+    def finish(self, comparison: compare.Comparison, race: compare.Race):
         """Audio, numbers and the headline first; the charts only after them. The last update holds every
         value (what an API client's result is); None ends both streams."""
         warn_if_draft_replaced(comparison)
+        results = self.results
         try:
-            ar_path, spec_path = compare.write_audio_files(comparison)
-            replay = compare.slow_motion_of(race, comparison)
-            replay_paths = compare.write_replay_files(replay, comparison.spec.sample_rate, ar_path.parent)
             race.stage = "Both runs done: drawing the charts and the token view"
-            shown = {headline: compare.headline(comparison, race), replay_ar: str(replay_paths[0]),
-                     replay_spec: str(replay_paths[1]), note: replay_note(replay),
-                     ar_audio: str(ar_path), spec_audio: str(spec_path),
-                     stats: compare.stats_markdown(comparison), seed_used: comparison.seed,
-                     details: {**compare.details(comparison), "race": compare.race_details(race)}}
-            yield frame({**live(race), **shown})
+            shown = self.shown_results(comparison, race)
+            yield self.frame({**self.live(race), **shown})
             figures = compare.figures(comparison)
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
-            yield from refused(error)
+            yield from self.refused(error)
             return
         race.stage = done_stage(LIVE_AUDIO)
-        yield frame({**live(race), **shown, tokens: compare.comparison_token_view(comparison),
-                     tokens_vs_time: figures["tokens_vs_time"], breakdown: figures["timing_breakdown"],
-                     accepted_length: figures["accepted_length"], by_position: figures["acceptance_by_position"],
-                     ar_stream: None, spec_stream: None})
+        yield self.frame({**self.live(race), **shown, results["tokens"]: compare.comparison_token_view(comparison),
+                          results["tokens_vs_time"]: figures["tokens_vs_time"],
+                          results["breakdown"]: figures["timing_breakdown"],
+                          results["accepted_length"]: figures["accepted_length"],
+                          results["by_position"]: figures["acceptance_by_position"], **self.silent()})
 
-    def race_run(*args, **kwargs):
+    def run(self, request, stop_check: Callable[[], bool]):
         """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
         live counters; then the replay at measured speed, the statistics and, last, the charts."""
+        view = self.view
+        race, started = compare.Race(), time.perf_counter()
+        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
+        # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
+        with closing(compare.race_events(request, stop_check, race)) as events:
+            yield self.frame({**self.live(race), **self.silent(), view.headline: "", view.replay_ar: None,
+                              view.replay_spec: None, view.replay_note: REPLAY_WAITING})
+            for event in events:
+                if isinstance(event, compare.Tick):
+                    yield self.frame({**self.live(race), **self.flushes(last_sent)})
+                elif isinstance(event, compare.Piece):
+                    if len(event.piece.audio) and LIVE_AUDIO:
+                        yield self.frame({**self.live(race), self.streams[event.lane]: compare.piece_wav(event.piece)})
+                        last_sent[event.lane] = time.perf_counter()
+                elif isinstance(event, compare.Stopped):
+                    yield from self.stopped(race)
+                elif isinstance(event, compare.Failed):
+                    yield from self.refused(event.error)
+                elif isinstance(event, compare.Done):
+                    jobs.CLOCK.record(time.perf_counter() - started)
+                    yield from self.finish(event.comparison, race)
+
+
+def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
+                 concurrency_id: str, raise_refusals: bool = True) -> Callable:
+    """The `/race` generator (`RaceFrames` maps its events to the page), taking the /synthesize parameters."""
+    frames = RaceFrames(view, results, raise_refusals)
+
+    def race_run(*args, **kwargs):
         values = signature.bind(*args, **kwargs)
         values.apply_defaults()
         chosen = values.arguments
         try:
             request = arguments.admitted_request(chosen, concurrency_id)
         except Exception as error:  # noqa: BLE001
-            yield from refused(error)
+            yield from frames.refused(error)
             return
-        race, started = compare.Race(), time.perf_counter()
-        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
-        # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
-        with closing(compare.race_events(request, jobs.stop_check(chosen["request"]), race)) as events:
-            yield frame({**live(race), ar_stream: None, spec_stream: None, headline: "", replay_ar: None,
-                         replay_spec: None, note: REPLAY_WAITING})
-            for event in events:
-                if isinstance(event, compare.Tick):
-                    yield frame({**live(race), **flushes(last_sent)})
-                elif isinstance(event, compare.Piece):
-                    if len(event.piece.audio) and LIVE_AUDIO:
-                        yield frame({**live(race), streams[event.lane]: compare.piece_wav(event.piece)})
-                        last_sent[event.lane] = time.perf_counter()
-                elif isinstance(event, compare.Stopped):
-                    yield from stopped(race)
-                elif isinstance(event, compare.Failed):
-                    yield from refused(event.error)
-                elif isinstance(event, compare.Done):
-                    jobs.CLOCK.record(time.perf_counter() - started)
-                    yield from finish(event.comparison, race)
+        yield from frames.run(request, jobs.stop_check(chosen["request"]))
 
     race_run.__signature__ = signature  # the /synthesize parameters
     race_run.__annotations__ = {"request": gr.Request}

@@ -65,7 +65,7 @@ def app_default_voice(args: argparse.Namespace, target):
     return default_voice(PromptEncoders(args.checkpoint, device="cpu"), target.tokenizer)
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_flags(args: argparse.Namespace) -> None:
     if args.preset not in PRESETS:
         raise InputError(f"train-draft knows the preset(s) {', '.join(PRESETS)}, not {args.preset!r}")
     if args.smoke == (args.checkpoint is not None):
@@ -73,6 +73,46 @@ def run(args: argparse.Namespace) -> int:
                          "not both or neither")
     if args.data is not None and (args.texts is not None or args.default_voice):
         raise InputError("--data trains on its own utterances and prompts: leave out --texts and --default-voice")
+
+
+def _training_items(args, target, recipe, out: Path, deadline: float, dtype, device, log):
+    """(items, texts): the utterances to train on (from --data, or the target's own generations of the texts,
+    made or resumed now; texts None with --data); None when the time ran out while generating."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    if args.data is not None:
+        items = read_data(args.data, target)
+        if len(items) <= recipe.held_out:
+            raise InputError(f"{args.data} has {len(items)} utterances: none to train on after holding out {recipe.held_out}")
+        log(f"train-draft: {target.source['target']} target on {device}, {len(items)} utterances from {args.data} "
+            f"({recipe.held_out} held out), cross-entropy, {dtype_name} training")
+        return items, None
+    texts = read_texts(args.texts) if args.texts is not None else default_texts(recipe.texts, recipe.stage.seed)
+    if len(texts) <= recipe.held_out:
+        raise InputError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
+    texts = spoken_chunks(texts, target.tokenize, log)
+    if len(texts) <= recipe.held_out:
+        raise InputError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
+    log(f"train-draft: {target.source['target']} target ({target.model.config.num_hidden_layers} layers) on {device}, "
+        f"{len(texts)} texts ({recipe.held_out} held out), {dtype_name} training")
+    voice = app_default_voice(args, target) if args.default_voice else None
+    items = ensure_generations(target, texts, out, recipe.stage.seed, recipe.max_new_tokens, deadline, log,
+                               recipe.zero_shot_fraction, voice, recipe.default_voice_share)
+    return None if items is None else (items, texts)
+
+
+def _run_key(args, target, recipe, items, texts, loss: str) -> dict:
+    """What a checkpoint was trained on: a resumed run must match it."""
+    key = {"target": target_fingerprint(target.model), "max_new_tokens": recipe.max_new_tokens,
+           "held_out": recipe.held_out, "seed": recipe.stage.seed, "bottom": recipe.bottom, "top": recipe.top,
+           "loss": loss, "prompts": prompt_mix(items)}
+    if args.data is None:
+        return key | {"texts": zlib.crc32("\n".join(texts).encode()), "zero_shot_fraction": recipe.zero_shot_fraction,
+                      "default_voice": args.default_voice}
+    return key | {"data": data_fingerprint(args.data)}
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_flags(args)
     recipe = recipe_from(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
@@ -81,32 +121,14 @@ def run(args: argparse.Namespace) -> int:
     deadline = started + recipe.stage.max_minutes * 60 if recipe.stage.max_minutes else math.inf
     out: Path = args.out or Path("runs/cosyvoice2-draft-smoke" if args.smoke else "runs/cosyvoice2-draft")
     out.mkdir(parents=True, exist_ok=True)
-
-    def log(message: str) -> None:
-        tqdm.write(message)
+    log = tqdm.write
 
     target = smoke_target() if args.smoke else checkpoint_target(args.checkpoint, str(device))
     target.model.to(device).eval().requires_grad_(False)
-    if args.data is not None:
-        items, texts = read_data(args.data, target), None
-        if len(items) <= recipe.held_out:
-            raise InputError(f"{args.data} has {len(items)} utterances: none to train on after holding out {recipe.held_out}")
-        log(f"train-draft: {target.source['target']} target on {device}, {len(items)} utterances from {args.data} "
-            f"({recipe.held_out} held out), cross-entropy, {str(dtype).removeprefix('torch.')} training")
-    else:
-        texts = read_texts(args.texts) if args.texts is not None else default_texts(recipe.texts, recipe.stage.seed)
-        if len(texts) <= recipe.held_out:
-            raise InputError(f"{len(texts)} texts leave none to train on after holding out {recipe.held_out}")
-        texts = spoken_chunks(texts, target.tokenize, log)
-        if len(texts) <= recipe.held_out:
-            raise InputError(f"{len(texts)} speakable texts leave none to train on after holding out {recipe.held_out}")
-        log(f"train-draft: {target.source['target']} target ({target.model.config.num_hidden_layers} layers) on {device}, "
-            f"{len(texts)} texts ({recipe.held_out} held out), {str(dtype).removeprefix('torch.')} training")
-        voice = app_default_voice(args, target) if args.default_voice else None
-        items = ensure_generations(target, texts, out, recipe.stage.seed, recipe.max_new_tokens, deadline, log,
-                                   recipe.zero_shot_fraction, voice, recipe.default_voice_share)
-        if items is None:
-            return 0
+    found = _training_items(args, target, recipe, out, deadline, dtype, device, log)
+    if found is None:
+        return 0
+    items, texts = found
     train_items, held_out = items[: -recipe.held_out], items[-recipe.held_out:]
     loss = "kl_on_target_generations" if args.data is None else "cross_entropy_on_data"
 
@@ -114,14 +136,7 @@ def run(args: argparse.Namespace) -> int:
     before = expected_acceptance(draft, target.model, target.layout, held_out, recipe.batch_size)
     log(f"train-draft: held-out acceptance before training {before['ras']:.3f} (RAS), "
         f"{before['softmax']:.3f} (softmax)")
-    key = {"target": target_fingerprint(target.model), "max_new_tokens": recipe.max_new_tokens,
-           "held_out": recipe.held_out, "seed": recipe.stage.seed, "bottom": recipe.bottom, "top": recipe.top,
-           "loss": loss, "prompts": prompt_mix(items)}
-    if args.data is None:
-        key |= {"texts": zlib.crc32("\n".join(texts).encode()), "zero_shot_fraction": recipe.zero_shot_fraction,
-                "default_voice": args.default_voice}
-    else:
-        key |= {"data": data_fingerprint(args.data)}
+    key = _run_key(args, target, recipe, items, texts, loss)
     summary = train(draft, names, target.model, train_items, recipe, dtype, out, key, deadline, log, loss)
     after = expected_acceptance(draft, target.model, target.layout, held_out, recipe.batch_size)
     log(f"train-draft: held-out acceptance after {summary['steps']} steps {after['ras']:.3f} (RAS), "
