@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssd_demo.comparison.slow_motion import (AUDIBLE_STALL, GAP_TOLERANCE, MIN_FACTOR, NOT_FAST_ENOUGH, ONE_PIECE,
-                                             MAX_FACTOR, TimedPiece, automatic_factor, longest_stall, parse_factor,
+from ssd_demo.comparison.slow_motion import (AUDIBLE_STALL, GAP_TOLERANCE, MAX_REPLAY_SECONDS, MIN_FACTOR,
+                                             NOT_FAST_ENOUGH, ONE_PIECE, MAX_FACTOR, TimedPiece, automatic_factor,
+                                             factor_ceiling, longest_stall, parse_factor,
                                              pieces_from_timing, slow_motion, slow_motion_track, stretched_schedule)
 
 RATE = 16_000
@@ -131,6 +132,28 @@ def test_both_lanes_at_one_factor_and_equal_length():
     ar_heard, spec_heard = _onsets(chosen.ar_track), _onsets(chosen.spec_track)
     assert ar_heard[0] == pytest.approx(4.0 * 0.1, abs=TOLERANCE)
     assert spec_heard[0] == pytest.approx(4.0 * 0.05, abs=TOLERANCE)
+
+
+def test_no_replay_runs_longer_than_a_talk_can_use():
+    # A paragraph's race: 12 pieces of 2 s, the AR lane's ready over 8 s, the speculative one's over 4 s.
+    # At x200 its replay would last about 27 minutes; asked for x200 it is lowered so that neither
+    # replay lasts longer than MAX_REPLAY_SECONDS, and says from what.
+    durations = [2.0] * 12
+    ar_audio, ar_pieces = _lane(durations, [0.7 * (i + 1) for i in range(12)], seed=11)
+    spec_audio, spec_pieces = _lane(durations, [0.35 * (i + 1) for i in range(12)], seed=12)
+    for asked in (MAX_FACTOR, 50.0, None):
+        replay = slow_motion(ar_audio, ar_pieces, 0.35, spec_audio, spec_pieces, 0.17, RATE, factor=asked)
+        assert len(replay.ar_track) / RATE <= MAX_REPLAY_SECONDS + 1e-6
+        assert len(replay.spec_track) == len(replay.ar_track)
+        if asked is not None:
+            assert replay.capped_from == asked and replay.factor < asked
+    ceiling = factor_ceiling(ar_pieces, spec_pieces, RATE)
+    assert len(slow_motion_track(ar_audio, ar_pieces, RATE, ceiling * 1.01)) / RATE > MAX_REPLAY_SECONDS
+    # A factor that fits is played as asked; a clip longer than the limit as measured plays at x1.
+    short = slow_motion(ar_audio, ar_pieces, 0.35, spec_audio, spec_pieces, 0.17, RATE, factor=2.0)
+    assert short.factor == 2.0 and short.capped_from is None
+    long_audio, long_pieces = _lane([10.0] * 7, [0.5 * (i + 1) for i in range(7)], seed=13)
+    assert factor_ceiling(long_pieces, long_pieces, RATE) == MIN_FACTOR
 
 
 def test_pieces_from_the_timing_figures_match_the_pieces():

@@ -32,6 +32,9 @@ AUDIBLE_STALL = 0.3
 _GRID_STEPS = 400
 #: Factors are kept in this range (a typed 0 or a huge number would make no sense to a listener).
 MIN_FACTOR, MAX_FACTOR = 1.0, 200.0
+#: No replay runs longer than this (seconds) at a factor above 1: a talk can spend a minute on it, not the
+#: 54 minutes a paragraph took at x200. A clip longer than this as measured plays at x1.
+MAX_REPLAY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -76,20 +79,47 @@ def longest_stall(pieces: Sequence[TimedPiece], sample_rate: int, factor: float)
     return max((start - end for (_, end), (start, _) in zip(schedule, schedule[1:])), default=0.0)
 
 
+def replay_seconds(pieces: Sequence[TimedPiece], sample_rate: int, factor: float) -> float:
+    """How long the lane's replay lasts at `factor` (its last piece's end; never shorter at a larger factor)."""
+    schedule = stretched_schedule(pieces, sample_rate, factor)
+    return schedule[-1][1] if schedule else 0.0
+
+
+def factor_ceiling(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece], sample_rate: int,
+                   limit: float = MAX_REPLAY_SECONDS) -> float:
+    """The largest factor (<= MAX_FACTOR) at which neither replay lasts longer than `limit` seconds, to within
+    0.1%; MIN_FACTOR when even the clips as measured are longer (the length only grows with the factor)."""
+    def fits(factor: float) -> bool:
+        return max(replay_seconds(ar_pieces, sample_rate, factor), replay_seconds(spec_pieces, sample_rate, factor)) <= limit
+
+    if fits(MAX_FACTOR):
+        return MAX_FACTOR
+    if not fits(MIN_FACTOR):
+        return MIN_FACTOR
+    low, high = MIN_FACTOR, MAX_FACTOR  # fits(low), not fits(high)
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
 #: Why the automatic choice found no factor (the page prints it, and the replay is at factor 1).
 ONE_PIECE = "one piece only: nothing to stall between pieces"
 NOT_FAST_ENOUGH = "the speculative run was not fast enough on this run to show the difference in slow motion"
 
 
 def automatic_factor(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece],
-                     sample_rate: int) -> tuple[float, str | None]:
+                     sample_rate: int, ceiling: float = MAX_FACTOR) -> tuple[float, str | None]:
     """The factor that shows the difference, from the measured timelines themselves: the largest factor at
     which the speculative lane has no stall longer than `GAP_TOLERANCE` while the autoregressive lane has
     one of `AUDIBLE_STALL` at least. None such (too few pieces, or a speedup too small on this run, as
-    per-piece arrival times vary): (`MIN_FACTOR`, the reason, to print)."""
+    per-piece arrival times vary): (`MIN_FACTOR`, the reason, to print). No factor above `ceiling` is tried
+    (`factor_ceiling`: the replay's length)."""
     if len(ar_pieces) < 2 or len(spec_pieces) < 2:
         return MIN_FACTOR, ONE_PIECE
     for factor in np.geomspace(MAX_FACTOR, MIN_FACTOR, _GRID_STEPS):
+        if factor > ceiling:
+            continue
         if (longest_stall(spec_pieces, sample_rate, factor) <= GAP_TOLERANCE
                 and longest_stall(ar_pieces, sample_rate, factor) >= AUDIBLE_STALL):
             return float(factor), None
@@ -135,6 +165,7 @@ class SlowMotion:
     ar_real_time_factor: float  # after stretching: > 1 means the lane stalls on average
     spec_real_time_factor: float
     why_no_factor: str | None = None  # automatic, but no factor shows the difference (`automatic_factor`)
+    capped_from: float | None = None  # the factor asked for, when it would have made the replay too long
 
 
 def slow_motion(ar_audio: np.ndarray, ar_pieces: Sequence[TimedPiece], ar_real_time_factor: float,
@@ -143,13 +174,16 @@ def slow_motion(ar_audio: np.ndarray, ar_pieces: Sequence[TimedPiece], ar_real_t
     """Both lanes' slow-motion tracks, at `factor` or (None) the `automatic_factor` of their measured
     timelines; the real-time factors (LM + codec seconds per second of audio) are the paces it prints."""
     automatic = factor is None or not factor > 0
-    chosen, why = (automatic_factor(ar_pieces, spec_pieces, sample_rate) if automatic
+    ceiling = factor_ceiling(ar_pieces, spec_pieces, sample_rate)
+    chosen, why = (automatic_factor(ar_pieces, spec_pieces, sample_rate, ceiling) if automatic
                    else (clamp_factor(factor), None))
+    capped_from = chosen if chosen > ceiling else None
+    chosen = min(chosen, ceiling)
     ar = slow_motion_track(ar_audio, ar_pieces, sample_rate, chosen)
     spec = slow_motion_track(spec_audio, spec_pieces, sample_rate, chosen)
     length = max(len(ar), len(spec))
     return SlowMotion(chosen, automatic, np.pad(ar, (0, length - len(ar))), np.pad(spec, (0, length - len(spec))),
-                      chosen * ar_real_time_factor, chosen * spec_real_time_factor, why)
+                      chosen * ar_real_time_factor, chosen * spec_real_time_factor, why, capped_from)
 
 
 def pieces_from_timing(timing: dict, sample_rate: int) -> list[TimedPiece]:

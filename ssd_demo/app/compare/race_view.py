@@ -21,7 +21,7 @@ import gradio as gr
 
 from .. import compare, jobs
 from . import arguments
-from ...comparison.slow_motion import parse_factor
+from ...comparison.slow_motion import MAX_REPLAY_SECONDS, parse_factor
 from .race import done_stage
 from ..errors import to_gradio_error
 
@@ -32,7 +32,8 @@ REPLAY_NOTE = (
     "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
     "the decoder was still working on it. The automatic factor is the largest at which the speculative run "
     "keeps flowing while the autoregressive one audibly stalls (when no factor does, the line says why); pick or type another factor to "
-    "hear it at that one (1 = as measured). \"Replay both\" plays them one after the other, never at once."
+    "hear it at that one (1 = as measured; a factor that would make a replay longer than a minute is "
+    "lowered to one that does not). \"Replay both\" plays them one after the other, never at once."
 )
 #: What the slow-motion factor box offers (any other number can be typed, read by `parse_factor`); "auto":
 #: `automatic_factor`. Its label holds a 0 so that a typed 0 filters to it first (0 means automatic).
@@ -237,6 +238,9 @@ def replay_note(replay: compare.SlowMotion) -> str:
     how = "automatic" if replay.automatic else "chosen"
     if replay.why_no_factor:
         how = replay.why_no_factor
+    if replay.capped_from is not None:
+        how = (f"×{replay.capped_from:g} would make a replay longer than {MAX_REPLAY_SECONDS:.0f} s: "
+               f"lowered to ×{replay.factor:.1f}")
     return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
             f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
             f"**{replay.spec_real_time_factor:.2f} s** (speculative) on average")
