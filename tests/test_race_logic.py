@@ -59,18 +59,46 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     assert "first audio after" in headline(comparison, race)
 
 
-def test_the_headline_is_bold_only_for_a_speedup_on_a_run_that_is_not_short():
-    from ssd_demo.app.compare.race import SHORT_RUN_SECONDS, verdict_lines
+def test_the_headline_states_one_run_until_three_then_their_median():
+    from ssd_demo.app.compare.race import MEDIAN_AFTER, SHORT_RUN_SECONDS, verdict_lines
 
     long_run, short_run = 4 * SHORT_RUN_SECONDS, SHORT_RUN_SECONDS / 4
-    assert verdict_lines(2.6, long_run)[0] == "# Speculative is 2.6× faster"
-    slower = verdict_lines(1 / 2.8, long_run)
-    assert slower[0] == "## Speculative was 2.8× slower on this run"
-    assert slower[1].startswith("One run") and "race again" in slower[1]
-    short = verdict_lines(5.0, short_run)
+    one = verdict_lines([2.6], long_run)
+    assert one[0] == "## Speculative was 2.6× faster on this run"  # never bold on one run
+    assert one[1].startswith("One run") and "race again" in one[1] and f"{MEDIAN_AFTER - 1} more" in one[1]
+    slower = verdict_lines([2.0, 1 / 2.8], long_run)
+    assert slower[0] == "## Speculative was 2.8× slower on this run" and "1 more" in slower[1]
+    short = verdict_lines([5.0], short_run)
     assert short[0] == "## Speculative was 5.0× faster on this run"
     assert f"One short run ({short_run:.1f} s)" in short[1] and "race again" in short[1]
-    assert not any(line.startswith("# ") for line in verdict_lines(0.77, short_run))
+    # From three races with the same settings: the median, the range and n; bold only for a median >= 1.
+    # (The five races of one sentence: 2.20, 1.75, 1.33, 1.79, 2.96.)
+    five = verdict_lines([2.20, 1.75, 1.33, 1.79, 2.96], short_run)
+    assert five[0] == "# Speculative is 1.8× faster"
+    assert "median of 5 races" in five[1] and "range 1.3–3.0×" in five[1] and "this one 3.0×" in five[1]
+    assert verdict_lines([0.8, 0.7, 1.3], long_run)[0] == "## Speculative is 1.2× slower"
+    assert verdict_lines([1.02, 0.98, 1.0], long_run)[0] == "# Speculative is about as fast as autoregressive"
+
+
+def test_the_race_history_counts_only_one_page_and_one_setting():
+    from ssd_demo.app.compare.race import RaceHistory, settings_key
+    from ssd_demo.comparison import Request
+
+    history = RaceHistory(pages=2, races=3)
+    key = settings_key(Request(text="Hi.", preset="embedded", beta=0.2, seed=1))
+    assert key == settings_key(Request(text="Hi.", preset="embedded", beta=0.2, seed=9))  # any seed
+    assert key != settings_key(Request(text="Hi.", preset="embedded", beta=0.3, seed=1))
+    assert key != settings_key(Request(text="Hello.", preset="embedded", beta=0.2, seed=1))
+    for speedup in (1.5, 2.0, 2.5, 3.0):
+        history.add("page-a", key, speedup)
+    assert history.earlier("page-a", key) == [2.0, 2.5, 3.0]  # the newest races only
+    assert history.earlier("page-b", key) == [] and history.earlier(None, key) == []
+    history.add(None, key, 2.0)  # no page (no session): nothing kept
+    history.add("page-a", key, float("nan"))
+    assert history.earlier("page-a", key) == [2.0, 2.5, 3.0]
+    history.add("page-b", key, 1.0)
+    history.add("page-c", key, 1.0)  # a third page: the least recently used one goes
+    assert history.earlier("page-a", key) == [] and history.earlier("page-c", key) == [1.0]
 
 
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):

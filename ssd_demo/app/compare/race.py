@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,32 +140,78 @@ def lane_markdown(lane: RaceLane, label: str) -> str:
 SHORT_RUN_SECONDS = 3.0
 
 
-def verdict_lines(speedup: float, run_seconds: float) -> list[str]:
-    """The headline's claim and its basis: bold only for a speedup of at least 1 on a run that is not
-    short; otherwise it says it was one run and why another may differ."""
-    factor = speedup if speedup >= 1 else 1 / speedup
-    same = round(factor, 1) == 1.0
-    verdict = "about as fast as autoregressive" if same else f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}"
+#: Races with the same settings on one page before the headline states their median instead of one run.
+MEDIAN_AFTER = 3
+
+
+def verdict_lines(speedups: Sequence[float], run_seconds: float) -> list[str]:
+    """The headline's claim and its basis. `speedups`: this page's races with these settings, this race
+    last. From `MEDIAN_AFTER` races on it states their median and range (bold for a median of at least 1);
+    before that it says it was one run, that a busy machine moves it, and how many more races give a median."""
     basis = "LM + codec seconds per second of audio, on this machine"
-    if speedup >= 1 and run_seconds >= SHORT_RUN_SECONDS:
-        return [f"# Speculative is {verdict}", basis]
+    this = speedups[-1]
+    if len(speedups) >= MEDIAN_AFTER:
+        middle = float(np.median(speedups))
+        spread = (f"median of {len(speedups)} races with these settings on this page (range "
+                  f"{min(speedups):.1f}–{max(speedups):.1f}×; this one {this:.1f}×); {basis}")
+        return [f"{'#' if middle >= 1 else '##'} Speculative is {_ratio_words(middle)}", spread]
+    more = MEDIAN_AFTER - len(speedups)
     why = f"One short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "One run"
-    return [f"## Speculative was {verdict} on this run", f"{why}: a busy machine moves it a lot; race again"]
+    return [f"## Speculative was {_ratio_words(this)} on this run",
+            f"{why}: a busy machine moves it a lot; race again ({more} more with these settings give a median)"]
 
 
-def headline(comparison: Comparison, race: Race | None = None) -> str:
-    """The big readout: end-to-end speedup per second of audio (`verdict_lines`), and both times to first
-    audio."""
+def _ratio_words(speedup: float) -> str:
+    factor = speedup if speedup >= 1 else 1 / speedup
+    if round(factor, 1) == 1.0:
+        return "about as fast as autoregressive"
+    return f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}"
+
+
+def headline(comparison: Comparison, race: Race | None = None, earlier: Sequence[float] = ()) -> str:
+    """The big readout: end-to-end speedup per second of audio (`verdict_lines`, with the `earlier` speedups
+    of this page's races with the same settings), and both times to first audio."""
     speedup = end_to_end_speedup(comparison)
     if not math.isfinite(speedup) or speedup <= 0:
         return ""
     run_seconds = max(comparison.ar.total_seconds, comparison.spec.total_seconds)
-    lines = verdict_lines(speedup, run_seconds)
+    lines = verdict_lines([*earlier, speedup], run_seconds)
     if race is not None:
         ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
         if ar is not None and spec is not None:
             lines[-1] += f"; first audio after {spec:.2f} s (speculative) vs {ar:.2f} s (autoregressive)"
     return "\n".join(lines)
+
+
+class RaceHistory:
+    """Each page's end-to-end speedups per settings, newest last: what the headline's median is over. Only a
+    page's own races count (keyed by its session); bounded in pages and in races per setting."""
+
+    def __init__(self, pages: int = 500, races: int = 20) -> None:
+        self.pages, self.races = pages, races
+        self._speedups: OrderedDict[str, dict[Hashable, list[float]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def earlier(self, page: str | None, key: Hashable) -> list[float]:
+        with self._lock:
+            return list(self._speedups.get(page, {}).get(key, [])) if page else []
+
+    def add(self, page: str | None, key: Hashable, speedup: float) -> None:
+        if not page or not math.isfinite(speedup) or speedup <= 0:
+            return
+        with self._lock:
+            settings = self._speedups.pop(page, {})
+            self._speedups[page] = settings  # most recently used last
+            settings[key] = (settings.get(key, []) + [speedup])[-self.races:]
+            while len(self._speedups) > self.pages:
+                self._speedups.popitem(last=False)
+
+
+def settings_key(request: Request) -> Hashable:
+    """What makes two races comparable: the text, the model pair and every decoding setting but the seed."""
+    settings = tuple(sorted((name, repr(value)) for name, value in request.settings.items()
+                            if name != "seed" and value is not None))
+    return request.text, request.preset, request.draft, settings
 
 
 def race_details(race: Race) -> dict:

@@ -22,7 +22,7 @@ import gradio as gr
 from .. import compare, jobs
 from . import arguments
 from ...comparison.slow_motion import MAX_REPLAY_SECONDS, parse_factor
-from .race import done_stage
+from .race import RaceHistory, done_stage, settings_key
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -282,6 +282,7 @@ class RaceFrames:
         self.outputs = [*view.outputs, *results.values()]
         self.streams = {"autoregressive": view.ar_stream, "speculative": view.spec_stream}
         self.lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
+        self.history = RaceHistory()  # each page's speedups per settings: the headline's median
 
     def frame(self, changes: dict) -> tuple:
         """One update of the race's outputs: the given ones, every other left as it is."""
@@ -317,26 +318,29 @@ class RaceFrames:
         stopped, and the status line says so."""
         yield self.frame({**self.live(race), self.view.status: STOPPED_STATUS, **self.silent()})
 
-    def shown_results(self, comparison: compare.Comparison, race: compare.Race) -> dict:
-        """Audio, numbers, the headline and the replay at the automatic factor (files written now)."""
+    def shown_results(self, comparison: compare.Comparison, race: compare.Race, page: str | None, key) -> dict:
+        """Audio, numbers, the headline (over this `page`'s races with these settings, `key`) and the replay
+        at the automatic factor (files written now)."""
         view, results = self.view, self.results
+        earlier = self.history.earlier(page, key)
+        self.history.add(page, key, compare.end_to_end_speedup(comparison))
         ar_path, spec_path = compare.write_audio_files(comparison)
         replay = compare.slow_motion_of(race, comparison)
         replay_paths = compare.write_replay_files(replay, comparison.spec.sample_rate, ar_path.parent)
-        return {view.headline: compare.headline(comparison, race), view.replay_ar: str(replay_paths[0]),
+        return {view.headline: compare.headline(comparison, race, earlier), view.replay_ar: str(replay_paths[0]),
                 view.replay_spec: str(replay_paths[1]), view.replay_note: replay_note(replay),
                 results["ar_audio"]: str(ar_path), results["spec_audio"]: str(spec_path),
                 results["stats"]: compare.stats_markdown(comparison), results["seed_used"]: comparison.seed,
                 results["details"]: {**compare.details(comparison), "race": compare.race_details(race)}}
 
-    def finish(self, comparison: compare.Comparison, race: compare.Race):
+    def finish(self, comparison: compare.Comparison, race: compare.Race, page: str | None, key):
         """Audio, numbers and the headline first; the charts only after them. The last update holds every
         value (what an API client's result is); None ends both streams."""
         warn_if_draft_replaced(comparison)
         results = self.results
         try:
             race.stage = "Both runs done: drawing the charts and the token view"
-            shown = self.shown_results(comparison, race)
+            shown = self.shown_results(comparison, race, page, key)
             yield self.frame({**self.live(race), **shown})
             figures = compare.figures(comparison)
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
@@ -349,7 +353,7 @@ class RaceFrames:
                           results["accepted_length"]: figures["accepted_length"],
                           results["by_position"]: figures["acceptance_by_position"], **self.silent()})
 
-    def run(self, request, stop_check: Callable[[], bool]):
+    def run(self, request, stop_check: Callable[[], bool], page: str | None = None):
         """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
         live counters; then the replay at measured speed, the statistics and, last, the charts."""
         view = self.view
@@ -372,7 +376,7 @@ class RaceFrames:
                     yield from self.refused(event.error)
                 elif isinstance(event, compare.Done):
                     jobs.CLOCK.record(time.perf_counter() - started)
-                    yield from self.finish(event.comparison, race)
+                    yield from self.finish(event.comparison, race, page, settings_key(request))
 
 
 def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,
@@ -389,7 +393,8 @@ def race_handler(view: RaceView, results: dict[str, gr.Component], signature: in
         except Exception as error:  # noqa: BLE001
             yield from frames.refused(error)
             return
-        yield from frames.run(request, jobs.stop_check(chosen["request"]))
+        page = getattr(chosen["request"], "session_hash", None)
+        yield from frames.run(request, jobs.stop_check(chosen["request"]), page)
 
     race_run.__signature__ = signature  # the /synthesize parameters
     race_run.__annotations__ = {"request": gr.Request}
