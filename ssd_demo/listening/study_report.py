@@ -73,6 +73,15 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
         lines += ["", "ABX (accuracy, exact 95% interval, one-sided binomial p vs chance, Holm over pairs)"]
         lines += [f"  {a.system_x} vs {a.system_y}: {a.correct}/{a.trials} = {a.accuracy:.0%} "
                   f"[{a.low:.0%}, {a.high:.0%}], p {_p(a.p_value)}, Holm p {_p(a.p_holm)}" for a in stats.abx]
+        lines += ["  Across raters, not pooled (pooling overstates significance when raters differ): one-sided t test",
+                  "  of the raters' accuracies vs 0.5, Holm over pairs; per rater: accuracy, d' (independent observation),",
+                  "  exact one-sided binomial p"]
+        for a in stats.abx:
+            across = "-" if a.rater_t_p is None else f"p {_p(a.rater_t_p)}, Holm p {_p(a.rater_t_p_holm)}"
+            lines.append(f"  {a.system_x} vs {a.system_y}: {a.raters} raters, mean accuracy "
+                         f"{(a.mean_rater_accuracy or 0):.0%}, t test {across}")
+            lines += [f"    {r.rater:24} {r.correct}/{r.trials} = {r.accuracy:.0%}, d' {r.d_prime:.2f}, p {_p(r.p_value)}"
+                      for r in stats.abx_raters if (r.system_x, r.system_y) == (a.system_x, a.system_y)]
     if stats.ab:
         lines += ["", "A/B preference (exact sign test, ties dropped, Holm over pairs)"]
         lines += [f"  {a.system_x} {a.wins_x} - {a.wins_y} {a.system_y} ({a.ties} no preference): p {_p(a.p_value)}, "

@@ -14,8 +14,15 @@
   n <= 13 it is exact over all sign permutations of the tied (mid-)ranks; otherwise it is the normal
   approximation with the tie correction of the variance and no continuity correction (scipy's "auto").
 - ABX, per pair: accuracy with its exact (Clopper-Pearson) 95% interval and the one-sided binomial
-  p-value of "no better than chance" (scipy.stats.binomtest, p = 0.5); Holm over the pairs. Trials
-  are pooled over raters, as ABX studies report.
+  p-value of "no better than chance" (scipy.stats.binomtest, p = 0.5); Holm over the pairs. Those trials
+  are pooled over raters, as ABX studies report; pooling treats every trial as independent, which
+  overstates significance when raters differ (a few who hear it and many who do not). So each pair also
+  gets the test across raters that does not pool: a one-sided one-sample t test of the raters'
+  accuracies against 0.5 (each rater counts once; Holm over the pairs), and per rater: accuracy, the
+  exact one-sided binomial p and d' under the independent-observation model of ABX (Macmillan &
+  Creelman, Detection Theory, ch. 9: P(correct) = Phi(d'/sqrt 2) Phi(d'/2) + Phi(-d'/sqrt 2) Phi(-d'/2),
+  solved for d'; a rater with all or none right is moved half a trial in, the usual 1/(2N) correction;
+  at or below chance d' = 0).
 - A/B, per pair: wins, ties and an exact two-sided sign test on the wins (ties dropped); Holm over pairs.
 - Breakdowns: each rater's mean per system, each item's mean per system.
 """
@@ -31,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
+from scipy.optimize import brentq
 
 from .study import Study
 from .study_store import RatingRow
@@ -82,6 +90,24 @@ class AbxResult:
     high: float
     p_value: float  # one-sided: better than chance
     p_holm: float
+    raters: int = 0
+    mean_rater_accuracy: float | None = None  # the raters' accuracies, each rater once
+    rater_t_p: float | None = None  # one-sided t test of the raters' accuracies > 0.5; None: < 2 raters or no spread
+    rater_t_p_holm: float | None = None
+
+
+@dataclass(frozen=True)
+class AbxRater:
+    """One rater's ABX trials of one pair."""
+
+    system_x: str
+    system_y: str
+    rater: str
+    trials: int
+    correct: int
+    accuracy: float
+    d_prime: float  # independent-observation model (see the module's docstring)
+    p_value: float  # exact one-sided binomial: better than chance
 
 
 @dataclass(frozen=True)
@@ -106,6 +132,7 @@ class StudyStatistics:
     ab: tuple[AbResult, ...]
     per_rater: dict[str, dict[str, float]]  # {rater: {"kind system": mean}}
     per_item: dict[str, dict[str, float]]  # {item: {"kind system": mean}}
+    abx_raters: tuple[AbxRater, ...] = ()
 
 
 def rater_means(rows: Sequence[RatingRow], kind: str) -> dict[str, dict[str, float]]:
@@ -190,16 +217,60 @@ def _pair_rows(rows: Sequence[RatingRow], kind: str) -> dict[tuple[str, str], li
     return pairs
 
 
+def abx_proportion_correct(d_prime: float) -> float:
+    """P(correct) of an ABX trial at sensitivity d' under the independent-observation model: the order of A
+    and B is judged right with P = Phi(d'/sqrt 2) (a - b has variance 2), X's category with Phi(d'/2), and
+    the answer is right when both or neither are (Macmillan & Creelman)."""
+    phi = scipy_stats.norm.cdf
+    return float(phi(d_prime / math.sqrt(2)) * phi(d_prime / 2) + phi(-d_prime / math.sqrt(2)) * phi(-d_prime / 2))
+
+
+def abx_d_prime(correct: int, trials: int) -> float:
+    """d' from `correct` of `trials` ABX answers (`abx_proportion_correct` inverted); 0 at or below chance,
+    all or none right moved half a trial in (1/(2N)) so that d' stays finite."""
+    share = min(max(correct, 0.5), trials - 0.5) / trials
+    if share <= 0.5:
+        return 0.0
+    return float(brentq(lambda d: abx_proportion_correct(d) - share, 0.0, 20.0))
+
+
+def abx_raters(rows: Sequence[RatingRow]) -> tuple[AbxRater, ...]:
+    """Each rater's ABX result per pair: accuracy, d', exact one-sided binomial p."""
+    found = []
+    for (x, y), pair_rows in sorted(_pair_rows(rows, "abx").items()):
+        by_rater: dict[str, list[float]] = defaultdict(list)
+        for row in pair_rows:
+            by_rater[row.rater].append(row.score)
+        for rater, scores in sorted(by_rater.items()):
+            correct = int(sum(scores))
+            p = float(scipy_stats.binomtest(correct, len(scores), 0.5, alternative="greater").pvalue)
+            found.append(AbxRater(x, y, rater, len(scores), correct, correct / len(scores),
+                                  abx_d_prime(correct, len(scores)), p))
+    return tuple(found)
+
+
+def _across_raters(accuracies: Sequence[float]) -> float | None:
+    """One-sided one-sample t test of the raters' accuracies against chance (None: < 2 raters or no spread)."""
+    if len(accuracies) < 2 or len(set(accuracies)) == 1:
+        return None
+    return float(scipy_stats.ttest_1samp(accuracies, 0.5, alternative="greater").pvalue)
+
+
 def abx_results(rows: Sequence[RatingRow]) -> tuple[AbxResult, ...]:
+    raters = abx_raters(rows)
     raw = []
     for (x, y), pair_rows in sorted(_pair_rows(rows, "abx").items()):
         correct = int(sum(row.score for row in pair_rows))
         test = scipy_stats.binomtest(correct, len(pair_rows), 0.5, alternative="greater")
         interval = scipy_stats.binomtest(correct, len(pair_rows), 0.5).proportion_ci(CONFIDENCE, method="exact")
-        raw.append((x, y, len(pair_rows), correct, correct / len(pair_rows), interval.low, interval.high,
-                    float(test.pvalue)))
-    adjusted = holm([r[-1] for r in raw])
-    return tuple(AbxResult(*r, a) for r, a in zip(raw, adjusted))
+        accuracies = [r.accuracy for r in raters if (r.system_x, r.system_y) == (x, y)]
+        raw.append(((x, y, len(pair_rows), correct, correct / len(pair_rows), interval.low, interval.high,
+                     float(test.pvalue)), (len(accuracies), statistics.fmean(accuracies), _across_raters(accuracies))))
+    pooled_holm = holm([pooled[-1] for pooled, _ in raw])
+    tested = [i for i, (_, across) in enumerate(raw) if across[-1] is not None]
+    across_holm = dict(zip(tested, holm([raw[i][1][-1] for i in tested])))
+    return tuple(AbxResult(*pooled, pooled_p_holm, *across, across_holm.get(i))
+                 for i, ((pooled, across), pooled_p_holm) in enumerate(zip(raw, pooled_holm)))
 
 
 def ab_results(rows: Sequence[RatingRow]) -> tuple[AbResult, ...]:
@@ -232,4 +303,4 @@ def study_statistics(rows: Sequence[RatingRow], study: Study) -> StudyStatistics
         raters=len({row.rater for row in rows}), mushra=system_means(rows, "mushra", order),
         mushra_tests=paired_tests(rows, study), mos=system_means(rows, "mos", order), abx=abx_results(rows),
         ab=ab_results(rows), per_rater=breakdown(rows, lambda row: row.rater),
-        per_item=breakdown(rows, lambda row: row.item_id))
+        per_item=breakdown(rows, lambda row: row.item_id), abx_raters=abx_raters(rows))
