@@ -34,6 +34,10 @@ PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 #: "auto" (default): the faster kernel for each row count, measured on this machine; "blas" or "onednn": always that one.
 KERNEL_ENV = "SSD_DEMO_MATMUL"
 NEVER = 1 << 30  # a row count no call reaches
+#: oneDNN serves only where it makes the probed calls at least this much cheaper in total than BLAS: a smaller
+#: gain is within what a busy machine moves, and a wrong switch costs far more (a probe under contention once
+#: chose oneDNN on an AMD EPYC, where it made AR steps 9.3 ms against BLAS's 5.5).
+SWITCH_MARGIN = 0.05
 
 
 @dataclass
@@ -216,9 +220,7 @@ def kernel_choice(model) -> KernelChoice:
             per_model = _PROBED.setdefault(model, {})
             if key not in per_model:
                 try:
-                    per_model[key] = KernelChoice(
-                        measure_kernel_threshold(model, repeats=7 if parameters < 50_000_000 else 3),
-                        "the faster per row count, timed here")
+                    per_model[key] = _probe(model, repeats=7 if parameters < 50_000_000 else 3)
                 except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS
                     log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
                     per_model[key] = KernelChoice(NEVER, "oneDNN failed here")
@@ -228,6 +230,18 @@ def kernel_choice(model) -> KernelChoice:
     if choice.onednn_from == NEVER:
         onednn_copies(packed, wanted=False)
     return choice
+
+
+def _probe(model, repeats: int) -> KernelChoice:
+    """Time the kernels; a switch to oneDNN is timed again and kept only when the second probe agrees (from the
+    later of the two switch points): one probe disturbed by a busy machine cannot make the slower kernel stick."""
+    first = measure_kernel_threshold(model, repeats=repeats)
+    if first == NEVER:
+        return KernelChoice(NEVER, "the faster per row count, timed here")
+    second = measure_kernel_threshold(model, repeats=repeats)
+    if second == NEVER:
+        return KernelChoice(NEVER, "two probes disagreed (a busy machine?): BLAS")
+    return KernelChoice(max(first, second), "the faster per row count, timed here twice")
 
 
 #: The lean forward the probe times: `static_cache.StaticCacheLM`, registered by that module when it loads
@@ -274,16 +288,18 @@ def measure_kernel_threshold(model, context: int = 64, repeats: int = 7, rows: t
                            for n in rows})
 
 
-def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
+def threshold_from(seconds: dict[int, tuple[float, float]], margin: float = SWITCH_MARGIN) -> int:
     """{rows: (BLAS time, oneDNN time)} -> the row count from which oneDNN serves: the one that makes the
-    measured calls cheapest in total (`NEVER` when BLAS alone does). One switch point, not a choice per
-    size, so that one noisy size can neither flip a single row count nor push the switch far up."""
+    measured calls cheapest in total, if that total is at least `margin` below BLAS alone (`NEVER`: BLAS
+    serves all). One switch point, not a choice per size, so that one noisy size can neither flip a single
+    row count nor push the switch far up."""
     sizes = sorted(seconds)
 
     def total(threshold: int) -> float:
         return sum(seconds[n][1] if n >= threshold else seconds[n][0] for n in sizes)
 
-    return min([NEVER, *reversed(sizes)], key=total)  # ties go to the later switch (BLAS)
+    best = min([NEVER, *reversed(sizes)], key=total)  # ties go to the later switch (BLAS)
+    return best if total(best) < (1 - margin) * total(NEVER) else NEVER
 
 
 def weight_bytes(model) -> int:
