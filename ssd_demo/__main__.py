@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,vllm-batch,train,train-draft} ...
+"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,serve,vllm-batch,train,train-draft} ...
 
 Each subcommand has a module in `ssd_demo.cli` (its flags and what it prints; the work is in the library)
 that provides `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "stimuli": ("ssd_demo.cli.stimuli", "render a listening-test stimulus set"),
     "study": ("ssd_demo.cli.study", "create a listening study from its file, list studies, report results"),
     "sweep": ("ssd_demo.cli.sweep", "map speed against fidelity for every acceptance rule"),
+    "serve": ("ssd_demo.cli.serve", "serve one preset over HTTP: OpenAI's /v1/audio/speech, audio streamed as decoded"),
     "vllm-batch": ("ssd_demo.cli.vllm_batch", "render a file of texts through the vLLM engine in one batch"),
     "train-draft": ("ssd_demo.cli.train_draft",
                     "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),

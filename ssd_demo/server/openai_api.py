@@ -1,0 +1,139 @@
+"""OpenAI's speech endpoint over one loaded preset: `POST /v1/audio/speech`, so that existing clients (the
+`openai` Python package, curl scripts) can point at this server.
+
+The body is OpenAI's (`input`, `model`, `voice`, `response_format` "wav" or "pcm", `speed` 1.0,
+`stream_format` "audio" or "sse"), plus this project's fields: `mode` ("speculative" or "ar"), `draft`, and
+any decoding setting by its library name (`beta`, `draft_len`, `temperature`, `seed`, ...; left out: the
+preset's default). `model` is the loaded preset's key or one of OpenAI's model names (both mean the loaded
+preset); `voice` is accepted and ignored (each preset speaks in its own voice).
+
+The audio streams as it is decoded: "wav" is a WAV header whose sizes say "unknown length" (as OpenAI's
+streamed WAV) followed by 16-bit PCM, "pcm" the bare samples (`X-Sample-Rate` says the rate), "sse" OpenAI's
+`speech.audio.delta` events with base64 audio and a final `speech.audio.done`. Errors are OpenAI's JSON
+error object with status 400 (bad input), 429 (queue full) or 500 (a bug: logged with its traceback,
+never sent), so a client never sees a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import struct
+from collections.abc import Iterator
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import UserError
+from .service import ServerBusy, SpeechJob, SpeechService
+
+log = logging.getLogger(__name__)
+
+#: OpenAI's model names; a client written for OpenAI sends one of these and gets the loaded preset.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+#: Fields of the body that are not decoding settings.
+OWN_FIELDS = ("mode", "draft")
+
+
+class SpeechBody(BaseModel):
+    """OpenAI's request body; extra fields (this project's settings) are kept and checked by the service."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input: str
+    model: str
+    voice: str | dict = "default"
+    instructions: str | None = None
+    response_format: str = "wav"
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+
+
+def wav_header(sample_rate: int) -> bytes:
+    """A 16-bit mono WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF)."""
+    unknown = 0xFFFFFFFF
+    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE" + b"fmt " +
+            struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16) + b"data" + struct.pack("<I", unknown))
+
+
+def error_response(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error object."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
+
+
+def _refusal(body: SpeechBody, service: SpeechService) -> str | None:
+    """What OpenAI's fields ask that this server cannot do, or None."""
+    if body.model not in (service.preset, *OPENAI_MODELS):
+        return f"model must be {service.preset!r} (the loaded preset) or one of OpenAI's {', '.join(OPENAI_MODELS)}; got {body.model!r}"
+    if body.response_format not in ("wav", "pcm"):
+        return f"response_format {body.response_format!r} is not served here; use 'wav' or 'pcm'"
+    if body.speed != 1.0:
+        return f"speed {body.speed:g} is not supported: the voice speaks at its own pace (use 1.0)"
+    if body.instructions:
+        return "instructions are not supported by these voices"
+    return None
+
+
+def _audio(job: SpeechJob, body: SpeechBody, sample_rate: int) -> Iterator[bytes]:
+    if body.stream_format == "sse":
+        for pcm in job.pcm():
+            yield f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(pcm).decode()})}\n\n".encode()
+        yield f"data: {json.dumps({'type': 'speech.audio.done'})}\n\n".encode()
+        return
+    if body.response_format == "wav":
+        yield wav_header(sample_rate)
+    yield from job.pcm()
+
+
+def build_speech_api(service: SpeechService) -> FastAPI:
+    """The HTTP app over `service` (run it with uvicorn; `python -m ssd_demo serve` does)."""
+    api = FastAPI(title="ssd_demo speech", docs_url=None, redoc_url=None)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        return error_response(400, f"{where or 'body'}: {first.get('msg', 'invalid request body')}",
+                              "invalid_request_error", where or None)
+
+    @api.exception_handler(Exception)
+    async def internal(request: Request, error: Exception) -> JSONResponse:
+        log.exception("internal error serving %s", request.url.path)
+        return error_response(500, "internal error (a bug, logged on the server)", "server_error")
+
+    @api.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "preset": service.preset, "load": service.load}
+
+    @api.get("/v1/models")
+    def models() -> dict:
+        return {"object": "list", "data": [{"id": service.preset, "object": "model", "owned_by": "ssd_demo"}]}
+
+    @api.post("/v1/audio/speech", response_model=None)
+    def speech(body: SpeechBody) -> StreamingResponse | JSONResponse:
+        refusal = _refusal(body, service)
+        if refusal:
+            return error_response(400, refusal, "invalid_request_error")
+        extras = dict(body.model_extra or {})
+        own = {name: extras.pop(name) for name in OWN_FIELDS if name in extras}
+        try:
+            order = service.order(body.input, own.get("mode", "speculative"), own.get("draft"), extras)
+            job = service.admit(order)
+        except ServerBusy as error:
+            return error_response(429, str(error), "rate_limit_error")
+        except UserError as error:
+            return error_response(400, str(error), "invalid_request_error")
+        media = ("text/event-stream" if body.stream_format == "sse"
+                 else "audio/wav" if body.response_format == "wav" else "audio/pcm")
+        headers = {"X-Sample-Rate": str(service.sample_rate), "X-Seed": str(order.config.seed),
+                   "X-Mode": order.mode, "Cache-Control": "no-store"}
+        # The place in the queue goes back when the audio ends, or after the response if it never started.
+        return StreamingResponse(_audio(job, body, service.sample_rate), media_type=media, headers=headers,
+                                 background=BackgroundTask(job.release))
+
+    return api

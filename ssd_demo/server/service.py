@@ -1,0 +1,134 @@
+"""Speech as a service, without HTTP: one loaded preset, a bounded queue in front of it, and each request's
+audio as 16-bit PCM pieces the moment they are decoded.
+
+`SpeechService.admit` either takes a request into the queue or refuses it at once (`ServerBusy`) when
+`max_waiting` requests already wait, so a flood is told to come back instead of piling up threads and
+memory. Admitted requests decode `workers` at a time (one by default: on a CPU two decodes at once only
+share the cores, and every request's first audio comes later). `SpeechJob.pcm()` yields the audio
+piece by piece and gives its place back when it ends, fails or is closed (a client that hung up).
+Settings are checked by the library's one validator before anything is admitted (`comparison.request`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..comparison.request import REQUEST_SETTINGS, Request, build_config, check_text, request_seed
+from ..config import DecodingConfig
+from ..engine.cancellation import Cancelled
+from ..errors import InputError, UserError
+from ..speech.synthesis import Script, Synthesizer
+
+#: What a request may name besides its text: the decoding mode, the draft and every decoding setting.
+MODES = ("speculative", "ar")
+
+
+class ServerBusy(UserError):
+    """The queue is full: the client should retry later."""
+
+    title = "Server busy"
+
+
+@dataclass(frozen=True)
+class SpeechOrder:
+    """One request, checked: what to say and how to decode it."""
+
+    text: str
+    mode: str
+    draft: str
+    config: DecodingConfig
+    script: Script  # the text split and prompted, checked before the request takes a place
+
+
+@dataclass
+class SpeechJob:
+    """An admitted request: `pcm()` waits for a worker, then yields its audio as it is decoded."""
+
+    service: "SpeechService"
+    order: SpeechOrder
+    _released: bool = field(default=False, repr=False)
+
+    def pcm(self) -> Iterator[bytes]:
+        """16-bit little-endian mono PCM at the voice's sample rate, one piece at a time."""
+        stop = threading.Event()
+        try:
+            with self.service._workers:
+                stream = self.service.synthesizer.stream(self.order.text, self.order.mode, self.order.config,
+                                                         self.order.draft, should_stop=stop.is_set,
+                                                         script=self.order.script)
+                for piece in stream:
+                    yield to_pcm16(piece.audio)
+        except Cancelled:
+            return
+        finally:
+            stop.set()  # a closed generator (the client left) stops the decoding within one round
+            self.release()
+
+    def release(self) -> None:
+        """Give the queue place back (once): at the end of `pcm()`, or by the caller when it never started."""
+        if not self._released:
+            self._released = True
+            self.service._leave_queue()
+
+
+def to_pcm16(audio: np.ndarray) -> bytes:
+    """Float samples in [-1, 1] as 16-bit little-endian PCM (clipped, rounded)."""
+    return (np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+class SpeechService:
+    """One loaded preset behind a bounded queue (see the module's docstring)."""
+
+    def __init__(self, preset: str, synthesizer: Synthesizer, workers: int = 1, max_waiting: int = 8) -> None:
+        if workers < 1 or max_waiting < 0:
+            raise InputError(f"workers must be at least 1 and the queue at least 0, got {workers} and {max_waiting}")
+        self.preset, self.synthesizer = preset, synthesizer
+        self.workers, self.max_waiting = workers, max_waiting
+        self._workers = threading.Semaphore(workers)
+        self._lock = threading.Lock()
+        self._queued = 0  # admitted and not finished: decoding or waiting for a worker
+
+    @property
+    def sample_rate(self) -> int:
+        return self.synthesizer.backend.sample_rate
+
+    def order(self, text: object, mode: str = "speculative", draft: str | None = None,
+              settings: Mapping[str, object] | None = None) -> SpeechOrder:
+        """Check a request (text, mode, draft, decoding settings by their library names); a `UserError` names
+        what is wrong. A setting left out takes the preset's default, as everywhere in the project."""
+        settings = dict(settings or {})
+        unknown = sorted(set(settings) - set(REQUEST_SETTINGS))
+        if unknown:
+            raise InputError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(REQUEST_SETTINGS)}")
+        if mode not in MODES:
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        text = check_text(self.synthesizer, text)  # type: ignore[arg-type]
+        if draft is not None and draft not in self.synthesizer.drafts:
+            raise InputError(f"unknown draft {draft!r}; this preset has {', '.join(self.synthesizer.drafts)}")
+        request = Request(text=text, preset=self.preset, draft=draft, **settings)
+        config = build_config(self.synthesizer, request, request_seed(self.synthesizer, request))
+        script = self.synthesizer.script(text)  # a text the voice cannot speak fails here, before it takes a place
+        return SpeechOrder(text, mode, draft or self.synthesizer.draft_name, config, script)
+
+    def admit(self, order: SpeechOrder) -> SpeechJob:
+        """A place in the queue for `order`, or `ServerBusy` at once when every place is taken."""
+        with self._lock:
+            if self._queued >= self.workers + self.max_waiting:
+                raise ServerBusy(f"the server is busy: {self.workers} decoding and {self.max_waiting} waiting; "
+                                 "retry in a few seconds")
+            self._queued += 1
+        return SpeechJob(self, order)
+
+    def _leave_queue(self) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    @property
+    def load(self) -> int:
+        """Requests admitted and not finished (decoding or waiting)."""
+        with self._lock:
+            return self._queued
