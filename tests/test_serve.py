@@ -107,6 +107,11 @@ def test_server_sent_events_carry_the_same_audio(synth, url):
         assert response.headers["content-type"].startswith("text/event-stream")
         events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
     assert [e["type"] for e in events][-1] == "speech.audio.done"
+    expected = synth.synthesize(TEXT, "speculative", synth.config(seed=3))
+    done = events[-1]["ssd"]
+    assert done["output_tokens"] == expected.generation.stats.new_tokens == events[-1]["usage"]["output_tokens"]
+    assert done["target_calls"] == expected.generation.stats.target_calls and done["mode"] == "speculative"
+    assert done["acceptance_rate"] == round(expected.generation.stats.acceptance_rate, 4) and done["seed"] == 3
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
     assert len(deltas) > 1  # one per piece: three sentences and the pauses between them
     assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == _expected(synth, seed=3)
@@ -172,3 +177,27 @@ def test_pieces_leave_as_they_are_decoded_and_a_client_that_hangs_up_frees_its_p
     pieces = list(service.admit(service.order(TEXT, settings={"seed": 2})).pcm())
     assert len(pieces) == 5 and b"".join(pieces) == _expected(synth, seed=2)  # 3 sentences, 2 pauses
     assert np.frombuffer(pieces[1], "<i2").any() == False  # noqa: E712 - a pause is silence
+
+
+def test_the_load_test_reports_every_system_and_level(synth):
+    from ssd_demo.measure.serve_load import check_loopback, load_table, run_load
+    from ssd_demo.errors import InputError
+
+    service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=4)
+    server, thread, address = _serve(service)
+    systems = {"AR": {"mode": "ar", "seed": 1}, "SSD": {"beta": 0.3, "seed": 1}}
+    try:
+        rows = run_load(address, systems, ["Hello there.", "A second text."], [1, 3], requests=3,
+                        sample_rate=16_000, model=TOY_KEY, max_seconds=300)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert [(r.system, r.concurrency) for r in rows] == [("AR", 1), ("SSD", 1), ("AR", 3), ("SSD", 3)]
+    for row in rows:
+        assert row.requests == 3 and row.refused == 0
+        assert 0 < row.first_audio_p50 <= row.first_audio_p95 <= row.first_audio_p99
+        assert row.tokens_per_second > 0 and row.real_time_factor > 0
+        assert (row.acceptance is None) == (row.system == "AR")
+    assert len(load_table(rows)) == 2 + len(rows)
+    with pytest.raises(InputError, match="only calls a server on this machine"):
+        check_loopback("http://example.org:8000")

@@ -9,7 +9,8 @@ preset); `voice` is accepted and ignored (each preset speaks in its own voice).
 
 The audio streams as it is decoded: "wav" is a WAV header whose sizes say "unknown length" (as OpenAI's
 streamed WAV) followed by 16-bit PCM, "pcm" the bare samples (`X-Sample-Rate` says the rate), "sse" OpenAI's
-`speech.audio.delta` events with base64 audio and a final `speech.audio.done`. Errors are OpenAI's JSON
+`speech.audio.delta` events with base64 audio and a final `speech.audio.done` (with `usage`, and under
+`ssd` the run's tokens, target calls, acceptance rate, LM and codec seconds). Errors are OpenAI's JSON
 error object with status 400 (bad input), 429 (queue full) or 500 (a bug: logged with its traceback,
 never sent), so a client never sees a traceback.
 """
@@ -30,7 +31,7 @@ from starlette.background import BackgroundTask
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserError
-from .service import ServerBusy, SpeechJob, SpeechService
+from .service import ServerBusy, SpeechJob, SpeechService, usage
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,8 @@ def _audio(job: SpeechJob, body: SpeechBody, sample_rate: int) -> Iterator[bytes
     if body.stream_format == "sse":
         for pcm in job.pcm():
             yield f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(pcm).decode()})}\n\n".encode()
-        yield f"data: {json.dumps({'type': 'speech.audio.done'})}\n\n".encode()
+        done = {"type": "speech.audio.done", "usage": {"output_tokens": job.result.generation.stats.new_tokens}}
+        yield f"data: {json.dumps({**done, 'ssd': usage(job.result)} if job.result else done)}\n\n".encode()
         return
     if body.response_format == "wav":
         yield wav_header(sample_rate)

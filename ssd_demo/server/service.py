@@ -21,7 +21,7 @@ from ..comparison.request import REQUEST_SETTINGS, Request, build_config, check_
 from ..config import DecodingConfig
 from ..engine.cancellation import Cancelled
 from ..errors import InputError, UserError
-from ..speech.synthesis import Script, Synthesizer
+from ..speech.synthesis import Script, SynthesisResult, Synthesizer
 
 #: What a request may name besides its text: the decoding mode, the draft and every decoding setting.
 MODES = ("speculative", "ar")
@@ -50,6 +50,7 @@ class SpeechJob:
 
     service: "SpeechService"
     order: SpeechOrder
+    result: SynthesisResult | None = None  # once `pcm()` has yielded the last piece
     _released: bool = field(default=False, repr=False)
 
     def pcm(self) -> Iterator[bytes]:
@@ -62,6 +63,7 @@ class SpeechJob:
                                                          script=self.order.script)
                 for piece in stream:
                     yield to_pcm16(piece.audio)
+                self.result = stream.result
         except Cancelled:
             return
         finally:
@@ -73,6 +75,15 @@ class SpeechJob:
         if not self._released:
             self._released = True
             self.service._leave_queue()
+
+
+def usage(result: SynthesisResult) -> dict:
+    """What a finished request cost and how speculation went (for the client and the load test)."""
+    stats = result.generation.stats
+    return {"mode": result.mode, "output_tokens": stats.new_tokens, "target_calls": stats.target_calls,
+            "acceptance_rate": round(stats.acceptance_rate, 4), "lm_seconds": round(result.lm_seconds, 4),
+            "codec_seconds": round(result.codec_seconds, 4), "audio_seconds": round(result.duration_seconds, 4),
+            "seed": stats.seed}
 
 
 def to_pcm16(audio: np.ndarray) -> bytes:
