@@ -45,6 +45,8 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
         assert lane.seconds == result.total_seconds
         assert lane.time_to_first_audio <= lane.seconds  # one clock: first audio never after done
         assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
+        # The speech its player must play before the lane's voice is done (the page's voice rule reads it).
+        assert f"{len(result.audio) / result.sample_rate:.2f} s of speech" in lane_markdown(lane, name)
         assert race_details(race)[name]["run_seconds"] == result.total_seconds
     replay = slow_motion_of(race, comparison)
     ar_path, spec_path = write_replay_files(replay, comparison.ar.sample_rate, tmp_path)

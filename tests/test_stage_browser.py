@@ -45,8 +45,9 @@ MONITOR_JS = """() => {
   if (window.ssdStage) { return; }
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const last = {};
-  const stage = window.ssdStage = {overlaps: [], first: {}, mark: performance.now(), statuses: []};
-  stage.reset = () => { stage.overlaps = []; stage.first = {}; stage.mark = performance.now(); stage.statuses = []; };
+  const stage = window.ssdStage = {overlaps: [], first: {}, mark: performance.now(), statuses: [], sequence: []};
+  stage.reset = () => { stage.overlaps = []; stage.first = {}; stage.mark = performance.now(); stage.statuses = [];
+                        stage.sequence = []; };
   setInterval(() => {
     const status = document.querySelector('#ssd-status').innerText;
     if (stage.statuses[stage.statuses.length - 1] !== status) { stage.statuses.push(status); }
@@ -59,6 +60,7 @@ MONITOR_JS = """() => {
     }
     for (const id of sounding) {
       if (!(id in stage.first)) { stage.first[id] = (performance.now() - stage.mark) / 1000; }
+      if (stage.sequence[stage.sequence.length - 1] !== id) { stage.sequence.push(id); }
     }
     if (sounding.length > 1) { stage.overlaps.push(sounding); }
   }, 50);
@@ -234,6 +236,60 @@ def test_a_long_paragraph_is_heard_one_voice_at_a_time(page, artifacts):
     assert state["heard"]["ssd-ar-stream"] < state["heard"]["ssd-spec-stream"], state
     assert state["overlaps"] == 0, page.evaluate("window.ssdStage.overlaps")
     _fits(page, artifacts, "done_paragraph")
+
+
+#: Races a speaker runs in a row in the order test (the issue's "twenty races as a speaker would do them").
+RACES = int(os.environ.get("SSD_STAGE_RACES", "20"))
+ONE_LINERS = ("Hello there. How are you today?", "The weather is nice today.", "Call me back after 6 p.m. tomorrow.",
+              "My sister bought a red bicycle last week.", "Speculative decoding drafts and verifies at once.")
+
+
+def _lm_first_audio(page, lane: str) -> float | None:
+    text = page.locator(f"#{lane}").inner_text()
+    found = text.split("First audio after")[-1].split(" s")[0].strip()
+    return float(found) if found.replace(".", "", 1).isdigit() else None
+
+
+def test_races_in_a_row_play_each_voice_to_its_end_in_order(page, artifacts):
+    """Each race: the autoregressive voice is heard to its end before the speculative one starts, never two at
+    once, none after the next race starts; one race is stopped. Click-to-sound seconds (the browser's clock)
+    and the LM + codec first audio of each lane are written next to the screenshots."""
+    records = []
+    console = []
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    for n in range(RACES):
+        page.evaluate("window.ssdStage.reset()")
+        stop = n == RACES // 2  # a paragraph stopped while the autoregressive lane decodes; the races go on after it
+        page.locator("#ssd-text textarea").fill(PARAGRAPH if stop else ONE_LINERS[n % len(ONE_LINERS)])
+        page.locator("#ssd-run").click()
+        if stop:
+            page.wait_for_function(f"({STATE_JS})().status.includes('Autoregressive decoding')", timeout=120_000)
+            page.wait_for_timeout(3_000)
+            page.get_by_role("button", name="Stop").click()
+            page.wait_for_function(f"({STATE_JS})().status.startsWith('Stopped')", timeout=30_000)
+            page.wait_for_function(f"({STATE_JS})().run && ({STATE_JS})().idle", timeout=30_000)
+            assert page.evaluate("window.ssdStage.overlaps").__len__() == 0
+            continue
+        _statuses_until(page, _race_done)
+        page.wait_for_function("'ssd-spec-stream' in window.ssdStage.first", timeout=120_000)
+        page.wait_for_function(f"({STATE_JS})().idle", timeout=120_000)
+        sequence = page.evaluate("window.ssdStage.sequence")
+        live = [id for id in sequence if id in ("ssd-ar-stream", "ssd-spec-stream")]
+        assert live and live[0] == "ssd-ar-stream" and "ssd-ar-stream" not in live[live.index("ssd-spec-stream"):], \
+            (n, sequence)
+        assert page.evaluate("window.ssdStage.overlaps").__len__() == 0, (n, page.evaluate("window.ssdStage.overlaps"))
+        heard = page.evaluate("window.ssdHeard")
+        records.append({"race": n, "text": ONE_LINERS[n % len(ONE_LINERS)],
+                        "click_to_sound": {"autoregressive": heard.get("ssd-ar-stream"),
+                                           "speculative": heard.get("ssd-spec-stream")},
+                        "lm_codec_first_audio": {"autoregressive": _lm_first_audio(page, "ssd-ar-live"),
+                                                 "speculative": _lm_first_audio(page, "ssd-spec-live")}})
+        assert "heard" in page.locator("#ssd-ar-live").inner_text()  # the wall clock beside the LM + codec one
+    # Gradio's HLS players still log "No Segments found in Playlist" while a lane waits for its first audio
+    # (recovered from; heard order is unaffected): counted in the record, not yet fixed.
+    transport = [line for line in console if "Segments" in line or "network error" in line.lower()]
+    (artifacts / "races_in_a_row.json").write_text(json.dumps(
+        {"races": records, "transport_console_errors": len(transport), "console_errors": console}, indent=1))
 
 
 def test_a_toast_does_not_outlive_its_race(browser, app_url):

@@ -17,7 +17,7 @@ import gradio as gr
 from . import compare, jobs
 from .benchmark.tab import build_benchmark_tab
 from .compare.tab import build_compare_tab
-from .compare.race_view import PRESENTER_FROM_URL_JS
+from .compare.race_js import PRESENTER_FROM_URL_JS
 from ..backends.registry import list_presets
 from ..engine.kernels import kernel_setting
 

@@ -127,12 +127,15 @@ def _seconds(value: float | None) -> str:
 
 
 def lane_markdown(lane: RaceLane, label: str) -> str:
-    """One decoder's live counters: tokens, rounds (target calls), time to first audio, run time."""
+    """One decoder's live counters: tokens, rounds (target calls), run time, time to first audio (LM + codec
+    seconds) and the seconds of speech decoded so far. The page's voice rule reads the last two words of the
+    state ("done") and the speech seconds: a lane's voice has finished only when its player has played them."""
     state = ("done" if lane.seconds is not None else "stopped" if lane.stopped is not None
              else "running" if lane.started is not None else "waiting")
+    speech = sum(len(piece.audio) / piece.sample_rate for piece in lane.pieces)
     return (f"### {label}\n"
             f"**{lane.tokens}** tokens · **{lane.rounds}** target calls · {state} {_seconds(lane.elapsed())}  \n"
-            f"First audio after **{_seconds(lane.time_to_first_audio)}**")
+            f"First audio after **{_seconds(lane.time_to_first_audio)}** · {speech:.2f} s of speech")
 
 
 #: A race whose slower run took less than this (LM + codec seconds) is too short for a bold claim: one

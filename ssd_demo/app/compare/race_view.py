@@ -4,8 +4,8 @@
 slow-motion replay (`comparison.slow_motion`; `slow_motion_handler` renders it again at a typed factor); `race_handler` returns the `/race` event's generator, which maps each event
 to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
 counters, then the results of `/synthesize` (charts last). The page's players follow one rule, never two
-voices at once (`VOICES_JS`). Presenter mode is a class on the
-page (`PRESENTER_JS`; the CSS is in `ssd_demo.app.page.CSS`).
+voices at once and each live voice to its end (`race_js.VOICES_JS`). Presenter mode is a class on the
+page (`race_js.PRESENTER_JS`; its CSS is `race_js.STAGE_CSS` beside `ssd_demo.app.page.CSS`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .. import compare, jobs
 from . import arguments
 from ...comparison.slow_motion import MAX_REPLAY_SECONDS, parse_factor
 from .race import RaceHistory, done_stage, settings_key
+from .race_js import PLAY_BOTH_JS, STAGE_CSS
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
@@ -39,131 +40,8 @@ REPLAY_NOTE = (
 #: `automatic_factor`. Its label holds a 0 so that a typed 0 filters to it first (0 means automatic).
 AUTO_FACTOR = "auto"
 FACTOR_CHOICES = (("auto (0)", AUTO_FACTOR), *((str(n), str(n)) for n in (1, 2, 3, 5, 10, 20)))
-#: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
-#: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
-STAGE_CSS = """
-body.ssd-presenter .ssd-example { white-space: normal; font-size: 0.85rem; line-height: 1.15; padding: 0.2rem 0.5rem; }
-body.ssd-presenter #ssd-headline h1 { font-size: 2.4rem; margin: 0; }
-body.ssd-presenter .ssd-lane h3 { margin: 0 0 0.2rem 0; }
-body.ssd-presenter #ssd-replay-note p { margin: 0; }
-/* A long status, replay or headline basis line (a paragraph's race, a median's range) keeps two lines on the projector;
-   the whole text stays in the page (selectable, read by screen readers) and in the API's outputs. */
-body.ssd-presenter #ssd-replay-note p, body.ssd-presenter #ssd-status p, body.ssd-presenter #ssd-headline p {
-  display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
-body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
-#ssd-stage-css { display: none; }
-"""
 #: Before a race: the replay row's one line, updated with the factor when a race is done.
 REPLAY_WAITING = "**Slow-motion replay** (after a race; pick a factor or leave it on auto)"
-#: Never two voices at once: a voice that would start while another is sounding waits for its turn.
-#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's
-#: start while it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one
-#: of the race's players starts sounding while another one is, it is paused and queued, and it plays
-#: when the other stops sounding (its audio ran out, it ended or was paused). Because the lanes decode one
-#: after the other, the speculative lane's live audio, often ready while the autoregressive lane's is
-#: still playing, is heard in full right after it. A player clicked by hand plays at once and pauses the
-#: others; `hold` pauses a player and keeps it quiet (no turn, no restart when its stream sends more
-#: audio) until it is clicked or the next race starts.
-VOICES_JS = """
-if (!window.ssdVoices) {
-  const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
-  const audio = (id) => document.querySelector('#' + id + ' audio');
-  const held = new Set(), sounding = new Set();
-  let queue = [], touched = {id: null, at: 0};
-  const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
-  const byHand = (id) => touched.id === id && performance.now() - touched.at < 2000;
-  const quiet = (id) => { const a = audio(id); if (a && !a.paused) { a.pause(); } };
-  const hold = (id) => { held.add(id); sounding.delete(id); queue = queue.filter((q) => q !== id); quiet(id); };
-  document.addEventListener('pointerdown', (e) => { const id = idOf(e); if (id) { touched = {id, at: performance.now()}; } },
-                            true);
-  document.addEventListener('play', (e) => {
-    const id = idOf(e);
-    if (id && held.has(id)) { if (byHand(id)) { held.delete(id); } else { e.target.pause(); } }
-  }, true);
-  document.addEventListener('playing', (e) => {
-    const id = idOf(e);
-    if (!id) { return; }
-    if (byHand(id)) {
-      held.delete(id);
-      queue = queue.filter((q) => q !== id);
-      for (const other of [...sounding]) { if (other !== id) { hold(other); } }
-    } else if (held.has(id) || [...sounding].some((other) => other !== id)) {
-      e.target.pause();
-      if (!held.has(id) && !queue.includes(id)) { queue.push(id); }
-      return;
-    }
-    sounding.add(id);
-  }, true);
-  for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
-    document.addEventListener(name, (e) => {
-      const id = idOf(e);
-      if (!id || !sounding.delete(id) || sounding.size) { return; }
-      const next = queue.shift();
-      if (next) { const a = audio(next); if (a) { a.play(); } }
-    }, true);
-  }
-  window.ssdVoices = {
-    hold: (...which) => which.forEach(hold),
-    play: (id) => { held.delete(id); queue = queue.filter((q) => q !== id); const a = audio(id);
-                    if (a) { a.currentTime = 0; return a.play(); } },
-    audio, reset: () => { held.clear(); queue = []; },
-  };
-}
-"""
-#: A race starts: its buttons are disabled at once in the browser (a double click must not reach the server
-#: twice before the server disables them), the voice rule is in place, nothing is held, the replays are
-#: silent and the toasts of earlier races are gone.
-RACE_START_JS = "() => {" + VOICES_JS + """
-  for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
-  window.ssdVoices.reset();
-  window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
-  for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
-  return [];
-}"""
-#: "Replay both": the live players stop, then the autoregressive replay plays and, when it ends, the
-#: speculative one (an audience follows one voice at a time). Clicking again starts over.
-PLAY_BOTH_JS = "() => {" + VOICES_JS + """
-  const voices = window.ssdVoices;
-  voices.hold('ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-spec');
-  const first = voices.audio('ssd-replay-ar');
-  if (!first) { return; }
-  const turn = (window.ssdReplayTurn = (window.ssdReplayTurn || 0) + 1);
-  first.addEventListener('ended', () => { if (window.ssdReplayTurn === turn) { voices.play('ssd-replay-spec'); } },
-                         {once: true});
-  voices.play('ssd-replay-ar');
-}"""
-#: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
-#: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
-#: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
-#: for a second and a half while the page still says the race stopped or was not run.
-IDLE_PLAYERS_JS = """(...inputs) => {
-  const pause = () => {
-    const status = document.querySelector('#ssd-status');
-    const text = status ? status.innerText.trim() : '';
-    if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }
-    if (window.ssdVoices) { window.ssdVoices.hold('ssd-ar-stream', 'ssd-spec-stream'); }
-    for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
-      const audio = document.querySelector('#' + id + ' audio');
-      if (audio) { audio.pause(); }
-    }
-  };
-  pause();
-  for (const ms of [100, 300, 700, 1500]) { setTimeout(pause, ms); }
-  return inputs;
-}"""
-#: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
-PRESENTER_JS = """(on) => {
-  document.body.classList.toggle('ssd-presenter', !!on);
-  const url = new URL(window.location.href);  // a reload keeps what the toggle says
-  if (on) { url.searchParams.set('presenter', '1'); } else { url.searchParams.delete('presenter'); }
-  window.history.replaceState(null, '', url);
-}"""
-#: The page's load: `?presenter=1` in the address turns presenter mode on.
-PRESENTER_FROM_URL_JS = """() => {
-  const on = new URLSearchParams(window.location.search).get('presenter') === '1';
-  document.body.classList.toggle('ssd-presenter', on);
-  return on;
-}"""
 #: The browser's own player (an <audio> element the "replay both" button can start).
 NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
 LANE_LABELS = ("Autoregressive", "Speculative")

@@ -22,7 +22,8 @@ from ...config import DecodingConfig, SettingSpec
 from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...engine.cancellation import Cancelled
-from .race_view import (AUTO_FACTOR, IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS, build_race_view, race_handler,
+from .race_js import IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS
+from .race_view import (AUTO_FACTOR, build_race_view, race_handler,
                         slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
