@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     results.add_argument("--csv", type=Path, help="write every rating in long format to this CSV file")
     results.add_argument("--json", type=Path, help="write the summary (statistics, screening) to this JSON file")
     results.add_argument("--figure", type=Path, help="write the MUSHRA box plot to this image (PNG, SVG, PDF)")
+    results.add_argument("--no-objective", dest="objective", action="store_false",
+                         help="leave out the objective metrics (ASR word errors, DNSMOS, duration per clip; about a "
+                              "second a clip the first time, then read back from the stimulus folder)")
     for sub in (create, results, actions.choices["list"]):
         sub.add_argument("--data-dir", type=Path, help="data directory (default: $SSD_DEMO_DATA_DIR or ./data)")
 
@@ -53,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from ..listening.study_report import report  # statistics and figures load only when asked for
 
     return report(args.name, root=root, exclude=args.exclude, csv_path=args.csv, json_path=args.json,
+                  objective=args.objective,
                   figure_path=args.figure, all_versions=args.all_versions)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .figures import save_mushra_boxplot
+from .objective import Judge, agreements, clip_metrics, objective_lines, objective_summary, system_metrics
 from .store import ListeningStore
 from .study_results import StudyResults, study_results, write_long_csv, write_summary_json
 from .study_sessions import database_path, list_studies, load_study_and_stimuli
@@ -14,7 +15,11 @@ from .study_stats import FEW_RATERS
 
 
 def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_path: Path | None = None,
-           json_path: Path | None = None, figure_path: Path | None = None, all_versions: bool = False) -> int:
+           json_path: Path | None = None, figure_path: Path | None = None, all_versions: bool = False,
+           objective: bool = True, judge: Judge | None = None) -> int:
+    """Print the study's results (and, with `objective`, each system's objective metrics and their agreement
+    with the listeners, `listening.objective`; `judge` replaces the default ASR + DNSMOS judge); write the
+    asked-for exports."""
     if name not in list_studies(root):
         raise InputError(f"no study named {name!r}; `python -m ssd_demo study list` shows the studies")
     study, stimulus_set = load_study_and_stimuli(name, root, verify=False)
@@ -24,10 +29,18 @@ def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_pat
     with ListeningStore(database) as store:
         results = study_results(store, study, None if all_versions else stimulus_set.manifest_sha256)
     print("\n".join(format_results(results, exclude)))
+    extra = {}
+    if objective:
+        order = (study.reference, *study.systems, *study.anchors)
+        clips = clip_metrics(stimulus_set, judge)
+        systems = system_metrics(clips, order)
+        agreement = agreements(clips, results.statistics(exclude).per_item)
+        print("\n" + "\n".join(objective_lines(systems, agreement)))
+        extra["objective"] = objective_summary(systems, agreement)
     if csv_path:
         print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, _private(csv_path))}")
     if json_path:
-        print(f"wrote the summary to {write_summary_json(results, _private(json_path))}")
+        print(f"wrote the summary to {write_summary_json(results, _private(json_path), extra)}")
     if figure_path:
         print(f"wrote the box plot to {save_mushra_boxplot(results, _private(figure_path), exclude)}")
     return 0

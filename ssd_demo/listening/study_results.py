@@ -171,9 +171,11 @@ def summary(results: StudyResults) -> dict:
     }
 
 
-def write_summary_json(results: StudyResults, path: Path | str) -> Path:
+def write_summary_json(results: StudyResults, path: Path | str, extra: dict | None = None) -> Path:
+    """The summary, plus `extra` sections (the objective metrics) beside it."""
     path = Path(path)
-    path.write_text(json.dumps(summary(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps({**summary(results), **(extra or {})}, indent=2, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
     return path
 
 
