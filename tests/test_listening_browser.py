@@ -8,7 +8,7 @@ import gradio as gr
 import pytest
 
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.app.listening.tab import build_listening_tab
 

@@ -18,7 +18,7 @@ from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError,
                                        StudyChangedError, StudyFileError, UnknownStudyError, UnknownTrialError)
 from ssd_demo.listening.migrations import MIGRATIONS, SCHEMA_VERSION
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR, load_study, parse_study
 from ssd_demo.listening.study_sessions import StudyRegistry, list_studies
 from ssd_demo.listening.stimuli import parse_system, tone_renderer
@@ -294,7 +294,7 @@ def test_a_score_is_a_short_ascii_number_or_a_typed_refusal(registry, bad):
 
 def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
     from ssd_demo.listening.errors import QUOTED_CHARS
-    from ssd_demo.listening.store import normalize_choice, normalize_score
+    from ssd_demo.listening.answers import normalize_answer
 
     runner = registry.runner("pilot")
     session = runner.start_session(seed=1)
@@ -307,7 +307,9 @@ def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
             runner.submit(session.session_id, view.trial_id, answer)
         assert "L" * QUOTED_CHARS not in str(refused.value) and len(str(refused.value)) < 200
     for call in (lambda: runner.record_play(session.session_id, view.trial_id, huge),
-                 lambda: normalize_choice(huge), lambda: normalize_score(huge, "A"), lambda: normalize_score("\u0663", "A")):
+                 lambda: normalize_answer("ab", {"choice": huge}, ["A", "B"]),
+                 lambda: normalize_answer("mos", {"score": huge}, ["A"]),
+                 lambda: normalize_answer("mos", {"score": "\u0663"}, ["A"])):
         with pytest.raises(ListeningError) as refused:
             call()
         assert len(str(refused.value)) < 200

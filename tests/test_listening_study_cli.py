@@ -18,7 +18,7 @@ import pytest
 from ssd_demo.__main__ import main as cli
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import AlreadyVotedError
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR
 from ssd_demo.listening.study_results import read_long_csv, read_summary_json, study_results
 from ssd_demo.listening.study_sessions import StudyRegistry
@@ -178,7 +178,7 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from ssd_demo.listening import study_sessions
-    from ssd_demo.listening.store import ListeningStore
+    from ssd_demo.listening.study_store import ListeningStore
     study_sessions.LISTEN_FRACTION = 0.0
     root = Path(sys.argv[1])
     store = ListeningStore(root / "listening.sqlite3")

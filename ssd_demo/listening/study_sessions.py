@@ -19,7 +19,7 @@ from ..config import draw_seed
 from .errors import ListeningError, StudyChangedError, StudyFileError, UnknownStudyError
 from .records import SessionRecord
 from .stimulus_sets import SET_NAME, StimulusSet, data_dir, load_stimulus_set, manifest_unchanged, stimuli_root
-from .store import ListeningStore
+from .study_store import ListeningStore
 from .study import DEFAULT_INSTRUCTIONS, Study, load_study
 from .study_plan import plan_study
 from .study_store import StudyTrialRecord

@@ -73,7 +73,7 @@ def check_systems(study: Study, origin: str) -> None:
 
 
 def _answer_count(name: str, root: Path | None) -> int:
-    from .store import ListeningStore
+    from .study_store import ListeningStore
 
     database = database_path(root)
     if not database.is_file():
