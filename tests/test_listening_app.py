@@ -4,6 +4,7 @@ environment, and what raters are told. Handlers are called directly (no server),
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -308,10 +309,21 @@ def test_a_rater_is_told_the_vote_was_saved_when_the_next_clip_is_missing(tmp_pa
     start, submit = (handler(demo, n).fn for n in ("listening_start", "listening_submit"))
     out = start("")
     listen_in_tab(demo, out[0], out[1])
+    other = new_app(tmp_path)  # a second server process, its stimulus set loaded before the clips went
+    assert other.resume(out[0]).view.trial_id == out[1]
     for clip in (stimulus_set.root / "clips").glob("*.wav"):
         clip.unlink()
     with pytest.raises(gr.Error, match="vote was saved") as caught:
         submit(out[0], out[1], "B", None, None)
-    assert str(tmp_path) not in caught.value.message
+    message = caught.value.message
+    assert str(tmp_path) not in message and "/" not in message
+    assert re.search(r"clip [0-9a-f]+\.wav of stimulus set 'tones' cannot be read", message), message
     with ListeningStore(tmp_path / "listening.sqlite3", app_version="reader") as store:
         assert [a.trial_id for a in answers(store)] == [out[1]]
+    # The same on a reload: the rater is told, without the server's folders.
+    try:
+        with pytest.raises(ListeningError, match="cannot be read") as caught:
+            other.resume(out[0])
+        assert "/" not in str(caught.value)
+    finally:
+        other.close()

@@ -259,3 +259,13 @@ def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimul
     assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
     assert "stimulus_version" in out_csv.read_text().splitlines()[0]
     assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database
+
+
+def test_a_study_file_cannot_take_the_listening_tabs_study_name(tmp_path):
+    from ssd_demo.listening.migrations import TAB_STUDY
+
+    study_file = tmp_path / "tab.toml"
+    study_file.write_text(STUDY.format(name=TAB_STUDY, preset="unused"), encoding="utf-8")
+    with pytest.raises(Exception, match="listening tab's built-in study"):
+        create_study(study_file, root=tmp_path / "data", render=tone_renderer(seconds=0.05))
+    assert not (tmp_path / "data" / "studies").exists()
