@@ -158,6 +158,7 @@ def test_attention_checks_and_excluded_raters():
     assert "Left out: 1 excluded rater(s) (rater-2)" in summary_markdown(summary)
     only_scores = summarize(rows([vote("AR", "SSD", "none", score_b=3)])[2:])
     assert not only_scores.empty and only_scores.n_votes == 0 and "No votes yet" not in summary_markdown(only_scores)
+    assert len(results_figure(only_scores).axes) == 2  # scores before any vote: the MOS chart alone
 
 
 def test_results_note_that_mos_intervals_ignore_rater_clustering():

@@ -193,6 +193,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
 )
 
 #: The built-in study the app's A/B + MOS tab runs (`ab_mos`); version 5 files the tab's earlier sessions under it.
+#: Never change it: databases hold it.
 TAB_STUDY = "ab-mos"
 
 # Version 5, statement by statement. An A/B vote becomes an "ab" trial (same trial id and index) with its
