@@ -253,7 +253,9 @@ TAB_VOTES_TO_STUDY: tuple[str, ...] = (
        WHERE session_id IN (SELECT session_id FROM tab_scores)""",
     "DROP TABLE tab_scores",
 )
-MIGRATIONS += ((5, "the A/B tab's sessions, plays and votes become the built-in A/B + MOS study's", TAB_VOTES_TO_STUDY),)
+MIGRATIONS += (
+    (5, "the A/B tab's sessions, plays and votes become the built-in A/B + MOS study's", TAB_VOTES_TO_STUDY),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -86,7 +86,8 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             with gr.Column() as clip_b_column:  # hidden in MOS trials, which have one clip
                 audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False, buttons=[],
                                    elem_id="listening-audio-b")
-                # Kept for the endpoint's signature (session, trial, choice, score A, score B); MOS trials have one clip.
+                # Kept for the endpoint's signature (session, trial, choice, score A, score B); a MOS trial's
+                # one clip is A.
                 score_b_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-b", visible=False,
                                          label="Naturalness of B")
         choice_radio = gr.Radio(CHOICES, interactive=False, elem_id="listening-choice",
