@@ -13,11 +13,12 @@ from gradio_client import Client
 
 from ssd_demo.app import jobs as ui_jobs
 from ssd_demo.app.listening.service import close_listening_apps
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.backends.registry import Preset, register
 from ssd_demo.speech.synthesis import Synthesizer
-from ssd_demo.listening import sessions as sessions_module
-from test_listening_api import START, SUBMIT, cast_vote, make_data
+from ssd_demo.listening import study_sessions as sessions_module
+from ssd_demo.listening.migrations import TAB_STUDY
+from test_listening_api import START, TRIALS, answer, make_data
 from toy_backend import EOS_ID, TOY_KEY, ToyBackend, register_toy_preset, tiny_llama
 
 SLOW_KEY = "toy-slow"
@@ -54,7 +55,7 @@ def app(tmp_path_factory, target_calls):
 
     data = make_data(tmp_path_factory.mktemp("jobs") / "data")
     patch = pytest.MonkeyPatch()
-    for name, value in {"SSD_DEMO_DATA_DIR": str(data), "SSD_DEMO_LISTENING_TRIALS": "25"}.items():
+    for name, value in {"SSD_DEMO_DATA_DIR": str(data), "SSD_DEMO_LISTENING_TRIALS": "12"}.items():
         patch.setenv(name, value)
     for name in ("SSD_DEMO_RESULTS_TOKEN", "SSD_DEMO_LISTENING_DB", "SSD_DEMO_STIMULUS_SET"):
         patch.delenv(name, raising=False)
@@ -94,15 +95,14 @@ def test_a_synthesis_flood_leaves_a_raters_votes_all_accepted(app):
     flooder.start()
     rater = _client(url)
     out = rater.predict("rater-under-flood", api_name=START)
-    session_id, trial_id = out[0], out[1]
-    for i in range(25):
-        out = cast_vote(rater, session_id, trial_id, ("A", "B", "none")[i % 3], "4", None)
-        trial_id = out[1]
+    for i in range(TRIALS):
+        out = answer(rater, out, ("A", "B", "none")[i % 3], "4")
     flooder.join()
-    assert trial_id == "" and "Thank you" in out[9]
+    assert out[1] == "" and "Thank you" in out[9]
     with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
-        votes = [v for v in store.votes() if v.rater_id == "rater-under-flood"]
-    assert len(votes) == 25 and len({v.trial_id for v in votes}) == 25
+        votes = [a for s in store.study_sessions(TAB_STUDY) if s.rater_id == "rater-under-flood"
+                 for a in store.study_answers(s.session_id)]
+    assert len(votes) == TRIALS and len({v.trial_id for v in votes}) == TRIALS
 
     # The flood drains: most of it is refused at once as one client's excess, a few run.
     outcomes = {"complete": 0, "busy": 0, "other": 0}

@@ -15,7 +15,7 @@ import pytest
 from ssd_demo.app.compare import audio_files
 from ssd_demo.app.listening import service as listening_app
 from ssd_demo.app.listening.service import browser_secret
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +146,7 @@ def test_an_existing_database_keeps_its_mode(tmp_path, usual_umask):
     ListeningStore(path, app_version="t").close()
     path.chmod(0o640)  # the operator's choice
     with ListeningStore(path, app_version="t") as store:
-        assert store.count_votes() == 0
+        assert store.study_answer_count("ab-mos") == 0
     assert mode(path) == 0o640
 
 
@@ -172,7 +172,7 @@ def test_vote_exports_are_private(tmp_path, monkeypatch, usual_umask):
     try:
         path = app.export_votes("experimenter-token")
         assert mode(path.parent) == 0o700 and mode(path) == 0o600
-        assert path.read_text(encoding="utf-8").startswith("vote_id,")
+        assert path.read_text(encoding="utf-8").startswith("study,rater,session,")
     finally:
         app.close()
         for exported in path.parent.iterdir():

@@ -137,7 +137,8 @@ def test_config_and_the_listening_stores_import_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys, ssd_demo.config, ssd_demo.listening.store, ssd_demo.listening.study_store; "
+    code = ("import sys, ssd_demo.config, ssd_demo.listening.study_store, ssd_demo.listening.ab_mos, "
+            "ssd_demo.listening.migrations; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1,4 +1,5 @@
-"""The listening-test tab driven through its API with gradio_client, on a real local server."""
+"""The listening-test tab (the built-in A/B + MOS study) driven through its API with gradio_client, on a real
+local server."""
 
 from __future__ import annotations
 
@@ -17,22 +18,25 @@ import soundfile as sf
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from ssd_demo.listening import sessions as sessions_module
-from ssd_demo.listening.export import read_votes_csv
+from ssd_demo.listening import study_sessions as sessions_module
+from ssd_demo.listening.migrations import TAB_STUDY
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 from ssd_demo.listening.stimulus_sets import load_stimulus_set
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_results import read_long_csv
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.app.listening.tab import build_listening_tab
 from ssd_demo.app.page import QUEUE_MAX_SIZE
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
-TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 trials
+TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 A/B trials
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
 START, SUBMIT = "/listening_start", "/listening_submit"
 PLAYED = ("/listening_played_a", "/listening_played_b")
 TOKEN = "experimenter-token"
 DONE, SAVED = 9, 10  # indices of the closing message and the browser's saved session among the trial outputs
+AB_TRIALS = 12  # SSD_DEMO_LISTENING_TRIALS: 4 sentences x 3 pairs, then 4 x 3 systems' MOS trials
+TRIALS = 2 * AB_TRIALS
 
 
 def make_data(root: Path) -> Path:
@@ -60,21 +64,37 @@ def client(url: str) -> Client:
     return Client(url, download_files=False, verbose=False, ssl_verify=False)
 
 
-def cast_vote(api: Client, session_id: str, trial_id: str, *answer):
-    """Both clips reported as played to the end (as the rater's player does), then the vote."""
-    for endpoint in PLAYED:
+def is_ab(out) -> bool:
+    """Whether the trial shown is an A/B trial (two clips) rather than a MOS trial (one clip, A)."""
+    return out[5] is not None
+
+
+def play(api: Client, session_id: str, trial_id: str, ab: bool) -> None:
+    for endpoint in PLAYED if ab else PLAYED[:1]:
         api.predict(session_id, trial_id, api_name=endpoint)
-    return api.predict(session_id, trial_id, *answer, api_name=SUBMIT)
 
 
-def stored_votes(root: Path):
+def answer(api: Client, out, choice: str = "A", score: str = "4"):
+    """The shown trial's clips played, then its answer: the choice of an A/B trial, the score of a MOS trial."""
+    ab = is_ab(out)
+    play(api, out[0], out[1], ab)
+    return api.predict(out[0], out[1], *((choice, None, None) if ab else (None, score, None)), api_name=SUBMIT)
+
+
+def stored_answers(root: Path):
+    """Every stored answer of the tab's study, oldest first."""
     with ListeningStore(root / "listening.sqlite3", app_version="reader") as store:
-        return store.votes()
+        return [a for s in store.study_sessions(TAB_STUDY) for a in store.study_answers(s.session_id)]
+
+
+def stored_ratings(root: Path):
+    with ListeningStore(root / "listening.sqlite3", app_version="reader") as store:
+        return store.study_ratings(TAB_STUDY)
 
 
 @pytest.fixture()
 def data(tmp_path, monkeypatch):
-    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "25")
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", str(AB_TRIALS))
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", TOKEN)
     # The clips are 100 ms long; only the gating test waits for a play to count.
     monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.0)
@@ -84,36 +104,37 @@ def data(tmp_path, monkeypatch):
 
 
 @pytest.mark.server
-def test_twenty_concurrent_raters_store_exactly_500_votes(data):
+def test_twenty_concurrent_raters_store_exactly_480_answers(data):
     def rater(k: int) -> dict[str, tuple]:
         api = client(url)
         out = api.predict(f"rater-{k}", api_name=START)
-        session_id, trial_id = out[0], out[1]
+        session_id = out[0]
         sent = {}
-        for i in range(25):
-            assert out[2] == f"**Trial {i + 1} of 25**"
-            choice, score = ("A", "B", "none")[(k + i) % 3], str(1 + (k + i) % 5)
-            out = cast_vote(api, session_id, trial_id, choice, score, None)
-            sent[trial_id] = (session_id, f"rater-{k}", choice, int(score))
-            trial_id = out[1]
-        assert trial_id == "" and "Thank you" in out[DONE]
+        for i in range(TRIALS):
+            assert out[2] == f"**Trial {i + 1} of {TRIALS}**"
+            assert is_ab(out) == (i < AB_TRIALS)  # the A/B block first, then the MOS block
+            choice, score = ("A", "B", "none")[(k + i) % 3], 1 + (k + i) % 5
+            sent[out[1]] = (session_id, {"choice": choice} if is_ab(out) else {"score": score})
+            out = answer(api, out, choice, str(score))
+        assert out[1] == "" and "Thank you" in out[DONE]
         return sent
 
     with serve(data) as url, ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(rater, range(20)))
     sent = {trial: vote for result in results for trial, vote in result.items()}
-    assert len(sent) == 500
-    votes = stored_votes(data)
-    assert len(votes) == 500
-    assert len({v.trial_id for v in votes}) == 500 and len({v.vote_id for v in votes}) == 500
-    assert {v.trial_id: (v.session_id, v.rater_id, v.choice, v.score_a) for v in votes} == sent
-    for vote in votes:
-        assert vote.score_b is None and vote.system_a != vote.system_b
-        assert vote.preferred_system == {"A": vote.system_a, "B": vote.system_b, "none": None}[vote.choice]
+    assert len(sent) == 20 * TRIALS == 480
+    answers = stored_answers(data)
+    assert len(answers) == 480 and len({a.answer_id for a in answers}) == 480
+    assert {a.trial_id: (a.session_id, a.answer) for a in answers} == sent
+    ratings = stored_ratings(data)
+    assert {r.rater for r in ratings} == {f"rater-{k}" for k in range(20)}
+    for row in ratings:
+        if row.kind == "ab":
+            assert row.other_system not in (None, row.system)
     per_session = {}
-    for vote in votes:
-        per_session.setdefault(vote.session_id, set()).add(vote.trial_index)
-    assert len(per_session) == 20 and all(indices == set(range(25)) for indices in per_session.values())
+    for row in ratings:
+        per_session.setdefault(row.session_id, set()).add(row.trial_index)
+    assert len(per_session) == 20 and all(indices == set(range(TRIALS)) for indices in per_session.values())
 
 
 @pytest.mark.server
@@ -121,18 +142,13 @@ def test_repeated_submission_stores_once_and_changes_are_refused(data):
     with serve(data) as url:
         api = client(url)
         first = api.predict("", api_name=START)
-        after = cast_vote(api, first[0], first[1], "A", "4", "2")
-        again = cast_vote(api, first[0], first[1], "A", "4", "2")  # e.g. a double click
+        after = answer(api, first, "A")
+        again = answer(api, first, "A")  # e.g. a double click
         assert again[:4] == after[:4]  # same next trial, nothing new stored
-        with pytest.raises(AppError, match="already has your vote"):
-            api.predict(first[0], first[1], "B", "4", "2", api_name=SUBMIT)
-    votes = stored_votes(data)
-    assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].score_b, votes[0].rater_id) == (
-        "A",
-        4,
-        2,
-        None,
-    )
+        with pytest.raises(AppError, match="already has your answer"):
+            api.predict(first[0], first[1], "B", None, None, api_name=SUBMIT)
+    answers = stored_answers(data)
+    assert [(a.trial_id, a.answer) for a in answers] == [(first[1], {"choice": "A"})]
 
 
 @pytest.mark.server
@@ -141,22 +157,46 @@ def test_tampered_requests_are_refused_and_store_nothing(data):
         api = client(url)
         mine = api.predict("me", api_name=START)
         theirs = api.predict("them", api_name=START)
+        play(api, mine[0], mine[1], ab=True)
         bad_requests = [
             ("0" * 32, mine[1], "A", None, None),  # unknown session
             (mine[0], "f" * 32, "A", None, None),  # unknown trial
             (mine[0], theirs[1], "A", None, None),  # someone else's trial
-            (mine[0], mine[1], "C", None, None),  # no such choice
-            (mine[0], mine[1], "A", "6", None),  # score out of range
-            (mine[0], mine[1], "A", None, "0"),
-            (mine[0], mine[1], "A", "3.5", None),
             ("", "", "A", None, None),
+            (mine[0], mine[1], "C", None, None),  # no such choice
+            (mine[0], mine[1], "A", "6", None),  # a score out of range
         ]
         for request in bad_requests:
             with pytest.raises(AppError):
                 api.predict(*request, api_name=SUBMIT)
+        # A score sent with an A/B trial's choice: told on the trial's status line, the trial left as it was.
+        for request in ((mine[0], mine[1], "A", "3", None), (mine[0], mine[1], "A", None, "3")):
+            out = api.predict(*request, api_name=SUBMIT)
+            assert "Send the choice alone" in out[-1] and out[1] == {"__type__": "update"}, out
         summary = api.predict(TOKEN, api_name="/listening_results")[2]
         assert summary["n_votes"] == 0
-    assert stored_votes(data) == []
+    assert stored_answers(data) == []
+
+
+@pytest.mark.server
+def test_a_mos_trial_takes_one_score_in_range(data, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "1")  # 1 sentence: 3 A/B trials, then 3 MOS trials
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("", api_name=START)
+        for _ in range(3):
+            out = answer(api, out, "none")
+        assert not is_ab(out) and out[2] == "**Trial 4 of 6**"
+        play(api, out[0], out[1], ab=False)
+        for bad in ((None, "0", None), (None, "3.5", None), (None, "x", None)):  # not a score the controls offer
+            with pytest.raises(AppError):
+                api.predict(out[0], out[1], *bad, api_name=SUBMIT)
+        for bad in (("A", "4", None), (None, "4", "4")):  # more than the one clip's score
+            assert "send its score (1 to 5) alone" in api.predict(out[0], out[1], *bad, api_name=SUBMIT)[-1]
+        assert "Rate the clip" in api.predict(out[0], out[1], None, None, None, api_name=SUBMIT)[-1]
+        after = api.predict(out[0], out[1], None, "5", None, api_name=SUBMIT)
+        assert after[2] == "**Trial 5 of 6**"
+    assert [a.answer for a in stored_answers(data)][3:] == [{"score": 5}]
 
 
 @pytest.mark.server
@@ -165,19 +205,22 @@ def test_rater_view_hides_systems_and_serves_recorded_positions(data):
     with serve(data) as url:
         api = client(url)
         out = api.predict("", api_name=START)
-        for _ in range(4):
-            text = json.dumps(out)
-            assert not REVEALING.search(text), text
-            trial_id = out[1]
-            served_a, served_b = (sf.read(out[k]["path"], dtype="int16")[0] for k in (4, 5))
-            out = cast_vote(api, out[0], trial_id, "B", None, "5")
-            vote = next(v for v in stored_votes(data) if v.trial_id == trial_id)
-            # The audio served as A and B is exactly the recorded systems' clips, in the recorded positions.
-            item = stimulus_set.item(vote.item_id)
-            for served, system in ((served_a, vote.system_a), (served_b, vote.system_b)):
-                expected = sf.read(stimulus_set.clip_path(item.clips[system].path), dtype="int16")[0]
-                assert np.array_equal(served, expected)
-            assert vote.preferred_system == vote.system_b and vote.score_b == 5
+        with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
+            for _ in range(AB_TRIALS + 2):
+                text = json.dumps(out)
+                assert not REVEALING.search(text), text
+                trial = store.get_study_trial(out[0], out[1])
+                served = [sf.read(out[k]["path"], dtype="int16")[0] for k in (4, 5) if out[k] is not None]
+                # The audio served as A (and B) is exactly the recorded systems' clips, in the recorded positions.
+                item = stimulus_set.item(trial.item_id)
+                assert len(served) == len(trial.conditions) == (2 if trial.kind == "ab" else 1)
+                for audio, condition in zip(served, trial.conditions):
+                    expected = sf.read(stimulus_set.clip_path(item.clips[condition.system].path), dtype="int16")[0]
+                    assert np.array_equal(audio, expected)
+                out = answer(api, out, "B", "5")
+    ratings = stored_ratings(data)
+    assert all(r.score == (1.0 if r.label == "B" else 0.0) for r in ratings if r.kind == "ab")
+    assert [r.score for r in ratings if r.kind == "mos"] == [5.0, 5.0]
 
 
 @pytest.mark.server
@@ -187,18 +230,18 @@ def test_votes_survive_a_restart_and_the_session_continues(data):
         out = api.predict("persistent", api_name=START)
         session_id, saved = out[0], out[SAVED]
         for _ in range(3):
-            out = cast_vote(api, session_id, out[1], "A", "3", "3")
+            out = answer(api, out, "A")
         next_trial = out[1]
     with serve(data) as url:  # a fresh server and store on the same database file
         api = client(url)
         summary = api.predict(TOKEN, api_name="/listening_results")[2]
         assert summary["n_votes"] == 3 and summary["n_sessions"] == 1
         resumed = api.predict(saved, api_name="/listening_resume")  # what a page reload does
-        assert resumed[:3] == (session_id, next_trial, "**Trial 4 of 25**")
-        out = cast_vote(api, session_id, next_trial, "none", None, None)
-        assert out[2] == "**Trial 5 of 25**"
-    votes = stored_votes(data)
-    assert len(votes) == 4 and {v.rater_id for v in votes} == {"persistent"}
+        assert resumed[:3] == (session_id, next_trial, f"**Trial 4 of {TRIALS}**")
+        out = answer(api, resumed, "none")
+        assert out[2] == f"**Trial 5 of {TRIALS}**"
+    answers = stored_answers(data)
+    assert len(answers) == 4 and {r.rater for r in stored_ratings(data)} == {"persistent"}
 
 
 @pytest.mark.server
@@ -206,7 +249,8 @@ def test_results_on_an_empty_database(data):
     with serve(data) as url:
         text, plot, summary, _ = client(url).predict(TOKEN, api_name="/listening_results")
     assert "No votes yet" in text and plot is not None
-    assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": [], "stimulus_sets": []}
+    assert summary == {"n_votes": 0, "n_sessions": 0, "pairs": [], "mos": [], "stimulus_sets": [],
+                       "excluded_raters": []}
 
 
 @pytest.mark.server
@@ -215,8 +259,8 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
     with serve(data) as url:
         api = client(url)
         out = api.predict('r,1 "quoted"', api_name=START)
-        for choice, a, b in (("A", "5", None), ("none", None, None), ("B", "1", "2")):
-            out = cast_vote(api, out[0], out[1], choice, a, b)
+        for choice in ("A", "none", "B"):
+            out = answer(api, out, choice)
         for endpoint in ("/listening_results", "/listening_export", "/listening_build_set"):
             with pytest.raises(AppError, match="token"):
                 api.predict("wrong", api_name=endpoint)
@@ -224,9 +268,11 @@ def test_csv_export_round_trips_and_results_need_the_token(data, monkeypatch):
         path = exported["path"] if isinstance(exported, dict) else exported
         summary = api.predict("s3cret", api_name="/listening_results")[2]
     assert summary["n_votes"] == 3
-    rows = read_votes_csv(path)
-    assert rows == stored_votes(data) and len(rows) == 3
-    assert rows[0].rater_id == 'r,1 "quoted"'
+    rows = read_long_csv(path)
+    ratings = stored_ratings(data)
+    assert [(r.session, r.trial, r.label, r.system, r.score) for r in rows] == [
+        (r.session_id, r.trial_index + 1, r.label, r.system, r.score) for r in ratings]
+    assert len(rows) == 2 * 3 and rows[0].rater == 'r,1 "quoted"'
 
 
 @pytest.mark.server
@@ -242,7 +288,7 @@ def test_a_damaged_stimulus_set_is_refused_with_a_clear_error(data):
     clip.write_bytes(clip.read_bytes()[:-10])
     with serve(data) as url, pytest.raises(AppError, match="does not match its checksum"):
         client(url).predict("", api_name=START)
-    assert stored_votes(data) == []
+    assert stored_answers(data) == []
 
 
 def test_an_unusable_database_leaves_a_message_not_a_crash(tmp_path, monkeypatch):
@@ -267,40 +313,48 @@ def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
     try:
         api = client(demo.local_url)
         out = api.predict("", api_name=START)
-        out = cast_vote(api, out[0], out[1], "A", "5", "4")
-        assert out[2] == "**Trial 2 of 25**"
+        out = answer(api, out, "A")
+        assert out[2] == f"**Trial 2 of {TRIALS}**"
     finally:
         demo.close()
         close_listening_apps()
-    votes = stored_votes(data)
-    assert [(v.choice, v.score_a, v.score_b) for v in votes] == [("A", 5, 4)]
+    assert [a.answer for a in stored_answers(data)] == [{"choice": "A"}]
 
 
 @pytest.mark.server
 def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
     monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.9)  # the app's rule: a play counts after the clip's length
+    # Clips of a second, so that a play reported at once is surely too early, even on a slow machine.
+    create_stimulus_set("long", TEXTS[:1], SYSTEMS, tone_renderer(seconds=1.0), root=data)
+    monkeypatch.setenv("SSD_DEMO_STIMULUS_SET", "long")
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "1")
     with serve(data) as url:
         api = client(url)
         out = api.predict("", api_name=START)
         session_id, trial_id = out[0], out[1]
         # No play reported: the vote is refused, the trial stays as it was, the rater is told why.
-        refused = api.predict(session_id, trial_id, "A", "4", None, api_name=SUBMIT)
-        assert "Listen to clip A and clip B to the end" in refused[-1]
+        refused = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
+        assert "Listen to samples A, B to the end" in refused[-1]
         # A play reported sooner than the clip could have been heard does not count.
         early = api.predict(session_id, trial_id, api_name=PLAYED[0])
         assert "cannot have been played to the end" in early[-1]
-        time.sleep(0.15)  # the clips are 0.1 s long
+        time.sleep(1.0)  # the clips are 1 s long
         assert api.predict(session_id, trial_id, api_name=PLAYED[0])[-1] == "Now play clip B to the end."
         refused = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
-        assert "Listen to clip B to the end" in refused[-1]
+        assert "Listen to sample B to the end" in refused[-1]
         api.predict(session_id, trial_id, api_name=PLAYED[1])
+        # Both plays counted, but both clips cannot have been heard one after the other yet.
+        assert "they take 2 seconds together" in api.predict(session_id, trial_id, "A", None, None,
+                                                             api_name=SUBMIT)[-1]
+        time.sleep(1.0)
         # A missing choice is a message too, never an error.
         assert "Choose A, B or no preference" in api.predict(session_id, trial_id, None, None, None,
                                                              api_name=SUBMIT)[-1]
-        after = api.predict(session_id, trial_id, "A", "4", None, api_name=SUBMIT)
-        assert after[2] == "**Trial 2 of 25**" and after[-1] == ""
-    [stored] = stored_votes(data)
-    assert (stored.trial_id, stored.plays_a, stored.plays_b) == (trial_id, 1, 1) and stored.trial_seconds >= 0.15
+        after = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
+        assert after[2] == "**Trial 2 of 6**" and after[-1] == "", after[-1]
+    [stored] = stored_answers(data)
+    assert stored.trial_id == trial_id and stored.trial_seconds >= 1.8
+    assert sorted((r.label, r.plays) for r in stored_ratings(data)) == [("A", 1), ("B", 1)]
 
 
 @pytest.mark.server
@@ -315,13 +369,13 @@ def test_the_experimenter_view_is_off_without_a_token(data, monkeypatch):
 
 @pytest.mark.server
 def test_a_finished_session_gets_a_stored_completion_code(data, monkeypatch):
-    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "2")
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "1")  # 1 sentence: 3 A/B and 3 MOS trials
     with serve(data) as url:
         api = client(url)
         out = api.predict("crowd-1", api_name=START)
         session_id = out[0]
-        for _ in range(2):
-            out = cast_vote(api, session_id, out[1], "none", None, None)
+        for _ in range(6):
+            out = answer(api, out, "none", "3")
         code = re.search(r"completion code: \*\*`([0-9A-F]{10})`\*\*", out[DONE]).group(1)
         # A reload after the end shows the same code.
         assert code in api.predict(out[SAVED], api_name="/listening_resume")[DONE]

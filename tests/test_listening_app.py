@@ -4,6 +4,7 @@ environment, and what raters are told. Handlers are called directly (no server),
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ssd_demo.listening import sessions as sessions_module
+from ssd_demo.listening import study_sessions as sessions_module
 from ssd_demo.listening import stimulus_sets
-from ssd_demo.listening.export import read_votes_csv
+from ssd_demo.listening.errors import ListeningError
+from ssd_demo.listening.migrations import TAB_STUDY
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
-from ssd_demo.listening.store import ListeningError, ListeningStore
+from ssd_demo.listening.study_results import read_long_csv
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.app.listening.service import (CURRENT_SET, EXPORTS_KEPT, ListeningApp, ListeningSettings, browser_secret,
                                             check_build_allowed, close_listening_apps, public_message)
 from ssd_demo.app.listening.tab import build_listening_tab
@@ -66,10 +69,14 @@ def handler(demo: gr.Blocks, api_name: str):
     return next(f for f in demo.fns.values() if f.api_name == api_name)
 
 
-def listen(app: ListeningApp, view) -> None:
-    """Both clips of the shown trial played to the end."""
-    for clip in ("A", "B"):
-        app.record_play(view.session_id, view.trial_id, clip)
+def listen(app: ListeningApp, trial) -> None:
+    """Every clip of the shown trial played to the end."""
+    for condition in trial.view.conditions:
+        app.record_play(trial.view.session_id, trial.view.trial_id, condition.label)
+
+
+def answers(store: ListeningStore) -> list:
+    return [a for s in store.study_sessions(TAB_STUDY) for a in store.study_answers(s.session_id)]
 
 
 def listen_in_tab(demo: gr.Blocks, session_id: str, trial_id: str) -> None:
@@ -85,25 +92,26 @@ def test_running_sessions_keep_their_set_when_another_is_served(tmp_path):
         second = make_set(tmp_path, "second", texts=TEXTS[:1], systems=SYSTEMS[:2], age=10)
         app.use_set(second)  # what "Build a small stimulus set" does
         listen(app, old_view)
-        view = app.submit(old_view.session_id, old_view.trial_id, "A", None, None)
+        view = app.submit(old_view.view.session_id, old_view.view.trial_id, "A", None, None)
         # The old session goes on with its own set's audio.
-        assert view is not None and view.number == 2
-        stored = app.store.votes()
-        assert [(v.stimulus_set, v.stimulus_set_sha256) for v in stored] == [("first", first.manifest_sha256)]
-        trial = app.store.get_trial(view.session_id, view.trial_id)
-        clip = first.clip_path(trial.clip_a)
-        assert np.array_equal(view.audio_a[1], sf.read(clip, dtype="int16")[0])
+        assert view is not None and view.view.number == 2
+        [stored] = answers(app.store)
+        session = app.store.get_session(stored.session_id)
+        assert (session.stimulus_set, session.stimulus_set_sha256) == ("first", first.manifest_sha256)
+        trial = app.store.get_study_trial(view.view.session_id, view.view.trial_id)
+        clip = first.clip_path(trial.conditions[0].clip)
+        assert np.array_equal(view.audio[0][1], sf.read(clip, dtype="int16")[0])
         # A page reload resumes it too, and new sessions get the new set.
-        assert app.resume(old_view.session_id).trial_id == view.trial_id
+        assert app.resume(old_view.view.session_id).view.trial_id == view.view.trial_id
         new_view = app.start(None)
-        assert app.store.get_session(new_view.session_id).stimulus_set == "second"
+        assert app.store.get_session(new_view.view.session_id).stimulus_set == "second"
     finally:
         app.close()
 
     # After a restart (a fresh app, nothing cached) the old session still finds its set on disk.
     restarted = new_app(tmp_path)
     try:
-        assert restarted.resume(old_view.session_id).trial_id == view.trial_id
+        assert restarted.resume(old_view.view.session_id).view.trial_id == view.view.trial_id
     finally:
         restarted.close()
 
@@ -116,13 +124,13 @@ def test_a_rebuilt_set_is_refused_with_a_clear_message_before_storing(tmp_path):
         # The same name rebuilt with other audio: the session's clips are gone.
         make_set(tmp_path, "tones", texts=TEXTS[:1], overwrite=True, base_seed=7)
         for attempt in (
-            lambda: app.submit(view.session_id, view.trial_id, "A", None, None),
-            lambda: app.resume(view.session_id),
+            lambda: app.submit(view.view.session_id, view.view.trial_id, "A", None, None),
+            lambda: app.resume(view.view.session_id),
         ):
             with pytest.raises(ListeningError, match="stimulus set changed") as caught:
                 attempt()
             assert "votes so far are saved" in str(caught.value) and "new session" in str(caught.value)
-        assert app.store.count_votes() == 0
+        assert answers(app.store) == []
         # New sessions get the rebuilt set.
         assert app.start(None) is not None
     finally:
@@ -136,7 +144,7 @@ def test_results_default_to_the_served_set_and_can_show_another(tmp_path, monkey
     view = app.start(None)
     for choice in ("A", "B"):
         listen(app, view)
-        view = app.submit(view.session_id, view.trial_id, choice, "4", None)
+        view = app.submit(view.view.session_id, view.view.trial_id, choice, None, None)
     app.close()
     new = make_set(tmp_path, "new", systems=SYSTEMS[:2], age=10)
 
@@ -144,7 +152,7 @@ def test_results_default_to_the_served_set_and_can_show_another(tmp_path, monkey
     start, submit, results = (handler(demo, n).fn for n in ("listening_start", "listening_submit", "listening_results"))
     out = start("")
     listen_in_tab(demo, out[0], out[1])
-    submit(out[0], out[1], "none", None, "2")
+    submit(out[0], out[1], "none", None, None)
 
     text, _, summary, selector = results(TOKEN, CURRENT_SET)
     assert summary["n_votes"] == 1 and [tuple(s) for s in summary["stimulus_sets"]] == [("new", new.manifest_sha256)]
@@ -158,14 +166,11 @@ def test_results_default_to_the_served_set_and_can_show_another(tmp_path, monkey
     with pytest.raises(gr.Error, match="No votes on stimulus set"):
         results(TOKEN, "missing")
 
-    # The export holds every set's votes, with the set columns to tell them apart.
+    # The export holds every set's ratings (two per A/B vote), with the stimulus version to tell them apart.
     export = handler(demo, "listening_export").fn
-    rows = read_votes_csv(export(TOKEN))
-    assert sorted((r.stimulus_set, r.stimulus_set_sha256) for r in rows) == [
-        ("new", new.manifest_sha256),
-        ("old", old.manifest_sha256),
-        ("old", old.manifest_sha256),
-    ]
+    rows = read_long_csv(export(TOKEN))
+    assert sorted(r.stimulus_version for r in rows) == sorted([new.manifest_sha256] * 2 + [old.manifest_sha256] * 4)
+    assert {r.study for r in rows} == {TAB_STUDY}
 
 
 def test_exports_are_pruned_to_the_last_few(tmp_path, monkeypatch):
@@ -195,7 +200,7 @@ def test_two_builds_on_one_data_dir_share_the_browser_secret(tmp_path, monkeypat
     assert first not in repr(demo.get_config_file())
     app = new_app(tmp_path / "a")
     try:
-        session_id = app.start(None).session_id
+        session_id = app.start(None).view.session_id
         token = app.saved_token(session_id)
         assert app.session_from_token(token) == session_id
         for forged in (session_id, f"{session_id}.{'0' * 32}", "", None):
@@ -304,10 +309,21 @@ def test_a_rater_is_told_the_vote_was_saved_when_the_next_clip_is_missing(tmp_pa
     start, submit = (handler(demo, n).fn for n in ("listening_start", "listening_submit"))
     out = start("")
     listen_in_tab(demo, out[0], out[1])
+    other = new_app(tmp_path)  # a second server process, its stimulus set loaded before the clips went
+    assert other.resume(out[0]).view.trial_id == out[1]
     for clip in (stimulus_set.root / "clips").glob("*.wav"):
         clip.unlink()
     with pytest.raises(gr.Error, match="vote was saved") as caught:
         submit(out[0], out[1], "B", None, None)
-    assert str(tmp_path) not in caught.value.message
+    message = caught.value.message
+    assert str(tmp_path) not in message and "/" not in message
+    assert re.search(r"clip [0-9a-f]+\.wav of stimulus set 'tones' cannot be read", message), message
     with ListeningStore(tmp_path / "listening.sqlite3", app_version="reader") as store:
-        assert [v.trial_id for v in store.votes()] == [out[1]]
+        assert [a.trial_id for a in answers(store)] == [out[1]]
+    # The same on a reload: the rater is told, without the server's folders.
+    try:
+        with pytest.raises(ListeningError, match="cannot be read") as caught:
+            other.resume(out[0])
+        assert "/" not in str(caught.value)
+    finally:
+        other.close()

@@ -1,4 +1,5 @@
-"""A rater completes a short listening session in a real browser (Playwright + Debian chromium)."""
+"""A rater completes a short session of the listening tab's A/B + MOS study in a real browser (Playwright +
+Debian chromium)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import re
 import gradio as gr
 import pytest
 
+from ssd_demo.listening.migrations import TAB_STUDY
 from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.app.listening.tab import build_listening_tab
 
@@ -25,7 +27,7 @@ def app_url(tmp_path, monkeypatch):
     monkeypatch.delenv("SSD_DEMO_RESULTS_TOKEN", raising=False)
     monkeypatch.delenv("SSD_DEMO_LISTENING_DB", raising=False)
     monkeypatch.delenv("SSD_DEMO_STIMULUS_SET", raising=False)
-    texts = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."]
+    texts = ["The birch canoe slid on the smooth planks."]
     create_stimulus_set(
         "tones", texts, ["AR", "SSD beta=0.3 K=4", "exact speculative"], tone_renderer(seconds=0.2), root=tmp_path
     )
@@ -43,10 +45,17 @@ def app_url(tmp_path, monkeypatch):
         close_listening_apps()
 
 
-def listen(page, clip: str) -> None:
-    """Play a clip to the end; its rating control unlocks once the server has recorded the play."""
+def play(page, clip: str) -> None:
     page.locator(f"#listening-audio-{clip.lower()}").get_by_label("Play", exact=True).first.click()
-    sync_api.expect(page.locator(f"#listening-score-{clip.lower()} input").first).to_be_enabled(timeout=20_000)
+
+
+def listen_to_both(page) -> None:
+    """Play an A/B trial's clips to the end, one after the other; the choice unlocks once the server has both plays."""
+    play(page, "A")
+    sync_api.expect(page.locator("#listening-status")).to_contain_text("Now play clip B", timeout=20_000)
+    assert page.locator("#listening-choice input").first.is_disabled()
+    play(page, "B")
+    sync_api.expect(page.locator("#listening-choice input").first).to_be_enabled(timeout=20_000)
 
 
 def open_tab(page) -> None:
@@ -64,47 +73,56 @@ def test_rater_completes_a_session_with_clicks(app_url):
             page.get_by_placeholder("leave empty to stay anonymous").fill("browser-rater")
             page.click("#listening-start")
             progress = page.locator("#listening-progress")
-            sync_api.expect(progress).to_contain_text("Trial 1 of 3", timeout=20_000)
+            # 3 A/B trials (one sentence, three pairs of systems), then the 3 systems' MOS trials.
+            sync_api.expect(progress).to_contain_text("Trial 1 of 6", timeout=20_000)
             assert not REVEALING.search(page.inner_text("body"))
             assert page.locator("audio").count() >= 2
             # No download or share button on a rater's clip.
             assert page.locator("#listening-audio-a").get_by_label("Download").count() == 0
             assert page.locator("#listening-audio-a").get_by_label("Share").count() == 0
+            assert not page.locator("#listening-score-a").is_visible()  # an A/B trial asks for the choice only
 
-            # The ratings stay locked until their clip has played to the end.
+            # The choice stays locked until both clips have played to the end.
             assert page.locator("#listening-choice input").first.is_disabled()
-            assert page.locator("#listening-score-a input").first.is_disabled()
-            listen(page, "A")
-            assert page.locator("#listening-choice input").first.is_disabled()
-            listen(page, "B")
-            sync_api.expect(page.locator("#listening-choice input").first).to_be_enabled(timeout=20_000)
+            listen_to_both(page)
 
             # Submitting without a choice is a message beside the button, and the trial stays usable.
             page.locator("#listening-submit").click()
             status = page.locator("#listening-status")
             sync_api.expect(status).to_contain_text("Choose A, B or no preference", timeout=20_000)
             assert page.locator(".error:visible").count() == 0
-            sync_api.expect(progress).to_contain_text("Trial 1 of 3")
+            sync_api.expect(progress).to_contain_text("Trial 1 of 6")
 
             # A double click on submit stores one vote and moves on by exactly one trial.
             page.locator("#listening-choice").get_by_text("A", exact=True).click()
-            page.locator("#listening-score-a").get_by_text("4", exact=True).click()
             page.locator("#listening-submit").dblclick()
-            sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
+            sync_api.expect(progress).to_contain_text("Trial 2 of 6", timeout=20_000)
 
             # A reload resumes the session where it was, rather than starting a new one.
             page.reload()
             open_tab(page)
-            sync_api.expect(progress).to_contain_text("Trial 2 of 3", timeout=20_000)
+            sync_api.expect(progress).to_contain_text("Trial 2 of 6", timeout=20_000)
 
-            for choice, score in (("B", "2"), ("No preference", "5")):
-                listen(page, "A")
-                listen(page, "B")
+            for number, choice in ((3, "B"), (4, "No preference")):
+                listen_to_both(page)
                 page.locator("#listening-choice").get_by_text(choice, exact=True).click()
-                page.locator("#listening-score-b").get_by_text(score, exact=True).click()
                 page.locator("#listening-submit").click()
-                if choice == "B":
-                    sync_api.expect(progress).to_contain_text("Trial 3 of 3", timeout=20_000)
+                sync_api.expect(progress).to_contain_text(f"Trial {number} of 6", timeout=20_000)
+
+            # The MOS trials: one clip, its score locked until it has played to the end.
+            sync_api.expect(page.locator("#listening-audio-b")).to_be_hidden(timeout=20_000)
+            assert not page.locator("#listening-choice").is_visible()
+            for number, score in ((5, "4"), (6, "2"), (None, "5")):
+                assert page.locator("#listening-score-a input").first.is_disabled()
+                play(page, "A")
+                sync_api.expect(page.locator("#listening-score-a input").first).to_be_enabled(timeout=20_000)
+                if number == 5:  # no score yet: a message, not an error
+                    page.locator("#listening-submit").click()
+                    sync_api.expect(status).to_contain_text("Rate the clip", timeout=20_000)
+                page.locator("#listening-score-a").get_by_text(score, exact=True).click()
+                page.locator("#listening-submit").click()
+                if number is not None:
+                    sync_api.expect(progress).to_contain_text(f"Trial {number} of 6", timeout=20_000)
             done = page.locator("#listening-done")
             sync_api.expect(done).to_contain_text("Thank you", timeout=20_000)
             code = re.search(r"completion code: ([0-9A-F]{10})", done.inner_text()).group(1)
@@ -113,13 +131,12 @@ def test_rater_completes_a_session_with_clicks(app_url):
             browser.close()
 
     with ListeningStore(db, app_version="reader") as store:
-        votes = store.votes()
-    assert [(v.choice, v.score_a, v.score_b, v.rater_id) for v in votes] == [
-        ("A", 4, None, "browser-rater"),
-        ("B", None, 2, "browser-rater"),
-        ("none", None, 5, "browser-rater"),
-    ]
-    assert [v.trial_index for v in votes] == [0, 1, 2]
-    assert all(v.plays_a >= 1 and v.plays_b >= 1 for v in votes)
-    with ListeningStore(db, app_version="reader") as store:
-        assert store.completion_code(votes[0].session_id) == code
+        [session] = store.study_sessions(TAB_STUDY)
+        answers = store.study_answers(session.session_id)
+        ratings = store.study_ratings(TAB_STUDY)
+        assert store.completion_code(session.session_id) == code
+    assert session.rater_id == "browser-rater"
+    assert [a.answer for a in answers] == [{"choice": "A"}, {"choice": "B"}, {"choice": "none"},
+                                           {"score": 4}, {"score": 2}, {"score": 5}]
+    assert sorted({r.trial_index for r in ratings}) == list(range(6))
+    assert all(r.plays >= 1 for r in ratings)

@@ -1,4 +1,4 @@
-"""Listening-test statistics against a hand-computed example."""
+"""The listening tab's summary statistics (from the built-in study's ratings) against a hand-computed example."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ from pathlib import Path
 import pytest
 
 from ssd_demo.app.listening.charts import results_figure
-from ssd_demo.listening.stats import (
-                                      MOS_NOTE,
-                                      mos_summary,
-                                      sign_test,
-                                      summarize,
-                                      summary_markdown,
-                                      votes_in_set,
-                                      wilson_interval,
-                                      )
-from ssd_demo.listening.store import VoteRecord
+from ssd_demo.listening.ab_mos import (
+                                       MOS_NOTE,
+                                       mos_summary,
+                                       sign_test,
+                                       summarize,
+                                       summary_markdown,
+                                       wilson_interval,
+                                       )
+from ssd_demo.listening.records import RatingRow
 
 Z = 1.959963984540054  # 97.5% standard normal quantile
 _ids = itertools.count(1)
@@ -31,34 +30,25 @@ def vote(
     score_a: int | None = None,
     score_b: int | None = None,
     session: str = "s1",
-    stimulus_set: str = "set",
-    sha: str | None = "a" * 64,
-) -> VoteRecord:
+    sha: str = "a" * 64,
+) -> list[RatingRow]:
+    """The study's ratings for one A/B vote (a row per clip), and a MOS trial's row for each score given."""
     n = next(_ids)
-    preferred = {"A": system_a, "B": system_b, "none": None}[choice]
-    return VoteRecord(
-        vote_id=n,
-        session_id=session,
-        rater_id=None,
-        trial_id=f"t{n}",
-        trial_index=n,
-        stimulus_set=stimulus_set,
-        stimulus_set_sha256=sha,
-        item_id="i",
-        text="x",
-        system_a=system_a,
-        system_b=system_b,
-        choice=choice,
-        preferred_system=preferred,
-        score_a=score_a,
-        score_b=score_b,
-        presented_at=None,
-        submitted_at="2026-01-01T00:00:00+00:00",
-        app_version="t",
-    )
+    common = dict(study="ab-mos", session_id=session, rater_id=None, item_id="i", attention_check=False,
+                  trial_seconds=None, submitted_at="2026-01-01T00:00:00+00:00", stimulus_set_sha256=sha, plays=1)
+    share = {"A": (1.0, 0.0), "B": (0.0, 1.0), "none": (0.5, 0.5)}[choice]
+    rows = [RatingRow(trial_index=n, kind="ab", label="A", system=system_a, other_system=system_b, score=share[0],
+                      **common),
+            RatingRow(trial_index=n, kind="ab", label="B", system=system_b, other_system=system_a, score=share[1],
+                      **common)]
+    for offset, system, score in ((1000, system_a, score_a), (2000, system_b, score_b)):
+        if score is not None:
+            rows.append(RatingRow(trial_index=offset + n, kind="mos", label="A", system=system, other_system=None,
+                                  score=float(score), **common))
+    return rows
 
 
-def example_votes() -> list[VoteRecord]:
+def example_votes() -> list[list[RatingRow]]:
     """AR vs SSD: AR preferred 7 times, SSD 3 times, no ties; positions alternate.
     AR vs exact: exact preferred twice, 2 ties. MOS: AR 3,4,5,4,4; SSD one score of 2."""
     votes = []
@@ -81,8 +71,12 @@ def example_votes() -> list[VoteRecord]:
     return votes
 
 
+def rows(votes: list[list[RatingRow]]) -> list[RatingRow]:
+    return [row for vote_rows in votes for row in vote_rows]
+
+
 def test_hand_computed_example():
-    summary = summarize(example_votes())
+    summary = summarize(rows(example_votes()))
     assert (summary.n_votes, summary.n_sessions) == (14, 2)
     pairs = {(p.system_x, p.system_y): p for p in summary.pairs}
     ar_ssd = pairs[("AR", "SSD")]
@@ -134,34 +128,43 @@ def test_empty_results_and_chart():
 
 
 def test_markdown_and_chart_with_votes():
-    summary = summarize(example_votes())
+    summary = summarize(rows(example_votes()))
     text = summary_markdown(summary)
     assert "AR vs SSD" in text and "0.3438" in text and "4.000" in text
     figure = results_figure(summary)
     assert len(figure.axes) == 2
 
 
-def test_summaries_are_per_stimulus_set():
+def test_summaries_name_their_stimulus_sets_and_warn_when_pooled():
     # "AR" wins every vote in set one and loses every vote in set two: pooled, it looks like a draw.
-    one = [vote("AR", "SSD", "A", score_a=5, stimulus_set="one", sha="1" * 64) for _ in range(4)]
-    two = [vote("AR", "SSD", "B", score_a=1, stimulus_set="two", sha="2" * 64) for _ in range(4)]
-    rebuilt = [vote("AR", "SSD", "B", stimulus_set="one", sha="3" * 64)]  # same name, other audio
-    votes = one + two + rebuilt
-    summary = summarize(votes_in_set(votes, "one", "1" * 64))
+    one = rows([vote("AR", "SSD", "A", score_a=5, sha="1" * 64) for _ in range(4)])
+    two = rows([vote("AR", "SSD", "B", score_a=1, sha="2" * 64) for _ in range(4)])
+    summary = summarize(one, [("one", "1" * 64)])
     assert summary.n_votes == 4 and summary.stimulus_sets == (("one", "1" * 64),)
     assert (summary.pairs[0].wins_x, summary.pairs[0].wins_y) == (4, 0) and summary.mos[0].mean == 5.0
     text = summary_markdown(summary)
     assert "Stimulus set **one (sha256 111111111111)**" in text and "Warning" not in text
-    assert votes_in_set(votes, "two", "2" * 64) == two
-    assert len(votes_in_set(votes, "one")) == 5  # by name only: both versions of "one"
-    pooled = summarize(votes)
+    pooled = summarize(one + two, [("one", "1" * 64), ("two", "2" * 64), ("one", "3" * 64)])
+    assert (pooled.pairs[0].wins_x, pooled.pairs[0].wins_y) == (4, 4)
     assert len(pooled.stimulus_sets) == 3 and "pool 3 stimulus sets" in summary_markdown(pooled)
 
 
+def test_attention_checks_and_excluded_raters():
+    check = RatingRow(study="ab-mos", session_id="s9", rater_id=None, trial_index=0, kind="mos", item_id="i",
+                      attention_check=True, label="A", system="attention noise", other_system=None, score=5.0,
+                      plays=1, trial_seconds=None, submitted_at="", stimulus_set_sha256="")
+    summary = summarize([*rows([vote("AR", "SSD", "A", score_a=4)]), check], excluded_raters=["rater-2"])
+    assert [m.system for m in summary.mos] == ["AR"] and summary.n_sessions == 1
+    assert "Left out: 1 excluded rater(s) (rater-2)" in summary_markdown(summary)
+    only_scores = summarize(rows([vote("AR", "SSD", "none", score_b=3)])[2:])
+    assert not only_scores.empty and only_scores.n_votes == 0 and "No votes yet" not in summary_markdown(only_scores)
+    assert len(results_figure(only_scores).axes) == 2  # scores before any vote: the MOS chart alone
+
+
 def test_results_note_that_mos_intervals_ignore_rater_clustering():
-    assert MOS_NOTE in summary_markdown(summarize(example_votes()))
+    assert MOS_NOTE in summary_markdown(summarize(rows(example_votes())))
     assert "independent" in MOS_NOTE and "rater" in MOS_NOTE
-    no_scores = summarize([vote("AR", "SSD", "A")])
+    no_scores = summarize(vote("AR", "SSD", "A"))
     assert MOS_NOTE not in summary_markdown(no_scores)
 
 
@@ -169,7 +172,7 @@ def test_model_free_modules_do_not_import_gradio():
     import subprocess
     import sys
 
-    modules = "export, migrations, sessions, stats, stimulus_sets, store"
+    modules = "ab_mos, migrations, study_sessions, study_store, stimulus_sets"
     code = (f"import sys; from ssd_demo.listening import {modules}; import ssd_demo.listening.stimuli, "
             "ssd_demo.app.listening.charts; sys.exit(1 if 'gradio' in sys.modules else 0)")
     repository = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The listening-test store, stimulus sets and sessions, without a model or a server."""
+"""The listening store, stimulus sets and the A/B tab's built-in study, without a model or a server."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import threading
 import pytest
 import soundfile as sf
 
+from ssd_demo.app.listening.service import prune_exports
 from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening import migrations as migrations_module
-from ssd_demo.listening.export import COLUMNS, prune_exports, read_votes_csv, write_votes_csv
-from ssd_demo.listening.sessions import ClipUnavailableError, ListeningTest, plan_trials
+from ssd_demo.listening import study_sessions
+from ssd_demo.listening.ab_mos import rated_study, tab_ratings, tab_study
+from ssd_demo.listening.errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError,
+                                       StudyChangedError, UnknownSessionError, UnknownTrialError)
+from ssd_demo.listening.migrations import SCHEMA_VERSION, TAB_STUDY
 from ssd_demo.listening.stimuli import create_stimulus_set, parse_system, tone_renderer
 from ssd_demo.listening.stimulus_sets import (
                                               current_stimulus_set,
@@ -21,15 +25,10 @@ from ssd_demo.listening.stimulus_sets import (
                                               stimulus_set_by_checksum,
                                               storage_warning,
                                               )
-from ssd_demo.listening.store import (
-                                      SCHEMA_VERSION,
-                                      AlreadyVotedError,
-                                      InvalidVoteError,
-                                      ListeningError,
-                                      ListeningStore,
-                                      UnknownSessionError,
-                                      UnknownTrialError,
-                                      )
+from ssd_demo.listening.study_plan import plan_study
+from ssd_demo.listening.study_results import read_long_csv, results_from_long, study_results, write_long_csv
+from ssd_demo.listening.study_sessions import StudyRunner
+from ssd_demo.listening.study_store import ListeningStore
 
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = (
@@ -52,10 +51,25 @@ def store(tmp_path):
         yield s
 
 
-def listen(store, session_id, trial_id):
-    """Both clips of a trial played to the end, as the rater's player reports it."""
-    for clip in ("A", "B"):
-        store.record_play(session_id, trial_id, clip)
+@pytest.fixture()
+def instant(monkeypatch):
+    """A play counts at once (the tone clips last 0.3 s); only the gating test keeps the app's rule."""
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.0)
+
+
+def tab(store, stimulus_set, ab_trials: int = 3) -> StudyRunner:
+    """The tab's built-in study on `stimulus_set`: `ab_trials` A/B trials (3 pairs a sentence), then MOS trials."""
+    return StudyRunner(store, tab_study(stimulus_set, ab_trials), stimulus_set)
+
+
+def listen(store, view):
+    """Every clip of a trial played to the end, as the rater's player reports it."""
+    for condition in view.conditions:
+        store.record_study_play(view.session_id, view.trial_id, condition.label)
+
+
+def answers(store) -> list:
+    return [a for s in store.study_sessions(TAB_STUDY) for a in store.study_answers(s.session_id)]
 
 
 def test_parse_system_names():
@@ -130,126 +144,137 @@ def test_newer_schema_is_refused(tmp_path):
         ListeningStore(path, app_version="t")
 
 
-def test_plan_is_random_but_reproducible(stimulus_set):
-    plan = plan_trials(stimulus_set, 9, seed=7)
-    assert plan == plan_trials(stimulus_set, 9, seed=7)
-    assert plan != plan_trials(stimulus_set, 9, seed=8)
-    # 3 sentences x 3 pairs: all distinct, each pair of different systems.
-    assert len({(t.item_id, frozenset((t.system_a, t.system_b))) for t in plan}) == 9
-    assert all(t.system_a != t.system_b for t in plan)
+def test_the_plan_is_random_but_reproducible(stimulus_set):
+    study = tab_study(stimulus_set, 9)
+    plan = plan_study(study, stimulus_set, seed=7)
+    assert plan == plan_study(study, stimulus_set, seed=7)
+    assert plan != plan_study(study, stimulus_set, seed=8)
+    # 3 sentences x 3 pairs of A/B trials, all distinct, then 3 sentences x 3 systems of MOS trials.
+    assert [t.kind for t in plan] == ["ab"] * 9 + ["mos"] * 9
+    assert len({(t.item_id, frozenset(c.system for c in t.conditions)) for t in plan if t.kind == "ab"}) == 9
+    assert len({(t.item_id, t.conditions[0].system) for t in plan if t.kind == "mos"}) == 9
     # Positions are randomised: over many sessions each system lands in both positions.
-    positions = {(t.system_a, "A") for s in range(20) for t in plan_trials(stimulus_set, 9, seed=s)}
-    positions |= {(t.system_b, "B") for s in range(20) for t in plan_trials(stimulus_set, 9, seed=s)}
+    positions = {(c.system, c.label) for s in range(20) for t in plan_study(study, stimulus_set, s)
+                 if t.kind == "ab" for c in t.conditions}
     assert positions == {(s, p) for s in SYSTEMS for p in "AB"}
-    assert len(plan_trials(stimulus_set, 50, seed=1)) == 9  # never more than the distinct trials
+    # About the asked number of A/B trials: whole sentences, never more than the set has.
+    assert [tab_study(stimulus_set, n).items_per_rater for n in (1, 3, 4, 9, 50)] == [1, 1, 2, 3, 3]
+    with pytest.raises(ListeningError, match="between 1 and"):
+        tab_study(stimulus_set, 0)
 
 
-def test_vote_stores_everything_and_once(store, stimulus_set):
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(rater_id="  rater-7 ", n_trials=3, seed=1)
-    view = test.next_view(session.session_id)
-    assert view.progress_label == "Trial 1 of 3"
-    listen(store, session.session_id, view.trial_id)
-    outcome = store.submit_vote(session.session_id, view.trial_id, "B", "4", 5)
+def test_an_answer_stores_everything_and_once(store, stimulus_set, instant):
+    runner = tab(store, stimulus_set)
+    session = runner.start_session(rater_id="  rater-7 ", seed=1)
+    view = runner.next_view(session.session_id)
+    assert view.progress_label == "Trial 1 of 6" and view.kind == "ab" and view.choices == ("A", "B", "none")
+    listen(store, view)
+    outcome = store.submit_answer(session.session_id, view.trial_id, {"choice": "B"})
     assert outcome.stored
-    vote = outcome.vote
-    trial = store.get_trial(session.session_id, view.trial_id)
-    assert (vote.rater_id, vote.system_a, vote.system_b, vote.preferred_system) == (
-        "rater-7",
-        trial.system_a,
-        trial.system_b,
-        trial.system_b,
-    )
-    assert (vote.score_a, vote.score_b, vote.app_version, vote.stimulus_set) == (4, 5, "test-1", "tones")
-    assert vote.presented_at is not None and vote.presented_at <= vote.submitted_at
-    # The same submission again stores nothing and returns the stored vote.
-    again = store.submit_vote(session.session_id, view.trial_id, "B", 4, "5")
-    assert not again.stored and again.vote == vote
-    # A different vote on an answered trial is refused.
+    trial = store.get_study_trial(session.session_id, view.trial_id)
+    systems = {c.label: c.system for c in trial.conditions}
+    rows = store.study_ratings(TAB_STUDY)
+    assert [(r.rater, r.label, r.system, r.other_system, r.score) for r in rows] == [
+        ("rater-7", "A", systems["A"], systems["B"], 0.0), ("rater-7", "B", systems["B"], systems["A"], 1.0)]
+    stored = outcome.answer
+    assert stored.app_version == "test-1" and stored.presented_at <= stored.submitted_at
+    assert store.get_session(session.session_id).stimulus_set == "tones"
+    # The same submission again stores nothing and returns the stored answer.
+    again = store.submit_answer(session.session_id, view.trial_id, {"choice": "B"})
+    assert not again.stored and again.answer == stored
+    # A different answer on an answered trial is refused.
     with pytest.raises(AlreadyVotedError):
-        store.submit_vote(session.session_id, view.trial_id, "A", 4, 5)
-    assert store.count_votes() == 1
-    assert store.progress(session.session_id) == (1, 3)
-    assert test.next_view(session.session_id).number == 2
+        store.submit_answer(session.session_id, view.trial_id, {"choice": "A"})
+    assert len(answers(store)) == 1 and store.study_progress(session.session_id) == (1, 6)
+    assert runner.next_view(session.session_id).number == 2
 
 
 @pytest.mark.parametrize(
     "change, error",
     [
-        ({"choice": "C"}, InvalidVoteError),
-        ({"choice": None}, InvalidVoteError),
-        ({"score_a": 6}, InvalidVoteError),
-        ({"score_a": 0}, InvalidVoteError),
-        ({"score_b": 3.5}, InvalidVoteError),
-        ({"score_b": True}, InvalidVoteError),
-        ({"score_b": "five"}, InvalidVoteError),
+        ({"answer": {"choice": "C"}}, InvalidVoteError),
+        ({"answer": {"choice": None}}, InvalidVoteError),
+        ({"answer": {"choice": "A", "score": 3}}, InvalidVoteError),
+        ({"answer": {"score": 4}}, InvalidVoteError),
+        ({"answer": "A"}, InvalidVoteError),
         ({"session_id": "0" * 32}, UnknownSessionError),
-        ({"session_id": "'; DROP TABLE votes; --"}, UnknownSessionError),
+        ({"session_id": "'; DROP TABLE answers; --"}, UnknownSessionError),
         ({"trial_id": "f" * 32}, UnknownTrialError),
         ({"trial_id": ""}, UnknownTrialError),
     ],
 )
-def test_bad_votes_store_nothing(store, stimulus_set, change, error):
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(n_trials=2, seed=3)
-    view = test.next_view(session.session_id)
-    vote = {
-        "session_id": session.session_id,
-        "trial_id": view.trial_id,
-        "choice": "A",
-        "score_a": 3,
-        "score_b": None,
-        **change,
-    }
+def test_bad_answers_store_nothing(store, stimulus_set, change, error):
+    runner = tab(store, stimulus_set)
+    session = runner.start_session(seed=3)
+    view = runner.next_view(session.session_id)
+    listen(store, view)
+    request = {"session_id": session.session_id, "trial_id": view.trial_id, "answer": {"choice": "A"}, **change}
     with pytest.raises(error):
-        store.submit_vote(**vote)
-    assert store.count_votes() == 0
+        store.submit_answer(**request)
+    assert answers(store) == []
+
+
+@pytest.mark.parametrize("score", [6, 0, 3.5, True, "five", None, "\u0663"])
+def test_bad_naturalness_scores_store_nothing(store, stimulus_set, score):
+    runner = tab(store, stimulus_set, ab_trials=1)
+    session = runner.start_session(seed=3)
+    for _ in range(3):  # the A/B trials first
+        view = runner.next_view(session.session_id)
+        listen(store, view)
+        store.submit_answer(session.session_id, view.trial_id, {"choice": "none"})
+    view = runner.next_view(session.session_id)
+    assert view.kind == "mos" and view.scale == (1, 5) and [c.label for c in view.conditions] == ["A"]
+    listen(store, view)
+    with pytest.raises(InvalidVoteError):
+        store.submit_answer(session.session_id, view.trial_id, {"score": score})
+    assert len(answers(store)) == 3
+    store.submit_answer(session.session_id, view.trial_id, {"score": "4"})
+    assert [r.score for r in store.study_ratings(TAB_STUDY) if r.kind == "mos"] == [4.0]
 
 
 @pytest.mark.parametrize("rater_id", ["=HYPERLINK(1)", "@cmd", "x" * 65, "tab\there"])
 def test_bad_rater_ids_are_refused(store, stimulus_set, rater_id):
     with pytest.raises(InvalidVoteError):
-        ListeningTest(store, stimulus_set).start_session(rater_id=rater_id, n_trials=1, seed=1)
-    assert store.count_sessions() == 0
+        tab(store, stimulus_set).start_session(rater_id=rater_id, seed=1)
+    assert store.study_sessions(TAB_STUDY) == []
 
 
 def test_trial_of_another_session_is_refused(store, stimulus_set):
-    test = ListeningTest(store, stimulus_set)
-    mine = test.start_session(n_trials=2, seed=1)
-    theirs = test.start_session(n_trials=2, seed=2)
-    their_trial = test.next_view(theirs.session_id).trial_id
+    runner = tab(store, stimulus_set)
+    mine = runner.start_session(seed=1)
+    theirs = runner.start_session(seed=2)
+    their_trial = runner.next_view(theirs.session_id).trial_id
     with pytest.raises(UnknownTrialError):
-        store.submit_vote(mine.session_id, their_trial, "A")
-    assert store.count_votes() == 0
+        store.submit_answer(mine.session_id, their_trial, {"choice": "A"})
+    assert answers(store) == []
 
 
 def test_unique_constraint_holds_without_the_app(store, stimulus_set):
-    # The database itself refuses a second row for a trial, whatever code writes to it.
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(n_trials=1, seed=1)
-    trial = test.next_view(session.session_id)
-    listen(store, session.session_id, trial.trial_id)
-    store.submit_vote(session.session_id, trial.trial_id, "none")
+    # The database itself refuses a second answer for a trial, whatever code writes to it.
+    runner = tab(store, stimulus_set)
+    session = runner.start_session(seed=1)
+    view = runner.next_view(session.session_id)
+    listen(store, view)
+    store.submit_answer(session.session_id, view.trial_id, {"choice": "none"})
     with pytest.raises(sqlite3.IntegrityError):
         store._connection().execute(
-            "INSERT INTO votes (session_id, trial_id, trial_index, stimulus_set, item_id, text, system_a, system_b, choice,"
-            " submitted_at, app_version) SELECT session_id, trial_id, 0, 's', 'i', 't', 'x', 'y', 'none', 'now', 'v' FROM votes"
-        )
-    with pytest.raises(sqlite3.IntegrityError):  # CHECK: a score outside 1..5
-        store._connection().execute("UPDATE votes SET score_a = 9")
+            "INSERT INTO answers (trial_id, session_id, kind, answer, submitted_at, app_version) "
+            "SELECT trial_id, session_id, kind, answer, 'now', 'v' FROM answers")
+    with pytest.raises(sqlite3.IntegrityError):  # CHECK: an A/B rating is 0, 0.5 or 1
+        store._connection().execute("UPDATE ratings SET score = 9")
 
 
 def test_concurrent_double_submission_stores_once(store, stimulus_set):
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(n_trials=1, seed=1)
-    trial = test.next_view(session.session_id)
-    listen(store, session.session_id, trial.trial_id)
+    runner = tab(store, stimulus_set)
+    session = runner.start_session(seed=1)
+    view = runner.next_view(session.session_id)
+    listen(store, view)
     outcomes = []
     barrier = threading.Barrier(8)
 
     def vote() -> None:
         barrier.wait()
-        outcomes.append(store.submit_vote(session.session_id, trial.trial_id, "A", 5, 2))
+        outcomes.append(store.submit_answer(session.session_id, view.trial_id, {"choice": "A"}))
 
     threads = [threading.Thread(target=vote) for _ in range(8)]
     for t in threads:
@@ -257,24 +282,32 @@ def test_concurrent_double_submission_stores_once(store, stimulus_set):
     for t in threads:
         t.join()
     assert sum(o.stored for o in outcomes) == 1 and len(outcomes) == 8
-    assert store.count_votes() == 1
+    assert len(answers(store)) == 1 and len(store.study_ratings(TAB_STUDY)) == 2
 
 
-def test_csv_round_trip(store, stimulus_set, tmp_path):
-    test = ListeningTest(store, stimulus_set)
-    for seed, rater in ((1, None), (2, 'r,2\n"x"')):
-        session = test.start_session(rater_id=rater.replace("\n", " ") if rater else None, n_trials=3, seed=seed)
-        for choice, a, b in (("A", 5, None), ("none", None, None), ("B", 1, 3)):
-            view = test.next_view(session.session_id)
-            listen(store, session.session_id, view.trial_id)
-            store.submit_vote(session.session_id, view.trial_id, choice, a, b)
-    votes = store.votes()
-    assert len(votes) == 6
-    path = write_votes_csv(votes, tmp_path / "votes.csv")
-    assert read_votes_csv(path) == votes
-    with pytest.raises(ValueError, match="not a vote export"):
+def complete(store, runner, session_id, choices=("A", "none", "B"), score=3) -> None:
+    """Answer every trial of a session: the A/B trials with `choices` in turn, the MOS trials with `score`."""
+    view, turn = runner.next_view(session_id), 0
+    while view is not None:
+        listen(store, view)
+        answer = {"choice": choices[turn % len(choices)]} if view.kind == "ab" else {"score": score}
+        turn += 1
+        view = runner.submit(session_id, view.trial_id, answer)
+
+
+def test_csv_round_trip(store, stimulus_set, tmp_path, instant):
+    runner = tab(store, stimulus_set)
+    for seed, rater in ((1, None), (2, 'r,2 "x"')):
+        complete(store, runner, runner.start_session(rater_id=rater, seed=seed).session_id)
+    results = study_results(store, runner.study, stimulus_set.manifest_sha256)
+    assert len(results.rows) == 2 * (3 * 2 + 3)  # per session: 3 A/B answers of 2 ratings, 3 MOS scores
+    path = write_long_csv(results.rows, tmp_path / "votes.csv")
+    assert tuple(read_long_csv(path)) == results.rows
+    assert results_from_long(read_long_csv(path), runner.study, stimulus_set.manifest_sha256) == results
+    assert {row.rater for row in results.rows} >= {'r,2 "x"'}
+    with pytest.raises(ValueError, match="not a study export"):
         (tmp_path / "other.csv").write_text("a,b\n1,2\n")
-        read_votes_csv(tmp_path / "other.csv")
+        read_long_csv(tmp_path / "other.csv")
 
 
 def test_render_with_a_synthesizer_and_the_cli(tmp_path, capsys):
@@ -364,81 +397,64 @@ def test_model_revision_hashes_the_weight_folders(tmp_path):
 
 
 def test_sessions_of_a_replaced_set_are_refused_before_storing(store, stimulus_set, tmp_path):
-    old = ListeningTest(store, stimulus_set)
-    session = old.start_session(n_trials=2, seed=1)
-    trial = old.next_view(session.session_id)
-    listen(store, session.session_id, trial.trial_id)
+    old = tab(store, stimulus_set)
+    session = old.start_session(seed=1)
+    view = old.next_view(session.session_id)
+    listen(store, view)
     replacement = create_stimulus_set("tones2", TEXTS[:2], SYSTEMS[:2], tone_renderer(), root=tmp_path)
-    new = ListeningTest(store, replacement)
-    with pytest.raises(ListeningError, match="no longer served"):
-        new.submit(session.session_id, trial.trial_id, "A")
-    assert store.count_votes() == 0
+    new = tab(store, replacement)
+    with pytest.raises(StudyChangedError, match="rebuilt"):
+        new.submit(session.session_id, view.trial_id, {"choice": "A"})
+    assert answers(store) == []
 
 
-def test_votes_record_the_stimulus_set_checksum(store, stimulus_set, tmp_path):
+def test_answers_record_the_stimulus_set_checksum(store, stimulus_set, tmp_path, instant):
     other = create_stimulus_set("tones2", TEXTS[:2], SYSTEMS[:2], tone_renderer(), root=tmp_path)
     for chosen in (stimulus_set, other, stimulus_set):
-        test = ListeningTest(store, chosen)
-        session = test.start_session(n_trials=1, seed=3)
-        trial_id = test.next_view(session.session_id).trial_id
-        listen(store, session.session_id, trial_id)
-        test.submit(session.session_id, trial_id, "A")
-    votes = store.votes()
-    assert [(v.stimulus_set, v.stimulus_set_sha256) for v in votes] == [
-        ("tones", stimulus_set.manifest_sha256),
-        ("tones2", other.manifest_sha256),
-        ("tones", stimulus_set.manifest_sha256),
-    ]
-    assert store.votes_for_set("tones", stimulus_set.manifest_sha256) == [votes[0], votes[2]]
-    assert store.votes_for_set("tones", "0" * 64) == []
-    assert store.voted_sets() == [("tones", stimulus_set.manifest_sha256, 2), ("tones2", other.manifest_sha256, 1)]
-    # The CSV carries both set columns, so an exported study can be split by set.
-    assert {"stimulus_set", "stimulus_set_sha256"} <= set(COLUMNS)
-    assert read_votes_csv(write_votes_csv(votes, tmp_path / "v.csv")) == votes
+        runner = tab(store, chosen, ab_trials=1)
+        session = runner.start_session(seed=3)
+        view = runner.next_view(session.session_id)
+        listen(store, view)
+        runner.submit(session.session_id, view.trial_id, {"choice": "A"})
+    assert [row[:2] for row in store.study_versions(TAB_STUDY)] == [
+        ("tones", stimulus_set.manifest_sha256), ("tones2", other.manifest_sha256)]
+    assert [row[2] for row in store.study_versions(TAB_STUDY)] == [2, 1]
+    assert {r.stimulus_set_sha256 for r in tab_ratings(store, "tones", None)} == {stimulus_set.manifest_sha256}
+    assert len(tab_ratings(store, "tones", stimulus_set.manifest_sha256)) == 2 * 2
+    assert tab_ratings(store, "tones", "0" * 64) == []
+    # The long CSV carries the stimulus version, so an exported study can be split by set.
+    rows = study_results(store, rated_study(store.study_ratings(TAB_STUDY))).rows
+    assert {row.stimulus_version for row in rows} == {stimulus_set.manifest_sha256, other.manifest_sha256}
 
 
 def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, monkeypatch):
     path = tmp_path / "old.sqlite3"
     monkeypatch.setattr(migrations_module, "MIGRATIONS", migrations_module.MIGRATIONS[:1])
     monkeypatch.setattr(migrations_module, "SCHEMA_VERSION", 1)
-    with ListeningStore(path, app_version="old") as old:
-        test = ListeningTest(old, stimulus_set)
-        session = test.start_session(n_trials=1, seed=1)
-        trial = old.next_trial(session.session_id)
-        # The version-1 schema has no checksum column: insert the way that app did.
-        old._connection().execute(
-            """INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text, system_a,
-                   system_b, choice, preferred_system, submitted_at, app_version)
-               SELECT session_id, NULL, trial_id, trial_index, 'tones', item_id, text, system_a, system_b, 'none',
-                   NULL, 'now', 'old' FROM trials WHERE trial_id = ?""",
-            (trial.trial_id,),
-        )
+    ListeningStore(path, app_version="old").close()
     monkeypatch.undo()
+    item = stimulus_set.items[0]
+    with sqlite3.connect(path) as db:  # a vote as the version-1 app stored it: no checksum, no plays
+        db.execute("INSERT INTO sessions VALUES ('s1', NULL, 'tones', ?, 1, 1, 'then', 'old')",
+                   (stimulus_set.manifest_sha256,))
+        db.execute("INSERT INTO trials VALUES ('t1', 's1', 0, ?, ?, 'AR', 'exact speculative', ?, ?, NULL)",
+                   (item.item_id, item.text, item.clips["AR"].path, item.clips["exact speculative"].path))
+        db.execute("""INSERT INTO votes (session_id, rater_id, trial_id, trial_index, stimulus_set, item_id, text,
+                          system_a, system_b, choice, preferred_system, submitted_at, app_version)
+                      VALUES ('s1', NULL, 't1', 0, 'tones', ?, ?, 'AR', 'exact speculative', 'none', NULL, 'now',
+                          'old')""", (item.item_id, item.text))
     with ListeningStore(path, app_version="new") as new:
-        assert new.schema_version() == SCHEMA_VERSION == 4
-        [vote] = new.votes()
-        assert vote.stimulus_set_sha256 == stimulus_set.manifest_sha256
-        # Version 3: plays were not recorded then (NULL, not zero); this vote has no presentation time either.
-        assert (vote.plays_a, vote.plays_b, vote.trial_seconds) == (None, None, None)
-
-
-def test_a_vote_is_stored_even_when_the_next_clip_cannot_be_read(store, stimulus_set):
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(n_trials=3, seed=5)
-    first = test.next_view(session.session_id)
-    second = plan_trials(stimulus_set, 3, 5)[1]
-    stimulus_set.clip_path(second.clip_b).unlink()
-    listen(store, session.session_id, first.trial_id)
-    with pytest.raises(ClipUnavailableError) as caught:
-        test.submit(session.session_id, first.trial_id, "A", 4, None)
-    message = str(caught.value)
-    assert "vote was saved" in message and second.clip_b.split("/")[-1] in message
-    assert str(stimulus_set.root) not in message and "/" not in message
-    assert [(v.trial_id, v.choice, v.score_a) for v in store.votes()] == [(first.trial_id, "A", 4)]
-    # A truncated WAV is refused the same way, on start or resume.
-    stimulus_set.clip_path(second.clip_a).write_bytes(b"RIFF")
-    with pytest.raises(ClipUnavailableError, match="cannot be read"):
-        test.next_view(session.session_id)
+        assert new.schema_version() == SCHEMA_VERSION == 5
+        assert new.get_session("s1").study == TAB_STUDY
+        [answer] = new.study_answers("s1")
+        assert answer.answer == {"choice": "none"} and answer.app_version == "old"
+        # Plays were not recorded then (no play is counted), and this vote has no presentation time either.
+        rows = new.study_ratings(TAB_STUDY)
+        assert [(r.system, r.score, r.plays, r.trial_seconds, r.stimulus_set_sha256) for r in rows] == [
+            ("AR", 0.5, 0, None, stimulus_set.manifest_sha256),
+            ("exact speculative", 0.5, 0, None, stimulus_set.manifest_sha256)]
+        # The session's plan and its clips came along: a runner on the same set shows the session as done.
+        assert tab(new, stimulus_set).next_view("s1") is None
 
 
 def test_a_session_finds_its_set_only_while_unchanged(stimulus_set, tmp_path):
@@ -479,30 +495,30 @@ def test_old_exports_are_pruned(tmp_path):
         prune_exports(tmp_path, keep=-1)
 
 
-def test_a_vote_needs_both_clips_played_to_the_end(store, stimulus_set):
-    from ssd_demo.listening.store import NotListenedError
-
-    test = ListeningTest(store, stimulus_set)
-    session = test.start_session(n_trials=1, seed=1)
-    view = test.next_view(session.session_id)
-    with pytest.raises(NotListenedError, match="clip A and clip B"):
-        store.submit_vote(session.session_id, view.trial_id, "none")
+def test_an_answer_needs_its_clips_played_to_the_end(store, stimulus_set, monkeypatch):
+    runner = tab(store, stimulus_set, ab_trials=1)
+    session = runner.start_session(seed=1)
+    view = runner.next_view(session.session_id)
+    with pytest.raises(NotListenedError, match="samples A, B"):
+        runner.submit(session.session_id, view.trial_id, {"choice": "none"})
     # The tone clips last 0.3 s: a play reported at once cannot have been heard.
     with pytest.raises(NotListenedError, match="cannot have been played"):
-        test.record_play(session.session_id, view.trial_id, "A")
+        runner.record_play(session.session_id, view.trial_id, "A")
     with pytest.raises(InvalidVoteError):
-        store.record_play(session.session_id, view.trial_id, "C")
-    assert store.record_play(session.session_id, view.trial_id, "A") == {"A"}
-    with pytest.raises(NotListenedError, match="clip B"):
-        store.submit_vote(session.session_id, view.trial_id, "A", 4)
-    assert store.count_votes() == 0 and store.completion_code(session.session_id) is None
-    store.record_play(session.session_id, view.trial_id, "B")
-    store.record_play(session.session_id, view.trial_id, "B")
-    assert test.next_view(session.session_id).played == {"A", "B"}  # a reload keeps the controls unlocked
-    vote = store.submit_vote(session.session_id, view.trial_id, "A", 4).vote
-    assert (vote.plays_a, vote.plays_b) == (1, 2) and vote.trial_seconds >= 0
-    assert [(clip) for _, clip, _ in store.plays(session.session_id)] == ["A", "B", "B"]
-    # The last vote in: a completion code, made once and stored.
+        store.record_study_play(session.session_id, view.trial_id, "C")
+    assert store.record_study_play(session.session_id, view.trial_id, "A") == {"A"}
+    with pytest.raises(NotListenedError, match="sample B"):
+        store.submit_answer(session.session_id, view.trial_id, {"choice": "A"})
+    assert answers(store) == [] and store.completion_code(session.session_id) is None
+    store.record_study_play(session.session_id, view.trial_id, "B")
+    store.record_study_play(session.session_id, view.trial_id, "B")
+    assert runner.next_view(session.session_id).played == {"A", "B"}  # a reload keeps the controls unlocked
+    store.submit_answer(session.session_id, view.trial_id, {"choice": "A"})
+    assert sorted((r.label, r.plays) for r in store.study_ratings(TAB_STUDY)) == [("A", 1), ("B", 2)]
+    assert [label for _, label, _ in store.study_plays(session.session_id)] == ["A", "B", "B"]
+    # The last answer in: a completion code, made once and stored.
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.0)
+    complete(store, runner, session.session_id)
     code = store.completion_code(session.session_id)
     assert code and len(code) == 10 and store.completion_code(session.session_id) == code
 

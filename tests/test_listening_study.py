@@ -17,8 +17,8 @@ from ssd_demo.errors import UserError
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError,
                                        StudyChangedError, StudyFileError, UnknownStudyError, UnknownTrialError)
-from ssd_demo.listening.migrations import MIGRATIONS, SCHEMA_VERSION
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.migrations import MIGRATIONS, SCHEMA_VERSION, TAB_STUDY
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR, load_study, parse_study
 from ssd_demo.listening.study_sessions import StudyRegistry, list_studies
 from ssd_demo.listening.stimuli import parse_system, tone_renderer
@@ -225,10 +225,15 @@ def test_migration_from_v3_keeps_every_vote(tmp_path):
     db.commit()
     db.close()
     with ListeningStore(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 4
-        votes = store.votes()
-        assert len(votes) == 1 and (votes[0].choice, votes[0].score_a, votes[0].plays_a) == ("A", 4, 1)
-        assert store.get_session("s1").study is None
+        assert store.schema_version() == SCHEMA_VERSION == 5
+        # The vote is now the built-in A/B + MOS study's: an A/B answer, and a MOS answer per score.
+        assert store.get_session("s1").study == TAB_STUDY
+        assert [a.answer for a in store.study_answers("s1")] == [{"choice": "A"}, {"score": 4}, {"score": 2}]
+        rows = [(r.kind, r.system, r.score, r.plays, r.trial_seconds) for r in store.study_ratings(TAB_STUDY)]
+        assert rows == [("ab", "AR", 1.0, 1, 3.5), ("ab", "SSD", 0.0, 1, 3.5), ("mos", "AR", 4.0, 1, 3.5),
+                        ("mos", "SSD", 2.0, 1, 3.5)]
+    with sqlite3.connect(path) as db:  # the first store's row stays as it was
+        assert db.execute("SELECT choice, score_a, plays_a FROM votes").fetchall() == [("A", 4, 1)]
 
 
 @pytest.mark.parametrize("system, message", [
@@ -294,7 +299,7 @@ def test_a_score_is_a_short_ascii_number_or_a_typed_refusal(registry, bad):
 
 def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
     from ssd_demo.listening.errors import QUOTED_CHARS
-    from ssd_demo.listening.store import normalize_choice, normalize_score
+    from ssd_demo.listening.answers import normalize_answer
 
     runner = registry.runner("pilot")
     session = runner.start_session(seed=1)
@@ -307,7 +312,9 @@ def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
             runner.submit(session.session_id, view.trial_id, answer)
         assert "L" * QUOTED_CHARS not in str(refused.value) and len(str(refused.value)) < 200
     for call in (lambda: runner.record_play(session.session_id, view.trial_id, huge),
-                 lambda: normalize_choice(huge), lambda: normalize_score(huge, "A"), lambda: normalize_score("\u0663", "A")):
+                 lambda: normalize_answer("ab", {"choice": huge}, ["A", "B"]),
+                 lambda: normalize_answer("mos", {"score": huge}, ["A"]),
+                 lambda: normalize_answer("mos", {"score": "\u0663"}, ["A"])):
         with pytest.raises(ListeningError) as refused:
             call()
         assert len(str(refused.value)) < 200

@@ -18,7 +18,7 @@ import pytest
 from ssd_demo.__main__ import main as cli
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.errors import AlreadyVotedError
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR
 from ssd_demo.listening.study_results import read_long_csv, read_summary_json, study_results
 from ssd_demo.listening.study_sessions import StudyRegistry
@@ -178,7 +178,7 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from ssd_demo.listening import study_sessions
-    from ssd_demo.listening.store import ListeningStore
+    from ssd_demo.listening.study_store import ListeningStore
     study_sessions.LISTEN_FRACTION = 0.0
     root = Path(sys.argv[1])
     store = ListeningStore(root / "listening.sqlite3")
@@ -259,3 +259,13 @@ def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimul
     assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
     assert "stimulus_version" in out_csv.read_text().splitlines()[0]
     assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database
+
+
+def test_a_study_file_cannot_take_the_listening_tabs_study_name(tmp_path):
+    from ssd_demo.listening.migrations import TAB_STUDY
+
+    study_file = tmp_path / "tab.toml"
+    study_file.write_text(STUDY.format(name=TAB_STUDY, preset="unused"), encoding="utf-8")
+    with pytest.raises(Exception, match="listening tab's built-in study"):
+        create_study(study_file, root=tmp_path / "data", render=tone_renderer(seconds=0.05))
+    assert not (tmp_path / "data" / "studies").exists()

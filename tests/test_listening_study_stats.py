@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.screening import screen
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import LOWPASS_ANCHOR, parse_study
 from ssd_demo.listening.study_results import (read_long_csv, read_summary_json, results_from_ratings, ratings_from_long,
                                               study_results, summary, write_long_csv, write_summary_json)

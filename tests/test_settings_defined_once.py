@@ -13,7 +13,7 @@ from ssd_demo.app.compare import settings as app_settings
 from ssd_demo.app.errors import INTERNAL_ERROR_MESSAGE, to_gradio_error
 from ssd_demo.config import MAX_SEED, SETTINGS, resolve_seed
 from ssd_demo.errors import InvalidSettingError, UserError
-from ssd_demo.listening.store import ListeningError
+from ssd_demo.listening.errors import ListeningError
 from ssd_demo.cli import bench, evaluation, sweep
 from ssd_demo.cli import synth
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ssd_demo.listening.store import ListeningStore
+from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study_results import read_long_csv
 from ssd_demo.listening.stimuli import tone_renderer
 from ssd_demo.listening.study_setup import create_study

@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _list(root: Path | None) -> int:
-    from ..listening.store import ListeningStore
+    from ..listening.study_store import ListeningStore
 
     names = list_studies(root)
     if not names:

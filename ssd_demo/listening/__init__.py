@@ -1,25 +1,18 @@
-"""Blind listening tests: stimulus sets, a SQLite vote store, statistics; studies (MUSHRA, ABX, A/B, MOS)
-defined in one file, served by name, screened and analysed.
+"""Blind listening tests: stimulus sets, a SQLite store, studies (MUSHRA, ABX, A/B, MOS) defined in one
+file, served by name, screened and analysed; the app's A/B + MOS tab is a built-in study (`ab_mos`).
 
 The pieces are independent of any model: a stimulus set is a folder of WAV files and a
 manifest, so a test can run on clips rendered elsewhere. Only `stimuli.render_stimulus_set`
 and `stimuli.build_small_set` need a synthesizer.
 """
 
-from .errors import InvalidAnswerError, NotListenedError, StudyChangedError, StudyFileError, UnknownStudyError
-from .stats import ListeningSummary, MosSummary, PairPreference, summarize
+from .ab_mos import ListeningSummary, MosSummary, PairPreference, summarize, tab_study
+from .errors import (AlreadyVotedError, InvalidAnswerError, InvalidVoteError, ListeningError, NotListenedError,
+                     StudyChangedError, StudyFileError, UnknownSessionError, UnknownStudyError, UnknownTrialError)
 from .stimulus_sets import StimulusSet, data_dir, load_stimulus_set
-from .store import (
-    AlreadyVotedError,
-    InvalidVoteError,
-    ListeningError,
-    ListeningStore,
-    UnknownSessionError,
-    UnknownTrialError,
-    VoteRecord,
-)
 from .study import Study, load_study
 from .study_sessions import StudyRegistry, StudyRunner, StudyTrialView
+from .study_store import ListeningStore
 
 __all__ = [
     "AlreadyVotedError",
@@ -41,9 +34,9 @@ __all__ = [
     "UnknownStudyError",
     "UnknownSessionError",
     "UnknownTrialError",
-    "VoteRecord",
     "data_dir",
     "load_stimulus_set",
     "load_study",
     "summarize",
+    "tab_study",
 ]

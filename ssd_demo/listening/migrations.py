@@ -3,6 +3,12 @@
 A database records the migrations applied to it in a `schema_migrations` table (and the latest version in
 SQLite's `user_version`); opening one with `ListeningStore` applies the missing ones in the same transaction,
 so an old database gains new columns, with their values filled in, and a database newer than the app is refused.
+
+Versions 1-3 are the tables of the A/B tab's first store (`sessions`, `trials`, `votes`, `plays`); version 4
+added the studies' tables. Version 5 makes the A/B tab one study among others (`TAB_STUDY`): every session,
+trial, play and vote of the first store is copied into the studies' tables (`TAB_VOTES_TO_STUDY`). The first
+store's tables stay as they were, untouched, so nothing of an old database is ever lost; nothing writes to
+them any more.
 """
 
 from __future__ import annotations
@@ -184,6 +190,71 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+)
+
+#: The built-in study the app's A/B + MOS tab runs (`ab_mos`); version 5 files the tab's earlier sessions under it.
+#: Never change it: databases hold it.
+TAB_STUDY = "ab-mos"
+
+# Version 5, statement by statement. An A/B vote becomes an "ab" trial (same trial id and index) with its
+# choice as the answer and one rating per clip (1 chosen, 0 not, 0.5 each for no preference); each of its
+# optional naturalness scores becomes a "mos" trial of that clip, numbered after the session's A/B trials
+# (the session's trial count grows by as many), answered when the vote was. Clip durations were not stored
+# by the first store, so the copied conditions have 0 seconds (they only bound how soon a play may count).
+TAB_VOTES_TO_STUDY: tuple[str, ...] = (
+    f"UPDATE sessions SET study = '{TAB_STUDY}' WHERE study IS NULL",
+    """INSERT INTO study_trials (trial_id, session_id, trial_index, kind, item_id, text, attention_check, presented_at)
+       SELECT trial_id, session_id, trial_index, 'ab', item_id, text, 0, presented_at FROM trials
+       ORDER BY session_id, trial_index""",
+    """INSERT INTO trial_conditions (trial_id, label, position, role, system, clip, duration_seconds)
+       SELECT trial_id, 'A', 0, 'rated', system_a, clip_a, 0 FROM trials
+       UNION ALL SELECT trial_id, 'B', 1, 'rated', system_b, clip_b, 0 FROM trials""",
+    """INSERT INTO study_plays (session_id, trial_id, label, completed_at)
+       SELECT session_id, trial_id, clip, completed_at FROM plays ORDER BY play_id""",
+    """INSERT INTO answers (trial_id, session_id, kind, answer, presented_at, submitted_at, trial_seconds, app_version)
+       SELECT trial_id, session_id, 'ab', json_object('choice', choice), presented_at, submitted_at, trial_seconds,
+              app_version FROM votes ORDER BY vote_id""",
+    """INSERT INTO ratings (answer_id, trial_id, kind, label, system, other_system, score, plays)
+       SELECT a.answer_id, v.trial_id, 'ab', c.label,
+              CASE c.label WHEN 'A' THEN v.system_a ELSE v.system_b END,
+              CASE c.label WHEN 'A' THEN v.system_b ELSE v.system_a END,
+              CASE WHEN v.choice = 'none' THEN 0.5 WHEN v.choice = c.label THEN 1 ELSE 0 END,
+              COALESCE(CASE c.label WHEN 'A' THEN v.plays_a ELSE v.plays_b END, 0)
+       FROM votes v JOIN answers a ON a.trial_id = v.trial_id
+       CROSS JOIN (SELECT 'A' AS label UNION ALL SELECT 'B') c ORDER BY v.vote_id, c.label""",
+    """CREATE TEMP TABLE tab_scores AS
+       SELECT v.vote_id, v.session_id, v.trial_id, c.clip, v.trial_id || lower(c.clip) AS mos_trial_id,
+              v.item_id, v.text, v.presented_at, v.submitted_at, v.trial_seconds, v.app_version,
+              CASE c.clip WHEN 'A' THEN v.system_a ELSE v.system_b END AS system,
+              CASE c.clip WHEN 'A' THEN t.clip_a ELSE t.clip_b END AS path,
+              CASE c.clip WHEN 'A' THEN v.score_a ELSE v.score_b END AS score,
+              COALESCE(CASE c.clip WHEN 'A' THEN v.plays_a ELSE v.plays_b END, 0) AS plays,
+              s.n_trials - 1 + ROW_NUMBER() OVER (PARTITION BY v.session_id ORDER BY v.trial_index, c.clip)
+                  AS trial_index
+       FROM votes v JOIN trials t ON t.trial_id = v.trial_id JOIN sessions s ON s.session_id = v.session_id
+       CROSS JOIN (SELECT 'A' AS clip UNION ALL SELECT 'B') c
+       WHERE CASE c.clip WHEN 'A' THEN v.score_a ELSE v.score_b END IS NOT NULL""",
+    """INSERT INTO study_trials (trial_id, session_id, trial_index, kind, item_id, text, attention_check, presented_at)
+       SELECT mos_trial_id, session_id, trial_index, 'mos', item_id, text, 0, presented_at FROM tab_scores
+       ORDER BY vote_id, clip""",
+    """INSERT INTO trial_conditions (trial_id, label, position, role, system, clip, duration_seconds)
+       SELECT mos_trial_id, 'A', 0, 'rated', system, path, 0 FROM tab_scores ORDER BY vote_id, clip""",
+    """INSERT INTO study_plays (session_id, trial_id, label, completed_at)
+       SELECT p.session_id, m.mos_trial_id, 'A', p.completed_at
+       FROM plays p JOIN tab_scores m ON m.trial_id = p.trial_id AND m.clip = p.clip ORDER BY p.play_id""",
+    """INSERT INTO answers (trial_id, session_id, kind, answer, presented_at, submitted_at, trial_seconds, app_version)
+       SELECT mos_trial_id, session_id, 'mos', json_object('score', score), presented_at, submitted_at,
+              trial_seconds, app_version FROM tab_scores ORDER BY vote_id, clip""",
+    """INSERT INTO ratings (answer_id, trial_id, kind, label, system, other_system, score, plays)
+       SELECT a.answer_id, m.mos_trial_id, 'mos', 'A', m.system, NULL, m.score, m.plays
+       FROM tab_scores m JOIN answers a ON a.trial_id = m.mos_trial_id ORDER BY m.vote_id, m.clip""",
+    """UPDATE sessions SET n_trials = n_trials
+           + (SELECT COUNT(*) FROM tab_scores m WHERE m.session_id = sessions.session_id)
+       WHERE session_id IN (SELECT session_id FROM tab_scores)""",
+    "DROP TABLE tab_scores",
+)
+MIGRATIONS += (
+    (5, "the A/B tab's sessions, plays and votes become the built-in A/B + MOS study's", TAB_VOTES_TO_STUDY),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import InputError
 from .figures import save_mushra_boxplot
 from .objective import Judge, agreements, clip_metrics, objective_lines, objective_summary, system_metrics
-from .store import ListeningStore
+from .study_store import ListeningStore
 from .study_results import StudyResults, study_results, write_long_csv, write_summary_json
 from .study_sessions import database_path, list_studies, load_study_and_stimuli
 from .study_stats import FEW_RATERS

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from .screening import Exclusion, RaterSummary, rater_summaries, screen
-from .store import ListeningStore
+from .study_store import ListeningStore
 from .study import Study
 from .study_stats import StudyStatistics, study_statistics
 from .study_store import RatingRow

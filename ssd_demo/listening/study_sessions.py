@@ -19,14 +19,14 @@ from ..config import draw_seed
 from .errors import ListeningError, StudyChangedError, StudyFileError, UnknownStudyError
 from .records import SessionRecord
 from .stimulus_sets import SET_NAME, StimulusSet, data_dir, load_stimulus_set, manifest_unchanged, stimuli_root
-from .store import ListeningStore
+from .study_store import ListeningStore
 from .study import DEFAULT_INSTRUCTIONS, Study, load_study
 from .study_plan import plan_study
 from .study_store import StudyTrialRecord
 
 STUDY_SUFFIX = ".toml"
 # A play counts as completed only once this share of the clip's length has passed since its trial was
-# shown (server time), as for the A/B tab: a client cannot report plays it never made. An answer likewise
+# shown (server time): a client cannot report plays it never made. An answer likewise
 # needs this share of the clips that must be heard, end to end (the player plays one at a time).
 LISTEN_FRACTION = 0.9
 SCALES = {"mushra": (0, 100), "mos": (1, 5)}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..config import DecodingConfig
 from ..errors import InputError, UserError
+from .migrations import TAB_STUDY
 from .stimulus_sets import StimulusSet
 from .study import Study, load_study
 from .study_sessions import database_path, study_path
@@ -39,6 +40,9 @@ def create_study(
     and the results report only the sessions that heard the current stimuli (the stimulus manifest's SHA-256),
     so answers to other stimuli are left out."""
     study = load_study(path)
+    if study.name == TAB_STUDY:
+        raise InputError(f"{Path(path).name}: the name {TAB_STUDY!r} is the listening tab's built-in study; "
+                         "choose another name")
     check_systems(study, Path(path).name)
     destination = study_path(study.name, root)
     if destination.exists() and not overwrite:
@@ -73,7 +77,7 @@ def check_systems(study: Study, origin: str) -> None:
 
 
 def _answer_count(name: str, root: Path | None) -> int:
-    from .store import ListeningStore
+    from .study_store import ListeningStore
 
     database = database_path(root)
     if not database.is_file():

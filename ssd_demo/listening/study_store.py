@@ -1,11 +1,12 @@
-"""The studies' tables (schema version 4): sessions in a named study, their trials with conditions under
-opaque labels, completed plays per clip, one answer per trial with one rating per condition, and the
-experimenter's invalidations.
+"""The listening database (`ListeningStore`): sessions in a named study, their trials with conditions under
+opaque labels, completed plays per clip, one answer per trial with one rating per condition, completion
+codes and the experimenter's invalidations. The app's A/B + MOS tab is one such study (`ab_mos`).
 
-The same guarantees as the A/B votes: one `BEGIN IMMEDIATE` transaction per answer that writes the
-answer and its ratings together, `UNIQUE (trial_id)` on answers so a repeated or concurrent submission
-stores at most once, CHECK constraints on every score, and a server-side refusal of an answer while a
-clip the rater must hear has no completed play.
+Trust comes from the database, not from the app: WAL journaling with full sync (`database`), one
+`BEGIN IMMEDIATE` transaction per answer that writes the answer and its ratings together, `UNIQUE (trial_id)`
+on answers so a repeated or concurrent submission stores at most once, CHECK constraints on every score,
+and a server-side refusal of an answer while a clip the rater must hear has no completed play. The schema
+is versioned (`migrations`); opening a database applies the missing migrations.
 """
 
 from __future__ import annotations
@@ -14,111 +15,31 @@ import json
 import secrets
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from .answers import normalize_answer, ratings
-from .database import utc_now
+from .database import SqliteDatabase, utc_now
 from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
-                     UnknownTrialError, quote)
-from .records import SESSION_COLUMNS, SessionRecord, normalize_rater_id
+                     UnknownSessionError, UnknownTrialError, quote)
+from .records import (SESSION_COLUMNS, AnswerOutcome, AnswerRecord, ConditionRecord, RatingRow,  # noqa: F401
+                      SessionProgress, SessionRecord, StudyTrialRecord, normalize_rater_id)
 from .study_plan import PlannedStudyTrial
 
 MAX_REASON_CHARS = 500
 
 
-@dataclass(frozen=True)
-class ConditionRecord:
-    label: str
-    position: int
-    role: str  # "rated" | "reference" | "x"
-    system: str
-    clip: str
-    duration_seconds: float
+class StudyTables:
+    """The methods of `ListeningStore`; they use its connections and transactions (`SqliteDatabase`)."""
 
-    @property
-    def must_play(self) -> bool:
-        """Rated clips and ABX's X must be played to the end before the answer (the labelled reference need not)."""
-        return self.role in ("rated", "x")
-
-
-@dataclass(frozen=True)
-class StudyTrialRecord:
-    trial_id: str
-    session_id: str
-    trial_index: int
-    kind: str
-    item_id: str
-    text: str
-    attention_check: bool
-    presented_at: str | None
-    conditions: tuple[ConditionRecord, ...]
-
-    def condition(self, label: str) -> ConditionRecord:
-        for condition in self.conditions:
-            if condition.label == label:
-                return condition
-        raise InvalidVoteError(f"This trial has no sample {quote(label)}.")
-
-
-@dataclass(frozen=True)
-class AnswerRecord:
-    answer_id: int
-    trial_id: str
-    session_id: str
-    kind: str
-    answer: dict
-    presented_at: str | None
-    submitted_at: str
-    trial_seconds: float | None
     app_version: str
 
-
-@dataclass(frozen=True)
-class AnswerOutcome:
-    answer: AnswerRecord
-    stored: bool  # False: this same answer was already stored (a repeated submission)
-
-
-@dataclass(frozen=True)
-class RatingRow:
-    """One rating with what analysis needs about it (the long format's row, before screening)."""
-
-    study: str
-    session_id: str
-    rater_id: str | None
-    trial_index: int
-    kind: str
-    item_id: str
-    attention_check: bool
-    label: str
-    system: str
-    other_system: str | None
-    score: float
-    plays: int
-    trial_seconds: float | None
-    submitted_at: str
-    stimulus_set_sha256: str = ""  # the stimulus version the session heard (a study created again has another)
-
-    @property
-    def rater(self) -> str:
-        """The rater's id, or the session's id when the rater gave none (one session = one rater then)."""
-        return self.rater_id or f"session:{self.session_id[:12]}"
-
-
-@dataclass(frozen=True)
-class SessionProgress:
-    session_id: str
-    rater_id: str | None
-    n_trials: int
-    created_at: str
-    answered: int
-    last_answer_at: str | None
-    invalidated: str | None  # the experimenter's reason, if invalidated
-
-
-class StudyTables:
-    """Methods of `ListeningStore` for studies; they use its connections and transactions."""
+    def get_session(self, session_id: str) -> SessionRecord:
+        if not _looks_like_id(session_id):
+            raise UnknownSessionError("Unknown listening session: start a new session.")
+        row = self._connection().execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise UnknownSessionError("Unknown listening session: start a new session.")
+        return SessionRecord(**dict(row))
 
     def create_study_session(self, study: str, trials: Sequence[PlannedStudyTrial], *, stimulus_set: str,
                              stimulus_set_sha256: str, seed: int, rater_id: str | None = None) -> SessionRecord:
@@ -155,7 +76,7 @@ class StudyTables:
         self.get_session(session_id)
         db = self._connection()
         row = None
-        if isinstance(trial_id, str) and 0 < len(trial_id) <= 64 and trial_id.isalnum():
+        if _looks_like_id(trial_id):
             row = db.execute("SELECT * FROM study_trials WHERE trial_id = ? AND session_id = ?",
                              (trial_id, session_id)).fetchone()
         if row is None:
@@ -304,9 +225,38 @@ class StudyTables:
                FROM sessions s WHERE s.study = ? ORDER BY s.created_at""", (study,)).fetchall()
         return [SessionProgress(**dict(row)) for row in rows]
 
+    def study_versions(self, study: str) -> list[tuple[str, str, int]]:
+        """(stimulus set name, manifest sha256, answers) for every stimulus version of the study's sessions,
+        most recently answered first (versions without answers last)."""
+        rows = self._connection().execute(
+            """SELECT s.stimulus_set, s.stimulus_set_sha256, COUNT(a.answer_id) AS n, MAX(a.answer_id) AS last
+               FROM sessions s LEFT JOIN answers a ON a.session_id = s.session_id WHERE s.study = ?
+               GROUP BY s.stimulus_set, s.stimulus_set_sha256 ORDER BY last IS NULL, last DESC""", (study,)).fetchall()
+        return [(row["stimulus_set"], row["stimulus_set_sha256"], int(row["n"])) for row in rows]
+
     def studies_with_sessions(self) -> list[str]:
         rows = self._connection().execute("SELECT DISTINCT study FROM sessions WHERE study IS NOT NULL ORDER BY study")
         return [row[0] for row in rows]
+
+    # -- completion codes
+
+    def completion_code(self, session_id: str) -> str | None:
+        """The session's completion code, made and stored when every trial has its answer; None before."""
+        self.get_session(session_id)
+        with self._transaction() as db:
+            row = db.execute("SELECT completion_code FROM completions WHERE session_id = ?", (session_id,)).fetchone()
+            if row is not None:
+                return str(row[0])
+            open_trials = db.execute(
+                """SELECT COUNT(*) FROM study_trials t LEFT JOIN answers a ON a.trial_id = t.trial_id
+                   WHERE t.session_id = ? AND a.answer_id IS NULL""", (session_id,)).fetchone()[0]
+            if open_trials:
+                return None
+            while True:
+                code = secrets.token_hex(5).upper()  # 10 hex digits: unguessable enough to prove a finished session
+                if db.execute("SELECT 1 FROM completions WHERE completion_code = ?", (code,)).fetchone() is None:
+                    db.execute("INSERT INTO completions VALUES (?, ?, ?)", (session_id, code, utc_now()))
+                    return code
 
     # -- the experimenter's invalidations
 
@@ -328,6 +278,14 @@ class StudyTables:
     def invalidations(self) -> dict[str, str]:
         """{session id: reason} for every invalidated session."""
         return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}
+
+
+class ListeningStore(StudyTables, SqliteDatabase):
+    """The listening database: the studies' tables (`StudyTables`) on one SQLite file (`SqliteDatabase`)."""
+
+
+def _looks_like_id(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and value.isalnum()
 
 
 def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_set_sha256: str) -> SessionRecord | None:

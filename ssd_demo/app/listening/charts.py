@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ...listening.stats import ListeningSummary
+from ...listening.ab_mos import ListeningSummary
 
 COLOURS = {"x": "#4C72B0", "tie": "#BBBBBB", "y": "#DD8452", "mos": "#55A868"}
 

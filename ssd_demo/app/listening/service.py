@@ -1,8 +1,9 @@
-"""The listening test as plain objects, no Gradio: settings from the environment, the app that
-serves trials and records votes, results, exports, stimulus-set building, and the checks that guard
-them (results token, Space build guard, public messages without server paths).
+"""The listening tab as plain objects, no Gradio: settings from the environment, the app that serves the
+built-in A/B + MOS study's trials and records its answers, results, exports, stimulus-set building, and
+the checks that guard them (results token, Space build guard, public messages without server paths).
 
-`ssd_demo.app.listening.tab` lays it out as a tab; every rule about votes lives in `ListeningStore`.
+`ssd_demo.app.listening.tab` lays it out as a tab; every rule about answers lives in the study system
+(`StudyRunner`, `ListeningStore`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ...listening.export import prune_exports, write_votes_csv
-from ...listening.sessions import DEFAULT_TRIALS, ListeningTest, TrialView
-from ...listening.stats import set_label, summarize
+import numpy as np
+import soundfile as sf
+
+from ...listening.ab_mos import DEFAULT_AB_TRIALS, ListeningSummary, rated_study, set_label, tab_study, tab_summary
+from ...listening.errors import InvalidAnswerError, ListeningError
+from ...listening.migrations import TAB_STUDY
 from ...listening.stimuli import build_small_set
 from ...listening.stimulus_sets import (StimulusSet, current_stimulus_set, data_dir, manifest_unchanged,
                                         stimulus_set_by_checksum)
-from ...listening.store import ListeningError, ListeningStore
+from ...listening.study_results import study_results, write_long_csv
+from ...listening.study_sessions import StudyRunner, StudyTrialView
+from ...listening.study_store import ListeningStore
 
 CURRENT_SET = "current"  # the results selector's value for "the set now served"
 EXPORTS_KEPT = 5  # CSV exports kept in the export folder; older ones are deleted
@@ -93,7 +99,7 @@ def check_build_allowed(environ: Mapping[str, str] | None = None) -> None:
 class ListeningSettings:
     data_dir: Path
     db_path: Path
-    n_trials: int
+    n_trials: int  # A/B trials per session, about (whole sentences are drawn; `tab_study`)
 
     @classmethod
     def from_env(cls, data_root: Path | None = None) -> ListeningSettings:
@@ -101,33 +107,53 @@ class ListeningSettings:
         db = os.environ.get("SSD_DEMO_LISTENING_DB", "").strip()
         trials = os.environ.get("SSD_DEMO_LISTENING_TRIALS", "").strip()
         try:
-            n_trials = int(trials) if trials else DEFAULT_TRIALS
+            n_trials = int(trials) if trials else DEFAULT_AB_TRIALS
         except ValueError:
             raise ValueError(f"SSD_DEMO_LISTENING_TRIALS must be an integer, got {trials!r}") from None
         return cls(data_dir=root, db_path=Path(db) if db else root / "listening.sqlite3", n_trials=n_trials)
 
 
+# What reading a clip can raise: a missing or unreadable file, a path outside the set, a broken WAV.
+CLIP_READ_ERRORS = (OSError, ValueError, sf.SoundFileError)
+
+
+@dataclass(frozen=True)
+class TabTrial:
+    """A trial as the tab shows it: the study's view and each clip's samples, in the view's order."""
+
+    view: StudyTrialView
+    audio: tuple[tuple[int, np.ndarray], ...]  # (sample rate, int16 samples): the file's exact level
+
+    @property
+    def kind(self) -> str:
+        return self.view.kind
+
+
 class ListeningApp:
-    """The tab's server side: a store, the served stimulus set, and the operations the events call."""
+    """The tab's server side: a store, the built-in study on the served stimulus set, and the operations
+    the events call."""
 
     def __init__(self, settings: ListeningSettings):
         self.settings = settings
         self.store = ListeningStore(settings.db_path)
         self.browser_secret = browser_secret(settings.db_path)
-        self._test: ListeningTest | None = None
-        self._by_set: dict[SetKey, ListeningTest] = {}  # every set a session here has used
+        self._runner: StudyRunner | None = None
+        self._by_set: dict[SetKey, StudyRunner] = {}  # every set a session here has used
         self._lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
 
-    def test(self) -> ListeningTest:
-        """The test of the served set (loaded again if its folder was rebuilt on disk)."""
+    def _new_runner(self, stimulus_set: StimulusSet) -> StudyRunner:
+        return StudyRunner(self.store, tab_study(stimulus_set, self.settings.n_trials), stimulus_set)
+
+    def runner(self) -> StudyRunner:
+        """The study on the served set (loaded again if its folder was rebuilt on disk)."""
         with self._lock:
-            if self._test is not None and not manifest_unchanged(self._test.stimulus_set):
-                self._by_set.pop(_key(self._test.stimulus_set), None)
-                self._test = None
-            if self._test is None:
+            if self._runner is not None and not manifest_unchanged(self._runner.stimulus_set):
+                self._by_set.pop(_key(self._runner.stimulus_set), None)
+                self._runner = None
+            if self._runner is None:
                 try:
                     stimulus_set = current_stimulus_set(self.settings.data_dir)
                 except (ValueError, FileNotFoundError) as error:  # a damaged or half-copied set
@@ -137,24 +163,28 @@ class ListeningApp:
                         "No stimulus set yet. Render one with `python -m ssd_demo stimuli --name NAME`, "
                         "or use 'Build a small stimulus set' below."
                     )
-                self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
-            return self._test
+                key = _key(stimulus_set)
+                self._runner = self._by_set.get(key) or self._by_set.setdefault(key, self._new_runner(stimulus_set))
+            return self._runner
 
     def use_set(self, stimulus_set: StimulusSet) -> None:
         """Serve `stimulus_set` to new sessions; sessions already running keep theirs."""
+        runner = self._new_runner(stimulus_set)
         with self._lock:
-            self._test = self._by_set.setdefault(_key(stimulus_set), ListeningTest(self.store, stimulus_set))
+            self._runner = self._by_set.setdefault(_key(stimulus_set), runner)
 
     def served_key(self) -> SetKey | None:
         """The served set's (name, sha256), or None when no set can be served."""
         try:
-            return _key(self.test().stimulus_set)
+            return _key(self.runner().stimulus_set)
         except ListeningError:
             return None
 
-    def session_test(self, session_id: str) -> ListeningTest:
-        """The test of the set this session started with, which may no longer be the served one."""
+    def session_runner(self, session_id: str) -> StudyRunner:
+        """The study on the set this session started with, which may no longer be the served one."""
         session = self.store.get_session(session_id)
+        if session.study != TAB_STUDY:
+            raise ListeningError("This session belongs to another study: start a new session.")
         key = (session.stimulus_set, session.stimulus_set_sha256)
         self.served_key()  # loads the served set on first use, so it is found below without a second load
         with self._lock:
@@ -170,20 +200,31 @@ class ListeningApp:
                 f"The stimulus set changed: set {session.stimulus_set!r} that this session started with was "
                 "replaced or removed. Your votes so far are saved. Reload the page and start a new session."
             )
+        runner = self._new_runner(stimulus_set)
         with self._lock:
-            return self._by_set.setdefault(key, ListeningTest(self.store, stimulus_set))
+            return self._by_set.setdefault(key, runner)
 
-    def start(self, rater_id: str | None) -> TrialView | None:
-        test = self.test()
-        session = test.start_session(rater_id=rater_id, n_trials=min(self.settings.n_trials, _max_trials(test)))
-        return test.next_view(session.session_id)
+    def start(self, rater_id: str | None) -> TabTrial | None:
+        runner = self.runner()
+        session = runner.start_session(rater_id=rater_id)
+        return self._shown(runner, runner.next_view(session.session_id))
 
-    def submit(self, session_id: str, trial_id: str, choice: str, score_a, score_b) -> TrialView | None:
-        return self.session_test(session_id).submit(session_id, trial_id, choice, score_a, score_b)
+    def submit(self, session_id: str, trial_id: str, choice: str | None, score_a, score_b) -> TabTrial | None:
+        """Store the trial's answer (an A/B trial's choice, a MOS trial's score) and return the next trial."""
+        runner = self.session_runner(session_id)
+        trial = self.store.get_study_trial(session_id, trial_id)
+        view = runner.submit(session_id, trial_id, tab_answer(trial.kind, choice, score_a, score_b))
+        try:
+            return self._shown(runner, view)
+        except ListeningError as error:
+            # The answer is stored: the rater must not think it was lost and answer again elsewhere.
+            raise ListeningError(f"Your vote was saved, but the next trial cannot be shown: {error}") from None
 
-    def record_play(self, session_id: str, trial_id: str, clip: str) -> frozenset[str]:
-        """Record that a clip played to the end; the trial's clips played so far."""
-        return self.session_test(session_id).record_play(session_id, trial_id, clip)
+    def record_play(self, session_id: str, trial_id: str, clip: str) -> tuple[str, frozenset[str]]:
+        """Record that a clip played to the end; (the trial's kind, its clips played so far)."""
+        runner = self.session_runner(session_id)
+        heard = runner.record_play(session_id, trial_id, clip)
+        return self.store.get_study_trial(session_id, trial_id).kind, heard
 
     def completion_code(self, session_id: str) -> str | None:
         return self.store.completion_code(session_id)
@@ -200,47 +241,58 @@ class ListeningApp:
             return session_id
         return None
 
-    def resume(self, session_id: str) -> TrialView | None:
-        return self.session_test(session_id).next_view(session_id)
+    def resume(self, session_id: str) -> TabTrial | None:
+        runner = self.session_runner(session_id)
+        return self._shown(runner, runner.next_view(session_id))
+
+    def _shown(self, runner: StudyRunner, view: StudyTrialView | None) -> TabTrial | None:
+        if view is None:
+            return None
+        return TabTrial(view, tuple(_read_clip(runner.stimulus_set, c.clip) for c in view.conditions))
 
     def results_key(self, selected: str | None) -> SetKey | None:
         """The set the results show: `selected` ("name:sha256" or "name"), else the served set,
         else the most recently voted one; None when there is nothing to show."""
         selected = (selected or "").strip()
+        voted = self.store.study_versions(TAB_STUDY)
         if selected and selected != CURRENT_SET:
             name, _, sha = selected.partition(":")
-            voted = self.store.voted_sets()
-            if not any(n == name and (not sha or s == sha) for n, s, _ in voted):
+            if not any(n == name and (not sha or s == sha) and count for n, s, count in voted):
                 raise ListeningError(f"No votes on stimulus set {selected!r}.")
             return (name, sha or None)
         served = self.served_key()
         if served is not None:
             return served
-        voted = self.store.voted_sets()
+        voted = [v for v in voted if v[2]]
         return (voted[0][0], voted[0][1]) if voted else None
 
     def results_choices(self) -> list[tuple[str, str]]:
-        """The results selector's options: the served set, then every set with votes."""
+        """The results selector's options: the served set, then every set with answers."""
         choices = [("Currently served set", CURRENT_SET)]
-        for name, sha, n in self.store.voted_sets():
-            choices.append((f"{set_label(name, sha)}: {n} votes", f"{name}:{sha}" if sha else name))
+        for name, sha, n in self.store.study_versions(TAB_STUDY):
+            if n:
+                choices.append((f"{set_label(name, sha)}: {n} answers", f"{name}:{sha}"))
         return choices
 
     def progress(self, session_id: str) -> tuple[int, int]:
-        return self.store.progress(session_id)
+        return self.store.study_progress(session_id)
 
-
-    def results(self, token: str | None, selected: str | None = CURRENT_SET):
+    def results(self, token: str | None, selected: str | None = CURRENT_SET,
+                exclude: bool = True) -> tuple[ListeningSummary, SetKey | None]:
         """(summary of the chosen set's votes, its key); the results token is checked first."""
         check_results_token(token)
         key = self.results_key(selected)
-        return summarize(self.store.votes_for_set(*key) if key is not None else []), key
+        if key is None:
+            return tab_summary(self.store, "", "", exclude), None
+        return tab_summary(self.store, *key, exclude=exclude), key
 
     def export_votes(self, token: str | None) -> Path:
-        """Every vote of every set as a CSV file (the stimulus_set columns tell the sets apart)."""
+        """Every rating of every set in the studies' long CSV (its stimulus_version column tells the sets apart)."""
         check_results_token(token)
+        rows = self.store.study_ratings(TAB_STUDY)
+        results = study_results(self.store, rated_study(rows))
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = write_votes_csv(self.store.votes(), _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
+        path = write_long_csv(results.rows, _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
         prune_exports(_export_dir(), keep=EXPORTS_KEPT)
         return path
 
@@ -253,12 +305,46 @@ class ListeningApp:
         return stimulus_set
 
 
+def tab_answer(kind: str, choice: str | None, score_a: object, score_b: object) -> dict:
+    """The study answer the tab's controls give: an A/B trial's choice, a MOS trial's score (its clip is A).
+    A value meant for the other kind of trial is refused, never dropped."""
+    given = [score for score in (score_a, score_b) if score not in (None, "")]
+    if kind == "ab":
+        if given:
+            raise InvalidAnswerError("This trial asks which clip sounds more natural; the clips' naturalness is "
+                                     "rated in trials of its own. Send the choice alone.")
+        return {"choice": choice}
+    if kind == "mos":
+        if choice not in (None, "") or score_b not in (None, ""):
+            raise InvalidAnswerError("This trial rates one clip: send its score (1 to 5) alone.")
+        return {"score": score_a}
+    raise InvalidAnswerError(f"The listening tab does not serve {kind} trials.")
+
+
+def _read_clip(stimulus_set: StimulusSet, path: Path) -> tuple[int, np.ndarray]:
+    try:
+        audio, sample_rate = sf.read(path, dtype="int16", always_2d=False)
+    except CLIP_READ_ERRORS:
+        # The file name only: a rater's message must not show the server's folders.
+        raise ListeningError(f"clip {Path(path).name} of stimulus set {stimulus_set.name!r} cannot be read; "
+                             "please tell the experimenter.") from None
+    return int(sample_rate), audio
+
+
 def _key(stimulus_set: StimulusSet) -> SetKey:
     return (stimulus_set.name, stimulus_set.manifest_sha256)
 
 
-def _max_trials(test: ListeningTest) -> int:
-    return sum(len(item.clips) * (len(item.clips) - 1) // 2 for item in test.stimulus_set.items)
+def prune_exports(folder: Path | str, keep: int = 5, pattern: str = "listening_votes_*.csv") -> list[Path]:
+    """Delete all but the `keep` newest exports in `folder` (names sort by UTC timestamp); return those deleted."""
+    if keep < 0:
+        raise ValueError(f"keep must be zero or more, got {keep}")
+    exports = sorted(Path(folder).glob(pattern), key=lambda p: p.name, reverse=True)
+    removed = []
+    for old in exports[keep:]:
+        old.unlink(missing_ok=True)
+        removed.append(old)
+    return removed
 
 
 EXPERIMENTER_OFF = (

@@ -18,14 +18,13 @@ from matplotlib.figure import Figure
 
 from ...listening.errors import ListeningError, UnknownStudyError
 from ...listening.figures import mushra_boxplot
-from ...listening.store import ListeningStore
+from ...listening.study_store import ListeningStore
 from ...listening.study_results import StudyResults, study_results, summary, write_long_csv, write_summary_json
 from ...listening.study_sessions import list_studies, load_study_and_stimuli
 from ...listening.study_setup import create_study
 from ...listening.study_report import format_results
 from ...listening.stimuli import tone_renderer
-from ...listening.export import prune_exports
-from .service import _export_dir, _private_file, check_build_allowed, check_results_token
+from .service import _export_dir, _private_file, check_build_allowed, check_results_token, prune_exports
 
 PROGRESS_COLUMNS = ["rater", "session", "started (UTC)", "answered", "of", "last answer (UTC)", "completed",
                     "invalidated"]

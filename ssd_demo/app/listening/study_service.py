@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ...listening.errors import ListeningError, UnknownStudyError
 from ...listening.stimulus_sets import SET_NAME, data_dir
-from ...listening.store import ListeningStore
+from ...listening.study_store import ListeningStore
 from ...listening.study_sessions import StudyRegistry, StudyRunner, StudyTrialView, database_path
 from .service import browser_secret, public_message
 

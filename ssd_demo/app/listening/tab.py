@@ -1,19 +1,23 @@
-"""The "Listening test" tab: blind A/B preference and naturalness MOS, plus a results view.
+"""The "Listening test" tab: the built-in A/B + MOS study (`ssd_demo.listening.ab_mos`) on the served
+stimulus set, blind A/B preference trials then naturalness MOS trials, plus a results view.
 
 Call `build_listening_tab()` inside `with gr.Tab("Listening test"):`. Settings come from
 the environment:
     SSD_DEMO_DATA_DIR          data directory (stimulus sets and the vote database)
     SSD_DEMO_LISTENING_DB      database file (default <data dir>/listening.sqlite3)
     SSD_DEMO_STIMULUS_SET      stimulus set to serve (default: the newest one)
-    SSD_DEMO_LISTENING_TRIALS  trials per session (default 10)
+    SSD_DEMO_LISTENING_TRIALS  A/B trials per session, about (default 10; whole sentences are drawn,
+                               and each drawn sentence's clips are then rated for naturalness)
     SSD_DEMO_RESULTS_TOKEN     results, export and building a set require it; unset, they are off
     SSD_DEMO_BROWSER_SECRET    key that signs the session id kept in the rater's browser (default:
                                a random key kept in a file next to the database; never sent to the browser)
 
 Every event has an api_name, so the test can be run from `gradio_client` as well as the
-browser. The handlers are thin: all checks live in `ListeningStore`, whose constraints
-refuse a bad or repeated vote whatever the client sends. The rater's view carries the
-sentence, two clips (as samples, so no file name or URL names a system) and opaque ids.
+browser. The handlers are thin: all checks live in the study system (`StudyRunner`, `ListeningStore`),
+whose constraints refuse a bad or repeated answer whatever the client sends. The rater's view carries
+the sentence, its clips (as samples, so no file name or URL names a system) and opaque ids. An A/B
+trial takes the choice (`listening_submit(session, trial, choice, None, None)`), a MOS trial the score
+of its one clip, A (`listening_submit(session, trial, None, score, None)`).
 
 A session keeps the stimulus set it started with, even after another set is served, as long
 as that set's files are unchanged on disk. Results show one stimulus set at a time (by
@@ -27,22 +31,22 @@ from pathlib import Path
 
 import gradio as gr
 
-from .service import (CURRENT_SET, EXPERIMENTER_OFF, ListeningApp, ListeningSettings, public_message, register_app,
-    results_token_configured)
+from .service import (CURRENT_SET, EXPERIMENTER_OFF, ListeningApp, ListeningSettings, TabTrial, public_message,
+    register_app, results_token_configured)
 from .charts import results_figure
 from .refusals import refused
-from ...listening.sessions import TrialView
-from ...listening.stats import set_label, summary_dict, summary_markdown
+from ...listening.ab_mos import set_label, summary_dict, summary_markdown
+from ...listening.errors import InvalidAnswerError, ListeningError, NotListenedError
 from ...listening.stimulus_sets import storage_warning
-from ...listening.store import ListeningError, NotListenedError
 
 INSTRUCTIONS = (
-    "Listen to both clips of each sentence to the end, then choose the one that sounds **more natural** "
-    "(or *no preference*). You may also rate each clip's naturalness from 1 (bad) to 5 (excellent). "
-    "The rating controls unlock once their clip has played to the end; a vote cannot be changed once submitted."
+    "First, listen to both clips of each sentence to the end, then choose the one that sounds **more natural** "
+    "(or *no preference*). Then rate single clips' naturalness from 1 (bad) to 5 (excellent). "
+    "The controls unlock once their clips have played to the end; a vote cannot be changed once submitted."
 )
 STORAGE_KEY = "ssd-demo-listening-session"  # localStorage key of the signed session id
 NO_CHOICE = "Choose A, B or no preference before submitting."
+NO_SCORE = "Rate the clip's naturalness from 1 to 5 before submitting."
 CHOICES = [("A", "A"), ("B", "B"), ("No preference", "none")]
 SCORES = ["1", "2", "3", "4", "5"]
 def build_listening_tab(data_root: Path | None = None, concurrency_id: str | None = "model") -> None:
@@ -77,13 +81,15 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
                 # buttons=[]: no download or share button, so a rater cannot save or pass on a clip.
                 audio_a = gr.Audio(label="Clip A", type="numpy", format="wav", interactive=False, buttons=[],
                                    elem_id="listening-audio-a")
-                score_a_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-a",
-                                         label="Naturalness of A (optional, 1 = bad, 5 = excellent; after playing A)")
-            with gr.Column():
+                score_a_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-a", visible=False,
+                                         label="Naturalness of clip A (1 = bad, 5 = excellent; after playing it)")
+            with gr.Column() as clip_b_column:  # hidden in MOS trials, which have one clip
                 audio_b = gr.Audio(label="Clip B", type="numpy", format="wav", interactive=False, buttons=[],
                                    elem_id="listening-audio-b")
-                score_b_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-b",
-                                         label="Naturalness of B (optional, 1 = bad, 5 = excellent; after playing B)")
+                # Kept for the endpoint's signature (session, trial, choice, score A, score B); a MOS trial's
+                # one clip is A.
+                score_b_radio = gr.Radio(SCORES, interactive=False, elem_id="listening-score-b", visible=False,
+                                         label="Naturalness of B")
         choice_radio = gr.Radio(CHOICES, interactive=False, elem_id="listening-choice",
                                 label="Which clip sounds more natural? (after playing both to the end)")
         submit_button = gr.Button("Submit vote", variant="primary", elem_id="listening-submit")
@@ -109,14 +115,15 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         score_b_radio,
         start_column,
         trial_column,
+        clip_b_column,  # a layout block: API clients get no value for it, so the values' order is unchanged
         done,
         saved_session,
         status_text,
     ]
     keep = tuple(gr.skip() for _ in trial_outputs[:-1])  # every trial output but the status line unchanged
 
-    def show(view: TrialView | None, session_id: str) -> tuple:
-        if view is None:
+    def show(trial: TabTrial | None, session_id: str) -> tuple:
+        if trial is None:
             finished = f"**Thank you!** All {app.progress(session_id)[1]} trials are done; your votes are saved."
             code = app.completion_code(session_id)
             if code:
@@ -133,22 +140,25 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
                 None,
                 gr.Column(visible=True),  # another session may follow (a new rater on this browser)
                 gr.Column(visible=False),
+                gr.Column(visible=True),
                 finished,
                 app.saved_token(session_id),  # kept, so a reload shows the closing message and completion code again
                 "",
             )
+        view, ab = trial.view, trial.kind == "ab"
         return (
             view.session_id,
             view.trial_id,
             f"**{view.progress_label}**",
             f"Sentence: *{view.text}*",
-            view.audio_a,
-            view.audio_b,
-            gr.Radio(value=None, interactive={"A", "B"} <= view.played),
-            gr.Radio(value=None, interactive="A" in view.played),
-            gr.Radio(value=None, interactive="B" in view.played),
+            trial.audio[0],
+            trial.audio[1] if ab else None,
+            gr.Radio(value=None, visible=ab, interactive=ab and {"A", "B"} <= view.played),
+            gr.Radio(value=None, visible=not ab, interactive=not ab and "A" in view.played),
+            gr.Radio(value=None, visible=False, interactive=False),
             gr.Column(visible=False),
             gr.Column(visible=True),
+            gr.Column(visible=ab),
             "",
             app.saved_token(view.session_id),
             "",
@@ -159,35 +169,42 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             view = app.start(rater_id)
         except ListeningError as error:
             raise refused(error) from None
-        return show(view, view.session_id if view else "")
+        return show(view, view.view.session_id if view else "")
 
     def submit(session_id: str, trial_id: str, choice: str | None, score_a: str | None, score_b: str | None) -> tuple:
-        if not choice:
-            return (*keep, NO_CHOICE)
+        if not choice and not score_a and not score_b:
+            return (*keep, NO_CHOICE if _trial_kind(session_id, trial_id) == "ab" else NO_SCORE)
         try:
             view = app.submit(session_id, trial_id, choice, score_a, score_b)
-        except NotListenedError as error:
+        except (NotListenedError, InvalidAnswerError) as error:
             return (*keep, public_message(error))
         except ListeningError as error:
             raise refused(error) from None
         return show(view, session_id)
 
+    def _trial_kind(session_id: str, trial_id: str) -> str | None:
+        try:
+            return app.store.get_study_trial(session_id, trial_id).kind
+        except ListeningError:
+            return None
+
     def played(clip: str):
-        """The handler for a clip played to the end: record it, unlock its score, and the choice once both are heard."""
-        score_radio = score_a_radio if clip == "A" else score_b_radio
+        """The handler for a clip played to the end: record it, and unlock the MOS trial's score, or the A/B
+        trial's choice once both clips are heard."""
 
         def handler(session_id: str, trial_id: str) -> dict:
             if not session_id or not trial_id:
                 return {}
             try:
-                heard = app.record_play(session_id, trial_id, clip)
+                kind, heard = app.record_play(session_id, trial_id, clip)
             except ListeningError as error:
                 return {status_text: public_message(error)}
+            if kind == "mos":
+                return {score_a_radio: gr.Radio(interactive=True), status_text: ""}
             other = "B" if clip == "A" else "A"
             if other in heard:
-                return {score_radio: gr.Radio(interactive=True), choice_radio: gr.Radio(interactive=True),
-                        status_text: ""}
-            return {score_radio: gr.Radio(interactive=True), status_text: f"Now play clip {other} to the end."}
+                return {choice_radio: gr.Radio(interactive=True), status_text: ""}
+            return {status_text: f"Now play clip {other} to the end."}
 
         return handler
 
@@ -213,9 +230,9 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
     start_button.click(
         start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
     ).then(None, [saved_session], None, js=remember, api_visibility="private")
-    for clip, audio, score_radio in (("A", audio_a, score_a_radio), ("B", audio_b, score_b_radio)):
+    for clip, audio in (("A", audio_a), ("B", audio_b)):
         # `stop` fires when the player reaches the end of the clip (`pause` fires on any stop).
-        audio.stop(played(clip), [session_box, trial_box], [score_radio, choice_radio, status_text],
+        audio.stop(played(clip), [session_box, trial_box], [score_a_radio, choice_radio, status_text],
                    api_name=f"listening_played_{clip.lower()}", concurrency_limit=16)
     submit_button.click(
         submit,
