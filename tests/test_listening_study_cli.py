@@ -115,8 +115,12 @@ def test_the_study_cli_creates_lists_and_reports(tmp_path, capsys, monkeypatch):
     rows = read_long_csv(out_csv)
     assert {r.rater for r in rows if r.excluded} == {"bob", "carol"}
     assert read_summary_json(out_json)["results_all_raters"]["raters"] == 3
+    # Objective metrics beside the listeners' (the real judges, on the toy voice's tones).
+    assert "Objective metrics per system" in report and "Listeners vs metrics" in report
+    objective = read_summary_json(out_json)["objective"]
+    assert {s["system"] for s in objective["systems"]} >= {"AR"} and objective["judge"].startswith("Whisper tiny.en")
     assert figure.read_bytes().startswith(b"\x89PNG")
-    assert cli(["study", "results", "toy-study", "--data-dir", str(data), "--no-exclude"]) == 0
+    assert cli(["study", "results", "toy-study", "--data-dir", str(data), "--no-exclude", "--no-objective"]) == 0
     assert "3 raters (every rater kept" in capsys.readouterr().out
     assert cli(["study", "results", "nothing", "--data-dir", str(data)]) == 2
     # The A/B stimulus sets still build from plain system names.
@@ -255,7 +259,7 @@ def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimul
     assert {r.stimulus_version for r in current.rows} == {second.manifest_sha256}
     assert {r.stimulus_version for r in pooled.rows} == {first.manifest_sha256, second.manifest_sha256}
     out_csv = tmp_path / "r.csv"
-    assert cli(["study", "results", "tones", "--data-dir", str(data), "--csv", str(out_csv)]) == 0
+    assert cli(["study", "results", "tones", "--data-dir", str(data), "--csv", str(out_csv), "--no-objective"]) == 0
     assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
     assert "stimulus_version" in out_csv.read_text().splitlines()[0]
     assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database
