@@ -1,12 +1,17 @@
 """Rater screening: which raters a study's results leave out, and the rule that excluded each.
 
-Rules, applied to every rater (a rater is the rater id, or the session when none was given):
+Rules (a rater is the rater id, or the session when none was given); a study applies `Study.screening`:
+its `[screening] rules`, else ITU-R BS.1534-3's post-screening, section 4.1.2 (the first two below) and
+the attention checks, with `anchor-above-reference` in place of the second for a study that has no 7 kHz
+mid-range anchor (BS.1534-3's second rule is about that anchor):
 
-- `hidden-reference` (ITU-R BS.1534-3 post-screening): the rater scored the hidden reference below 90
-  in more than 15% of the MUSHRA items they rated.
-- `anchor-above-reference`: the rater scored an anchor above the hidden reference of the same
-  item in more than 15% of their MUSHRA items (the same share BS.1534 allows for the reference; an
-  attentive rater never hears a 3.5 kHz low-pass as closer to the reference than the reference itself).
+- `hidden-reference` (BS.1534-3): the rater scored the hidden reference below 90 in more than 15% of the
+  MUSHRA items they rated.
+- `mid-anchor` (BS.1534-3): the rater scored the mid-range anchor (the reference low-passed at 7 kHz)
+  above 90 in more than 15% of the MUSHRA items they rated.
+- `anchor-above-reference` (this project's, an option): the rater scored an anchor above the hidden
+  reference of the same item in more than 15% of their MUSHRA items (an attentive rater never hears a
+  low-pass as closer to the reference than the reference itself).
 - `attention`: the rater failed more attention checks than the study's `max_failures` (default 0).
   A MOS check is failed by a score above 2; an A/B check by not choosing the clean clip (choosing the
   noisy one or no preference).
@@ -23,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .study import ATTENTION_SYSTEM, Study
+from .study import ATTENTION_SYSTEM, MID_ANCHOR, Study
 from .study_store import RatingRow
 
 REFERENCE_THRESHOLD = 90.0
@@ -34,7 +39,7 @@ MOS_ATTENTION_MAX = 2
 @dataclass(frozen=True)
 class Exclusion:
     rater: str
-    rule: str  # "hidden-reference" | "anchor-above-reference" | "attention" | "invalidated"
+    rule: str  # "hidden-reference" | "mid-anchor" | "anchor-above-reference" | "attention" | "invalidated"
     detail: str
 
 
@@ -46,6 +51,7 @@ class RaterSummary:
     mushra_items: int
     reference_below_90: float | None  # share of MUSHRA items; None without MUSHRA items
     anchor_above_reference: float | None
+    mid_anchor_above_90: float | None  # None without the mid-range anchor in the study
     attention_checks: int
     attention_failures: int
     median_seconds: float | None  # per answered trial
@@ -76,17 +82,21 @@ def screen(rows: list[RatingRow], study: Study, invalidated: Mapping[str, str] |
     order = list(dict.fromkeys(row.rater for row in rows))
     shares = _mushra_shares(rows, study)
     failures = _attention_failures(rows)
+    rules = study.screening
     exclusions = []
     for rater in order:
-        below, above = shares.get(rater, (None, None))
-        if below is not None and below > MAX_SHARE:
+        below, above, mid = shares.get(rater, (None, None, None))
+        if "hidden-reference" in rules and below is not None and below > MAX_SHARE:
             exclusions.append(Exclusion(rater, "hidden-reference",
                                         f"hidden reference below {REFERENCE_THRESHOLD:g} in {below:.0%} of MUSHRA items"))
-        if above is not None and above > MAX_SHARE:
+        if "mid-anchor" in rules and mid is not None and mid > MAX_SHARE:
+            exclusions.append(Exclusion(rater, "mid-anchor",
+                                        f"mid-range anchor above {REFERENCE_THRESHOLD:g} in {mid:.0%} of MUSHRA items"))
+        if "anchor-above-reference" in rules and above is not None and above > MAX_SHARE:
             exclusions.append(Exclusion(rater, "anchor-above-reference",
                                         f"an anchor above the hidden reference in {above:.0%} of MUSHRA items"))
         failed, checks = failures.get(rater, (0, 0))
-        if failed > study.attention_max_failures:
+        if "attention" in rules and failed > study.attention_max_failures:
             exclusions.append(Exclusion(rater, "attention", f"failed {failed} of {checks} attention checks"))
         for session, reason in invalidated.items():
             if any(row.session_id == session and row.rater == rater for row in rows):
@@ -108,21 +118,23 @@ def rater_summaries(rows: list[RatingRow], study: Study, exclusions: list[Exclus
     for rater, own in by_rater.items():
         trials = {(row.session_id, row.trial_index): row.trial_seconds for row in own}
         seconds = [s for s in trials.values() if s is not None]
-        below, above = shares.get(rater, (None, None))
+        below, above, mid = shares.get(rater, (None, None, None))
         failed, checks = failures.get(rater, (0, 0))
         summaries.append(RaterSummary(
             rater=rater, sessions=len({row.session_id for row in own}), answers=len(trials),
             mushra_items=sum(1 for key in items if key[0] == rater), reference_below_90=below,
-            anchor_above_reference=above, attention_checks=checks, attention_failures=failed,
+            anchor_above_reference=above, mid_anchor_above_90=mid, attention_checks=checks, attention_failures=failed,
             median_seconds=statistics.median(seconds) if seconds else None,
             mean_plays=statistics.fmean(row.plays for row in own), excluded=rater in rules,
             rules=tuple(dict.fromkeys(rules.get(rater, ())))))
     return summaries
 
 
-def _mushra_shares(rows: list[RatingRow], study: Study) -> dict[str, tuple[float, float]]:
-    """{rater: (share of items with the hidden reference below 90, share with an anchor above it)}."""
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+def _mushra_shares(rows: list[RatingRow], study: Study) -> dict[str, tuple[float, float, float | None]]:
+    """{rater: (share of items with the hidden reference below 90, share with an anchor above it, share with
+    the mid-range anchor above 90 (None when the study has none))}."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    mid_anchor = MID_ANCHOR in study.anchors
     for (rater, _), scores in mushra_items(rows).items():
         reference = scores.get(study.reference)
         if reference is None:
@@ -131,7 +143,9 @@ def _mushra_shares(rows: list[RatingRow], study: Study) -> dict[str, tuple[float
         count[0] += 1
         count[1] += reference < REFERENCE_THRESHOLD
         count[2] += any(scores.get(anchor, -1.0) > reference for anchor in study.anchors)
-    return {rater: (below / n, above / n) for rater, (n, below, above) in counts.items()}
+        count[3] += scores.get(MID_ANCHOR, -1.0) > REFERENCE_THRESHOLD
+    return {rater: (below / n, above / n, mid / n if mid_anchor else None)
+            for rater, (n, below, above, mid) in counts.items()}
 
 
 def _attention_failures(rows: list[RatingRow]) -> dict[str, tuple[int, int]]:

@@ -26,6 +26,9 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
 KINDS = ("mushra", "abx", "ab", "mos")
 DEFAULT_REFERENCE = "AR"
 LOWPASS_ANCHOR = "anchor lowpass=3500"  # ITU-R BS.1534's low anchor: the reference low-passed at 3.5 kHz
+MID_ANCHOR = "anchor lowpass=7000"  # BS.1534-3's mid-range anchor: low-passed at 7 kHz
+#: Screening rules a study may name (`[screening] rules`); `screening.py` says what each does.
+SCREENING_RULES = ("hidden-reference", "mid-anchor", "anchor-above-reference", "attention")
 ATTENTION_SYSTEM = "attention noise"  # the reference buried in loud noise: an obvious defect
 MAX_MUSHRA_CONDITIONS = 12  # hidden reference, systems and anchors on one screen (BS.1534 advises few)
 MAX_ITEMS_PER_RATER = 200
@@ -37,7 +40,7 @@ DEFAULT_INSTRUCTIONS = {
     "mos": "Listen to the sample and rate how natural it sounds, from 1 (bad) to 5 (excellent).",
 }
 _TOP_LEVEL = {"name", "title", "instructions", "reference", "systems", "anchors", "items_per_rater", "sentences",
-              "seed", "preset", "stimulus_set", *KINDS, "attention"}
+              "seed", "preset", "stimulus_set", *KINDS, "attention", "screening"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Study:
     blocks: tuple[Block, ...]  # in the order the file lists them; a rater gets them in this order
     attention_per_block: int = 0  # attention checks in each MOS and A/B block
     attention_max_failures: int = 0  # a rater who fails more is excluded
+    screening_rules: tuple[str, ...] = ()  # () : BS.1534-3's (`default_screening`)
     sha256: str = ""  # of the file it was read from
     source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -78,6 +82,11 @@ class Study:
             if block.kind == kind:
                 return block
         raise KeyError(kind)
+
+    @property
+    def screening(self) -> tuple[str, ...]:
+        """The screening rules applied: the study's own, else `default_screening`."""
+        return self.screening_rules or default_screening(self.anchors)
 
     def rendered_systems(self) -> tuple[str, ...]:
         """Every system the stimulus set needs, the reference first, then the systems, anchors and attention clip."""
@@ -145,6 +154,16 @@ def _study_from_table(table: dict[str, Any], origin: str) -> Study:
     per_block = _integer(attention, "per_block", origin, default=0, low=0, high=10, where="attention.")
     if per_block and not any(b.kind in ("mos", "ab") for b in blocks):
         raise StudyFileError(f"{origin}: attention checks are made for [mos] and [ab] blocks; the study has neither")
+    screening = table.get("screening", {})
+    if not isinstance(screening, dict) or set(screening) - {"rules"}:
+        raise StudyFileError(f"{origin}: [screening] takes rules, a list of {', '.join(SCREENING_RULES)}")
+    rules = _names(screening, "rules", origin)
+    unknown_rules = [rule for rule in rules if rule not in SCREENING_RULES]
+    if unknown_rules:
+        raise StudyFileError(f"{origin}: screening.rules: unknown {', '.join(unknown_rules)}; "
+                             f"known: {', '.join(SCREENING_RULES)}")
+    if "mid-anchor" in rules and MID_ANCHOR not in anchors:
+        raise StudyFileError(f"{origin}: screening.rules names mid-anchor, but the anchors lack {MID_ANCHOR!r}")
     return Study(
         name=name, title=_text(table, "title", origin) or "Listening test", instructions=general,
         reference=reference, systems=systems, anchors=anchors, items_per_rater=items, sentences=sentences,
@@ -154,7 +173,16 @@ def _study_from_table(table: dict[str, Any], origin: str) -> Study:
         attention_per_block=per_block,
         attention_max_failures=_integer(attention, "max_failures", origin, default=0, low=0, high=100,
                                         where="attention."),
+        screening_rules=rules,
     )
+
+
+def default_screening(anchors: tuple[str, ...]) -> tuple[str, ...]:
+    """ITU-R BS.1534-3's post-screening (the hidden reference below 90, and the mid-range anchor above 90, each
+    in more than 15% of items) and the attention checks. A study without the 7 kHz mid-range anchor cannot apply
+    the second rule: it uses "an anchor above the hidden reference" in its place, as studies did before."""
+    second = "mid-anchor" if MID_ANCHOR in anchors else "anchor-above-reference"
+    return ("hidden-reference", second, "attention")
 
 
 def _block(kind: str, table: object, origin: str, reference: str, systems: tuple[str, ...],

@@ -105,9 +105,13 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
     if (stats.mushra or stats.mos) and stats.raters < FEW_RATERS:
         lines += ["", f"Note: {stats.raters} rater(s), fewer than {FEW_RATERS}: the intervals are rough and the tests "
                       "have little power."]
-    lines += ["", "Raters (share of MUSHRA items: reference < 90 / anchor > reference; attention failed/checks)"]
+    lines += ["", f"Screening rules: {', '.join(results.screening)}",
+              "Raters (share of MUSHRA items: reference < 90 / anchor > reference / mid-range anchor > 90; "
+              "attention failed/checks)"]
     for r in results.raters:
-        share = "-" if r.reference_below_90 is None else f"{r.reference_below_90:.0%} / {r.anchor_above_reference:.0%}"
+        mid = "-" if r.mid_anchor_above_90 is None else f"{r.mid_anchor_above_90:.0%}"
+        share = ("-" if r.reference_below_90 is None
+                 else f"{r.reference_below_90:.0%} / {r.anchor_above_reference:.0%} / {mid}")
         seconds = "-" if r.median_seconds is None else f"{r.median_seconds:.1f} s"
         lines.append(f"  {r.rater:24} answers {r.answers:3}  {share:>11}  attention {r.attention_failures}/"
                      f"{r.attention_checks}  median {seconds}  {'EXCLUDED: ' + ', '.join(r.rules) if r.excluded else ''}")

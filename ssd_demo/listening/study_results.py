@@ -66,6 +66,7 @@ class StudyResults:
     rows: tuple[LongRow, ...]
     stimulus_version: str | None = None  # the only version reported; None: every version
     other_versions_left_out: int = 0  # ratings from other stimulus versions, not reported
+    screening: tuple[str, ...] = ()  # the screening rules applied (`Study.screening`)
 
     @property
     def excluded_raters(self) -> frozenset[str]:
@@ -98,7 +99,7 @@ def results_from_ratings(ratings: list[RatingRow], study: Study, invalidated: di
     return StudyResults(
         study=study.name, exclusions=tuple(exclusions), raters=tuple(rater_summaries(ratings, study, exclusions)),
         results=study_statistics([row for row in ratings if row.rater not in excluded], study),
-        results_all_raters=study_statistics(ratings, study), rows=long)
+        results_all_raters=study_statistics(ratings, study), rows=long, screening=study.screening)
 
 
 # ----------------------------------------------------------------------------- long CSV
@@ -164,6 +165,7 @@ def summary(results: StudyResults) -> dict:
         "study": results.study,
         "stimulus_version": results.stimulus_version,
         "other_versions_left_out": results.other_versions_left_out,
+        "screening_rules": list(results.screening),
         "exclusions": [asdict(e) for e in results.exclusions],
         "raters": [asdict(r) for r in results.raters],
         "results": asdict(results.results),
