@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from ssd_demo.app.listening.service import EXPERIMENTER_OFF
@@ -214,10 +215,19 @@ def test_no_two_conditions_share_a_url_bytes_or_metadata(service):
         data = {label: open(c["url"], "rb").read() for label, c in clips.items()}
         assert len({hashlib.sha256(d).hexdigest() for d in data.values()}) == len(data)
         assert len({len(d) for d in data.values()}) == len(data)  # not even the file sizes match
-        if view["kind"] == "abx":  # X is a copy of A or B: same samples, different URL, bytes and name
-            x = soundfile.read(clips["X"]["url"])[0]
-            twins = [label for label in "AB" if soundfile.read(clips[label]["url"])[0].tobytes() == x.tobytes()]
+        samples = {label: soundfile.read(c["url"], dtype="int16")[0] for label, c in clips.items()}
+        # Not even the audio data of two copies of one clip match: each carries its own 1-LSB dither.
+        assert len({s.tobytes() for s in samples.values()}) == len(samples)
+        if view["kind"] == "abx":  # X is a copy of A or B: the same samples to within the dither
+            x = samples["X"].astype(int)
+            twins = [label for label in "AB" if len(samples[label]) == len(x)
+                     and np.abs(samples[label].astype(int) - x).max() <= 2]
             assert len(twins) >= 1 and clips["X"]["url"] != clips[twins[0]]["url"]
+        if view["kind"] == "mushra":  # the hidden and the labelled reference: likewise
+            reference = [label for label in samples if label != "Reference" and len(samples[label]) ==
+                         len(samples["Reference"]) and np.abs(samples[label].astype(int)
+                                                              - samples["Reference"].astype(int)).max() <= 2]
+            assert reference, "the hidden reference is a dithered copy of the labelled one"
         assert service.open("first", view["token"])["conditions"] == view["conditions"]  # stable on a reload
         view = finish_one(service, view)
 

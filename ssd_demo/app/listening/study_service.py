@@ -6,8 +6,11 @@ Blinding: the stimulus set names clips by their content hash, so the same audio 
 hidden and labelled reference, ABX's X and its twin) would share a URL. Every condition of every trial is
 therefore served as its own copy, named by an HMAC of (session, trial, label) under the server's secret and
 carrying that HMAC in a JUNK chunk of a varying length, so neither its URL, nor its size, nor its bytes'
-hash matches another condition's. No per-condition duration is sent; the audio itself, and so the length
-the browser reads from it, is of course the same for the same clip.
+hash matches another condition's. Its samples carry their own dither too (independent triangular noise of
+one least significant bit, seeded by the HMAC: about -90 dBFS, inaudible), so that not even the audio
+data of two copies of one clip match: a script that downloads the clips cannot find the hidden reference,
+or ABX's X, by comparing them. No per-condition duration is sent; the length is of course the same for the
+same clip.
 
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
 refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
@@ -17,6 +20,7 @@ back as `{"refused": message}` for the page to show next to its control, never a
 from __future__ import annotations
 
 import hmac
+import io
 import os
 import shutil
 import sys
@@ -25,6 +29,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import soundfile
 
 from ...listening.errors import ListeningError, UnknownStudyError
 from ...listening.stimulus_sets import SET_NAME, data_dir
@@ -105,7 +112,8 @@ class StudyService:
             # so equal clips do not have equal file sizes either.
             index = [c.label for c in view.conditions].index(label)
             padding = 2 * (index % 32 + 32 * (int(key[:4], 16) % 64))
-            write_tagged_wav(view.condition(label).clip, path, key.encode() + b"\0" * padding)
+            dithered = dithered_wav(view.condition(label).clip, seed=int(key[:16], 16))
+            write_tagged_wav(dithered, path, key.encode() + b"\0" * padding)
         return path
 
     def _prune_copies(self) -> None:
@@ -205,12 +213,24 @@ class StudyService:
         }
 
 
-def write_tagged_wav(source: Path, destination: Path, tag: bytes) -> None:
-    """Copy a RIFF/WAVE file with `tag` in a JUNK chunk before its first chunk (players skip JUNK chunks),
-    so that copies of the same audio differ in their bytes; the samples are untouched."""
-    data = Path(source).read_bytes()
+def dithered_wav(source: Path, seed: int) -> bytes:
+    """The clip as 16-bit WAV bytes with triangular dither of one least significant bit added (values -1, 0, +1;
+    seeded, so that a copy made again is the same copy)."""
+    audio, rate = soundfile.read(str(source), dtype="int16", always_2d=False)
+    rng = np.random.default_rng(seed)
+    noise = rng.integers(0, 2, audio.shape, dtype=np.int32) - rng.integers(0, 2, audio.shape, dtype=np.int32)
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.clip(audio.astype(np.int32) + noise, -32768, 32767).astype(np.int16), rate,
+                    format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def write_tagged_wav(source: Path | bytes, destination: Path, tag: bytes) -> None:
+    """Write a RIFF/WAVE file (a path or its bytes) with `tag` in a JUNK chunk before its first chunk (players
+    skip JUNK chunks), so that copies of the same audio differ in their bytes; the samples are untouched."""
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise ValueError(f"{source} is not a WAV file")
+        raise ValueError(f"{'the clip' if isinstance(source, bytes) else source} is not a WAV file")
     tag = tag + b"\0" * (len(tag) % 2)  # chunks have an even size
     body = data[12:]
     chunk = b"JUNK" + len(tag).to_bytes(4, "little") + tag
