@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -323,8 +322,13 @@ def test_the_full_app_serves_the_listening_tab(data, monkeypatch):
 
 @pytest.mark.server
 def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
+    from ssd_demo.listening import database
+    from support.clock import ManualClock
+
     monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.9)  # the app's rule: a play counts after the clip's length
-    # Clips of a second, so that a play reported at once is surely too early, even on a slow machine.
+    # The store's clock moves only when the test says so: "too early" holds however slow the machine is.
+    clock = ManualClock()
+    monkeypatch.setattr(database, "system_clock", clock)
     create_stimulus_set("long", TEXTS[:1], SYSTEMS, tone_renderer(seconds=1.0), root=data)
     monkeypatch.setenv("SSD_DEMO_STIMULUS_SET", "long")
     monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "1")
@@ -338,7 +342,7 @@ def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
         # A play reported sooner than the clip could have been heard does not count.
         early = api.predict(session_id, trial_id, api_name=PLAYED[0])
         assert "cannot have been played to the end" in early[-1]
-        time.sleep(1.0)  # the clips are 1 s long
+        clock.advance(1.0)  # the clips are 1 s long
         assert api.predict(session_id, trial_id, api_name=PLAYED[0])[-1] == "Now play clip B to the end."
         refused = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
         assert "Listen to sample B to the end" in refused[-1]
@@ -346,14 +350,14 @@ def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
         # Both plays counted, but both clips cannot have been heard one after the other yet.
         assert "they take 2 seconds together" in api.predict(session_id, trial_id, "A", None, None,
                                                              api_name=SUBMIT)[-1]
-        time.sleep(1.0)
+        clock.advance(1.0)
         # A missing choice is a message too, never an error.
         assert "Choose A, B or no preference" in api.predict(session_id, trial_id, None, None, None,
                                                              api_name=SUBMIT)[-1]
         after = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
         assert after[2] == "**Trial 2 of 6**" and after[-1] == "", after[-1]
     [stored] = stored_answers(data)
-    assert stored.trial_id == trial_id and stored.trial_seconds >= 1.8
+    assert stored.trial_id == trial_id and stored.trial_seconds == 2.0  # on the test's clock
     assert sorted((r.label, r.plays) for r in stored_ratings(data)) == [("A", 1), ("B", 1)]
 
 

@@ -178,12 +178,22 @@ def test_answers_out_of_range_or_repeated_are_refused(registry):
 
 
 def test_a_play_reported_too_soon_is_refused(registry, monkeypatch):
+    from support.clock import ManualClock
+
     monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.9)
+    clock = ManualClock()
+    monkeypatch.setattr(registry.store, "clock", clock)  # time moves only when the test moves it
     runner = registry.runner("pilot")
     session = runner.start_session(seed=2)
     view = runner.next_view(session.session_id)
     with pytest.raises(NotListenedError):
         runner.record_play(session.session_id, view.trial_id, "A")  # the clip is 0.2 s long; no time has passed
+    length = view.condition("A").duration_seconds
+    clock.advance(0.85 * length)  # 85% of the clip: still too soon
+    with pytest.raises(NotListenedError):
+        runner.record_play(session.session_id, view.trial_id, "A")
+    clock.advance(0.1 * length)  # 95%: it counts
+    assert "A" in runner.record_play(session.session_id, view.trial_id, "A")
     with pytest.raises(Exception, match="no sample"):
         runner.record_play(session.session_id, view.trial_id, "Q")
 

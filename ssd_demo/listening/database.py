@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,8 +17,17 @@ from .. import __version__
 from .migrations import apply_migrations
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+#: What the stores ask for the time: any callable returning an aware datetime. Tests pass a clock they move
+#: themselves, so that a rule about time ("a play cannot end before the clip has") holds however slow the machine.
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def utc_now(clock: Clock | None = None) -> str:
+    return (clock or system_clock)().isoformat(timespec="microseconds")
 
 
 class SqliteDatabase:
@@ -28,7 +37,8 @@ class SqliteDatabase:
     threads mid-transaction); `close()` closes them all.
     """
 
-    def __init__(self, path: Path | str, app_version: str | None = None):
+    def __init__(self, path: Path | str, app_version: str | None = None, clock: Clock | None = None):
+        self.clock: Clock = clock or system_clock
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = _create_private(self.path)
@@ -38,9 +48,13 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._closed = False
         with self._transaction() as db:
-            apply_migrations(db, self.path, now=utc_now)
+            apply_migrations(db, self.path, now=self.now)
         if created:
             _make_side_files_private(self.path)
+
+    def now(self) -> str:
+        """The time as the store records it (ISO 8601, UTC, microseconds), from its clock."""
+        return utc_now(self.clock)
 
     # -- connections and transactions
 
@@ -80,7 +94,7 @@ class SqliteDatabase:
                 connection.close()
             self._connections.clear()
 
-    def __enter__(self) -> "ListeningStore":  # noqa: PYI034, UP037 (Python 3.10 has no typing.Self)
+    def __enter__(self) -> "SqliteDatabase":  # noqa: PYI034, UP037 (Python 3.10 has no typing.Self)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from .answers import normalize_answer, ratings
-from .database import SqliteDatabase, utc_now
+from .database import SqliteDatabase
 from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
                      UnknownSessionError, UnknownTrialError, quote)
 from .records import (SESSION_COLUMNS, AnswerOutcome, AnswerRecord, ConditionRecord, RatingRow,  # noqa: F401
@@ -51,7 +51,7 @@ class StudyTables:
             raise ListeningError("This study has no trials to offer.")
         session = SessionRecord(
             session_id=secrets.token_hex(16), rater_id=normalize_rater_id(rater_id), stimulus_set=stimulus_set,
-            stimulus_set_sha256=stimulus_set_sha256, n_trials=len(trials), seed=int(seed), created_at=utc_now(),
+            stimulus_set_sha256=stimulus_set_sha256, n_trials=len(trials), seed=int(seed), created_at=self.now(),
             app_version=self.app_version, study=study,
         )
         with self._transaction() as db:
@@ -95,7 +95,7 @@ class StudyTables:
                 return None
             if row["presented_at"] is None:
                 db.execute("UPDATE study_trials SET presented_at = ? WHERE trial_id = ? AND presented_at IS NULL",
-                           (utc_now(), row["trial_id"]))
+                           (self.now(), row["trial_id"]))
                 row = db.execute("SELECT * FROM study_trials WHERE trial_id = ?", (row["trial_id"],)).fetchone()
             return _trial_record(db, row)
 
@@ -115,7 +115,7 @@ class StudyTables:
         """
         trial = self.get_study_trial(session_id, trial_id)
         condition = trial.condition(label)
-        now = utc_now()
+        now = self.now()
         minimum = listen_fraction * condition.duration_seconds
         if trial.presented_at is not None and minimum > 0:
             elapsed = (datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds()
@@ -148,7 +148,7 @@ class StudyTables:
         canonical = normalize_answer(trial.kind, answer, rated)
         encoded = json.dumps(canonical, sort_keys=True)
         systems = {c.label: c.system for c in trial.conditions}
-        now = utc_now()
+        now = self.now()
         with self._transaction() as db:
             row = db.execute("SELECT * FROM answers WHERE trial_id = ?", (trial_id,)).fetchone()
             if row is not None:
@@ -255,7 +255,7 @@ class StudyTables:
             while True:
                 code = secrets.token_hex(5).upper()  # 10 hex digits: unguessable enough to prove a finished session
                 if db.execute("SELECT 1 FROM completions WHERE completion_code = ?", (code,)).fetchone() is None:
-                    db.execute("INSERT INTO completions VALUES (?, ?, ?)", (session_id, code, utc_now()))
+                    db.execute("INSERT INTO completions VALUES (?, ?, ?)", (session_id, code, self.now()))
                     return code
 
     # -- the experimenter's invalidations
@@ -267,7 +267,7 @@ class StudyTables:
         self.get_session(session_id)
         with self._transaction() as db:
             db.execute("INSERT INTO invalidations VALUES (?, ?, ?) ON CONFLICT (session_id) DO NOTHING",
-                       (session_id, reason.strip(), utc_now()))
+                       (session_id, reason.strip(), self.now()))
 
     def restore_session(self, session_id: str) -> bool:
         """Undo an invalidation: the session's ratings count again. False if it was not invalidated."""
