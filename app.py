@@ -8,6 +8,7 @@ GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED s
 """
 
 import os
+import signal
 import sys
 
 USAGE = """usage: python app.py [--study NAME ...]
@@ -53,6 +54,9 @@ else:
     get_ready_in_background(list_presets()[0].key)
 
 if __name__ == "__main__":
+    # A stop by the host (SIGTERM: a container, a Space restart) exits like Ctrl-C, so that exit handlers run
+    # (the rater server's clip copies are removed then).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),

@@ -310,3 +310,31 @@ def test_a_wrong_results_token_is_one_warning_line_without_a_traceback(root, mon
         assert "\n" not in lines[0].getMessage()
     finally:
         close_listening_apps()
+
+
+def test_one_address_starts_a_bounded_number_of_new_sessions(service, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_SESSIONS_PER_ADDRESS", "2")
+    assert service.start("first", "", "10.0.0.1")["state"] == "trial"
+    assert service.start("first", "named", "10.0.0.1")["state"] == "trial"
+    assert service.start("first", "named", "10.0.0.1")["state"] == "trial"  # resumed, even at the limit
+    refused = service.start("first", "", "10.0.0.1")
+    assert refused["state"] == "start" and "Too many new sessions" in refused["refused"]
+    assert service.start("second", "", "10.0.0.1")["state"] == "start"  # per address, across studies
+    assert service.start("first", "", "10.0.0.2")["state"] == "trial"  # another address is not held back
+    assert len(service.store.study_sessions("first")) == 3
+    monkeypatch.setenv("SSD_DEMO_SESSIONS_PER_ADDRESS", "0")  # 0: no limit (e.g. raters behind one proxy)
+    assert service.start("first", "", "10.0.0.1")["state"] == "trial"
+
+
+def test_the_clip_copies_stay_under_their_disk_bound(service, monkeypatch):
+    from ssd_demo.app.listening import study_service
+
+    monkeypatch.setattr(study_service, "MAX_COPY_BYTES", 40_000)  # a few tone clips' worth
+    for _ in range(12):
+        view = service.start("first", "")
+        while view["state"] == "trial":
+            view = finish_one(service, view)
+    assert sum(path.stat().st_size for path in service._copies.glob("*.wav")) <= 40_000 + 20_000  # one copy over at most
+    folder = service._copies
+    service.close()
+    assert not folder.exists()  # and gone when the service closes (at exit too)

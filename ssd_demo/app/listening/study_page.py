@@ -71,9 +71,9 @@ def build_rater_page(service: StudyService) -> gr.HTML:
         request = request if isinstance(request, dict) else {}
         return service.open(_text(request.get("study")), _text(request.get("token")))
 
-    def study_start(request: dict) -> dict:
+    def study_start(request: dict, client: gr.Request) -> dict:
         request = request if isinstance(request, dict) else {}
-        return service.start(_text(request.get("study")), _text(request.get("rater")))
+        return service.start(_text(request.get("study")), _text(request.get("rater")), _address(client))
 
     def study_played(request: dict) -> dict:
         request = request if isinstance(request, dict) else {}
@@ -86,9 +86,9 @@ def build_rater_page(service: StudyService) -> gr.HTML:
     player = gr.HTML(html_template=TEMPLATE, css_template=CSS, js_on_load=JS, apply_default_css=True, head=PAGE_HEAD,
                      server_functions=[study_open, study_start, study_played, study_submit], elem_id="study-page")
 
-    def api_start(study: str, rater_id: str = "") -> dict:
+    def api_start(study: str, rater_id: str = "", client: gr.Request = None) -> dict:
         """Start a session of a served study; the first trial's view (labels, clip URLs) and the session id."""
-        return service.start(study, rater_id)
+        return service.start(study, rater_id, _address(client))
 
     def api_played(session_id: str, trial_id: str, label: str) -> dict:
         """Report that the clip under `label` played to the end; refused sooner than 90% of its length."""
@@ -108,6 +108,12 @@ def build_rater_page(service: StudyService) -> gr.HTML:
         gr.api(fn, api_name=name, concurrency_limit=16)
     return player
 
+
+
+def _address(client: gr.Request | None) -> str | None:
+    """The client's network address as the server sees it (None when unknown)."""
+    host = getattr(getattr(client, "client", None), "host", None)
+    return host if isinstance(host, str) and host else None
 
 
 def _text(value: object) -> str:

@@ -19,12 +19,14 @@ back as `{"refused": message}` for the page to show next to its control, never a
 
 from __future__ import annotations
 
+import atexit
 import hmac
 import io
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +43,15 @@ from .service import browser_secret, public_message
 
 STUDY_ENV = "SSD_DEMO_STUDY"
 COPY_SECONDS = 3600  # how long a condition's copy stays in the service's folder
+#: The copies' folder is kept under this many bytes: the oldest copies go first (a copy is made again, the
+#: same, when its trial is shown again), so a flood of sessions cannot fill the disk.
+MAX_COPY_BYTES = 256 * 1024 * 1024
+#: New sessions one network address may start per hour (a rater needs one; a resumed session is not new);
+#: $SSD_DEMO_SESSIONS_PER_ADDRESS changes it (0: no limit), e.g. behind a proxy that hides raters' addresses.
+SESSIONS_PER_ADDRESS = 60
+SESSION_WINDOW_SECONDS = 3600
+TOO_MANY_SESSIONS = ("Too many new sessions from your network address in the last hour. If you have started "
+                     "this study, continue it in the same browser; otherwise try again later.")
 Publish = Callable[[Path], str]  # a clip's path -> the URL the browser fetches it from
 
 
@@ -86,6 +97,11 @@ class StudyService:
         self.publish: Publish = publish or (lambda path: str(path))
         self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
         self._pruned_at = time.monotonic()
+        self._copy_bytes = 0  # written since the folder was last measured
+        self._starts: dict[str, list[float]] = {}  # address -> when its new sessions started
+        self._starts_lock = threading.Lock()
+        # Ctrl-C and a normal exit run this; `app.py` turns SIGTERM into a normal exit too.
+        atexit.register(shutil.rmtree, self._copies, True)
 
     def close(self) -> None:
         self.store.close()
@@ -114,7 +130,29 @@ class StudyService:
             padding = 2 * (index % 32 + 32 * (int(key[:4], 16) % 64))
             dithered = dithered_wav(view.condition(label).clip, seed=int(key[:16], 16))
             write_tagged_wav(dithered, path, key.encode() + b"\0" * padding)
+            self._copy_bytes += path.stat().st_size
+            if self._copy_bytes > MAX_COPY_BYTES // 8:
+                self._bound_copies()
         return path
+
+    def _bound_copies(self) -> None:
+        """Keep the copies' folder under MAX_COPY_BYTES, oldest copies out first."""
+        self._copy_bytes = 0
+        files = []
+        for entry in os.scandir(self._copies):
+            try:
+                files.append((entry.stat().st_mtime, entry.stat().st_size, entry.path))
+            except OSError:
+                pass  # removed by another request meanwhile
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= MAX_COPY_BYTES * 3 // 4:
+                break
+            try:
+                os.unlink(path)
+                total -= size
+            except OSError:
+                pass
 
     def _prune_copies(self) -> None:
         """Drop copies made over COPY_SECONDS ago (at most once a minute): Gradio's cache keeps its own copy of
@@ -165,13 +203,33 @@ class StudyService:
             return {"state": "closed", "message": public_message(error)}
         return {"state": "start", **self._study_header(runner)}
 
-    def start(self, study: str | None, rater_id: str | None) -> dict:
+    def start(self, study: str | None, rater_id: str | None, address: str | None = None) -> dict:
+        """Start (or, for a rater id with an open session, resume) a session; `address` (the client's) may
+        start at most SESSIONS_PER_ADDRESS new sessions an hour."""
         try:
             runner = self.runner(study)
+            limit = sessions_per_address()
+            known = bool(rater_id and rater_id.strip() in {s.rater_id for s in self.store.study_sessions(runner.study.name)})
+            if address and limit and not known and self._recent_starts(address) >= limit:  # a known id resumes
+                return {"state": "start", "refused": TOO_MANY_SESSIONS}
+            before = {s.session_id for s in self.store.study_sessions(runner.study.name)} if address else set()
             session = runner.start_session(rater_id=rater_id or None)
+            if address and session.session_id not in before:
+                with self._starts_lock:
+                    self._starts.setdefault(address, []).append(time.monotonic())
             return self._next(runner, session.session_id)
         except ListeningError as error:
             return {"state": "start", "refused": public_message(error)}
+
+    def _recent_starts(self, address: str) -> int:
+        cutoff = time.monotonic() - SESSION_WINDOW_SECONDS
+        with self._starts_lock:
+            recent = [t for t in self._starts.get(address, []) if t > cutoff]
+            if recent:
+                self._starts[address] = recent
+            else:
+                self._starts.pop(address, None)
+            return len(recent)
 
     def played(self, session_id: str, trial_id: str, label: str) -> dict:
         """A clip played to the end: {"played": labels} once the server counts it, else {"refused": why}."""
@@ -211,6 +269,12 @@ class StudyService:
             "conditions": [{"label": c.label, "url": self.publish(self.blinded_clip(view, c.label)),
                             "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
         }
+
+
+def sessions_per_address(environ: dict | None = None) -> int:
+    """SESSIONS_PER_ADDRESS, or $SSD_DEMO_SESSIONS_PER_ADDRESS when set to a whole number (0: no limit)."""
+    value = (os.environ if environ is None else environ).get("SSD_DEMO_SESSIONS_PER_ADDRESS", "").strip()
+    return int(value) if value.isdigit() else SESSIONS_PER_ADDRESS
 
 
 def dithered_wav(source: Path, seed: int) -> bytes:
