@@ -34,7 +34,7 @@ from ..models.cpu_threads import cpu_threads_for
 from . import judge, teacher_reference
 from .mcd import mcd_dtw
 from ..errors import InputError, InvalidSettingError, ModelLoadError
-from .evaluation import target_nll
+from .evaluation_scoring import target_nll
 from .reporting import median, paired_difference
 from ..speech.synthesis import synthesize_fastest
 from .visitor_texts import LONG, MEDIUM, SHORT
