@@ -148,7 +148,7 @@ def _latent_voice() -> bool:
 def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
     assert main(["eval", "--per-bucket", "1", "--buckets", "3-8 words,9-15 words", "--betas", "0",
-                 "--drafts", "distilled", "--repeats", "2", "--draft-len", "6", "--adaptive-k", "--threads", "1",
+                 "--drafts", "distilled", "--repeats", "2", "--draft-len", "6", "--adaptive-draft-len", "--threads", "1",
                  "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
@@ -176,7 +176,7 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
                   "--threads", "1", "--out", str(out), "--docs", ""])
     heads = {row["system"]: row for row in json.loads((out / "eval.json").read_text())["systems"]}["SSD heads beta=0"]
     assert fixed == 0 and heads["predicted_strict"] > 0
-    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 0..6" in text
+    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-draft-len" in text and "K chosen each round in 0..6" in text
     assert main(["eval", "--buckets", "huge", "--docs", ""]) == 2
 
 

@@ -44,7 +44,7 @@ def check_engine(args: argparse.Namespace, pair: Pair) -> str:
         raise InputError("--repeats re-times our engine's one-text runs; with --engine vllm each system's texts run "
                          "once, in one batch")
     if args.adaptive_draft_len:
-        raise InputError("--adaptive-k needs our engine: the vLLM engine drafts a fixed K per round")
+        raise InputError("--adaptive-draft-len needs our engine: the vLLM engine drafts a fixed K per round")
     require_vllm_python()
     return engine
 
