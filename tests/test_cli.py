@@ -266,7 +266,7 @@ def test_top_level_help_and_the_package_import_leave_torch_unloaded():
 def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
     from ssd_demo.measure.bench import markdown_table
 
-    spec = {"alpha": 0.8, "cost_ratio_c": 0.08, "verify_ratio_v": 1.2, "measured_decode_speedup": 2.0,
+    spec = {"alpha": 0.8, "cost_ratio": 0.08, "verify_ratio": 1.2, "measured_decode_speedup": 2.0,
             "predicted_speedup_strict": 2.1, "predicted_speedup_classic": 2.5, "fraction_of_strict_prediction": 0.95}
     row = {"method": "ar", "median_seconds": 1.0, "median_tokens": 128, "median_tokens_per_second": 128.0,
            "speedup_vs_ar": 1.0}

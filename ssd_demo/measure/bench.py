@@ -218,7 +218,7 @@ def _benchmark_result(methods: tuple[str, ...], timings: _Timings, target, costs
         result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
                                    "cpu": cpu_name(), "torch_threads": torch.get_num_threads()}
     if costs is not None:
-        result["calibration"] = {"cost_ratio_c": costs.draft, "verify_costs": list(costs.verify),
+        result["calibration"] = {"cost_ratio": costs.draft, "verify_costs": list(costs.verify),
                                  "described": costs.describe()}
     if timings.reports:
         result["speculative"] = _speculative_summary(timings.reports, timings.last_speculative)
@@ -253,8 +253,8 @@ def _speculative_summary(reports: list, last_speculative) -> dict:
     return {
         "alpha": median(r.alpha for r in reports),
         "acceptance_rate": stats.acceptance_rate if stats else None,
-        "cost_ratio_c": median(r.cost_ratio for r in reports),
-        "verify_ratio_v": median(r.verify_ratio for r in reports),
+        "cost_ratio": median(r.cost_ratio for r in reports),
+        "verify_ratio": median(r.verify_ratio for r in reports),
         "measured_decode_speedup": median(r.measured for r in reports),
         "predicted_speedup_classic": median(r.predicted for r in reports),
         "predicted_speedup_strict": median(r.predicted_strict for r in reports),
@@ -286,7 +286,7 @@ def markdown_table(result: dict) -> str:
         versus = result.get("speculative_vs_hf_assisted")  # only when hf_assisted ran too
         lines.append(
             (f"speculative vs hf_assisted: {versus:.2f}x; " if versus is not None else "speculative: ")
-            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
+            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio']:.3f}, v {spec['verify_ratio']:.2f}; "
             f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
             f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
             f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"
