@@ -51,10 +51,9 @@ def main(args: argparse.Namespace) -> int:
         bar.refresh()
 
     result = sweep_map(drafts, args.sentences, quick=args.quick, rules=rules, seed=args.seed,
-                       cost_ratio=args.cost_ratio, repeats=args.repeats, threads=args.threads, progress=progress)
+                       cost_ratio=args.cost_ratio, repeats=args.repeats, threads=args.threads, progress=progress,
+                       note=lambda line: print(f"note: {line}"))
     bar.close()
-    for note in result.notes:
-        print(f"note: {note}")
     points, ar_row, meta = result.points, result.ar_row, result.meta
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta},

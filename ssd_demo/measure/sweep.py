@@ -220,10 +220,11 @@ class SweepMap:
 
 def sweep_map(drafts: list[str], sentences: int, quick: bool = False, rules: list[str] | None = None, seed: int = 0,
               cost_ratio: float | None = None, repeats: int = 1, threads: int = 2,
-              progress: Progress | None = None) -> SweepMap:
+              progress: Progress | None = None, note: Callable[[str], None] | None = None) -> SweepMap:
     """The grid (`quick`: the small one; `rules`: a subset of its rules) on `sentences` held-out sentences of the
     embedded voice, with each of `drafts` in turn (each draft's speedups against AR timed within its own pass);
-    the Pareto frontier over all of them. InputError for an unknown draft or rule (before any run)."""
+    the Pareto frontier over all of them. InputError for an unknown draft or rule (before any run). `note` hears
+    a remark on the run as soon as it is made (the result keeps them too)."""
     if not drafts:
         raise InputError("give at least one draft")
     synth = load_synthesizer(draft=drafts[0])
@@ -236,6 +237,8 @@ def sweep_map(drafts: list[str], sentences: int, quick: bool = False, rules: lis
         references = teacher_references(texts, synth.backend.sample_rate, threads=threads)
     else:
         notes.append(f"{teacher_reference.MISSING_NOTE}; the map's fidelity axis is the target NLL")
+        if note:
+            note(notes[-1])
         references = [None] * len(texts)
     settings = chosen_rules(default_settings(synth, quick=quick), rules)
     points: list[SweepPoint] = []
