@@ -3,8 +3,8 @@
 `DecodingSystem` holds a label ("AR", "SSD beta=0.3 K=4"), the mode the synthesizer decodes in ("ar" or
 "speculative"), the `DecodingConfig` fields it changes from the voice's own config, and the draft it drafts
 with (None: the voice's default draft). Every default comes from the voice's config, i.e. from
-`ssd_demo.config.SETTINGS`; a system holds only what differs. The sweep, `eval`, the stimulus sets, the
-listening studies and the vLLM engine all read systems of this one type.
+`ssd_demo.config.SETTINGS`; a system holds only what differs. The sweep, `eval`, the stimulus sets and the
+listening studies all read systems of this one type, on our engine and on vLLM alike.
 
 Listening tests also name clips made from the reference's clip instead of decoded ("anchor lowpass=HZ",
 "attention noise"): those are systems of mode "anchor" and "attention" (`derived`), with the anchor's
