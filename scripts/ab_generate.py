@@ -20,7 +20,7 @@ import torch
 from scripts._cli import run_cli
 from scripts.decode_step import baseline_class
 
-from ssd_demo.config import DecodingConfig
+from ssd_demo.config import SETTINGS, DecodingConfig
 from ssd_demo.engine import kernels, kv
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.measure.bench import load_pair
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--draft-len", type=int, default=SETTINGS["draft_len"].default)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
 

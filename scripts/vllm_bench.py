@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate  # noqa: E402
+from ssd_demo.config import SETTINGS  # noqa: E402
 from ssd_demo.backends.vllm.worker import VllmWorker, WorkerSpec  # noqa: E402
 
 
@@ -63,7 +64,7 @@ def on_vllm(worker: VllmWorker, prompts: list[list[int]], tokens: int, seed: int
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--draft-len", type=int, default=SETTINGS["draft_len"].default)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", default="1,4,16")

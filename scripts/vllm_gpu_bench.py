@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate  # noqa: E402
+from ssd_demo.config import SETTINGS  # noqa: E402
 from ssd_demo.backends.vllm.worker import VllmWorker, WorkerSpec  # noqa: E402
 
 ROPE = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
@@ -70,7 +71,7 @@ def run(worker, prompts, tokens, seed):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--draft-len", type=int, default=SETTINGS["draft_len"].default)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--graphs", action="store_true", help="vLLM with CUDA graphs (longer start, faster steps)")
     parser.add_argument("--json", type=Path, default=None)

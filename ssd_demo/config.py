@@ -79,8 +79,9 @@ class SettingSpec:
 
     minimum/maximum: the bounds the library validates (None: unbounded), inclusive unless
     `min_exclusive`/`max_exclusive`; floats must also be finite. `note` follows the bounds in the error
-    message; `requirement` replaces the generated description of the bounds. `flag`: the command-line
-    flag (default --name-with-dashes); `control`: None when the app has no control for it.
+    message; `requirement` replaces the generated description of the bounds. The command-line flag is the
+    name with dashes (`cli_flag`); `old_flags`: former names of that flag, still accepted (deprecated);
+    `control`: None when the app has no control for it.
     """
 
     name: str
@@ -95,12 +96,12 @@ class SettingSpec:
     nullable: bool = False
     note: str = ""
     requirement: str | None = None
-    flag: str | None = None
+    old_flags: tuple[str, ...] = ()
     control: ControlHint | None = None
 
     @property
     def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
+        return "--" + self.name.replace("_", "-")
 
     def bounds(self, controls: bool = False, defaults: "DecodingConfig | None" = None
                ) -> tuple[float | None, float | None, bool, bool]:
@@ -261,7 +262,7 @@ SETTINGS: Mapping[str, SettingSpec] = {spec.name: spec for spec in (
                                     info="long text is spoken in chunks; each may use this many",
                                     maximum=2048, slider_minimum=8, step=8, grows=True)),
     SettingSpec("adaptive_draft_len", "bool", False, "choose K each round (1..draft_len) from the running acceptance "
-                "estimate and the draft/target cost ratio", flag="--adaptive-k",
+                "estimate and the draft/target cost ratio", old_flags=("--adaptive-k",),
                 control=ControlHint("Adaptive K", "speculation", "checkbox",
                                     info="choose K each round (up to the draft length) from the running acceptance rate")),
     SettingSpec("adaptive_threshold", "float", 0.0, "stop drafting early when the draft's top probability falls below "

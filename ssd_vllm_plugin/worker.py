@@ -1,6 +1,8 @@
 """A vLLM engine in a process of its own, driven over stdin/stdout with one JSON object per line.
 
-    python -m ssd_vllm_plugin.worker '{"target": DIR, "draft": DIR or null, "k": 4, "dtype": "float32", ...}'
+    python -m ssd_vllm_plugin.worker '{"target": DIR, "draft": DIR or null, "draft_len": 4, "dtype": "float32",
+                                       "max_model_len": n, "max_num_seqs": n, "gpu_memory_utilization": f or null,
+                                       "eager": true}'
 
 It answers {"ready": true, "vllm": version, "startup_s": s} once the engine is up, then one line per request:
   {"op": "generate", "prompts": [[ids...], ...], "max_tokens": n or [n, ...], "temperature": t, "top_p": p,
@@ -10,6 +12,9 @@ It answers {"ready": true, "vllm": version, "startup_s": s} once the engine is u
   {"op": "quit"} ends it. A failed request answers {"error": message}; the worker keeps serving.
 All prompts of one request are queued at once, so vLLM batches them continuously; latency counts from then.
 Request i is seeded with seed + i. Only this module's JSON goes to stdout (vLLM's logs go to stderr).
+The caller (the ssd_demo library) gives every option and request field above: the decoding defaults are the
+library's (its config.SETTINGS), and this worker holds none of its own; only the engine's own seed is 0 unless
+given. draft_len is the library's name for what vLLM calls num_speculative_tokens.
 """
 
 from __future__ import annotations
@@ -31,17 +36,16 @@ def _claim_stdout():
 def build_engine(options: dict):
     from vllm import LLM
 
-    kwargs = dict(model=options["target"], dtype=options.get("dtype", "float32"),
-                  max_model_len=int(options.get("max_model_len", 2048)), enforce_eager=options.get("eager", True),
-                  seed=int(options.get("seed", 0)), disable_log_stats=False, skip_tokenizer_init=True,
-                  max_num_seqs=int(options.get("max_num_seqs", 64)))
+    kwargs = dict(model=options["target"], dtype=options["dtype"], max_model_len=int(options["max_model_len"]),
+                  enforce_eager=options["eager"], seed=int(options.get("seed", 0)), disable_log_stats=False,
+                  skip_tokenizer_init=True, max_num_seqs=int(options["max_num_seqs"]))
     if options.get("gpu_memory_utilization"):
         kwargs["gpu_memory_utilization"] = float(options["gpu_memory_utilization"])
     if options.get("draft"):
         # probabilistic: the draft samples with temperature and hands its distributions to the verify step,
         # as speculative sampling (and the tolerance rule) assume; vLLM's default drafts greedily.
         kwargs["speculative_config"] = {"method": "draft_model", "model": options["draft"],
-                                        "num_speculative_tokens": int(options.get("k", 4)),
+                                        "num_speculative_tokens": int(options["draft_len"]),
                                         "draft_sample_method": "probabilistic"}
     return LLM(**kwargs)
 
@@ -61,18 +65,18 @@ def generate(llm, request: dict) -> dict:
     from vllm import SamplingParams
 
     prompts = request["prompts"]
-    lengths = request.get("max_tokens", 256)
+    lengths = request["max_tokens"]
     lengths = lengths if isinstance(lengths, list) else [lengths] * len(prompts)
-    seed = int(request.get("seed", 0))
+    seed = int(request["seed"])
     before = spec_counters(llm)
     engine = llm.llm_engine
     started = time.perf_counter()
     index_of = {}
     for index, (prompt, length) in enumerate(zip(prompts, lengths)):
-        params = SamplingParams(max_tokens=int(length), temperature=float(request.get("temperature", 1.0)),
-                                top_p=float(request.get("top_p", 1.0)), top_k=int(request.get("top_k", 0)),
-                                seed=seed + index, stop_token_ids=list(request.get("stop_token_ids") or []),
-                                allowed_token_ids=request.get("allowed_token_ids"),
+        params = SamplingParams(max_tokens=int(length), temperature=float(request["temperature"]),
+                                top_p=float(request["top_p"]), top_k=int(request["top_k"]),
+                                seed=seed + index, stop_token_ids=list(request["stop_token_ids"] or []),
+                                allowed_token_ids=request["allowed_token_ids"],
                                 ignore_eos=bool(request.get("ignore_eos", False)), detokenize=False)
         request_id = engine.add_request(str(index), {"prompt_token_ids": list(prompt)}, params)
         index_of[request_id if isinstance(request_id, str) else str(index)] = index

@@ -148,7 +148,7 @@ def _latent_voice() -> bool:
 def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
     docs, out = tmp_path / "benchmarks.md", tmp_path / "eval"
     assert main(["eval", "--per-bucket", "1", "--buckets", "3-8 words,9-15 words", "--betas", "0",
-                 "--drafts", "distilled", "--repeats", "2", "--draft-len", "6", "--adaptive-k", "--threads", "1",
+                 "--drafts", "distilled", "--repeats", "2", "--draft-len", "6", "--adaptive-draft-len", "--threads", "1",
                  "--out", str(out), "--docs", str(docs)]) == 0
     report = json.loads((out / "eval.json").read_text())
     rows = {row["system"]: row for row in report["systems"]}
@@ -176,7 +176,7 @@ def test_eval_scores_visitor_texts_by_length_and_writes_its_section(tmp_path):
                   "--threads", "1", "--out", str(out), "--docs", ""])
     heads = {row["system"]: row for row in json.loads((out / "eval.json").read_text())["systems"]}["SSD heads beta=0"]
     assert fixed == 0 and heads["predicted_strict"] > 0
-    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-k" in text and "K chosen each round in 0..6" in text
+    assert "--draft-len 6 --repeats 2 --threads 1 --adaptive-draft-len" in text and "K chosen each round in 0..6" in text
     assert main(["eval", "--buckets", "huge", "--docs", ""]) == 2
 
 
@@ -266,7 +266,7 @@ def test_top_level_help_and_the_package_import_leave_torch_unloaded():
 def test_bench_summary_names_no_comparison_with_a_method_that_did_not_run():
     from ssd_demo.measure.bench import markdown_table
 
-    spec = {"alpha": 0.8, "cost_ratio_c": 0.08, "verify_ratio_v": 1.2, "measured_decode_speedup": 2.0,
+    spec = {"alpha": 0.8, "cost_ratio": 0.08, "verify_ratio": 1.2, "measured_decode_speedup": 2.0,
             "predicted_speedup_strict": 2.1, "predicted_speedup_classic": 2.5, "fraction_of_strict_prediction": 0.95}
     row = {"method": "ar", "median_seconds": 1.0, "median_tokens": 128, "median_tokens_per_second": 128.0,
            "speedup_vs_ar": 1.0}

@@ -130,7 +130,7 @@ def test_the_teachers_rendering_is_the_embedded_voices_reference_row():
     from types import SimpleNamespace
 
     from ssd_demo.measure.asr import load_scorer
-    from ssd_demo.measure.evaluation import EmbeddedReference, Scoring
+    from ssd_demo.measure.evaluation_scoring import EmbeddedReference, Scoring
     from ssd_demo.measure.evaluation_inputs import EvalItem
 
     if not teacher_reference.available():

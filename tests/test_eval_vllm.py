@@ -22,7 +22,7 @@ MISSING = {"SSD_DEMO_VLLM_PYTHON": "/nonexistent/vllm/bin/python"}
     (["eval"], {}, "the embedded voice runs on our engine only"),
     (["eval", "--preset", "cosyvoice2-paper"], {}, "preset cosyvoice2-paper runs on our engine only"),
     (["eval", "--target-model", "org/t", "--draft-model", "org/d", "--repeats", "2"], {}, "--repeats"),
-    (["eval", "--target-model", "org/t", "--draft-model", "org/d", "--adaptive-k"], {}, "fixed K"),
+    (["eval", "--target-model", "org/t", "--draft-model", "org/d", "--adaptive-draft-len"], {}, "fixed K"),
     (["eval", "--target-model", "org/t", "--draft-model", "org/d"], MISSING, "needs its own environment"),
     (["stimuli", "--name", "s"], {}, "preset 'embedded' runs on our engine only"),
     (["stimuli", "--name", "s", "--preset", "llasa-1b-3b"], MISSING, "needs its own environment"),

@@ -91,7 +91,7 @@ CASES = {
     "unrelated-K3-temp0.8": ("unrelated", dict(draft_len=3, temperature=0.8)),
     "related-K4": ("related", dict(draft_len=4)),
     # K chosen per round from measured costs (K = 0 rounds among them), as the embedded voice runs with
-    # --adaptive-k: still exact with the schedule's tokens.
+    # --adaptive-draft-len: still exact with the schedule's tokens.
     "related-calibrated-K4": ("related", dict(draft_len=4, adaptive_draft_len=True, cost_ratio=0.2,
                                               verify_costs=(1.0, 1.1, 1.25, 1.45, 1.7))),
 }

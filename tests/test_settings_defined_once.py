@@ -188,3 +188,13 @@ def test_an_internal_fault_is_the_internal_error_message_in_the_app(caplog):
     shown = to_gradio_error(RuntimeError("a bug deep inside"))
     assert shown.message == INTERNAL_ERROR_MESSAGE and "a bug deep inside" not in shown.message
     assert any(record.exc_info and "a bug deep inside" in str(record.exc_info[1]) for record in caplog.records)
+
+
+def test_a_flags_former_name_is_still_accepted():
+    # --adaptive-k was adaptive_draft_len's flag before every flag took its setting's name
+    parser = argparse.ArgumentParser()
+    evaluation.add_arguments(parser)
+    assert SETTINGS["adaptive_draft_len"].cli_flag == "--adaptive-draft-len"
+    for flag in ("--adaptive-draft-len", "--adaptive-k"):
+        assert parser.parse_args([flag]).adaptive_draft_len is True
+    assert parser.parse_args([]).adaptive_draft_len is False

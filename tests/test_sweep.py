@@ -7,8 +7,9 @@ import torch
 from ssd_demo.measure.mcd import mcd_dtw
 from ssd_demo.rules import build_groups
 from ssd_demo.measure.reporting import GENERATED_END, write_section
-from ssd_demo.measure.sweep import (Setting, SweepPoint, at_matched_fidelity, mark_pareto, markdown, pareto_figure,
-                                    run_sweep, theta_for_group_size)
+from ssd_demo.measure.sweep import SweepPoint, mark_pareto, run_sweep
+from ssd_demo.measure.sweep_grid import grid_setting, theta_for_group_size
+from ssd_demo.measure.sweep_report import at_matched_fidelity, markdown, pareto_figure
 from toy_backend import build_toy_synthesizer
 
 
@@ -78,11 +79,11 @@ def test_sweep_runs_on_a_voice_and_draws_the_map(monkeypatch):
     monkeypatch.setattr(judge, "dnsmos", lambda audio, rate: {"ovrl": 3.0, "sig": 3.5, "bak": 4.0})
     synth = build_toy_synthesizer(max_new_tokens=24)
     settings = [
-        Setting("ssd beta=0", "ssd", "beta", 0.0, {"acceptance": "ssd", "beta": 0.0}),
-        Setting("ssd beta=1", "ssd", "beta", 1.0, {"acceptance": "ssd", "beta": 1.0}),
-        Setting("pcg", "pcg", "group size", 4.0, {"acceptance": "pcg", "pcg_theta": 0.2}),
-        Setting("topk k=3", "topk", "k", 3, {"acceptance": "topk", "topk_tolerance": 3}),
-        Setting("adaptive", "exact-adaptive", "K max", 6, {"acceptance": "exact", "draft_len": 6, "adaptive_draft_len": True}),
+        grid_setting("ssd beta=0", "ssd", "beta", 0.0, acceptance="ssd", beta=0.0),
+        grid_setting("ssd beta=1", "ssd", "beta", 1.0, acceptance="ssd", beta=1.0),
+        grid_setting("pcg", "pcg", "group size", 4.0, acceptance="pcg", pcg_theta=0.2),
+        grid_setting("topk k=3", "topk", "k", 3, acceptance="topk", topk_tolerance=3),
+        grid_setting("adaptive", "exact-adaptive", "K max", 6, acceptance="exact", draft_len=6, adaptive_draft_len=True),
     ]
     texts = ["hello there", "good morning all"]
     references = [synth.synthesize(t, mode="ar").audio for t in texts]

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 from pathlib import Path
 
 import torch
 
-from ..errors import InputError
-from ..config import DecodingConfig
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from ..measure.reporting import cpu_name, git_commit
-from ..engine.static_cache import describe_kernels
-from ..measure.bench import DECODING_DEFAULTS, DECODING_FLAGS, METHODS, load_pair, markdown_table, run_benchmark
+from ..measure.bench import DECODING_DEFAULTS, DECODING_FLAGS, METHODS, benchmark, markdown_table, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,31 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = decoding_arguments(args, DECODING_FLAGS)  # checked before the models load
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise InputError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
-    target, draft = load_pair(args.target, args.draft, args.device)
-    target, draft = target.to(args.device), draft.to(args.device)
-    vocab = target.get_output_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(args.seed)
-    prompt = torch.randint(0, vocab, (1, args.prompt_len), generator=generator).to(args.device)
-    config = DecodingConfig(**settings)
-    result = run_benchmark(target, draft, prompt, config, repeats=args.repeats, warmup=args.warmup, methods=methods)
+    result = benchmark(settings, parse_methods(args.methods), target=args.target, draft=args.draft,
+                       device=args.device, prompt_len=args.prompt_len, repeats=args.repeats, warmup=args.warmup,
+                       threads=args.threads)
     result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result["machine"] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu": cpu_name(),
-        "torch_threads": torch.get_num_threads(),
-        "device": args.device,
-        "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
-        "torch": torch.__version__,
-        "kernels": describe_kernels(target),
-    }
-    result["commit"] = git_commit()
     print(markdown_table(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -26,13 +26,21 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, names: Sequence[str]
     defaults = defaults or {}
     for name in names:
         spec = SETTINGS[name]
+        flags = (spec.cli_flag, *spec.old_flags)
         if spec.kind == "bool":
-            parser.add_argument(spec.cli_flag, dest=name, action="store_true", help=spec.help)
+            parser.add_argument(*flags, dest=name, action="store_true", help=spec.help + _old_names(spec))
             continue
         default = defaults.get(name)
         shown = unset if name not in defaults else (f"{default:g}" if isinstance(default, float) else str(default))
-        parser.add_argument(spec.cli_flag, dest=name, type=_TYPES[spec.kind], default=default,
-                            help=f"{spec.help} (default: {shown})")
+        parser.add_argument(*flags, dest=name, type=_TYPES[spec.kind], default=default,
+                            help=f"{spec.help} (default: {shown}){_old_names(spec)}")
+
+
+def _old_names(spec) -> str:
+    """The help's note on a flag's former names, still accepted for now."""
+    if not spec.old_flags:
+        return ""
+    return f" ({', '.join(spec.old_flags)}: its former name, deprecated)"
 
 
 def decoding_arguments(args: argparse.Namespace, names: Sequence[str]) -> dict[str, object]:

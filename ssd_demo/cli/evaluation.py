@@ -80,7 +80,7 @@ def command_line(args: argparse.Namespace) -> str:
                ("metrics", args.metrics), ("whisper", args.whisper), ("normaliser", args.normaliser),
                ("repeats", args.repeats), ("threads", args.threads), ("engine", args.engine)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
-    return command + (" --adaptive-k" if args.adaptive_draft_len else "")
+    return command + (" --adaptive-draft-len" if args.adaptive_draft_len else "")
 
 
 def main(args: argparse.Namespace) -> int:

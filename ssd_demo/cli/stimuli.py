@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import InputError
 from ..backends.vllm import ENGINES
-from ..listening.stimuli import DEFAULT_SENTENCES, DEFAULT_SYSTEMS, render_stimulus_set
+from ..listening.stimuli import DEFAULT_SENTENCES, DEFAULT_SYSTEMS, render_stimulus_set, stimulus_texts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,14 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.texts is not None:
-        texts = [line.strip() for line in args.texts.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif args.sentence:
-        texts = args.sentence
-    else:
-        if not 1 <= args.count <= len(DEFAULT_SENTENCES):
-            raise InputError(f"--count must be between 1 and {len(DEFAULT_SENTENCES)}")
-        texts = list(DEFAULT_SENTENCES[: args.count])
+    texts = stimulus_texts(args.texts, args.sentence, args.count)
     stimulus_set = render_stimulus_set(
         args.name,
         texts,

@@ -5,21 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from ..backends.embedded import load_synthesizer
 from ..errors import InputError
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from ..measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, write_section
-from ..engine.static_cache import describe_kernels
-from ..measure import teacher_reference
-from ..measure.sweep import (SECTION, SweepPoint, default_settings, held_out_sentences, mark_pareto, markdown,
-                             pareto_figure, run_sweep, teacher_references)
+from ..measure.reporting import add_docs_argument, docs_target, write_section
+from ..measure.sweep import sweep_map
+from ..measure.sweep_report import SECTION, markdown, pareto_figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,27 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     decoding_arguments(args, ("cost_ratio", "seed"))  # checked before the voice loads
     torch.set_num_threads(args.threads)
-
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
     if not drafts:
         raise InputError(f"--draft names no draft ({args.draft!r})")
-    synth = load_synthesizer(draft=drafts[0])
-    unknown = [d for d in drafts if d not in synth.drafts]
-    if unknown:
-        raise InputError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
-    sentences = held_out_sentences(args.sentences)
-    if teacher_reference.available():
-        references = teacher_references(sentences, synth.backend.sample_rate, threads=args.threads)
-    else:
-        print(f"note: {teacher_reference.MISSING_NOTE}; the map's fidelity axis is the target NLL")
-        references = [None] * len(sentences)
-    settings = default_settings(synth, quick=args.quick)
-    if args.rules:
-        wanted = {r.strip() for r in args.rules.split(",") if r.strip()}
-        unknown = wanted - {s.rule for s in settings}
-        if unknown:
-            raise InputError(f"unknown rule(s) {sorted(unknown)}; the grid has {sorted({s.rule for s in settings})}")
-        settings = [s for s in settings if s.rule in wanted]
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
     bar = tqdm(total=100, desc="sweep")
 
     def progress(fraction: float, message: str) -> None:
@@ -71,28 +50,14 @@ def main(args: argparse.Namespace) -> int:
         bar.set_postfix_str(message[:40])
         bar.refresh()
 
-    points: list[SweepPoint] = []
-    for index, draft in enumerate(drafts):  # each draft's speedups against AR timed within its own pass
-        result = run_sweep(synth, sentences, references, settings, seed=args.seed, draft=draft,
-                           progress=lambda f, m, index=index, draft=draft: progress((index + f) / len(drafts),
-                                                                                    f"{draft}: {m}"),
-                           cost_ratio=args.cost_ratio, repeats=args.repeats, judges=("wer", "dnsmos"))
-        for p in result.points:
-            if len(drafts) > 1:
-                p.draft, p.label = draft, f"{draft}: {p.label}"
-        points += result.points
+    result = sweep_map(drafts, args.sentences, quick=args.quick, rules=rules, seed=args.seed,
+                       cost_ratio=args.cost_ratio, repeats=args.repeats, threads=args.threads, progress=progress,
+                       note=lambda line: print(f"note: {line}"))
     bar.close()
-    mark_pareto(points)  # over every draft's settings together
-    # same seeds: the same AR audio
-    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "wer": result.ar_wer, "dnsmos": result.ar_dnsmos}
+    points, ar_row, meta = result.points, result.ar_row, result.meta
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{cpu_name()}, torch threads: {args.threads}, {describe_kernels(synth.target)}",
-        "sentences": len(sentences),
-        "repeats": args.repeats, "drafts": drafts,
-    }
-    (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta}, indent=2))
+    (args.out / "sweep.json").write_text(json.dumps({"points": [asdict(p) for p in points], "ar": ar_row, **meta},
+                                                    indent=2))
     figure = pareto_figure(points, ar_row["mcd"])
     figure.savefig(args.out / "sweep_pareto.png", dpi=120)
     for p in points:
@@ -102,8 +67,7 @@ def main(args: argparse.Namespace) -> int:
     docs = docs_target(args)
     if docs is not None:
         command = "python -m ssd_demo sweep " + " ".join(sys.argv[2:])
-        reference_label = (f"{drafts[0]}: " if len(drafts) > 1 else "") + f"ssd beta={synth.config().beta:g}"
-        write_section(docs, SECTION, markdown(points, ar_row, command.strip(), meta, reference_label))
+        write_section(docs, SECTION, markdown(points, ar_row, command.strip(), meta, result.reference_label))
         figure.savefig(docs.parent / "sweep_pareto.png", dpi=120)
         print(f"updated {docs}")
     return 0

@@ -4,6 +4,7 @@ Each sentence is rendered under every system with the same seed, so only the dec
 the set is written atomically (a half-written set never appears). Rendering needs a synthesizer
 (`render_stimulus_set`, `build_small_set`, the CLI) or any `Renderer` (`tone_renderer` needs no
 model). Where sets live and how they are read back and verified is `ssd_demo.listening.stimulus_sets`.
+A system is a `ssd_demo.speech.system.DecodingSystem`, named as `parse_system` reads it (imported here too).
 
 CLI: python -m ssd_demo stimuli --name pilot --systems "AR" "SSD beta=0.3 K=4" "exact speculative"
 With `--engine vllm` (Llasa presets) each system's sentences go to the vLLM engine in one batch (`batch_renderer`).
@@ -14,11 +15,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from . import anchors
 from ..backends.registry import MODEL_JOB_LOCK, load_preset
 from ..backends.vllm import engine_choice, use_engine
 from ..backends.vllm.worker import require_vllm_python
+from ..speech.system import DecodingSystem, parse_system
 from .stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet, load_stimulus_set,
                             stimuli_root)
 
@@ -53,99 +54,18 @@ DEFAULT_SENTENCES = (
 )
 
 
-# ----------------------------------------------------------------------------- systems
+# ----------------------------------------------------------------------------- derived clips
 
 
-@dataclass(frozen=True)
-class SystemSpec:
-    """A named decoding setup, e.g. "SSD beta=0.3 K=4"."""
-
-    name: str
-    mode: str  # "ar" | "speculative" | "anchor" | "attention" (the last two are made from the reference clip)
-    overrides: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields to change; an anchor's cutoff
-    draft: str | None = None  # draft model name; None = the preset's default
-
-    @property
-    def derived(self) -> bool:
-        """Made from the reference's clip of the same sentence, not decoded."""
-        return self.mode in ("anchor", "attention")
-
-
-_KEY_VALUE = re.compile(r"^([A-Za-z_]+)=(\S+)$")
-
-
-def parse_system(name: str) -> SystemSpec:
-    """Parse a system name: "AR", "exact speculative [K=n]", "SSD beta=b K=n" (any may add draft=NAME), or one
-    made from the reference: "anchor lowpass=HZ" (BS.1534: 3500 low, 7000 mid), "attention noise"."""
-    words = name.split()
-    if not words:
-        raise InputError("a system name is empty")
-    head = words[0].lower()
-    rest = words[1:]
-    if head in ("anchor", "attention"):
-        return _parse_derived(name, head, rest)
-    if head == "exact" and rest and rest[0].lower() == "speculative":
-        rest = rest[1:]
-    options: dict[str, str] = {}
-    for word in rest:
-        match = _KEY_VALUE.match(word)
-        if not match:
-            raise InputError(f"system {name!r}: cannot read {word!r}; expected KEY=VALUE (beta=0.3, K=4, draft=NAME)")
-        options[match.group(1).lower()] = match.group(2)
-    draft = options.pop("draft", None)
-    overrides: dict[str, Any] = {}
-    try:
-        if "k" in options:
-            overrides["draft_len"] = int(options.pop("k"))
-        if "beta" in options:
-            overrides["beta"] = float(options.pop("beta"))
-    except ValueError:
-        raise InputError(f"system {name!r}: K must be an integer and beta a number") from None
-    if options:
-        raise InputError(f"system {name!r}: unknown setting(s) {', '.join(sorted(options))}; known: K, beta, draft")
-    if head == "ar":
-        if overrides or draft:
-            raise InputError(f"system {name!r}: AR takes no K, beta or draft")
-        return SystemSpec(name=name, mode="ar")
-    if head == "exact":
-        if "beta" in overrides:
-            raise InputError(f"system {name!r}: exact speculative sampling has beta=0 by definition")
-        return SystemSpec(
-            name=name, mode="speculative", overrides={**overrides, "acceptance": "exact", "beta": 0.0}, draft=draft
-        )
-    if head == "ssd":
-        if "beta" not in overrides:
-            raise InputError(f"system {name!r}: SSD needs beta=..., e.g. 'SSD beta=0.3 K=4'")
-        return SystemSpec(name=name, mode="speculative", overrides={**overrides, "acceptance": "ssd"}, draft=draft)
-    raise InputError(f"unknown system {name!r}; use 'AR', 'exact speculative' or 'SSD beta=0.3 K=4'")
-
-
-def _parse_derived(name: str, head: str, rest: list[str]) -> SystemSpec:
-    if head == "attention":
-        if [w.lower() for w in rest] != ["noise"]:
-            raise InputError(f"system {name!r}: the attention-check clip is 'attention noise'")
-        return SystemSpec(name=name, mode="attention")
-    match = _KEY_VALUE.match(rest[0]) if len(rest) == 1 else None
-    if not match or match.group(1).lower() != "lowpass":
-        raise InputError(f"system {name!r}: an anchor is 'anchor lowpass=HZ', e.g. 'anchor lowpass=3500'")
-    try:
-        cutoff = float(match.group(2))
-    except ValueError:
-        raise InputError(f"system {name!r}: the cut-off must be a number of Hz") from None
-    if not 100 <= cutoff <= 20000:
-        raise InputError(f"system {name!r}: the cut-off must be between 100 and 20000 Hz")
-    return SystemSpec(name=name, mode="anchor", overrides={"lowpass_hz": cutoff})
-
-
-def derive_clip(spec: SystemSpec, reference_audio: np.ndarray, sample_rate: int, seed: int,
+def derive_clip(system: DecodingSystem, reference_audio: np.ndarray, sample_rate: int, seed: int,
                 reference: str) -> tuple[np.ndarray, dict[str, Any]]:
     """An anchor or attention clip made from the reference's clip of the same sentence."""
-    if spec.mode == "anchor":
-        cutoff = spec.overrides["lowpass_hz"]
+    if system.mode == "anchor":
+        cutoff = system.overrides["lowpass_hz"]
         try:
             audio = anchors.lowpass(reference_audio, sample_rate, cutoff)
         except ValueError as error:
-            raise InputError(f"system {spec.name!r}: {error}") from None
+            raise InputError(f"system {system.label!r}: {error}") from None
         return audio, {"mode": "anchor", "source": reference, "lowpass_hz": cutoff,
                        "filter": f"Butterworth order {anchors.FILTER_ORDER}, zero phase"}
     return anchors.attention_noise(reference_audio, seed), {
@@ -156,7 +76,7 @@ def derive_clip(spec: SystemSpec, reference_audio: np.ndarray, sample_rate: int,
 
 
 # (audio float32 mono, sample rate, settings to record) for one sentence under one system and seed.
-Renderer = Callable[[str, SystemSpec, int], tuple[np.ndarray, int, dict[str, Any]]]
+Renderer = Callable[[str, DecodingSystem, int], tuple[np.ndarray, int, dict[str, Any]]]
 
 
 def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
@@ -174,7 +94,7 @@ def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
 def create_stimulus_set(
     name: str,
     texts: Sequence[str],
-    systems: Sequence[SystemSpec | str],
+    systems: Sequence[DecodingSystem | str],
     render: Renderer,
     *,
     root: Path | None = None,
@@ -189,17 +109,8 @@ def create_stimulus_set(
     Anchors and the attention clip are made from the `reference` system's clip of the same sentence."""
     if not SET_NAME.match(name):
         raise InputError(f"stimulus set name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
-    specs = [parse_system(s) if isinstance(s, str) else s for s in systems]
-    names = [s.name for s in specs]
-    if len(specs) < 2:
-        raise InputError("a listening test needs at least two systems to compare")
-    if len(set(names)) != len(names):
-        raise InputError(f"system names must be unique, got {names}")
-    if any(spec.derived for spec in specs) and reference not in [s.name for s in specs if not s.derived]:
-        raise InputError(f"anchors and attention clips are made from the reference {reference!r}: list it among the systems")
-    texts = [t.strip() for t in texts]
-    if not texts or any(not t for t in texts):
-        raise InputError("give at least one sentence, and no empty ones")
+    chosen = _checked_systems(systems, reference)
+    texts = _checked_texts(texts)
     destination = stimuli_root(root) / name
     if destination.exists() and not overwrite:
         raise InputError(f"stimulus set {name!r} already exists at {destination}; pick another name or overwrite")
@@ -208,34 +119,10 @@ def create_stimulus_set(
     try:
         (staging / "clips").mkdir()
         items = []
-        for index, text in enumerate(texts):
-            seed = base_seed + index  # same seed for every system: only the decoding differs
-            clips, rendered = [], {}
-            for spec in sorted(specs, key=lambda s: s.derived):  # the reference before what is made from it
-                if progress:
-                    progress(f"[{index + 1}/{len(texts)}] {spec.name}: {text}")
-                if spec.derived:
-                    reference_audio, sample_rate = rendered[reference]
-                    audio, settings = derive_clip(spec, reference_audio, sample_rate, seed, reference)
-                else:
-                    audio, sample_rate, settings = render(text, spec, seed)
-                    rendered[spec.name] = (audio, sample_rate)
-                data = _wav_bytes(audio, sample_rate)
-                digest = hashlib.sha256(data).hexdigest()
-                relative = f"clips/{digest[:24]}.wav"
-                (staging / relative).write_bytes(data)
-                clips.append(
-                    {
-                        "system": spec.name,
-                        "path": relative,
-                        "sha256": digest,
-                        "duration_seconds": round(len(audio) / sample_rate, 4),
-                        "sample_rate": int(sample_rate),
-                        "seed": seed,
-                        "settings": settings,
-                    }
-                )
-            items.append({"item_id": f"s{index + 1:03d}", "text": text, "clips": clips})
+        for index, text in enumerate(texts):  # the same seed for every system: only the decoding differs
+            position = f"[{index + 1}/{len(texts)}]"
+            items.append(_render_item(staging, f"s{index + 1:03d}", text, chosen, render, base_seed + index,
+                                      reference, progress and (lambda line, at=position: progress(f"{at} {line}"))))
         manifest = {
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_VERSION,
@@ -244,12 +131,11 @@ def create_stimulus_set(
             "preset": preset,
             "model_revision": model_revision,
             "base_seed": base_seed,
-            "systems": [{"name": s.name, "mode": s.mode, "overrides": s.overrides, "draft": s.draft} for s in specs],
+            "systems": [{"name": s.label, "mode": s.mode, "overrides": s.overrides, "draft": s.draft} for s in chosen],
             "items": items,
         }
-        (staging / MANIFEST_NAME).write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
         if destination.exists():
             shutil.rmtree(destination)
         staging.rename(destination)
@@ -259,16 +145,72 @@ def create_stimulus_set(
     return load_stimulus_set(destination)
 
 
+def _checked_systems(systems: Sequence[DecodingSystem | str], reference: str) -> list[DecodingSystem]:
+    """The systems, names parsed; InputError for fewer than two, a name twice, or derived clips without their
+    reference."""
+    chosen = [parse_system(s) if isinstance(s, str) else s for s in systems]
+    labels = [s.label for s in chosen]
+    if len(chosen) < 2:
+        raise InputError("a listening test needs at least two systems to compare")
+    if len(set(labels)) != len(labels):
+        raise InputError(f"system names must be unique, got {labels}")
+    if any(s.derived for s in chosen) and reference not in [s.label for s in chosen if not s.derived]:
+        raise InputError(f"anchors and attention clips are made from the reference {reference!r}: list it among the systems")
+    return chosen
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    texts = [t.strip() for t in texts]
+    if not texts or any(not t for t in texts):
+        raise InputError("give at least one sentence, and no empty ones")
+    return texts
+
+
+def _render_item(staging: Path, item_id: str, text: str, systems: list[DecodingSystem], render: Renderer, seed: int,
+                 reference: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    """One sentence under every system, its clips written into `staging`: the item's manifest entry."""
+    clips, rendered = [], {}
+    for system in sorted(systems, key=lambda s: s.derived):  # the reference before what is made from it
+        if progress:
+            progress(f"{system.label}: {text}")
+        if system.derived:
+            reference_audio, sample_rate = rendered[reference]
+            audio, settings = derive_clip(system, reference_audio, sample_rate, seed, reference)
+        else:
+            audio, sample_rate, settings = render(text, system, seed)
+            rendered[system.label] = (audio, sample_rate)
+        clips.append(_write_clip(staging, system, audio, sample_rate, seed, settings))
+    return {"item_id": item_id, "text": text, "clips": clips}
+
+
+def _write_clip(staging: Path, system: DecodingSystem, audio: np.ndarray, sample_rate: int, seed: int,
+                settings: dict[str, Any]) -> dict[str, Any]:
+    """The clip's WAV under its content hash, and its manifest entry."""
+    data = _wav_bytes(audio, sample_rate)
+    digest = hashlib.sha256(data).hexdigest()
+    relative = f"clips/{digest[:24]}.wav"
+    (staging / relative).write_bytes(data)
+    return {
+        "system": system.label,
+        "path": relative,
+        "sha256": digest,
+        "duration_seconds": round(len(audio) / sample_rate, 4),
+        "sample_rate": int(sample_rate),
+        "seed": seed,
+        "settings": settings,
+    }
+
+
 def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
     """A model-free Renderer: a tone per system plus seeded noise. For trying the app and for tests."""
 
-    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
-        frequency = 220.0 + 40.0 * (int(hashlib.sha256(spec.name.encode()).hexdigest(), 16) % 16)
+    def render(text: str, system: DecodingSystem, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        frequency = 220.0 + 40.0 * (int(hashlib.sha256(system.label.encode()).hexdigest(), 16) % 16)
         # Length varies a little with the text, like speech does; never with the system.
         t = np.arange(int(sample_rate * (seconds + 0.001 * (len(text) % 50)))) / sample_rate
         noise = np.random.default_rng(seed).standard_normal(t.size)
         audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.02 * noise
-        return audio.astype(np.float32), sample_rate, {"mode": spec.mode, **spec.overrides, "renderer": "tone"}
+        return audio.astype(np.float32), sample_rate, {"mode": system.mode, **system.overrides, "renderer": "tone"}
 
     return render
 
@@ -304,22 +246,22 @@ def model_revision(synthesizer) -> str:
 def synthesizer_renderer(synthesizer) -> Renderer:
     """A Renderer that speaks with `synthesizer` (ssd_demo.Synthesizer)."""
 
-    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
-        config = synthesizer.config(seed=seed, **spec.overrides)
-        result = synthesizer.synthesize(text, mode=spec.mode, config=config, draft=spec.draft)
-        return result.audio, result.sample_rate, _recorded_settings(result.config, spec, synthesizer)
+    def render(text: str, system: DecodingSystem, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        config = synthesizer.config(seed=seed, **system.overrides)
+        result = synthesizer.synthesize(text, mode=system.mode, config=config, draft=system.draft)
+        return result.audio, result.sample_rate, _recorded_settings(result.config, system, synthesizer)
 
     return render
 
 
-def _recorded_settings(config, spec: SystemSpec, synthesizer) -> dict[str, Any]:
+def _recorded_settings(config, system: DecodingSystem, synthesizer) -> dict[str, Any]:
     """The decoding settings a clip's manifest entry records."""
     settings = {k: v for k, v in asdict(config).items() if k != "allowed_token_ids"}
-    if spec.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
+    if system.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
         settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
-    settings["mode"] = spec.mode
-    if spec.mode == "speculative":
-        settings["draft"] = spec.draft or synthesizer.draft_name
+    settings["mode"] = system.mode
+    if system.mode == "speculative":
+        settings["draft"] = system.draft or synthesizer.draft_name
     return settings
 
 
@@ -334,21 +276,21 @@ def batch_renderer(synthesizer, texts: Sequence[str], base_seed: int = 0,
     texts = [t.strip() for t in texts]
     batches: dict[str, Any] = {}
 
-    def render(text: str, spec: SystemSpec, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
-        if spec.name not in batches:
-            config = synthesizer.config(seed=base_seed, **spec.overrides)
+    def render(text: str, system: DecodingSystem, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        if system.label not in batches:
+            config = synthesizer.config(seed=base_seed, **system.overrides)
             try:
-                batches[spec.name] = synthesizer.render_batch(texts, mode=spec.mode, config=config, draft=spec.draft)
+                batches[system.label] = synthesizer.render_batch(texts, mode=system.mode, config=config, draft=system.draft)
             finally:
                 if end_engines:
                     synthesizer.close()
             if progress:
-                progress(f"{spec.name} on vLLM: " + summary_line(summary(batches[spec.name])))
-        batch = batches[spec.name]
+                progress(f"{system.label} on vLLM: " + summary_line(summary(batches[system.label])))
+        batch = batches[system.label]
         clip = batch.texts[seed - base_seed]
         if clip.text != text:
             raise ValueError(f"sentence {seed - base_seed} of the batch is {clip.text!r}, not {text!r}")
-        return clip.audio, batch.sample_rate, {**_recorded_settings(batch.config, spec, synthesizer), "engine": "vllm"}
+        return clip.audio, batch.sample_rate, {**_recorded_settings(batch.config, system, synthesizer), "engine": "vllm"}
 
     return render
 
@@ -370,7 +312,7 @@ def render_stimulus_set(
 ) -> StimulusSet:
     """Render `texts` under `systems` with a preset's synthesizer into a new stimulus set (`engine="vllm"`: each
     system's texts in one vLLM batch)."""
-    specs = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
+    chosen = [parse_system(s) for s in systems]  # fail on a bad name before loading a model
     on_vllm = engine is not None and engine_choice(engine) == "vllm"
     if on_vllm and synthesizer is None and not preset.startswith("llasa"):
         raise InputError(f"--engine vllm serves the Llasa presets; preset {preset!r} runs on our engine only (leave "
@@ -393,7 +335,7 @@ def render_stimulus_set(
     return create_stimulus_set(
         name,
         texts,
-        specs,
+        chosen,
         render,
         root=root,
         base_seed=base_seed,
@@ -419,4 +361,14 @@ def build_small_set(
     )
 
 
-# ----------------------------------------------------------------------------- CLI
+def stimulus_texts(texts_file: Path | None = None, sentences: Sequence[str] | None = None,
+                   count: int = len(DEFAULT_SENTENCES)) -> list[str]:
+    """The sentences of a set: a UTF-8 file's non-empty lines, else the given sentences, else the first `count`
+    default ones."""
+    if texts_file is not None:
+        return [line.strip() for line in texts_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if sentences:
+        return list(sentences)
+    if not 1 <= count <= len(DEFAULT_SENTENCES):
+        raise InputError(f"--count must be between 1 and {len(DEFAULT_SENTENCES)}")
+    return list(DEFAULT_SENTENCES[:count])

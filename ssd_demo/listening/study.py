@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..speech.system import is_anchor_name
 from .errors import StudyFileError
 from .stimulus_sets import SET_NAME
 
@@ -132,7 +133,7 @@ def _study_from_table(table: dict[str, Any], origin: str) -> Study:
         raise StudyFileError(f"{origin}: systems: list at least one system under test, e.g. [\"SSD beta=0.3 K=4\"]")
     anchors = _names(table, "anchors", origin, default=(LOWPASS_ANCHOR,))
     for anchor in anchors:
-        if not anchor.lower().startswith("anchor "):
+        if not is_anchor_name(anchor):
             raise StudyFileError(f"{origin}: anchors: {anchor!r} is not an anchor; use e.g. {LOWPASS_ANCHOR!r}")
     everything = (reference, *systems, *anchors)
     if len(set(everything)) != len(everything):

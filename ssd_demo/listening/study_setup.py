@@ -14,13 +14,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import DecodingConfig
 from ..errors import InputError, UserError
+from ..speech.system import parse_system
 from .migrations import TAB_STUDY
 from .stimulus_sets import StimulusSet
 from .study import Study, load_study
 from .study_sessions import database_path, study_path
-from .stimuli import Renderer, create_stimulus_set, parse_system, render_stimulus_set
+from .stimuli import Renderer, create_stimulus_set, render_stimulus_set
 
 
 def create_study(
@@ -68,9 +68,7 @@ def check_systems(study: Study, origin: str) -> None:
     rendered, whatever the renderer: a bad beta or K fails at once, naming the file and the system."""
     for name in study.rendered_systems():
         try:
-            spec = parse_system(name)
-            if not spec.derived:
-                DecodingConfig(**spec.overrides)
+            parse_system(name).check()
         except UserError as error:
             detail = str(error) if name in str(error) else f"system {name!r}: {error}"
             raise InputError(f"{origin}: {detail}") from None

@@ -26,6 +26,7 @@ sits on, since it reads every weight once. The CPU's name goes with it.
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -37,9 +38,10 @@ from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Ll
 
 from ..errors import InputError
 from ..engine.calibration import calibrated_costs
-from ..config import DecodingConfig
+from ..config import SETTINGS, DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
-from .reporting import cpu_name
+from .reporting import cpu_name, git_commit
+from ..engine.static_cache import describe_kernels
 from ..engine.results import compare_runs
 from ..engine.kernels import weight_bytes, weight_stream_seconds
 
@@ -133,88 +135,93 @@ def _hf_generate(target, draft, prompt: torch.Tensor, config: DecodingConfig, as
     return output.shape[1] - prompt.shape[1], elapsed
 
 
+class _Timings:
+    """What the repetitions measured, per method: seconds, tokens, seconds per target call; the weight-streaming
+    floor; our speculative run's comparison with AR in each repetition."""
+
+    def __init__(self, methods: tuple[str, ...]):
+        self.seconds: dict[str, list[float]] = {m: [] for m in methods}
+        self.tokens: dict[str, list[int]] = {m: [] for m in methods}
+        self.call_seconds: dict[str, list[float]] = {m: [] for m in methods}
+        self.stream_seconds: list[float] = []
+        self.reports: list = []
+        self.last_speculative = None  # our speculative run's result in the last repetition
+
+    def add(self, method: str, tokens: int, wall: float, result) -> None:
+        self.seconds[method].append(wall)
+        self.tokens[method].append(tokens)
+        if result is not None:
+            self.call_seconds[method].append(result.stats.mean_target_call_seconds)
+
+
+def _run_method(method: str, target, draft, prompt: torch.Tensor, config: DecodingConfig,
+                calibrated: DecodingConfig | None):
+    """(result or None, tokens, wall seconds) of one method's run; None for transformers' generate."""
+    result = None
+    if method == "ar":
+        result = autoregressive_generate(target, prompt, config)
+    elif method == "speculative":
+        result = speculative_generate(target, draft, prompt, config)
+    elif method == "speculative_calibrated":
+        result = speculative_generate(target, draft, prompt, calibrated.with_(seed=config.seed))
+    elif method == "ar_transformers":
+        result = autoregressive_generate(target, prompt, config, static_cache=False)
+    elif method == "speculative_transformers":
+        result = speculative_generate(target, draft, prompt, config, static_cache=False)
+    if result is not None:
+        return result, len(result.tokens), result.stats.wall_seconds
+    tokens, wall = _hf_generate(target, draft, prompt, config, assisted=method.startswith("hf_assisted"),
+                                pin_draft_len=method == "hf_assisted")
+    return None, tokens, wall
+
+
 def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
                   methods=METHODS, progress: bool = True) -> dict:
-    seconds: dict[str, list[float]] = {m: [] for m in methods}
+    """Every method `warmup + repeats` times, interleaved (the order rotates each repetition); the medians of
+    the timed repetitions, their ratios, and on a CPU the weight-streaming floor."""
+    methods = tuple(methods)
     costs = calibrated_costs(target, draft) if "speculative_calibrated" in methods else None
     calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
         if costs is not None else None
-    tokens: dict[str, list[int]] = {m: [] for m in methods}
-    call_seconds: dict[str, list[float]] = {m: [] for m in methods}
-    # The weight-streaming floor, measured once per repetition among the methods, against drift.
+    timings = _Timings(methods)
     on_cpu = prompt.device.type == "cpu"
-    stream_seconds: list[float] = []
-    reports = []
-    total = (warmup + repeats) * len(methods)
-    bar = tqdm(total=total, desc="bench", disable=not progress)
+    bar = tqdm(total=(warmup + repeats) * len(methods), desc="bench", disable=not progress)
     for rep in range(warmup + repeats):
+        timed = rep >= warmup
         order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
         run_config = config.with_(seed=(config.seed or 0) + rep)
-        ar_result = spec_result = None
-        if on_cpu and rep >= warmup:
-            stream_seconds.append(weight_stream_seconds(target, repeats=5))
+        if on_cpu and timed:  # the weight-streaming floor, measured once per repetition among the methods
+            timings.stream_seconds.append(weight_stream_seconds(target, repeats=5))
+        results = {}
         for method in order:
-            result = None
-            if method == "ar":
-                result = ar_result = autoregressive_generate(target, prompt, run_config)
-            elif method == "speculative":
-                result = spec_result = speculative_generate(target, draft, prompt, run_config)
-            elif method == "speculative_calibrated":
-                result = speculative_generate(target, draft, prompt, calibrated.with_(seed=run_config.seed))
-            elif method == "ar_transformers":
-                result = autoregressive_generate(target, prompt, run_config, static_cache=False)
-            elif method == "speculative_transformers":
-                result = speculative_generate(target, draft, prompt, run_config, static_cache=False)
-            if result is not None:
-                n, wall = len(result.tokens), result.stats.wall_seconds
-            else:
-                n, wall = _hf_generate(target, draft, prompt, run_config, assisted=method.startswith("hf_assisted"),
-                                       pin_draft_len=method == "hf_assisted")
-            if rep >= warmup:
-                seconds[method].append(wall)
-                tokens[method].append(n)
-                if result is not None:
-                    call_seconds[method].append(result.stats.mean_target_call_seconds)
+            result, tokens, wall = _run_method(method, target, draft, prompt, run_config, calibrated)
+            results[method] = result
+            if timed:
+                timings.add(method, tokens, wall, result)
             bar.update(1)
-        if rep >= warmup and ar_result is not None and spec_result is not None:
-            reports.append(compare_runs(ar_result, spec_result))
+        timings.last_speculative = results.get("speculative")
+        if timed and results.get("ar") is not None and results.get("speculative") is not None:
+            timings.reports.append(compare_runs(results["ar"], results["speculative"]))
     bar.close()
+    return _benchmark_result(methods, timings, target, costs)
+
+
+def _benchmark_result(methods: tuple[str, ...], timings: _Timings, target, costs) -> dict:
+    """The medians and ratios `run_benchmark` reports (see `markdown_table`)."""
     median = statistics.median
+    seconds = timings.seconds
     ar_seconds = median(seconds["ar"]) if "ar" in seconds else None
-    stream = median(stream_seconds) if stream_seconds else None
-    summaries = []
-    for m in methods:
-        call = median(call_seconds[m]) if call_seconds[m] else None
-        summaries.append(MethodSummary(
-            method=m,
-            median_seconds=median(seconds[m]),
-            median_tokens=median(tokens[m]),
-            median_tokens_per_second=median(n / s for n, s in zip(tokens[m], seconds[m])),
-            speedup_vs_ar=(ar_seconds / median(seconds[m])) if ar_seconds else float("nan"),
-            median_target_call_seconds=call,
-            target_call_vs_weight_stream=call / stream if call is not None and stream else None,
-        ))
-    result = {"methods": [asdict(s) for s in summaries]}
+    stream = median(timings.stream_seconds) if timings.stream_seconds else None
+    result = {"methods": [asdict(_method_summary(m, timings, ar_seconds, stream)) for m in methods]}
     if stream is not None:
         size = weight_bytes(target)
         result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
                                    "cpu": cpu_name(), "torch_threads": torch.get_num_threads()}
     if costs is not None:
-        result["calibration"] = {"cost_ratio_c": costs.draft, "verify_costs": list(costs.verify),
+        result["calibration"] = {"cost_ratio": costs.draft, "verify_costs": list(costs.verify),
                                  "described": costs.describe()}
-    if reports:
-        result["speculative"] = {
-            "alpha": median(r.alpha for r in reports),
-            "acceptance_rate": None,
-            "cost_ratio_c": median(r.cost_ratio for r in reports),
-            "verify_ratio_v": median(r.verify_ratio for r in reports),
-            "measured_decode_speedup": median(r.measured for r in reports),
-            "predicted_speedup_classic": median(r.predicted for r in reports),
-            "predicted_speedup_strict": median(r.predicted_strict for r in reports),
-            "fraction_of_strict_prediction": median(r.fraction_of_prediction for r in reports),
-        }
-        result["speculative"]["acceptance_rate"] = spec_result.stats.acceptance_rate if spec_result else None
-        result["speculative"]["mean_accepted_length"] = spec_result.stats.mean_accepted_length if spec_result else None
+    if timings.reports:
+        result["speculative"] = _speculative_summary(timings.reports, timings.last_speculative)
     if "speculative" in seconds and "hf_assisted" in seconds:
         result["speculative_vs_hf_assisted"] = median(seconds["hf_assisted"]) / median(seconds["speculative"])
     if "speculative_transformers" in seconds and "hf_assisted" in seconds:
@@ -222,6 +229,38 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
             median(seconds["hf_assisted"]) / median(seconds["speculative_transformers"])
         )
     return result
+
+
+def _method_summary(method: str, timings: _Timings, ar_seconds: float | None, stream: float | None) -> MethodSummary:
+    median = statistics.median
+    seconds, tokens, calls = timings.seconds[method], timings.tokens[method], timings.call_seconds[method]
+    call = median(calls) if calls else None
+    return MethodSummary(
+        method=method,
+        median_seconds=median(seconds),
+        median_tokens=median(tokens),
+        median_tokens_per_second=median(n / s for n, s in zip(tokens, seconds)),
+        speedup_vs_ar=(ar_seconds / median(seconds)) if ar_seconds else float("nan"),
+        median_target_call_seconds=call,
+        target_call_vs_weight_stream=call / stream if call is not None and stream else None,
+    )
+
+
+def _speculative_summary(reports: list, last_speculative) -> dict:
+    """Our speculative run against AR: medians over the repetitions of `compare_runs`' numbers."""
+    median = statistics.median
+    stats = last_speculative.stats if last_speculative else None
+    return {
+        "alpha": median(r.alpha for r in reports),
+        "acceptance_rate": stats.acceptance_rate if stats else None,
+        "cost_ratio": median(r.cost_ratio for r in reports),
+        "verify_ratio": median(r.verify_ratio for r in reports),
+        "measured_decode_speedup": median(r.measured for r in reports),
+        "predicted_speedup_classic": median(r.predicted for r in reports),
+        "predicted_speedup_strict": median(r.predicted_strict for r in reports),
+        "fraction_of_strict_prediction": median(r.fraction_of_prediction for r in reports),
+        "mean_accepted_length": stats.mean_accepted_length if stats else None,
+    }
 
 
 def markdown_table(result: dict) -> str:
@@ -247,7 +286,7 @@ def markdown_table(result: dict) -> str:
         versus = result.get("speculative_vs_hf_assisted")  # only when hf_assisted ran too
         lines.append(
             (f"speculative vs hf_assisted: {versus:.2f}x; " if versus is not None else "speculative: ")
-            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio_c']:.3f}, v {spec['verify_ratio_v']:.2f}; "
+            + f"alpha {spec['alpha']:.3f}, c {spec['cost_ratio']:.3f}, v {spec['verify_ratio']:.2f}; "
             f"decode speedup measured {spec['measured_decode_speedup']:.2f}x vs predicted "
             f"{spec['predicted_speedup_strict']:.2f}x strict / {spec['predicted_speedup_classic']:.2f}x classic "
             f"({100 * spec['fraction_of_strict_prediction']:.0f}% of strict)"
@@ -264,7 +303,44 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-#: The decoding settings bench takes as flags, and its defaults (a fixed, exact configuration to time).
+#: The decoding settings bench takes as flags, and its defaults: the settings' own (`config.SETTINGS`), with a
+#: shorter generation to time.
 DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
-DECODING_DEFAULTS = {"draft_len": 4, "beta": 0.0, "acceptance": "ssd", "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                     "max_new_tokens": 128, "seed": 0}
+BENCH_MAX_NEW_TOKENS = 128
+DECODING_DEFAULTS = {**{name: SETTINGS[name].default for name in DECODING_FLAGS}, "max_new_tokens": BENCH_MAX_NEW_TOKENS}
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """A comma-separated subset of METHODS; InputError naming the unknown ones."""
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise InputError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    return methods
+
+
+def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = None, draft: str | None = None,
+              device: str = "cpu", prompt_len: int = 32, repeats: int = 7, warmup: int = 1, threads: int = 0) -> dict:
+    """`python -m ssd_demo bench`: the pair (model directories, or the random pair) on a random prompt of
+    `prompt_len` tokens seeded by the settings' seed, timed by `run_benchmark`; with the machine and commit."""
+    if threads:
+        torch.set_num_threads(threads)
+    target_model, draft_model = load_pair(target, draft, device)
+    target_model, draft_model = target_model.to(device), draft_model.to(device)
+    config = DecodingConfig(**settings)
+    vocab = target_model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(settings["seed"])
+    prompt = torch.randint(0, vocab, (1, prompt_len), generator=generator).to(device)
+    result = run_benchmark(target_model, draft_model, prompt, config, repeats=repeats, warmup=warmup, methods=methods)
+    result["machine"] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "cuda": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+        "torch": torch.__version__,
+        "kernels": describe_kernels(target_model),
+    }
+    result["commit"] = git_commit()
+    return result

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from ..errors import InputError
 from ..backends.vllm import engine_choice
 from ..backends.vllm.worker import require_vllm_python
+from ..config import DecodingConfig
+from ..speech.system import DecodingSystem
 from .evaluation_inputs import EvalItem, Pair
 from .reporting import median
 from .vllm_batch import summary, summary_line
@@ -42,7 +44,7 @@ def check_engine(args: argparse.Namespace, pair: Pair) -> str:
         raise InputError("--repeats re-times our engine's one-text runs; with --engine vllm each system's texts run "
                          "once, in one batch")
     if args.adaptive_draft_len:
-        raise InputError("--adaptive-k needs our engine: the vLLM engine drafts a fixed K per round")
+        raise InputError("--adaptive-draft-len needs our engine: the vLLM engine drafts a fixed K per round")
     require_vllm_python()
     return engine
 
@@ -55,13 +57,13 @@ def voice_groups(items: list[EvalItem]) -> list[list[int]]:
     return list(groups.values())
 
 
-def render_systems(synth, systems: list, items: list[EvalItem], base, seed: int,
+def render_systems(synth, systems: list[DecodingSystem], items: list[EvalItem], base: DecodingConfig, seed: int,
                    clip_scores: Callable[[object, int, str], dict]) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Every system's texts through vLLM in batches: (per-text rows by system, batch numbers by system)."""
     per_text: dict[str, list[dict]] = {}
     speeds: dict[str, dict] = {}
     for system in systems:
-        config = base.with_(beta=system.beta, seed=seed)
+        config = system.config(base, seed=seed)
         try:
             synth.render_batch(["Warm up, please."], mode=system.mode, config=config, draft=system.draft,
                                voice_prompt=items[0].voice_prompt)  # starts the engine; first steps pay for setup

@@ -14,41 +14,37 @@ after warm-up) and scored by:
 The Pareto chart puts speed on one axis and fidelity on the other; points on the
 frontier are the settings worth using.
 
-Settings: "ssd" over beta; "pcg" over theta, chosen so that the mean group size takes
-given values (theta itself means little across embedding tables); "topk" over k;
-fixed K against adaptive K.
+The grid of settings is `sweep_grid`'s; the chart and the table are `sweep_report`'s.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 # as a module: `presets.load_preset` is looked up per call (tests hand in a small voice)
 from ..backends import registry as presets
+from ..backends.embedded import load_synthesizer
+from ..engine.static_cache import describe_kernels
 from ..models.cpu_threads import cpu_threads_for
 from . import judge, teacher_reference
 from .mcd import mcd_dtw
 from ..errors import InputError, InvalidSettingError, ModelLoadError
-from .evaluation import target_nll
-from .reporting import median, paired_difference
+from .evaluation_scoring import target_nll
+from .reporting import cpu_name, git_commit, median
 from ..speech.synthesis import synthesize_fastest
+from ..speech.system import DecodingSystem
+from .sweep_grid import SweepSetting, chosen_rules, default_settings
+from .sweep_report import pareto_figure
 from .visitor_texts import LONG, MEDIUM, SHORT
 
-SECTION = "## Speed-fidelity map"
-
-
-@dataclass(frozen=True)
-class Setting:
-    label: str
-    rule: str  # "ssd" | "pcg" | "topk"
-    parameter: str  # what is swept, for the table
-    value: float
-    overrides: dict = field(default_factory=dict, hash=False, compare=False)
+#: Progress of a sweep: (fraction done, what runs now).
+Progress = Callable[[float, str], None]
+AR = DecodingSystem.autoregressive()
 
 
 @dataclass
@@ -87,130 +83,109 @@ class SweepResult:
     ar_dnsmos: float = float("nan")
 
 
-def theta_for_group_size(embeddings: torch.Tensor, mean_size: float, sample: int = 2048, seed: int = 0) -> float:
-    """Cosine threshold whose groups have about `mean_size` members on average.
+class _SentenceRuns:
+    """Runs one sentence under a system (the fastest of `repeats` timings) and scores the output's fidelity."""
 
-    Mean group size = 1 + (n - 1) P(cos > theta), so theta is the matching quantile of the
-    off-diagonal cosine similarities (estimated on a random sample of tokens).
-    """
-    n = embeddings.shape[0]
-    generator = torch.Generator().manual_seed(seed)
-    rows = torch.randperm(n, generator=generator)[: min(sample, n)]
-    normed = torch.nn.functional.normalize(embeddings.float(), dim=-1)
-    sims = normed[rows] @ normed.T
-    sims[torch.arange(len(rows)), rows] = float("-inf")  # drop self-similarity
-    share = min(max((mean_size - 1) / (n - 1), 0.0), 1.0)
-    values = sims[torch.isfinite(sims)].flatten()
-    if values.numel() > 4_000_000:
-        values = values[torch.randperm(values.numel(), generator=generator)[:4_000_000]]
-    return float(torch.quantile(values, 1 - share))
+    def __init__(self, synth, base, draft: str | None, repeats: int, judges: tuple[str, ...]):
+        self.synth, self.base, self.draft, self.repeats, self.judges = synth, base, draft, repeats, judges
+        self.allowed = synth.backend.allowed_token_ids()
 
-
-def default_settings(synth, quick: bool = False) -> list[Setting]:
-    """The grid: SSD betas, PCG group sizes, top-k tolerances, fixed vs adaptive K."""
-    base_k = synth.config().draft_len
-    speech = [t for t in synth.backend.allowed_token_ids() if t != synth.backend.eos_token_id]
-    embeddings = synth.grouping_embeddings()[speech]
-    betas = (0.0, 0.3) if quick else (0.0, 0.1, 0.2, 0.3, 0.5)
-    sizes = (4.0, 16.0) if quick else (2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0)
-    ks = (3,) if quick else (2, 3, 5)
-    settings = [Setting(f"ssd beta={b:g}", "ssd", "beta", b, {"acceptance": "ssd", "beta": b}) for b in betas]
-    for size in sizes:
-        theta = theta_for_group_size(embeddings, size)
-        settings.append(Setting(f"pcg groups~{size:g} (theta={theta:.3f})", "pcg", "group size", size,
-                                {"acceptance": "pcg", "pcg_theta": theta, "beta": 0.0}))
-    settings += [Setting(f"topk k={k}", "topk", "k", k, {"acceptance": "topk", "topk_tolerance": k, "beta": 0.0})
-                 for k in ks]
-    fixed = (2, base_k) if quick else sorted({2, 3, base_k, 6, 8})
-    settings += [Setting(f"exact fixed K={k}", "exact-K", "K", k, {"acceptance": "exact", "draft_len": k}) for k in fixed]
-    settings.append(Setting("exact adaptive K<=8", "exact-adaptive", "K max", 8,
-                            {"acceptance": "exact", "draft_len": 8, "adaptive_draft_len": True}))
-    return settings
-
-
-def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[Setting],
-              seed: int = 0, progress: Callable[[float, str], None] | None = None,
-              cost_ratio: float | None = None, draft: str | None = None, repeats: int = 1,
-              judges: tuple[str, ...] = ()) -> SweepResult:
-    """Every setting beside AR on each sentence. `references`: the teacher's rendering of each sentence at the
-    voice's sample rate (None: no MCD-DTW); `judges`: which of "wer" (Whisper tiny.en) and "dnsmos" score the
-    outputs."""
-    backend = synth.backend
-    allowed = backend.allowed_token_ids()
-    base = synth.config(seed=seed)
-    if cost_ratio is not None:
-        base = base.with_(cost_ratio=cost_ratio)
-
-    def timed(mode: str, text: str, overrides: dict, run_seed: int, times: int = repeats):
-        fastest = synthesize_fastest(synth, text, times, mode=mode, config=base.with_(seed=run_seed, **overrides),
-                                     draft=draft)
+    def timed(self, system: DecodingSystem, text: str, seed: int, times: int | None = None):
+        """(the result, LM seconds per token) of the fastest run."""
+        fastest = synthesize_fastest(self.synth, text, self.repeats if times is None else times, mode=system.mode,
+                                     config=system.config(self.base, seed=seed), draft=self.draft)
         return fastest.result, fastest.lm_seconds_per_token
 
-    def fidelity(result, text: str, reference: np.ndarray | None) -> dict:
+    def fidelity(self, result, text: str, reference: np.ndarray | None) -> dict:
+        """MCD-DTW against the teacher's rendering (when given), the target NLL, and the judges' WER and DNSMOS."""
         usable = reference is not None and len(result.audio) > 400
-        nll = [target_nll(synth.target, backend.prompt_ids(c.text), c.generation.tokens, allowed) for c in result.chunks]
+        backend = self.synth.backend
+        nll = [target_nll(self.synth.target, backend.prompt_ids(c.text), c.generation.tokens, self.allowed)
+               for c in result.chunks]
         count = sum(n for _, n in nll)
         row = {"mcd": mcd_dtw(result.audio, reference, result.sample_rate) if usable else float("nan"),
                "nll": sum(t for t, _ in nll) / count if count else float("nan"), "wer": float("nan"),
                "dnsmos": float("nan")}
-        if "wer" in judges:
+        if "wer" in self.judges:
             errors, words = judge.word_errors(text, judge.transcribe(result.audio, result.sample_rate))
             row["wer"] = errors / words if words else float("nan")
-        if "dnsmos" in judges:
+        if "dnsmos" in self.judges:
             row["dnsmos"] = judge.dnsmos(result.audio, result.sample_rate)["ovrl"]
         return row
 
-    timed("ar", "Warm up.", {}, seed, times=1)  # first calls pay for allocation and lazy initialisation
-    timed("speculative", "Warm up.", {}, seed, times=1)
-    total = len(sentences) * (len(settings) + 1)
-    done = 0
+
+def run_sweep(synth, sentences: list[str], references: list[np.ndarray | None], settings: list[SweepSetting],
+              seed: int = 0, progress: Progress | None = None, cost_ratio: float | None = None,
+              draft: str | None = None, repeats: int = 1, judges: tuple[str, ...] = ()) -> SweepResult:
+    """Every setting beside AR on each sentence. `references`: the teacher's rendering of each sentence at the
+    voice's sample rate (None: no MCD-DTW); `judges`: which of "wer" (Whisper tiny.en) and "dnsmos" score the
+    outputs."""
+    base = synth.config(seed=seed)
+    if cost_ratio is not None:
+        base = base.with_(cost_ratio=cost_ratio)
+    runs = _SentenceRuns(synth, base, draft, repeats, judges)
+    runs.timed(AR, "Warm up.", seed, times=1)  # first calls pay for allocation and lazy initialisation
+    runs.timed(DecodingSystem.speculative("warm-up"), "Warm up.", seed, times=1)
     per: dict[str, list[dict]] = {s.label: [] for s in settings}
-    ar_rows: list[dict] = []
-    for index, (text, reference) in enumerate(zip(sentences, references)):
-        run_seed = seed + index
-        ar_result, ar_before = timed("ar", text, {}, run_seed)
-        ar_rows.append(fidelity(ar_result, text, reference))
-        done += 1
-        # Rotate the order each sentence: on a shared machine speed drifts within a sentence's runs, and a
-        # fixed order would hand the same setting the same (slow or fast) slot every time.
-        shift = index % len(settings) if settings else 0
-        for setting in settings[shift:] + settings[:shift]:
-            if progress:
-                progress(done / total, f"sentence {index + 1}/{len(sentences)}: {setting.label}")
-            result, per_token = timed("speculative", text, setting.overrides, run_seed)
-            stats = result.generation.stats
-            per[setting.label].append({
-                "per_token": per_token,
-                "acceptance": stats.acceptance_rate,
-                "tokens_per_call": stats.mean_tokens_per_call,
-                **fidelity(result, text, reference),
-            })
-            done += 1
-        # AR timed again after the settings; each setting is compared with the mean of both AR timings.
-        _, ar_after = timed("ar", text, {}, run_seed)
-        ar_per_token = (ar_before + ar_after) / 2
-        for setting in settings:
-            row = per[setting.label][-1]
-            row["speedup"] = ar_per_token / row["per_token"] if row["per_token"] > 0 else float("nan")
-    points = [
-        SweepPoint(
-            label=s.label, rule=s.rule, parameter=s.parameter, value=s.value,
-            lm_speedup=median(r["speedup"] for r in per[s.label]),
-            acceptance=median(r["acceptance"] for r in per[s.label]),
-            tokens_per_call=median(r["tokens_per_call"] for r in per[s.label]),
-            mcd=median(r["mcd"] for r in per[s.label]),
-            nll=median(r["nll"] for r in per[s.label]),
-            mcds=[r["mcd"] for r in per[s.label]],
-            wer=_mean(r["wer"] for r in per[s.label]),
-            wers=[r["wer"] for r in per[s.label]],
-            dnsmos=_mean(r["dnsmos"] for r in per[s.label]),
-            dnsmoses=[r["dnsmos"] for r in per[s.label]],
-        )
-        for s in settings
-    ]
+    runs_per_sentence = len(settings) + 1
+
+    def step(index: int, done: int, label: str) -> None:
+        if progress:
+            progress((index * runs_per_sentence + done) / (len(sentences) * runs_per_sentence),
+                     f"sentence {index + 1}/{len(sentences)}: {label}")
+
+    ar_rows = [_sweep_sentence(runs, index, text, reference, settings, seed + index, per, step)
+               for index, (text, reference) in enumerate(zip(sentences, references))]
+    points = [_point(s, per[s.label]) for s in settings]
     mark_pareto(points)
     return SweepResult(points, ar_mcd=median(r["mcd"] for r in ar_rows), ar_nll=median(r["nll"] for r in ar_rows),
                        ar_wer=_mean(r["wer"] for r in ar_rows), ar_dnsmos=_mean(r["dnsmos"] for r in ar_rows))
+
+
+def _sweep_sentence(runs: _SentenceRuns, index: int, text: str, reference: np.ndarray | None,
+                    settings: list[SweepSetting], seed: int, per: dict[str, list[dict]],
+                    step: Callable[[int, int, str], None]) -> dict:
+    """Sentence `index`: AR, every setting (in an order rotated per sentence), AR again; each setting's row
+    appended to `per` with its speedup over the mean of both AR timings; `step(index, runs done, label)` before
+    each setting. Returns AR's fidelity row."""
+    ar_result, ar_before = runs.timed(AR, text, seed)
+    ar_row = runs.fidelity(ar_result, text, reference)
+    # Rotate the order each sentence: on a shared machine speed drifts within a sentence's runs, and a
+    # fixed order would hand the same setting the same (slow or fast) slot every time.
+    shift = index % len(settings) if settings else 0
+    for done, setting in enumerate(settings[shift:] + settings[:shift], start=1):
+        step(index, done, setting.label)
+        result, per_token = runs.timed(setting.system, text, seed)
+        stats = result.generation.stats
+        per[setting.label].append({
+            "per_token": per_token,
+            "acceptance": stats.acceptance_rate,
+            "tokens_per_call": stats.mean_tokens_per_call,
+            **runs.fidelity(result, text, reference),
+        })
+    _, ar_after = runs.timed(AR, text, seed)
+    ar_per_token = (ar_before + ar_after) / 2
+    for setting in settings:
+        row = per[setting.label][-1]
+        row["speedup"] = ar_per_token / row["per_token"] if row["per_token"] > 0 else float("nan")
+    return ar_row
+
+
+def _point(setting: SweepSetting, rows: list[dict]) -> SweepPoint:
+    """A setting's point on the map: medians over sentences (means for the judges' scores)."""
+    return SweepPoint(
+        label=setting.label, rule=setting.rule, parameter=setting.parameter, value=setting.value,
+        lm_speedup=median(r["speedup"] for r in rows),
+        acceptance=median(r["acceptance"] for r in rows),
+        tokens_per_call=median(r["tokens_per_call"] for r in rows),
+        mcd=median(r["mcd"] for r in rows),
+        nll=median(r["nll"] for r in rows),
+        mcds=[r["mcd"] for r in rows],
+        wer=_mean(r["wer"] for r in rows),
+        wers=[r["wer"] for r in rows],
+        dnsmos=_mean(r["dnsmos"] for r in rows),
+        dnsmoses=[r["dnsmos"] for r in rows],
+    )
 
 
 def _mean(values) -> float:
@@ -231,89 +206,64 @@ def mark_pareto(points: list[SweepPoint]) -> None:
         )
 
 
-def at_matched_fidelity(points: list[SweepPoint], reference: SweepPoint, tolerance: float = 0.01) -> dict[str, SweepPoint]:
-    """Per rule, the fastest setting whose MCD-DTW is at most (1 + tolerance) x the reference's.
+@dataclass
+class SweepMap:
+    """The full map (`python -m ssd_demo sweep`): every draft's points, AR's fidelity row, what ran where, and the
+    label of the point the matched-fidelity table compares with."""
 
-    This is the comparison "same fidelity, who is faster" (the reference is normally SSD at the
-    voice's default beta); rules with no setting that faithful are left out.
-    """
-    best: dict[str, SweepPoint] = {}
-    for p in points:
-        if p.mcd == p.mcd and p.mcd <= reference.mcd * (1 + tolerance):
-            if p.family not in best or p.lm_speedup > best[p.family].lm_speedup:
-                best[p.family] = p
-    return best
+    points: list[SweepPoint]
+    ar_row: dict
+    meta: dict
+    reference_label: str
+    notes: list[str] = field(default_factory=list)
 
 
-def pareto_figure(points: list[SweepPoint], ar_mcd: float | None = None):
-    """Speed (x) against MCD-DTW (y, lower is better), one colour per rule, one line style per draft
-    (when the points come from several); frontier joined."""
+def sweep_map(drafts: list[str], sentences: int, quick: bool = False, rules: list[str] | None = None, seed: int = 0,
+              cost_ratio: float | None = None, repeats: int = 1, threads: int = 2,
+              progress: Progress | None = None, note: Callable[[str], None] | None = None) -> SweepMap:
+    """The grid (`quick`: the small one; `rules`: a subset of its rules) on `sentences` held-out sentences of the
+    embedded voice, with each of `drafts` in turn (each draft's speedups against AR timed within its own pass);
+    the Pareto frontier over all of them. InputError for an unknown draft or rule (before any run). `note` hears
+    a remark on the run as soon as it is made (the result keeps them too)."""
+    if not drafts:
+        raise InputError("give at least one draft")
+    synth = load_synthesizer(draft=drafts[0])
+    unknown = [d for d in drafts if d not in synth.drafts]
+    if unknown:
+        raise InputError(f"unknown draft(s) {unknown}; the voice has {', '.join(synth.drafts)}")
+    texts = held_out_sentences(sentences)
+    notes: list[str] = []
+    if teacher_reference.available():
+        references = teacher_references(texts, synth.backend.sample_rate, threads=threads)
+    else:
+        notes.append(f"{teacher_reference.MISSING_NOTE}; the map's fidelity axis is the target NLL")
+        if note:
+            note(notes[-1])
+        references = [None] * len(texts)
+    settings = chosen_rules(default_settings(synth, quick=quick), rules)
+    points: list[SweepPoint] = []
+    for index, draft in enumerate(drafts):
+        def draft_progress(fraction: float, message: str, index: int = index, draft: str = draft) -> None:
+            if progress:
+                progress((index + fraction) / len(drafts), f"{draft}: {message}")
 
-    use_mcd = any(p.mcd == p.mcd for p in points)
-    y_of = (lambda p: p.mcd) if use_mcd else (lambda p: p.nll)
-    fig = Figure(figsize=(7.5, 4.6), layout="constrained")  # no pyplot: no global state, no display needed
-    ax = fig.subplots()
-    colours = {"ssd": "#1f77b4", "pcg": "#d62728", "topk": "#2ca02c", "exact-K": "#7f7f7f", "exact-adaptive": "#9467bd"}
-    # per draft: (line style of a rule's settings, marker of its single adaptive point)
-    styles = dict(zip(dict.fromkeys(p.draft for p in points), (("o-", "D"), ("s--", "P"), ("^:", "X"), ("v-.", "*"))))
-    for family in dict.fromkeys(p.family for p in points):
-        group = [p for p in points if p.family == family]
-        line, marker = styles.get(group[0].draft, ("o-", "D"))
-        ax.plot([p.lm_speedup for p in group], [y_of(p) for p in group],
-                marker if group[0].rule == "exact-adaptive" else line,
-                color=colours.get(group[0].rule, "#8c564b"), label=family, alpha=0.85, markersize=6)
-    frontier = sorted((p for p in points if p.pareto), key=lambda p: p.lm_speedup)
-    if frontier:
-        ax.plot([p.lm_speedup for p in frontier], [y_of(p) for p in frontier], "--", color="#888888", lw=1,
-                label="Pareto frontier")
-    if ar_mcd is not None and use_mcd:
-        ax.axhline(ar_mcd, color="#888888", lw=0.8, ls=":", label="AR")
-    ax.axvline(1.0, color="#888888", lw=0.8, ls=":")
-    ax.set_xlabel("LM speedup over autoregressive decoding (x)")
-    ax.set_ylabel("MCD-DTW to the teacher's rendering (dB, lower is better)" if use_mcd
-                  else "target NLL per token (nats)")
-    ax.set_title("Speed against fidelity, embedded voice")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    return fig
-
-
-def markdown(points: list[SweepPoint], ar_row: dict, command: str, meta: dict, reference_label: str | None = None) -> str:
-    lines = [
-        SECTION, "",
-        f"Command: `{command}`  ",
-        f"Commit {meta['commit']}, {meta['date']}, {meta['machine']}; {meta['sentences']} held-out sentences, "
-        f"medians; LM speedup per generated token against AR timed before and after the settings on the same "
-        f"sentence (settings in rotating order; fastest of {meta.get('repeats', 1)} identical runs each).", "",
-        f"AR reference: WER {_pct(ar_row.get('wer'))} %, DNSMOS OVRL {ar_row.get('dnsmos', float('nan')):.2f}, "
-        f"MCD-DTW {ar_row['mcd']:.2f} dB, NLL {ar_row['nll']:.3f}. WER: Whisper tiny.en (Whisper's English "
-        "normaliser), mean over sentences; DNSMOS: P.835 overall quality (1-5), mean over sentences; MCD-DTW "
-        "against the teacher's rendering of each sentence.", "",
-        "| setting | LM speedup | acceptance | tokens/target call | WER % | DNSMOS OVRL | MCD-DTW dB | NLL | Pareto |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for p in points:
-        lines.append(f"| {p.label} | {p.lm_speedup:.2f}x | {p.acceptance:.2f} | {p.tokens_per_call:.2f} | "
-                     f"{_pct(p.wer)} | {p.dnsmos:.2f} | {p.mcd:.2f} | {p.nll:.3f} | {'yes' if p.pareto else ''} |")
-    reference = next((p for p in points if p.label == reference_label), None)
-    if reference is not None:
-        lines += ["", f"Fastest setting of each rule (per draft, where several) at the fidelity of {reference.label} (MCD-DTW at most 1% above "
-                  f"its {reference.mcd:.2f} dB), speed relative to it:", "",
-                  "| rule | setting | LM speedup | relative to reference | MCD-DTW dB | MCD-DTW - reference, mean "
-                  "per sentence [95% CI] | NLL |", "|---|---|---|---|---|---|---|"]
-        for rule, p in at_matched_fidelity(points, reference).items():
-            mean, low, high = paired_difference(p.mcds, reference.mcds)
-            lines.append(f"| {rule} | {p.label} | {p.lm_speedup:.2f}x | {p.lm_speedup / reference.lm_speedup:.2f}x | "
-                         f"{p.mcd:.2f} | {mean:+.2f} [{low:+.2f}, {high:+.2f}] | {p.nll:.3f} |")
-        lines += ["", "The interval is the paired difference's 95% bootstrap interval over sentences: an interval "
-                  "that spans zero by more than 1% of the reference's MCD means this many sentences cannot tell the "
-                  "settings' fidelity apart at the 1% level."]
-    lines += ["", "![Speed against fidelity](sweep_pareto.png)", ""]
-    return "\n".join(lines)
-
-
-def _pct(value) -> str:
-    return f"{100 * value:.1f}" if value is not None and value == value else "nan"
+        result = run_sweep(synth, texts, references, settings, seed=seed, draft=draft, progress=draft_progress,
+                           cost_ratio=cost_ratio, repeats=repeats, judges=("wer", "dnsmos"))
+        for p in result.points:
+            if len(drafts) > 1:
+                p.draft, p.label = draft, f"{draft}: {p.label}"
+        points += result.points
+    mark_pareto(points)  # over every draft's settings together
+    # same seeds: the same AR audio
+    ar_row = {"mcd": result.ar_mcd, "nll": result.ar_nll, "wer": result.ar_wer, "dnsmos": result.ar_dnsmos}
+    meta = {
+        "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{cpu_name()}, torch threads: {threads}, {describe_kernels(synth.target)}",
+        "sentences": len(texts),
+        "repeats": repeats, "drafts": drafts,
+    }
+    reference_label = (f"{drafts[0]}: " if len(drafts) > 1 else "") + f"ssd beta={synth.config().beta:g}"
+    return SweepMap(points, ar_row, meta, reference_label, notes)
 
 
 def held_out_sentences(count: int) -> list[str]:

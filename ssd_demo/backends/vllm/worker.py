@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...config import SETTINGS
 from ...errors import UserError
 
 PYTHON_VARIABLE = "SSD_DEMO_VLLM_PYTHON"
@@ -51,12 +52,13 @@ def require_vllm_python() -> Path:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One engine: a target, optionally a draft with K tokens per round, and the SSD tolerance beta."""
+    """One engine: a target, optionally a draft proposing `draft_len` tokens per round, and the SSD tolerance beta
+    (both default to the settings' own, `config.SETTINGS`). `options()` is what the worker process is started with."""
 
     target: str
     draft: str | None = None
-    draft_len: int = 4
-    beta: float = 0.0
+    draft_len: int = SETTINGS["draft_len"].default
+    beta: float = SETTINGS["beta"].default
     dtype: str = "float32"
     max_model_len: int = 2048
     max_num_seqs: int = 64
@@ -64,7 +66,7 @@ class WorkerSpec:
     eager: bool = True  # False: CUDA graphs on a GPU (faster steps, a longer start)
 
     def options(self) -> dict:
-        return {"target": self.target, "draft": self.draft, "k": self.draft_len, "dtype": self.dtype,
+        return {"target": self.target, "draft": self.draft, "draft_len": self.draft_len, "dtype": self.dtype,
                 "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "gpu_memory_utilization": self.gpu_memory_utilization, "eager": self.eager}
 
@@ -109,10 +111,12 @@ class VllmWorker:
         worker.startup_seconds, worker.version = ready.get("startup_s", 0.0), ready.get("vllm", "")
         return worker
 
-    def generate(self, prompts: list[list[int]], max_tokens: int | list[int], *, temperature: float, top_p: float = 1.0,
-                 top_k: int = 0, seed: int = 0, stop_token_ids: list[int] = (), allowed_token_ids: list[int] | None = None,
-                 ignore_eos: bool = False) -> WorkerBatch:
-        """All `prompts` queued at once (continuous batching); request i is seeded with seed + i."""
+    def generate(self, prompts: list[list[int]], max_tokens: int | list[int], *, temperature: float,
+                 top_p: float = SETTINGS["top_p"].default, top_k: int = SETTINGS["top_k"].default,
+                 seed: int = SETTINGS["seed"].default, stop_token_ids: list[int] = (),
+                 allowed_token_ids: list[int] | None = None, ignore_eos: bool = False) -> WorkerBatch:
+        """All `prompts` queued at once (continuous batching); request i is seeded with seed + i. Every field goes
+        to the worker, which holds no defaults of its own."""
         request = {"op": "generate", "prompts": [list(map(int, p)) for p in prompts], "max_tokens": max_tokens,
                    "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                    "stop_token_ids": list(stop_token_ids), "allowed_token_ids": allowed_token_ids, "ignore_eos": ignore_eos}
