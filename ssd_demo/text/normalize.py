@@ -118,6 +118,11 @@ _BEFORE_NUMBERS = {"No": "number", "no": "number", "Fig": "Figure", "fig": "figu
 _STREETS = {"St": "Street", "Ave": "Avenue", "Rd": "Road", "Dr": "Drive", "Blvd": "Boulevard", "Ln": "Lane"}
 
 
+#: What follows the first half of a year `read_year` has split ("November 19 99", "July 17 76", "May 19 oh 5",
+#: "June 18 hundred"): that "19" is not a day of the month.
+_YEAR_REST = r" (?:\d\d|oh \d|hundred)\b"
+
+
 def _alternatives(words) -> str:
     return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
 
@@ -130,6 +135,10 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<=\d) ?[*×] ?(?=\d)"), " times "),
     (re.compile(r"(?:^|(?<= ))[*•#]+(?= )"), ""),
     (re.compile(r"(?<![\w#])#(?=\d)"), "number "),
+    # "Jan. 5", "Dec 25", "Sept 2024": a month, before the year rules look for month names (a dot there is not a
+    # sentence end)
+    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.?(?= (?:\d{{1,2}}|\d{{4}})\b(?![:.,]\d))"),
+     lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(r"\b(\d{4}-\d\d-\d\d)T(\d\d:\d\d(?::\d\d)?)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?\b"), read_timestamp),
     # years as people say them ("1999-2005" -> "19 99 to 2005", "in 1999" -> "in 19 99", "the 1990s"), before
     # thousands separators go ("1,999" stays a quantity)
@@ -179,9 +188,8 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(rf"\b({_alternatives(_AFTER_WORDS)})\.?(?![\w.]|\.\w)"),
      _with_sentence_end(lambda m: _AFTER_WORDS[m.group(1)])),
     (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
-    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.(?= \d)"), lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(rf"\b({_alternatives(_WEEKDAYS)})\.?(?=,? (?:\d|{MONTH_NAMES}))"), lambda m: _WEEKDAYS[m.group(1)]),
-    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b)"), read_month_day),
+    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b|{_YEAR_REST})"), read_month_day),
     (re.compile(rf"(?<![\w.,])(?P<day>\d{{1,2}}) (?P<month>{MONTH_NAMES})\b"), read_month_day),
     (re.compile(r"\b[Ee]\.g\.", ), "for example"),
     (re.compile(r"\b[Ii]\.e\.", ), "that is"),
