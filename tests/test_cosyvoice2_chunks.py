@@ -60,10 +60,12 @@ def test_a_run_cut_inside_is_joined_back_whole(count):
     run = "x" * 2999
     chunks = speakable_chunks(run, count)
     assert len(chunks) > 1 and "".join(chunks) == run + "."  # the full stop the official split adds
-    url = "https://example.org/" + "abc/" * 300
-    pieces = speakable_chunks(url, count)
-    assert "".join(pieces).replace(" ", "") == "".join(speakable_chunks(url, count, max_tokens=10 ** 6)).replace(" ", "")
+    path = "files/" + "abc/" * 300  # a web address is spelt out in words ("slash"); a bare path is not
+    pieces = speakable_chunks(path, count)
+    assert "".join(pieces).replace(" ", "") == "".join(speakable_chunks(path, count, max_tokens=10 ** 6)).replace(" ", "")
     assert all(piece.endswith(("/", ".")) for piece in pieces)  # cut after a separator, not inside a name
+    url = "https://example.org/" + "abc/" * 300
+    assert all(" slash " in chunk for chunk in speakable_chunks(url, count))
 
 
 def test_words_around_a_long_run_are_grouped_not_spoken_one_by_one(count):

@@ -31,6 +31,7 @@ from functools import lru_cache
 from ... import text as text_frontend
 from ...errors import TextError
 from ...text import LONG_NUMBER, normalize_text
+from .readings import after_shared, before_shared
 
 
 @lru_cache(maxsize=1)
@@ -112,11 +113,12 @@ def normalize_numbers(text: str) -> str:
     """The normaliser step, in `wetext`'s place (see the module's docstring): amounts, decimals, dates,
     times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
     with no digit (nor a fraction, degree or power sign) is returned unchanged, as `wetext` returns it."""
+    text = before_shared(text)
     if not _NUMERIC.search(text):
         return text
     for pattern, replacement in _SYMBOL_REWRITES:
         text = pattern.sub(replacement, text)
-    text = normalize_text(text)
+    text = after_shared(normalize_text(text))
     for pattern, replacement in _NUMBER_REWRITES:
         text = pattern.sub(replacement, text)
     return text
