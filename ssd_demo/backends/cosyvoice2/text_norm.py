@@ -29,9 +29,11 @@ import unicodedata
 from functools import lru_cache
 
 from ... import text as text_frontend
-from ...errors import TextError
+from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
 from .readings import after_shared, before_shared
+from .text_official import is_markup, official_normalize
+from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, normalize_chinese
 
 
 @lru_cache(maxsize=1)
@@ -156,24 +158,27 @@ SENTENCE_ENDS = ".?!;:"
 CLOSING_QUOTES = "\"\u201d"
 
 
-def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20) -> list[str]:
-    """English text in the chunks the official front end decodes one by one: sentences (ended by . ? ! ; :,
-    a closing quote kept with its sentence; a final full stop added when missing) packed while a chunk
-    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined
-    to the one before; sentences are never cut. `count(piece)` measures a piece in text tokens."""
-    if text[-1] not in SENTENCE_ENDS:
-        text += "."
-    sentences, start, index = [], 0, 0
-    while index < len(text):
-        if text[index] in SENTENCE_ENDS:
-            end = index + 1
-            if end < len(text) and text[end] in CLOSING_QUOTES:
-                end += 1
-            if index > start:
-                sentences.append(text[start:end])
-            start = index = end
+def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20,
+                    ends: str = SENTENCE_ENDS, final: str = ".") -> list[str]:
+    """Text in the chunks the official front end decodes one by one: sentences (ended by one of `ends`, a
+    closing quote kept with its sentence; `final` added when the text ends without one) packed while a chunk
+    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined to the
+    one before; sentences are never cut. `count(piece)` measures a piece (text tokens for English, characters
+    for Chinese). An end right after another ("!!") starts no sentence of its own: it is dropped, and a closing
+    quote after it goes to the sentence before."""
+    if text[-1] not in ends:
+        text += final
+    sentences, start = [], 0
+    for index, ch in enumerate(text):
+        if ch not in ends or index < start:
             continue
-        index += 1
+        if index > start:
+            sentences.append(text[start:index + 1])
+        start = index + 1
+        if start < len(text) and text[start] in CLOSING_QUOTES:
+            if sentences:
+                sentences[-1] += text[start]
+            start += 1
     chunks, current = [], ""
     for sentence in sentences:
         if count(current + sentence) > max_tokens and count(current) > min_tokens:
@@ -194,8 +199,39 @@ def has_words(text: str) -> bool:
     return re.search(r"\w", text) is not None
 
 
-def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
-    """`text` as the backend speaks it: `normalize_english`, the official paragraph split, and a sentence
+#: The normaliser modes: the project's English reading (`default`), or the official procedure (`official`:
+#: `wetext` for English too, then `inflect` on the digits left). Chinese is read the official way in both.
+NORMALISER_MODES = ("default", "official")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in NORMALISER_MODES:
+        raise InvalidSettingError(f"the text normaliser must be one of {', '.join(NORMALISER_MODES)}; got {mode!r}")
+    return mode
+
+
+def normalize(text: str, mode: str = "default") -> str:
+    """The spoken form of `text` (the official `text_normalize(text, split=False)`'s place): Chinese through
+    `wetext` (`text_zh`); other text through `normalize_english`, or in the `official` mode as the official
+    computes it (`text_official`). What a voice prompt's transcript goes through too."""
+    if check_mode(mode) == "official":
+        return official_normalize(text)
+    stripped = text.strip()
+    return normalize_chinese(stripped) if contains_chinese(stripped) else normalize_english(stripped)
+
+
+def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> list[str]:
+    """The official paragraph split of `spoken`: Chinese measured in characters, at Chinese sentence ends;
+    markup left whole in the `official` mode, as the official leaves it."""
+    if mode == "official" and (is_markup(text) or not text):
+        return [text] if has_words(text) else []
+    if contains_chinese(text.strip()):
+        return split_paragraph(spoken, len, max_tokens=max_tokens, ends=CHINESE_SENTENCE_ENDS, final=CHINESE_FINAL)
+    return split_paragraph(spoken, count, max_tokens=max_tokens)
+
+
+def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "default") -> list[str]:
+    """`text` as the backend speaks it: `normalize` in the given `mode`, the official paragraph split, and a sentence
     over twice the budget cut further at phrases and words (the official front end never cuts a sentence
     and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
     generation is allowed here and lose its end), and a word over the budget (a digit run, a URL, text with
@@ -209,12 +245,12 @@ def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
         raise TextError("the text contains characters that are not valid Unicode") from None
-    spoken = normalize_english(text)
+    spoken = normalize(text, mode)
     if not has_words(spoken):
         return []
     limit = 2 * max_tokens
     chunks = []
-    for chunk in split_paragraph(spoken, count, max_tokens=max_tokens):
+    for chunk in _paragraph(text, spoken, count, max_tokens, mode):
         if count(chunk) <= limit:
             chunks.append(chunk)
             continue
@@ -298,4 +334,4 @@ def _cut_run(run: str, count, max_tokens: int) -> list[str]:
     return pieces
 
 
-__all__ = ["has_words", "normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
+__all__ = ["NORMALISER_MODES", "check_mode", "has_words", "normalize", "normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
