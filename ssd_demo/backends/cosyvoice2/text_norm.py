@@ -1,25 +1,24 @@
-"""CosyVoice 2's English text front end: text -> spoken-form text -> the chunks decoded one by one.
+"""CosyVoice 2's text front end: text -> spoken-form text -> the chunks decoded one by one.
 
-The official front end (`CosyVoiceFrontEnd.text_normalize`, English branch) does, in this order:
-strip the text; run a text normaliser (`wetext`, where installed: a default install has it); spell out
-the digits still left with `inflect` (`spell_out_number`); split the paragraph into chunks of about 80
-text tokens; drop chunks that are only punctuation. The model was trained on spoken-form text, so every
-digit must be words by the time it is tokenised.
+The official front end (`CosyVoiceFrontEnd.text_normalize`) does, in this order: strip the text; if it holds a
+Chinese character, run `wetext`'s Chinese normaliser and a few clean-ups (`text_zh`), and split it at Chinese
+sentence ends, measured in characters; otherwise run `wetext`'s normaliser, spell out the digits still left with
+`inflect` (`spell_out_number`), and split the paragraph into chunks of about 80 text tokens; then drop chunks
+that are only punctuation. The model was trained on spoken-form text, so every digit must be words by the time
+it is tokenised.
 
-Which normaliser runs here: ours, not `wetext`. `wetext` 0.0.4 (the version the official requirements
-pin) fetches its grammar files from the ModelScope hub (`snapshot_download("pengzhendong/wetext")`)
-whenever a `Normalizer` is built, which cannot work offline, in CI or on a Space without network access.
-(The official code catches that failure and falls back to `inflect` alone, which reads "3.14" as
-"three.fourteen" and "2nd" as "twond".) In `wetext`'s place we run `normalize_numbers`: the project's
-own normaliser (`ssd_demo.text.normalize_text`: money, decimals, clock times, dates, years, phone
-numbers, ranges, units) plus the readings it leaves to eSpeak (ordinals, decades, percent, minus).
-Before it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped
-by spaces or dots, phone and card numbers digit by digit, degrees, powers, fraction characters, plus,
-equals, cents). Its words are not always `wetext`'s ("$5.99" is "five dollars ninety-nine", "10:30" is
-"ten thirty"), and it does not read everything `wetext` may (bare years before 1100 or after 2099, unit
-and currency abbreviations such as "USD" or "mAh", digits inside non-English text, which come out as
-English words). Like `wetext`, it is applied only to text that
-contains a digit: text without one reaches the model exactly as in an official install.
+Two modes (`NORMALISER_MODES`). `official` runs that procedure as published (`text_official`), for reproducing
+published numbers. `default` reads Chinese the same way, and English with the project's own normaliser in
+`wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals,
+clock times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`:
+e-mail and web addresses, durations, years told by their context, "the 5th of November"), and the readings
+the shared one leaves to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it
+leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped by spaces or dots, phone and card numbers
+digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two differ (the README
+lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in `wetext`;
+"1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven point
+four" here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text holds
+a digit (or an e-mail or web address): other text reaches the model exactly as in an official install.
 """
 
 from __future__ import annotations
@@ -114,7 +113,8 @@ _NUMERIC = re.compile(r"[\d½¼¾⅓⅔°²³]")
 def normalize_numbers(text: str) -> str:
     """The normaliser step, in `wetext`'s place (see the module's docstring): amounts, decimals, dates,
     times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
-    with no digit (nor a fraction, degree or power sign) is returned unchanged, as `wetext` returns it."""
+    with no digit (nor a fraction, degree or power sign) is returned as `wetext` returns it: unchanged, but
+    for its e-mail and web addresses, which are spelt out."""
     text = before_shared(text)
     if not _NUMERIC.search(text):
         return text
@@ -149,8 +149,8 @@ def spell_out_number(text: str) -> str:
 
 
 def normalize_english(text: str) -> str:
-    """The official `text_normalize(text, split=False)` for English: strip, normalise (`normalize_numbers`
-    in `wetext`'s place), then `spell_out_number`. What a voice prompt's transcript goes through too."""
+    """The default mode's `text_normalize(text, split=False)` for English: strip, normalise
+    (`normalize_numbers` in `wetext`'s place), then `spell_out_number`."""
     return spell_out_number(normalize_numbers(text.strip()))
 
 
