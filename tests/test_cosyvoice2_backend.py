@@ -552,3 +552,13 @@ def test_the_official_text_normaliser_reads_as_the_official_and_chunks_are_not_r
 def test_chinese_text_is_read_by_the_chinese_normaliser_and_cut_at_chinese_sentence_ends(synth):
     chunks = synth.backend.split_text("今天是2024年5月3日。价格涨了3.5%")
     assert [c.text for c in chunks] == ["今天是二零二四年五月三日。价格涨了百分之三点五。"]
+
+
+def test_a_request_may_choose_the_text_normaliser(synth):
+    default = synth.script("It was 5 November 1999.")
+    official = synth.script("It was 5 November 1999.", text_normalizer="official")
+    assert default.chunks[0].text == "It was the fifth of November nineteen ninety-nine."
+    assert official.chunks[0].text == "It was the fifth of november nineteen ninety nine."
+    assert synth.backend.text_normalizer == "default"  # the request's choice is its own
+    with pytest.raises(InvalidSettingError, match="default, official"):
+        synth.script("Hi.", text_normalizer="loud")

@@ -131,11 +131,12 @@ class CosyVoice2Backend:
         return DecodingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=2048,
                               eos_token_id=list(self.layout.stop_ids), draft_len=3, beta=0.4, acceptance="ssd")
 
-    def split_text(self, text: str) -> list[TextChunk]:
-        """The official front end (`speakable_chunks`, in `text_normalizer`'s mode); chunks follow each other
-        with no added pause (the official joins their audio as it comes)."""
+    def split_text(self, text: str, text_normalizer: str | None = None) -> list[TextChunk]:
+        """The official front end (`speakable_chunks`, in `text_normalizer`'s mode, else the backend's); chunks
+        follow each other with no added pause (the official joins their audio as it comes)."""
+        mode = check_mode(text_normalizer or self.text_normalizer)
         count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
-        chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens, mode=self.text_normalizer)
+        chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens, mode=mode)
         if not chunks:
             raise TextError(_nothing_to_say("text"))
         with self._lock:
