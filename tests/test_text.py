@@ -159,6 +159,8 @@ def test_non_string_is_refused():
         ("Due 3/14/25, on 3/4, Jan. 5, 5 January, Tue. 5 March.",
          "Due March 14th, 2025, on March 4th, January 5th, 5th January, Tuesday 5th March."),
         # a day before its month and year: the year's first half is not taken for a day; month abbreviations without a dot
+        # a percentage or a number run into a unit is a quantity, whatever comes before it
+        ("Growth of 1500%, by 1200 %, the 1500m race.", "Growth of 1500%, by 1200 %, the 1500m race."),
         ("On 5 November 1999, 4 July 1776 and 1 May 1905; Dec 25, Jan 15, 2024, Sept 2024.",
          "On 5th November 19 99, 4th July 17 76 and 1st May 19 oh 5; December 25th, January 15th, 2024, September 2024."),
         # mixed numbers, cents with a leading zero, money written loosely, scales and units

@@ -144,7 +144,7 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     # thousands separators go ("1,999" stays a quantity)
     (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d|20\d\d)(s?)[-–](1[1-9]\d\d|20\d\d)(s?)(?![\d-])"),
      lambda m: f"{read_year(m.group(1))}{m.group(2)} to {read_year(m.group(3))}{m.group(4)}"),
-    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d)(s|'s)?(?![\d.,:/-]?\d)"), read_year_in_context),
+    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d)(s|'s)?(?![\d.,:/-]?\d| ?%|[A-Za-z])"), read_year_in_context),
     (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators: "$1,200.50" is one amount
     # money: "$10-20" -> "10 to 20 dollars", "20$" -> "$20", "$5M" -> "5 million dollars", "$ 5", "$.99"
     (re.compile(rf"({CURRENCY}) ?(\d+(?:\.\d+)?) ?[-–] ?{CURRENCY}? ?(\d+(?:\.\d+)?)(?![\d.]*\d)"),

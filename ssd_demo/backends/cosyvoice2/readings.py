@@ -91,10 +91,12 @@ def _words(text: str) -> list[str]:
 
 
 def _is_quantity_noun(following: list[str]) -> bool:
-    """Whether the words after a number start with a noun it counts ("copies", "people", "of them"); a number, a
-    range or list word and the next number are skipped ("1200 and 1500 people")."""
-    while len(following) >= 2 and following[0].lower() in ("and", "or", "to", "-") and following[1].isdigit():
+    """Whether the words after a number start with a noun it counts ("copies", "people", "of them", "%"); a
+    range or list word and the next number are skipped ("1200 and 1500 people", "1200, 1300 points")."""
+    while len(following) >= 2 and following[0].lower() in (",", "and", "or", "to", "-") and following[1].isdigit():
         following = following[2:]
+    if following and following[0] in ("%", "‰"):
+        return True
     if not following or not following[0].isalpha():
         return False
     word = following[0].lower()
