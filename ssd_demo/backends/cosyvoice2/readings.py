@@ -24,12 +24,16 @@ _DOMAIN = re.compile(rf"(?<![\w@./-])[A-Za-z][\w-]*(?:\.[\w-]+)*\.(?:{_TOP_LEVEL
 
 
 def spell_address(address: str) -> str:
-    """An e-mail or web address as said aloud: the scheme left out ("https://"), "www" as letters, symbols named
-    ("dot", "at", "slash", "dash"), digits set apart from letters for the number step ("page2" -> "page 2")."""
+    """An e-mail or web address as said aloud: the scheme left out ("https://"), "www" as letters, a two-letter
+    top-level domain as letters ("co dot U K", "acme dot I O"), symbols named ("dot", "at", "slash", "dash"),
+    digits set apart from letters for the number step ("page2" -> "page 2")."""
     address = re.sub(r"^https?://", "", address).rstrip("/")
     address = re.sub(r"^www\.", "w w w.", address)
-    parts = re.split(r"([./@\-_+:?=&#~%])", address)
-    words = [_SPOKEN_SYMBOLS.get(part, part) for part in parts if part]
+    parts = [part for part in re.split(r"([./@\-_+:?=&#~%])", address) if part]
+    domain_end = parts.index("/") if "/" in parts else len(parts)  # the host ends at the first slash
+    if domain_end >= 2 and parts[domain_end - 2] == "." and re.fullmatch(r"[a-z]{2}", parts[domain_end - 1]):
+        parts[domain_end - 1] = " ".join(parts[domain_end - 1].upper())  # a country code: "uk" -> "U K"
+    words = [_SPOKEN_SYMBOLS.get(part, part) for part in parts]
     return re.sub(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])", " ", " ".join(words))
 
 
