@@ -153,7 +153,7 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(rf"({CURRENCY}) ?(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"),
      read_scaled_money),
     (re.compile(rf"({CURRENCY}) ?(\d+)?(?:\.(\d+))?(?<=\d)(?![\w.,]*[A-Za-z])"), read_money),
-    # phone numbers, digit by digit: 1-800-555-1234, +44 20 7946 0958, (555) 123-4567, 555-123-4567, 555-0199
+    # phone numbers, digit by digit (a toll-free 800 whole): 1-800-555-1234, +44 20 7946 0958, (555) 123-4567, 555-123-4567, 555-0199
     (re.compile(r"(?<![\d-])1[-. ]\d{3}[-. ]\d{3}[-. ]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"\+\d{1,3}(?:[ -]\(?\d{1,4}\)?){2,5}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"(?<![\d-])(?:\(\d{3}\) ?|\d{3}[-.])\d{3}[-.]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
