@@ -281,7 +281,7 @@ TEXT_NORMALIZER = SettingSpec("text_normalizer", "choice", "default", "how CosyV
                               "project's English readings) or official (the official procedure, for reproducing "
                               "published numbers)", choices=("default", "official"),
                               control=ControlHint("Text normaliser (CosyVoice 2)", "sampling", "dropdown",
-                                                  info="official: the official procedure, to reproduce published numbers"))
+                                                  info="official: the official procedure, as published"))
 
 
 def check_setting(name: str, value: object) -> None:

@@ -56,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Decoding settings default to the preset's own (embedded voice: K 4, beta 0.2, temperature 0.3, top-k 50).
     add_decoding_arguments(parser, DECODING_FLAGS, defaults={"seed": 0})
     parser.add_argument("--text-normalizer", choices=TEXT_NORMALIZERS, default=None,
-                        help="CosyVoice 2: how the text is read, default (the project's English readings) or official "
-                             "(the official procedure: wetext, then inflect for the digits left; to reproduce published "
-                             "numbers); default $SSD_COSYVOICE2_TEXT or default")
+                        help="CosyVoice 2: how the text is read, default (the project's English readings) or "
+                             "official (the official procedure: wetext, then inflect for the digits left; to "
+                             "reproduce published numbers); default $SSD_COSYVOICE2_TEXT or default")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
     parser.add_argument("--engine", choices=ENGINES, default=None,

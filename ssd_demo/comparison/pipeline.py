@@ -34,7 +34,8 @@ from ..engine.results import SpeedupReport, compare_runs
 from ..speech.streaming import AudioPiece
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
-from .request import TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
+from .request import (TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft,
+                      resolve_voice_prompt)
 
 #: The two runs of a comparison, in the order they decode.
 LANES = ("autoregressive", "speculative")

@@ -153,7 +153,8 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(rf"({CURRENCY}) ?(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"),
      read_scaled_money),
     (re.compile(rf"({CURRENCY}) ?(\d+)?(?:\.(\d+))?(?<=\d)(?![\w.,]*[A-Za-z])"), read_money),
-    # phone numbers, digit by digit (a toll-free 800 whole): 1-800-555-1234, +44 20 7946 0958, (555) 123-4567, 555-123-4567, 555-0199
+    # phone numbers, digit by digit (a toll-free 800 whole): 1-800-555-1234, +44 20 7946 0958, (555) 123-4567,
+    # 555-123-4567, 555-0199
     (re.compile(r"(?<![\d-])1[-. ]\d{3}[-. ]\d{3}[-. ]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"\+\d{1,3}(?:[ -]\(?\d{1,4}\)?){2,5}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"(?<![\d-])(?:\(\d{3}\) ?|\d{3}[-.])\d{3}[-.]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
@@ -189,7 +190,8 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
      _with_sentence_end(lambda m: _AFTER_WORDS[m.group(1)])),
     (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
     (re.compile(rf"\b({_alternatives(_WEEKDAYS)})\.?(?=,? (?:\d|{MONTH_NAMES}))"), lambda m: _WEEKDAYS[m.group(1)]),
-    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b|{_YEAR_REST})"), read_month_day),
+    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b|{_YEAR_REST})"),
+     read_month_day),
     (re.compile(rf"(?<![\w.,])(?P<day>\d{{1,2}}) (?P<month>{MONTH_NAMES})\b"), read_month_day),
     (re.compile(r"\b[Ee]\.g\.", ), "for example"),
     (re.compile(r"\b[Ii]\.e\.", ), "that is"),

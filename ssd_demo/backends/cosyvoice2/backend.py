@@ -26,7 +26,8 @@ from ...engine.repetition_aware import RepetitionAwareSampling
 from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
-from .text_norm import NORMALISER_MODES, check_mode, has_words, normalize, normalize_english, speakable_chunks, split_paragraph
+from .text_norm import (NORMALISER_MODES, check_mode, has_words, normalize, normalize_english, speakable_chunks,
+                        split_paragraph)
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # never spoken; a tokenizer would keep them
 
@@ -98,8 +99,9 @@ class CosyVoice2Backend:
     flow_steps: int = 10
     #: The official sampling code followed (SAMPLING_RULES): "head" (today's) or "release" (the paper's).
     rules: str = "head"
-    #: How text is read (NORMALISER_MODES): "default" (the project's English readings) or "official" (the official
-    #: procedure, `wetext` for English too, for reproducing published numbers). Chinese is read the official way in both.
+    #: How text is read (NORMALISER_MODES): "default" (the project's English readings) or "official" (the
+    #: official procedure, `wetext` for English too, for reproducing published numbers). Chinese is read the
+    #: official way in both.
     text_normalizer: str = "default"
     #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
     max_voices: int = 16
@@ -107,7 +109,8 @@ class CosyVoice2Backend:
     _voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     #: (prompt ids, voice key) -> (voice, text tokens): for callers that pass a prompt on as a plain list.
     _prompt_voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
-    #: Chunks `split_text` gave, already spoken form: `prompt_ids` does not normalise them again (the official never does).
+    #: Chunks `split_text` gave, already spoken form: `prompt_ids` does not normalise them again (the official
+    #: never does).
     _spoken: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # both caches; requests run concurrently
 
@@ -292,6 +295,7 @@ def _nothing_to_say(what: str) -> str:
     return f"the {what} has nothing to say (only punctuation)"
 
 
-__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "NORMALISER_MODES", "SAMPLING_RULES", "VoicedPrompt",
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "NORMALISER_MODES", "SAMPLING_RULES",
+           "VoicedPrompt",
            "normalize", "normalize_english",
            "speakable_chunks", "split_paragraph"]

@@ -74,8 +74,8 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, dev
     except (ValueError, RuntimeError, OSError) as error:
         raise ModelLoadError(f"{folder}: {error}") from None
     backend = CosyVoice2Backend(tokenizer=load_text_tokenizer(folder), layout=layout_of(target), flow=flow, hift=hift,
-                                default_voice=default_voice, encoders=PromptEncoders(folder, device=device), rules=rules,
-                                text_normalizer=text_normalizer)
+                                default_voice=default_voice, encoders=PromptEncoders(folder, device=device),
+                                rules=rules, text_normalizer=text_normalizer)
     return Synthesizer(backend, target, {DRAFT_NAME: draft}, default_draft=DRAFT_NAME)
 
 
@@ -149,5 +149,6 @@ def load_from_hub(device: str | None = None, progress=None, revision: str | None
     return synthesizer
 
 
-__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "RULES_ENV", "TEXT_ENV", "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
+__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "RULES_ENV", "TEXT_ENV",
+           "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
            "missing_files", "preflight"]

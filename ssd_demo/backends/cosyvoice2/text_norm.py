@@ -334,4 +334,5 @@ def _cut_run(run: str, count, max_tokens: int) -> list[str]:
     return pieces
 
 
-__all__ = ["NORMALISER_MODES", "check_mode", "has_words", "normalize", "normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
+__all__ = ["NORMALISER_MODES", "check_mode", "has_words", "normalize", "normalize_english", "normalize_numbers",
+           "speakable_chunks", "spell_out_number", "split_paragraph"]
