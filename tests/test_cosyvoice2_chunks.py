@@ -189,7 +189,7 @@ def _random_string(rng: random.Random) -> str:
 
 def test_random_strings_give_chunks_within_the_cap_or_a_typed_error(count):
     rng = random.Random(20250807)
-    started, refused = time.perf_counter(), 0
+    started, refused = time.process_time(), 0  # this process's time: other work on the machine does not count
     for _ in range(2000):
         text = _random_string(rng)
         budget = 80  # the backend's; 20 is in the tests above
@@ -204,4 +204,4 @@ def test_random_strings_give_chunks_within_the_cap_or_a_typed_error(count):
         assert not over, f"{text!r}: chunks over {2 * budget} tokens: {over!r}"
         assert all(chunk.strip() for chunk in chunks)
     assert 0 < refused < 2000  # surrogates are refused, the rest is chunked
-    assert time.perf_counter() - started < 60  # about 20 s on two loaded cores
+    assert time.process_time() - started < 60  # about 40 s of CPU, a quarter of it in the Chinese grammar
