@@ -99,3 +99,10 @@ def test_the_chinese_normaliser_needs_no_network():
                           cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "今天是二零二四年五月三日"
+
+
+def test_the_official_mode_gives_no_chunks_where_the_official_fails():
+    """wetext returns nothing for this sentence, and the official front end then raises IndexError."""
+    assert normalize("Read more at example.com/news.", "official") == ""
+    assert speakable_chunks("Read more at example.com/news.", len, mode="official") == []
+    assert normalize("Read more at example.com/news.") == "Read more at example dot com slash news."

@@ -5,10 +5,12 @@ What the official front end (`CosyVoiceFrontEnd.text_normalize` with `wetext` in
 character takes the Chinese route (`text_zh`, the same in both modes). Other text goes through `wetext`'s
 normaliser built as the official builds it (language detected: English, or Chinese when the text is digits
 only, so "1984" is read "一千九百八十四"), then every run of digits still there is spelt out by `inflect`
-("2nd" -> "2nd" after `wetext` is left to it: "twond"), and the paragraph is split by the official rule.
+("v2" -> "vtwo"), and the paragraph is split by the official rule.
 
-Two departures, both where the official would fail: a digit run `inflect` refuses (37 digits or more) is read
-digit by digit instead of raising, and chunks without a word are dropped, as in the default mode.
+Departures, all where the official would fail: a digit run `inflect` refuses (37 digits or more) is read digit
+by digit instead of raising; text `wetext` returns empty ("Read more at example.com/news.", on which the
+official raises IndexError) gives no chunks; and chunks without a word are dropped, as in the default mode
+(the official drops only chunks of punctuation and symbols).
 """
 
 from __future__ import annotations
