@@ -277,6 +277,14 @@ RANDOMIZE_SEED = SettingSpec("randomize_seed", "bool", False, "draw a fresh rand
                              control=ControlHint("Randomise seed", "sampling", "checkbox", info="", row="seed"))
 
 
+#: Not a decoding setting but a request's: how CosyVoice 2 reads the text (its `text_norm.NORMALISER_MODES`).
+TEXT_NORMALIZER = SettingSpec("text_normalizer", "choice", "default", "how CosyVoice 2 reads the text: default (the "
+                              "project's English readings) or official (the official procedure, for reproducing "
+                              "published numbers)", choices=("default", "official"),
+                              control=ControlHint("Text normaliser (CosyVoice 2)", "sampling", "dropdown",
+                                                  info="official: the official procedure, as published"))
+
+
 def check_setting(name: str, value: object) -> None:
     """InvalidSettingError when `value` is not valid for the setting `name` (the library's bounds)."""
     SETTINGS[name].check(value)

@@ -122,6 +122,8 @@ def test_randomised_seed_is_returned(client):
         ({"text": "Fine text.", "draft_len": 0}, "draft_len must be an integer from 1 to 16"),  # named, not Gradio's range text
         ({"text": "Fine text.", "acceptance": "magic"}, "magic"),
         ({"text": "Fine text.", "preset": "no-such-preset"}, "no-such-preset"),
+        ({"text": "Fine text.", "text_normalizer": "official"}, "text normaliser is CosyVoice 2's"),
+        ({"text": "Fine text.", "text_normalizer": "loud"}, "text_normalizer"),
     ],
 )
 def test_bad_input_gives_a_clear_error_and_the_server_keeps_serving(client, kwargs, message):

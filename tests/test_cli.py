@@ -58,6 +58,7 @@ def test_synth_reads_a_paragraph_from_a_file_in_chunks(tmp_path, capsys):
     # checked before the model loads: a cache for 10^11 tokens, or 10^5 threads, would fail with a traceback
     (["synth", "Hello.", "--max-new-tokens", "99999999999"], "from 1 to 100,000"),
     (["synth", "Hello.", "--threads", "100000"], "this machine's cpus"),
+    (["synth", "Hello.", "--preset", "embedded", "--text-normalizer", "official"], "is cosyvoice 2's"),
 ])
 def test_bad_input_exits_2_with_a_message(argv, message, capsys):
     if "--preset" not in argv and not (DEFAULT_PATH / "voice.json").exists():

@@ -17,7 +17,7 @@ from ssd_demo.backends.cosyvoice2.backend import MAX_TOKEN_TEXT_RATIO, MIN_TOKEN
 from ssd_demo.backends.cosyvoice2.flow import CFMConfig, CosyVoice2Flow, FlowConfig
 from ssd_demo.backends.cosyvoice2.flow_decoder import EstimatorConfig
 from ssd_demo.backends.cosyvoice2.flow_encoder import EncoderConfig
-from ssd_demo.backends.cosyvoice2.frontend import VoiceFeatures
+from ssd_demo.backends.cosyvoice2.frontend import VoiceFeatures, text_tokens
 from ssd_demo.backends.cosyvoice2.hift import HiFTConfig, HiFTVocoder
 from ssd_demo.backends.cosyvoice2.llm import (ADDED_SPECIAL_TOKENS, SpeechVocabLayout, build_speech_lm,
                                               speech_lm_config, unified_to_official)
@@ -536,3 +536,29 @@ def test_prompt_ids_and_split_text_refuse_the_same_texts(synth):
         assert refusals[0] == refusals[1], text
     with pytest.raises(TextError, match="nothing to say"):
         backend.prompt_ids("...")  # accepted before, though split_text refused it
+
+
+def test_the_official_text_normaliser_reads_as_the_official_and_chunks_are_not_read_twice(folder):
+    synth = load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, text_normalizer="official")
+    backend = synth.backend
+    chunks = backend.split_text('She said, "Meet me at 5:30." It was 5 November 1999.')
+    assert [c.text for c in chunks] == ['She said, \\"Meet me at five thirty.\\" It was the fifth of november nineteen ninety nine.']
+    # the chunk is spoken form already: its tokens are the chunk's own (wetext would escape the quotes again)
+    assert backend._text_tokens(chunks[0].text) == text_tokens(backend.tokenizer, chunks[0].text)
+    with pytest.raises(InvalidSettingError, match="default, official"):
+        load_cosyvoice2(folder, default_voice(), flow_config=FLOW, hift_config=HIFT, text_normalizer="loud")
+
+
+def test_chinese_text_is_read_by_the_chinese_normaliser_and_cut_at_chinese_sentence_ends(synth):
+    chunks = synth.backend.split_text("今天是2024年5月3日。价格涨了3.5%")
+    assert [c.text for c in chunks] == ["今天是二零二四年五月三日。价格涨了百分之三点五。"]
+
+
+def test_a_request_may_choose_the_text_normaliser(synth):
+    default = synth.script("It was 5 November 1999.")
+    official = synth.script("It was 5 November 1999.", text_normalizer="official")
+    assert default.chunks[0].text == "It was the fifth of November nineteen ninety-nine."
+    assert official.chunks[0].text == "It was the fifth of november nineteen ninety nine."
+    assert synth.backend.text_normalizer == "default"  # the request's choice is its own
+    with pytest.raises(InvalidSettingError, match="default, official"):
+        synth.script("Hi.", text_normalizer="loud")

@@ -132,7 +132,12 @@ def test_one_request_takes_every_setting_within_the_librarys_or_the_controls_ran
         def config(self, **changes):
             return DecodingConfig(**changes)
 
-    assert set(comparison.REQUEST_SETTINGS) == set(SETTINGS) | {"randomize_seed"}
+    assert set(comparison.REQUEST_SETTINGS) == set(SETTINGS) | {"randomize_seed", "text_normalizer"}
+    official = comparison.Request(text="Hi.", text_normalizer="official")
+    assert comparison.build_config(Defaults(), official, seed=0) == DecodingConfig(seed=0)  # not a decoding setting
+    assert official.accepted("text_normalizer") == "official"
+    with pytest.raises(InvalidSettingError, match="text_normalizer"):
+        comparison.Request(text="Hi.", text_normalizer="loud").accepted("text_normalizer")
     wide = comparison.Request(text="Hi.", draft_len=17, cost_ratio=0.5, pcg_theta=-0.5)
     config = comparison.build_config(Defaults(), wide, seed=0)  # the library's whole range
     assert (config.draft_len, config.cost_ratio, config.pcg_theta) == (17, 0.5, -0.5)

@@ -55,11 +55,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
     # Decoding settings default to the preset's own (embedded voice: K 4, beta 0.2, temperature 0.3, top-k 50).
     add_decoding_arguments(parser, DECODING_FLAGS, defaults={"seed": 0})
+    parser.add_argument("--text-normalizer", choices=TEXT_NORMALIZERS, default=None,
+                        help="CosyVoice 2: how the text is read, default (the project's English readings) or "
+                             "official (the official procedure: wetext, then inflect for the digits left; to "
+                             "reproduce published numbers); default $SSD_COSYVOICE2_TEXT or default")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
                              "needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
+
+
+#: CosyVoice 2's text normaliser modes (`backends.cosyvoice2.text_norm.NORMALISER_MODES`, not imported here: the
+#: backend loads only with its preset).
+TEXT_NORMALIZERS = ("default", "official")
+
+
+def _check_text_normalizer(args: argparse.Namespace) -> None:
+    """Before the model loads: the official normaliser is CosyVoice 2's."""
+    cosyvoice2 = args.preset.startswith("cosyvoice2") and not (args.target_model or args.draft_model or args.voice)
+    if args.text_normalizer == "official" and not cosyvoice2:
+        raise InputError("--text-normalizer official is CosyVoice 2's (--preset cosyvoice2-paper); other voices read "
+                         "text their own way")
+
+
+def _use_text_normalizer(synthesizer, mode: str | None) -> None:
+    if mode is not None and hasattr(synthesizer.backend, "text_normalizer"):
+        synthesizer.backend.text_normalizer = mode
 
 
 def _decoding_overrides(args: argparse.Namespace) -> dict:
@@ -138,9 +160,11 @@ def main(args: argparse.Namespace) -> int:
     # decoding settings are checked before the model loads (seconds to minutes), as the backend's defaults
     # are not needed to refuse an impossible value
     DecodingConfig(**_decoding_overrides(args))
+    _check_text_normalizer(args)
     if engine_choice(args.engine) == "vllm":
         require_vllm_python()  # before the models load
     synthesizer = use_engine(_load(args), args.engine)
+    _use_text_normalizer(synthesizer, args.text_normalizer)
     config = synthesizer.config(**_decoding_overrides(args))
     voice_prompt = None
     if args.voice_prompt:

@@ -34,7 +34,8 @@ from ..engine.results import SpeedupReport, compare_runs
 from ..speech.streaming import AudioPiece
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
-from .request import Request, build_config, check_text, request_seed, resolve_draft, resolve_voice_prompt
+from .request import (TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft,
+                      resolve_voice_prompt)
 
 #: The two runs of a comparison, in the order they decode.
 LANES = ("autoregressive", "speculative")
@@ -136,7 +137,8 @@ def prepare(request: Request, progress: ProgressFn | None = None,
     config = build_config(synthesizer, request, seed)
     draft = resolve_draft(preset, synthesizer, request.draft)
     voice_prompt = resolve_voice_prompt(synthesizer, request.voice_prompt)
-    job = Job(preset.key, request.owner, text, config, draft, voice_prompt, synthesizer.script(text, voice_prompt))
+    script = synthesizer.script(text, voice_prompt, text_normalizer=request.accepted(TEXT_NORMALIZER))
+    job = Job(preset.key, request.owner, text, config, draft, voice_prompt, script)
     costs = None
     if not decodes_in_gpu_worker():
         job, costs = get_ready(synthesizer, job, progress or _no_progress)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..config import RANDOMIZE_SEED as RANDOMIZE_SEED_SETTING
+from ..config import TEXT_NORMALIZER as TEXT_NORMALIZER_SETTING
 from ..config import SETTINGS, DecodingConfig, SettingSpec, resolve_seed
 from ..errors import TextError, UserError
 from ..backends.registry import Preset
@@ -22,8 +23,12 @@ from ..speech.synthesis import Synthesizer, VoicePrompt
 #: Not a decoding setting: asks for a fresh random seed instead of the given (or the preset's) one.
 RANDOMIZE_SEED = RANDOMIZE_SEED_SETTING.name
 
-#: What a request may name: every decoding setting, and `randomize_seed`.
-REQUEST_SPECS: Mapping[str, SettingSpec] = {**SETTINGS, RANDOMIZE_SEED: RANDOMIZE_SEED_SETTING}
+#: Not a decoding setting either: how the text is read (CosyVoice 2's normaliser mode).
+TEXT_NORMALIZER = TEXT_NORMALIZER_SETTING.name
+
+#: What a request may name: every decoding setting, `randomize_seed` and `text_normalizer`.
+REQUEST_SPECS: Mapping[str, SettingSpec] = {**SETTINGS, RANDOMIZE_SEED: RANDOMIZE_SEED_SETTING,
+                                            TEXT_NORMALIZER: TEXT_NORMALIZER_SETTING}
 REQUEST_SETTINGS: tuple[str, ...] = tuple(REQUEST_SPECS)
 
 
@@ -101,7 +106,8 @@ def build_config(synthesizer: Synthesizer, request: Request, seed: int) -> Decod
     """The chosen preset's defaults, with the settings the request gives on top (each validated once,
     `SettingSpec.accept`); a setting not given keeps the preset's default. InvalidSettingError for a bad value."""
     defaults = synthesizer.config()
-    given = {name: request.accepted(name, defaults) for name in request.settings if name not in (RANDOMIZE_SEED, "seed")}
+    given = {name: request.accepted(name, defaults) for name in request.settings
+             if name not in (RANDOMIZE_SEED, TEXT_NORMALIZER, "seed")}
     return synthesizer.config(**given, seed=seed)
 
 

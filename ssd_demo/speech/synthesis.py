@@ -21,7 +21,7 @@ from ..engine.cancellation import StopCheck
 from ..engine.cancellation import check as check_stop
 from ..config import DecodingConfig, resolve_seed
 from ..engine.generate import RoundCallback, autoregressive_generate, speculative_generate
-from ..errors import InputError, TextError
+from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
 from ..engine.static_cache import prepare_kernels
@@ -226,11 +226,18 @@ class Synthesizer:
                               script.chunks, script.prompts, started)
         return SynthesisStream(pieces)
 
-    def script(self, text: str, voice_prompt: VoicePrompt | None = None) -> Script:
+    def script(self, text: str, voice_prompt: VoicePrompt | None = None, text_normalizer: str | None = None) -> Script:
         """`text` split into the backend's chunks, with every chunk's prompt built first: a chunk that
-        cannot be spoken fails (TextError) before any decoding."""
+        cannot be spoken fails (TextError) before any decoding. `text_normalizer`: how a backend with
+        normaliser modes (CosyVoice 2) reads this text, None for its own setting; "default" for any other."""
         split = getattr(self.backend, "split_text", None)
-        chunks = split(text) if split is not None else [TextChunk(text)]
+        if text_normalizer not in (None, "default") and not hasattr(self.backend, "text_normalizer"):
+            raise InvalidSettingError(f"the {text_normalizer!r} text normaliser is CosyVoice 2's; this voice reads "
+                                      "text its own way (choose default)")
+        if text_normalizer is not None and hasattr(self.backend, "text_normalizer"):
+            chunks = split(text, text_normalizer=text_normalizer)
+        else:
+            chunks = split(text) if split is not None else [TextChunk(text)]
         return Script(list(chunks), [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks])
 
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,

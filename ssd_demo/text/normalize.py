@@ -118,6 +118,11 @@ _BEFORE_NUMBERS = {"No": "number", "no": "number", "Fig": "Figure", "fig": "figu
 _STREETS = {"St": "Street", "Ave": "Avenue", "Rd": "Road", "Dr": "Drive", "Blvd": "Boulevard", "Ln": "Lane"}
 
 
+#: What follows the first half of a year `read_year` has split ("November 19 99", "July 17 76", "May 19 oh 5",
+#: "June 18 hundred"): that "19" is not a day of the month.
+_YEAR_REST = r" (?:\d\d|oh \d|hundred)\b"
+
+
 def _alternatives(words) -> str:
     return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
 
@@ -130,12 +135,16 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<=\d) ?[*×] ?(?=\d)"), " times "),
     (re.compile(r"(?:^|(?<= ))[*•#]+(?= )"), ""),
     (re.compile(r"(?<![\w#])#(?=\d)"), "number "),
+    # "Jan. 5", "Dec 25", "Sept 2024": a month, before the year rules look for month names (a dot there is not a
+    # sentence end)
+    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.?(?= (?:\d{{1,2}}|\d{{4}})\b(?![:.,]\d))"),
+     lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(r"\b(\d{4}-\d\d-\d\d)T(\d\d:\d\d(?::\d\d)?)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?\b"), read_timestamp),
     # years as people say them ("1999-2005" -> "19 99 to 2005", "in 1999" -> "in 19 99", "the 1990s"), before
     # thousands separators go ("1,999" stays a quantity)
     (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d|20\d\d)(s?)[-–](1[1-9]\d\d|20\d\d)(s?)(?![\d-])"),
      lambda m: f"{read_year(m.group(1))}{m.group(2)} to {read_year(m.group(3))}{m.group(4)}"),
-    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d)(s|'s)?(?![\d.,:/-]?\d)"), read_year_in_context),
+    (re.compile(r"(?<![\d.,:/$£€¥-])(1[1-9]\d\d)(s|'s)?(?![\d.,:/-]?\d| ?%|[A-Za-z])"), read_year_in_context),
     (re.compile(r"(?<=\d),(?=\d{3}\b)"), ""),  # thousands separators: "$1,200.50" is one amount
     # money: "$10-20" -> "10 to 20 dollars", "20$" -> "$20", "$5M" -> "5 million dollars", "$ 5", "$.99"
     (re.compile(rf"({CURRENCY}) ?(\d+(?:\.\d+)?) ?[-–] ?{CURRENCY}? ?(\d+(?:\.\d+)?)(?![\d.]*\d)"),
@@ -144,7 +153,8 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(rf"({CURRENCY}) ?(\d+(?:\.\d+)?) ?(thousand|million|billion|trillion|[kKmMbBtT]|bn)\b"),
      read_scaled_money),
     (re.compile(rf"({CURRENCY}) ?(\d+)?(?:\.(\d+))?(?<=\d)(?![\w.,]*[A-Za-z])"), read_money),
-    # phone numbers, digit by digit: 1-800-555-1234, +44 20 7946 0958, (555) 123-4567, 555-123-4567, 555-0199
+    # phone numbers, digit by digit (a toll-free 800 whole): 1-800-555-1234, +44 20 7946 0958, (555) 123-4567,
+    # 555-123-4567, 555-0199
     (re.compile(r"(?<![\d-])1[-. ]\d{3}[-. ]\d{3}[-. ]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"\+\d{1,3}(?:[ -]\(?\d{1,4}\)?){2,5}(?![\d-]|\.\d)"), read_digit_groups),
     (re.compile(r"(?<![\d-])(?:\(\d{3}\) ?|\d{3}[-.])\d{3}[-.]\d{4}(?![\d-]|\.\d)"), read_digit_groups),
@@ -179,9 +189,9 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(rf"\b({_alternatives(_AFTER_WORDS)})\.?(?![\w.]|\.\w)"),
      _with_sentence_end(lambda m: _AFTER_WORDS[m.group(1)])),
     (re.compile(r"\bSt\.(?= [A-Z])"), "Saint"),
-    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.(?= \d)"), lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(rf"\b({_alternatives(_WEEKDAYS)})\.?(?=,? (?:\d|{MONTH_NAMES}))"), lambda m: _WEEKDAYS[m.group(1)]),
-    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b)"), read_month_day),
+    (re.compile(rf"\b(?P<month>{MONTH_NAMES}) (?P<day>\d{{1,2}})(?![\d:]|\.\d| ?(?:st|nd|rd|th)\b|{_YEAR_REST})"),
+     read_month_day),
     (re.compile(rf"(?<![\w.,])(?P<day>\d{{1,2}}) (?P<month>{MONTH_NAMES})\b"), read_month_day),
     (re.compile(r"\b[Ee]\.g\.", ), "for example"),
     (re.compile(r"\b[Ii]\.e\.", ), "that is"),

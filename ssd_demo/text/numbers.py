@@ -178,9 +178,12 @@ def read_mixed_number(match: re.Match) -> str:
 
 def read_digit_groups(match: re.Match) -> str:
     """A phone number digit by digit, a pause per group: "555-123-4567" -> "5 5 5, 1 2 3, 4 5 6 7", "+44 20 7946
-    0958" -> "plus 4 4, 2 0, 7 9 4 6, 0 9 5 8"."""
+    0958" -> "plus 4 4, 2 0, 7 9 4 6, 0 9 5 8"; "1-800-555-1234" -> "1, 800, 5 5 5, 1 2 3 4"."""
     groups = re.findall(r"\d+", match.group(0))
-    return ("plus " if match.group(0).startswith("+") else "") + ", ".join(" ".join(group) for group in groups)
+    spoken = [" ".join(group) for group in groups]
+    if len(groups) == 4 and groups[:2] == ["1", "800"]:  # a toll-free number: "1-800" is "one eight hundred"
+        spoken[1] = "800"
+    return ("plus " if match.group(0).startswith("+") else "") + ", ".join(spoken)
 
 
 def read_local_phone_or_range(match: re.Match) -> str:

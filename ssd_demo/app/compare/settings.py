@@ -23,7 +23,8 @@ import numpy as np
 import soundfile
 
 from ...comparison import Request  # noqa: F401 - a click's request, named here for the app's modules
-from ...config import MAX_SEED, RANDOMIZE_SEED, SETTINGS, DecodingConfig, SettingSpec, resolve_seed  # noqa: F401
+from ...config import (MAX_SEED, RANDOMIZE_SEED, SETTINGS, TEXT_NORMALIZER, DecodingConfig, SettingSpec,  # noqa: F401
+                        resolve_seed)
 from ...errors import UserError
 from ...rules import RULES
 from ...speech.synthesis import Synthesizer, VoicePrompt
@@ -36,13 +37,14 @@ COMPARE_SETTINGS: tuple[SettingSpec, ...] = (
     RANDOMIZE_SEED,
     SETTINGS["max_new_tokens"],
     SETTINGS["adaptive_draft_len"],
+    TEXT_NORMALIZER,
 )
 
 SETTINGS_BY_NAME: Mapping[str, SettingSpec] = {s.name: s for s in COMPARE_SETTINGS}
 
 
 def is_decoding_setting(setting: SettingSpec) -> bool:
-    """A `DecodingConfig` field (which a preset sets), not a request's own switch (randomize_seed)."""
+    """A `DecodingConfig` field (which a preset sets), not a request's own switch (randomize_seed, text_normalizer)."""
     return setting.name in SETTINGS
 
 

@@ -26,7 +26,8 @@ from ...engine.repetition_aware import RepetitionAwareSampling
 from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
-from .text_norm import has_words, normalize_english, speakable_chunks, split_paragraph
+from .text_norm import (NORMALISER_MODES, check_mode, has_words, normalize, normalize_english, speakable_chunks,
+                        split_paragraph)
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # never spoken; a tokenizer would keep them
 
@@ -98,17 +99,25 @@ class CosyVoice2Backend:
     flow_steps: int = 10
     #: The official sampling code followed (SAMPLING_RULES): "head" (today's) or "release" (the paper's).
     rules: str = "head"
+    #: How text is read (NORMALISER_MODES): "default" (the project's English readings) or "official" (the
+    #: official procedure, `wetext` for English too, for reproducing published numbers). Chinese is read the
+    #: official way in both.
+    text_normalizer: str = "default"
     #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
     max_voices: int = 16
     max_prompts: int = 256
     _voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     #: (prompt ids, voice key) -> (voice, text tokens): for callers that pass a prompt on as a plain list.
     _prompt_voices: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
+    #: Chunks `split_text` gave, already spoken form: `prompt_ids` does not normalise them again (the official
+    #: never does).
+    _spoken: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # both caches; requests run concurrently
 
     def __post_init__(self) -> None:
         if self.rules not in SAMPLING_RULES:
             raise InvalidSettingError(f"CosyVoice 2 sampling rules must be one of {', '.join(SAMPLING_RULES)}; got {self.rules!r}")
+        check_mode(self.text_normalizer)
 
     # -- Backend protocol -------------------------------------------------------------
 
@@ -125,13 +134,20 @@ class CosyVoice2Backend:
         return DecodingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=2048,
                               eos_token_id=list(self.layout.stop_ids), draft_len=3, beta=0.4, acceptance="ssd")
 
-    def split_text(self, text: str) -> list[TextChunk]:
-        """The official English front end (`speakable_chunks`); chunks follow each other with no added
-        pause (the official joins their audio as it comes)."""
+    def split_text(self, text: str, text_normalizer: str | None = None) -> list[TextChunk]:
+        """The official front end (`speakable_chunks`, in `text_normalizer`'s mode, else the backend's); chunks
+        follow each other with no added pause (the official joins their audio as it comes)."""
+        mode = check_mode(text_normalizer or self.text_normalizer)
         count = lambda piece: len(text_tokens(self.tokenizer, piece))  # noqa: E731
-        chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens)
+        chunks = speakable_chunks(self._check_text(text), count, max_tokens=self.chunk_tokens, mode=mode)
         if not chunks:
             raise TextError(_nothing_to_say("text"))
+        with self._lock:
+            for chunk in chunks:
+                self._spoken[chunk] = None
+                self._spoken.move_to_end(chunk)
+            while len(self._spoken) > self.max_prompts:
+                self._spoken.popitem(last=False)
         return [TextChunk(chunk) for chunk in chunks]
 
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> VoicedPrompt:
@@ -248,7 +264,10 @@ class CosyVoice2Backend:
     def _text_tokens(self, text: str, what: str = "text") -> list[int]:
         """The text checked as typed (its length before numbers become words), normalised, tokenised;
         refused as `split_text` refuses it: text without a word (punctuation alone) has nothing to say."""
-        spoken = normalize_english(self._check_text(text, what))
+        text = self._check_text(text, what)
+        with self._lock:
+            spoken = text if text in self._spoken else None
+        spoken = spoken if spoken is not None else normalize(text, self.text_normalizer)
         tokens = text_tokens(self.tokenizer, spoken) if has_words(spoken) else []
         if not tokens:
             raise TextError(_nothing_to_say(what))
@@ -276,5 +295,7 @@ def _nothing_to_say(what: str) -> str:
     return f"the {what} has nothing to say (only punctuation)"
 
 
-__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "SAMPLING_RULES", "VoicedPrompt", "normalize_english",
+__all__ = ["CosyVoice2Backend", "EndMaskedUntilMinLength", "LICENCE", "NORMALISER_MODES", "SAMPLING_RULES",
+           "VoicedPrompt",
+           "normalize", "normalize_english",
            "speakable_chunks", "split_paragraph"]

@@ -17,6 +17,7 @@ from ...errors import InvalidSettingError, ModelLoadError
 from ...models.hub import LoadOptions, auto_device, resolve, use_only
 from ...speech.synthesis import Synthesizer
 from .backend import SAMPLING_RULES, CosyVoice2Backend
+from .text_norm import NORMALISER_MODES, check_mode
 from .frontend import (SPEAKER_ENCODER_FILE, SPEECH_TOKENIZER_FILE, PromptEncoders, VoiceFeatures, load_text_tokenizer,
                        text_tokens)
 from .llm import BACKBONE_FOLDER, LLM_FILE, build_speech_lm, layer_draft, layout_of, load_speech_lm, materialise
@@ -27,6 +28,7 @@ REQUIRED = (LLM_FILE, FLOW_FILE, HIFT_FILE, f"{BACKBONE_FOLDER}/config.json")
 DRAFT_NAME = "layers"  # the paper's layer-subset draft
 TRAINED_DRAFT_ENV = "SSD_COSYVOICE2_DRAFT"  # a trained draft for the preset: file, folder or Hub repo
 TRAINED_DRAFT_FILE = "draft.safetensors"
+TEXT_ENV = "SSD_COSYVOICE2_TEXT"  # the preset's text normaliser: "default" or "official" (text_norm.NORMALISER_MODES)
 RULES_ENV = "SSD_COSYVOICE2_RULES"  # the preset's sampling rules: "head" (default) or "release" (backend.SAMPLING_RULES)
 PAPER_DRAFT_LAYERS = (2, 6)  # bottom, top
 
@@ -38,7 +40,8 @@ def missing_files(folder: str | Path) -> list[str]:
 
 def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, device: str = "cpu",
                     dtype: torch.dtype = torch.float32, draft_state: dict[str, torch.Tensor] | None = None,
-                    flow_config=None, hift_config=None, rules: str = "head") -> Synthesizer:
+                    flow_config=None, hift_config=None, rules: str = "head",
+                    text_normalizer: str = "default") -> Synthesizer:
     """The speech LM (target), the paper's layer draft, the flow model and HiFT, all from `folder`.
 
     `default_voice`: the voice spoken without a clip of the user's (None: set it on the backend before use).
@@ -48,7 +51,8 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, dev
     from .hift import HiFTConfig, load_hift
 
     folder = Path(folder)
-    if rules not in SAMPLING_RULES:  # before minutes of loading
+    check_mode(text_normalizer)  # before minutes of loading
+    if rules not in SAMPLING_RULES:
         raise InvalidSettingError(f"CosyVoice 2 sampling rules must be one of {', '.join(SAMPLING_RULES)}; got {rules!r}")
     missing = missing_files(folder)
     if missing:
@@ -70,7 +74,8 @@ def load_cosyvoice2(folder: str | Path, default_voice: VoiceFeatures | None, dev
     except (ValueError, RuntimeError, OSError) as error:
         raise ModelLoadError(f"{folder}: {error}") from None
     backend = CosyVoice2Backend(tokenizer=load_text_tokenizer(folder), layout=layout_of(target), flow=flow, hift=hift,
-                                default_voice=default_voice, encoders=PromptEncoders(folder, device=device), rules=rules)
+                                default_voice=default_voice, encoders=PromptEncoders(folder, device=device),
+                                rules=rules, text_normalizer=text_normalizer)
     return Synthesizer(backend, target, {DRAFT_NAME: draft}, default_draft=DRAFT_NAME)
 
 
@@ -118,25 +123,32 @@ def trained_draft_state(ref: str, options: LoadOptions = LoadOptions()) -> dict[
 
 
 def load_from_hub(device: str | None = None, progress=None, revision: str | None = None,
-                  options: LoadOptions = LoadOptions(), draft: str | None = None, rules: str | None = None) -> Synthesizer:
+                  options: LoadOptions = LoadOptions(), draft: str | None = None, rules: str | None = None,
+                  text_normalizer: str | None = None) -> Synthesizer:
     """The preset: the checkpoint from the Hub (or the local cache when offline) and the paper's draft,
     trained when `draft` (or the SSD_COSYVOICE2_DRAFT environment variable) names one, else untrained;
-    sampling as the official code does today unless `rules` (or SSD_COSYVOICE2_RULES) is "release"."""
+    sampling as the official code does today unless `rules` (or SSD_COSYVOICE2_RULES) is "release"; text read
+    the project's way unless `text_normalizer` (or SSD_COSYVOICE2_TEXT) is "official"."""
     draft = draft or os.environ.get(TRAINED_DRAFT_ENV) or None
     rules = rules or os.environ.get(RULES_ENV, "").strip() or "head"
     if rules not in SAMPLING_RULES:
         raise InvalidSettingError(f"{RULES_ENV} must be one of {', '.join(SAMPLING_RULES)}; got {rules!r}")
+    text_normalizer = text_normalizer or os.environ.get(TEXT_ENV, "").strip() or "default"
+    if text_normalizer not in NORMALISER_MODES:
+        raise InvalidSettingError(f"{TEXT_ENV} must be one of {', '.join(NORMALISER_MODES)}; got {text_normalizer!r}")
     draft_state = trained_draft_state(draft, options) if draft else None
     folder = resolve(REPO, revision, options, HUB_PATTERNS, progress)
     placed = auto_device(device or options.device)
     # float32 unless asked otherwise, on a GPU too: the official default (fp16=False); bfloat16 would change
     # the logits and so the sampled tokens.
     dtype = options.dtype or torch.float32
-    synthesizer = load_cosyvoice2(folder, None, device=str(placed), dtype=dtype, draft_state=draft_state, rules=rules)
+    synthesizer = load_cosyvoice2(folder, None, device=str(placed), dtype=dtype, draft_state=draft_state, rules=rules,
+                                  text_normalizer=text_normalizer)
     backend = synthesizer.backend
     backend.default_voice = default_voice(backend.encoders, backend.tokenizer)
     return synthesizer
 
 
-__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "RULES_ENV", "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
+__all__ = ["DEFAULT_PROMPT_TEXT", "DRAFT_NAME", "RULES_ENV", "TEXT_ENV",
+           "TRAINED_DRAFT_ENV", "trained_draft_state", "HUB_PATTERNS", "REPO", "REQUIRED", "load_cosyvoice2", "load_from_hub",
            "missing_files", "preflight"]

@@ -1,25 +1,24 @@
-"""CosyVoice 2's English text front end: text -> spoken-form text -> the chunks decoded one by one.
+"""CosyVoice 2's text front end: text -> spoken-form text -> the chunks decoded one by one.
 
-The official front end (`CosyVoiceFrontEnd.text_normalize`, English branch) does, in this order:
-strip the text; run a text normaliser (`wetext`, where installed: a default install has it); spell out
-the digits still left with `inflect` (`spell_out_number`); split the paragraph into chunks of about 80
-text tokens; drop chunks that are only punctuation. The model was trained on spoken-form text, so every
-digit must be words by the time it is tokenised.
+The official front end (`CosyVoiceFrontEnd.text_normalize`) does, in this order: strip the text; if it holds a
+Chinese character, run `wetext`'s Chinese normaliser and a few clean-ups (`text_zh`), and split it at Chinese
+sentence ends, measured in characters; otherwise run `wetext`'s normaliser, spell out the digits still left with
+`inflect` (`spell_out_number`), and split the paragraph into chunks of about 80 text tokens; then drop chunks
+that are only punctuation. The model was trained on spoken-form text, so every digit must be words by the time
+it is tokenised.
 
-Which normaliser runs here: ours, not `wetext`. `wetext` 0.0.4 (the version the official requirements
-pin) fetches its grammar files from the ModelScope hub (`snapshot_download("pengzhendong/wetext")`)
-whenever a `Normalizer` is built, which cannot work offline, in CI or on a Space without network access.
-(The official code catches that failure and falls back to `inflect` alone, which reads "3.14" as
-"three.fourteen" and "2nd" as "twond".) In `wetext`'s place we run `normalize_numbers`: the project's
-own normaliser (`ssd_demo.text.normalize_text`: money, decimals, clock times, dates, years, phone
-numbers, ranges, units) plus the readings it leaves to eSpeak (ordinals, decades, percent, minus).
-Before it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped
-by spaces or dots, phone and card numbers digit by digit, degrees, powers, fraction characters, plus,
-equals, cents). Its words are not always `wetext`'s ("$5.99" is "five dollars ninety-nine", "10:30" is
-"ten thirty"), and it does not read everything `wetext` may (bare years before 1100 or after 2099, unit
-and currency abbreviations such as "USD" or "mAh", digits inside non-English text, which come out as
-English words). Like `wetext`, it is applied only to text that
-contains a digit: text without one reaches the model exactly as in an official install.
+Two modes (`NORMALISER_MODES`). `official` runs that procedure as published (`text_official`), for reproducing
+published numbers. `default` reads Chinese the same way, and English with the project's own normaliser in
+`wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals,
+clock times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`:
+e-mail and web addresses, durations, years told by their context, "the 5th of November"), and the readings
+the shared one leaves to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it
+leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped by spaces or dots, phone and card numbers
+digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two differ (the README
+lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in `wetext`;
+"1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven point
+four" here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text holds
+a digit (or an e-mail or web address): other text reaches the model exactly as in an official install.
 """
 
 from __future__ import annotations
@@ -29,8 +28,11 @@ import unicodedata
 from functools import lru_cache
 
 from ... import text as text_frontend
-from ...errors import TextError
+from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
+from .readings import after_shared, before_shared
+from .text_official import is_markup, official_normalize
+from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, normalize_chinese
 
 
 @lru_cache(maxsize=1)
@@ -111,12 +113,14 @@ _NUMERIC = re.compile(r"[\d½¼¾⅓⅔°²³]")
 def normalize_numbers(text: str) -> str:
     """The normaliser step, in `wetext`'s place (see the module's docstring): amounts, decimals, dates,
     times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
-    with no digit (nor a fraction, degree or power sign) is returned unchanged, as `wetext` returns it."""
+    with no digit (nor a fraction, degree or power sign) is returned as `wetext` returns it: unchanged, but
+    for its e-mail and web addresses, which are spelt out."""
+    text = before_shared(text)
     if not _NUMERIC.search(text):
         return text
     for pattern, replacement in _SYMBOL_REWRITES:
         text = pattern.sub(replacement, text)
-    text = normalize_text(text)
+    text = after_shared(normalize_text(text))
     for pattern, replacement in _NUMBER_REWRITES:
         text = pattern.sub(replacement, text)
     return text
@@ -145,8 +149,8 @@ def spell_out_number(text: str) -> str:
 
 
 def normalize_english(text: str) -> str:
-    """The official `text_normalize(text, split=False)` for English: strip, normalise (`normalize_numbers`
-    in `wetext`'s place), then `spell_out_number`. What a voice prompt's transcript goes through too."""
+    """The default mode's `text_normalize(text, split=False)` for English: strip, normalise
+    (`normalize_numbers` in `wetext`'s place), then `spell_out_number`."""
     return spell_out_number(normalize_numbers(text.strip()))
 
 
@@ -154,24 +158,27 @@ SENTENCE_ENDS = ".?!;:"
 CLOSING_QUOTES = "\"\u201d"
 
 
-def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20) -> list[str]:
-    """English text in the chunks the official front end decodes one by one: sentences (ended by . ? ! ; :,
-    a closing quote kept with its sentence; a final full stop added when missing) packed while a chunk
-    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined
-    to the one before; sentences are never cut. `count(piece)` measures a piece in text tokens."""
-    if text[-1] not in SENTENCE_ENDS:
-        text += "."
-    sentences, start, index = [], 0, 0
-    while index < len(text):
-        if text[index] in SENTENCE_ENDS:
-            end = index + 1
-            if end < len(text) and text[end] in CLOSING_QUOTES:
-                end += 1
-            if index > start:
-                sentences.append(text[start:end])
-            start = index = end
+def split_paragraph(text: str, count, max_tokens: int = 80, min_tokens: int = 60, merge_tokens: int = 20,
+                    ends: str = SENTENCE_ENDS, final: str = ".") -> list[str]:
+    """Text in the chunks the official front end decodes one by one: sentences (ended by one of `ends`, a
+    closing quote kept with its sentence; `final` added when the text ends without one) packed while a chunk
+    stays within `max_tokens` or is still under `min_tokens`, a last chunk under `merge_tokens` joined to the
+    one before; sentences are never cut. `count(piece)` measures a piece (text tokens for English, characters
+    for Chinese). An end right after another ("!!") starts no sentence of its own: it is dropped, and a closing
+    quote after it goes to the sentence before."""
+    if text[-1] not in ends:
+        text += final
+    sentences, start = [], 0
+    for index, ch in enumerate(text):
+        if ch not in ends or index < start:
             continue
-        index += 1
+        if index > start:
+            sentences.append(text[start:index + 1])
+        start = index + 1
+        if start < len(text) and text[start] in CLOSING_QUOTES:
+            if sentences:
+                sentences[-1] += text[start]
+            start += 1
     chunks, current = [], ""
     for sentence in sentences:
         if count(current + sentence) > max_tokens and count(current) > min_tokens:
@@ -192,8 +199,39 @@ def has_words(text: str) -> bool:
     return re.search(r"\w", text) is not None
 
 
-def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
-    """`text` as the backend speaks it: `normalize_english`, the official paragraph split, and a sentence
+#: The normaliser modes: the project's English reading (`default`), or the official procedure (`official`:
+#: `wetext` for English too, then `inflect` on the digits left). Chinese is read the official way in both.
+NORMALISER_MODES = ("default", "official")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in NORMALISER_MODES:
+        raise InvalidSettingError(f"the text normaliser must be one of {', '.join(NORMALISER_MODES)}; got {mode!r}")
+    return mode
+
+
+def normalize(text: str, mode: str = "default") -> str:
+    """The spoken form of `text` (the official `text_normalize(text, split=False)`'s place): Chinese through
+    `wetext` (`text_zh`); other text through `normalize_english`, or in the `official` mode as the official
+    computes it (`text_official`). What a voice prompt's transcript goes through too."""
+    if check_mode(mode) == "official":
+        return official_normalize(text)
+    stripped = text.strip()
+    return normalize_chinese(stripped) if contains_chinese(stripped) else normalize_english(stripped)
+
+
+def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> list[str]:
+    """The official paragraph split of `spoken`: Chinese measured in characters, at Chinese sentence ends;
+    markup left whole in the `official` mode, as the official leaves it."""
+    if mode == "official" and (is_markup(text) or not text):
+        return [text] if has_words(text) else []
+    if contains_chinese(text.strip()):
+        return split_paragraph(spoken, len, max_tokens=max_tokens, ends=CHINESE_SENTENCE_ENDS, final=CHINESE_FINAL)
+    return split_paragraph(spoken, count, max_tokens=max_tokens)
+
+
+def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "default") -> list[str]:
+    """`text` as the backend speaks it: `normalize` in the given `mode`, the official paragraph split, and a sentence
     over twice the budget cut further at phrases and words (the official front end never cuts a sentence
     and its loop has no length cap, but a 300-word sentence without punctuation would run past what one
     generation is allowed here and lose its end), and a word over the budget (a digit run, a URL, text with
@@ -207,12 +245,12 @@ def speakable_chunks(text: str, count, max_tokens: int = 80) -> list[str]:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
         raise TextError("the text contains characters that are not valid Unicode") from None
-    spoken = normalize_english(text)
+    spoken = normalize(text, mode)
     if not has_words(spoken):
         return []
     limit = 2 * max_tokens
     chunks = []
-    for chunk in split_paragraph(spoken, count, max_tokens=max_tokens):
+    for chunk in _paragraph(text, spoken, count, max_tokens, mode):
         if count(chunk) <= limit:
             chunks.append(chunk)
             continue
@@ -296,4 +334,5 @@ def _cut_run(run: str, count, max_tokens: int) -> list[str]:
     return pieces
 
 
-__all__ = ["has_words", "normalize_english", "normalize_numbers", "speakable_chunks", "spell_out_number", "split_paragraph"]
+__all__ = ["NORMALISER_MODES", "check_mode", "has_words", "normalize", "normalize_english", "normalize_numbers",
+           "speakable_chunks", "spell_out_number", "split_paragraph"]

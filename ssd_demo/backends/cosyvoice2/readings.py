@@ -1,0 +1,157 @@
+"""English readings CosyVoice 2's default normaliser adds to the shared one (`ssd_demo.text.normalize_text`).
+
+Before it (`before_shared`): e-mail addresses and web addresses as a reader says them ("jane.doe42@example.com"
+-> "jane dot doe 42 at example dot com", "https://example.org/page2" -> "example dot org slash page 2"), and
+h:mm:ss durations ("2:03:11" -> "2 hours 3 minutes and 11 seconds"; after "at", or before "am"/"pm", it stays a
+clock time for the shared rules). After it (`after_shared`): four-digit numbers it left as quantities that the
+context makes years ("1984 is a novel", "ended in 1945, not 1944", "from 1042"), and a day before its month read
+"the 5th of November". The digits left are spelt out later (`spell_out_number`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...text.numbers import MONTH_NAMES, read_year
+
+_SPOKEN_SYMBOLS = {".": "dot", "@": "at", "/": "slash", "-": "dash", "_": "underscore", "+": "plus", ":": "colon",
+                   "?": "question mark", "=": "equals", "&": "and", "#": "hash", "~": "tilde", "%": "percent"}
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]*\w@[\w-]+(?:\.[\w-]+)+")
+_URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]]*[^\s<>\"'()\[\].,;:!?]")
+_TOP_LEVEL = "com|org|net|edu|gov|io|ai|dev|info|co|uk|us|de|fr|cn|jp"
+_DOMAIN = re.compile(rf"(?<![\w@./-])[A-Za-z][\w-]*(?:\.[\w-]+)*\.(?:{_TOP_LEVEL})(?:/[^\s<>\"'()]*[^\s<>\"'().,;:!?])?"
+                     r"(?![\w@-]|\.\w)")
+
+
+def spell_address(address: str) -> str:
+    """An e-mail or web address as said aloud: the scheme left out ("https://"), "www" as letters, a two-letter
+    top-level domain as letters ("co dot U K", "acme dot I O"), symbols named ("dot", "at", "slash", "dash"),
+    digits set apart from letters for the number step ("page2" -> "page 2")."""
+    address = re.sub(r"^https?://", "", address).rstrip("/")
+    address = re.sub(r"^www\.", "w w w.", address)
+    parts = [part for part in re.split(r"([./@\-_+:?=&#~%])", address) if part]
+    domain_end = parts.index("/") if "/" in parts else len(parts)  # the host ends at the first slash
+    if domain_end >= 2 and parts[domain_end - 2] == "." and re.fullmatch(r"[a-z]{2}", parts[domain_end - 1]):
+        parts[domain_end - 1] = " ".join(parts[domain_end - 1].upper())  # a country code: "uk" -> "U K"
+    words = [_SPOKEN_SYMBOLS.get(part, part) for part in parts]
+    return re.sub(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])", " ", " ".join(words))
+
+
+def _address(match: re.Match) -> str:
+    return spell_address(match.group(0))
+
+
+def read_duration(match: re.Match) -> str:
+    """"2:03:11" -> "2 hours 3 minutes and 11 seconds", "0:45:00" -> "45 minutes"; a clock time (after "at",
+    or before "am"/"pm") is left as written."""
+    before = match.string[max(0, match.start() - 3) : match.start()]
+    after = match.string[match.end() : match.end() + 4]
+    if before.lower() == "at " or re.match(r" ?[aApP]\.?[mM]\b", after):
+        return match.group(0)
+    names = ("hour", "minute", "second")
+    parts = [f"{int(value)} {name}{'' if int(value) == 1 else 's'}"
+             for value, name in zip(match.groups(), names) if int(value)]
+    if not parts:
+        return "0 seconds"
+    return " ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+
+
+_DURATION = re.compile(r"(?<![\d:.])(\d{1,2}):([0-5]\d):([0-5]\d)(?![\d:]|\.\d)")
+
+#: Applied before the shared normaliser: addresses first (their dots and digits must not be read as decimals,
+#: versions or acronyms), then durations.
+BEFORE_SHARED: tuple[tuple[re.Pattern, object], ...] = (
+    (_EMAIL, _address),
+    (_URL, _address),
+    (_DOMAIN, _address),
+    (_DURATION, read_duration),
+)
+
+#: Words after a four-digit number that make it a quantity ("1500 of them", "1200 point 5", "1500 thousand").
+_QUANTITY_WORDS = frozenset("""
+    of point thousand million billion hundred percent per times people men women children feet teeth mice geese
+    yen sheep fish deer staff cattle personnel police hertz
+""".split())
+#: Words ending in "s" that are not plural nouns.
+_NOT_PLURALS = frozenset("""
+    is was has does this his its thus yes plus minus always perhaps unless whereas towards afterwards besides as
+    us across less
+""".split())
+#: Words that, after a plural-looking word, make that word a verb ("1945 marks the end", "1984 remains a classic").
+_DETERMINERS = frozenset("the a an its his her their our my your this that these those no every".split())
+#: Words before a four-digit number that make it a quantity ("more than 1234", "page 1066").
+_QUANTITY_BEFORE = frozenset("""
+    than over under nearly almost exactly only just some total approximately roughly page pages number room times
+    plus minus equals cost costs paid pay weighs score scored of
+""".split())
+_COPULAS = frozenset("is was were are be".split())
+#: Words before a number of 1001-1099 that make it a year ("from 1042", "in 1066").
+_YEAR_BEFORE = frozenset("in from since until till before after by circa around year born".split())
+_ERAS = frozenset("ad bc ce bce".split())
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text)
+
+
+def _is_quantity_noun(following: list[str]) -> bool:
+    """Whether the words after a number start with a noun it counts ("copies", "people", "of them", "%"); a
+    range or list word and the next number are skipped ("1200 and 1500 people", "1200, 1300 points")."""
+    while len(following) >= 2 and following[0].lower() in (",", "and", "or", "to", "-") and following[1].isdigit():
+        following = following[2:]
+    if following and following[0] in ("%", "‰"):
+        return True
+    if not following or not following[0].isalpha():
+        return False
+    word = following[0].lower()
+    if word in _QUANTITY_WORDS:
+        return True
+    if len(word) < 3 or not word.endswith("s") or word.endswith(("ss", "us", "is")) or word in _NOT_PLURALS:
+        return False
+    return not (len(following) > 1 and following[1].lower() in _DETERMINERS)
+
+
+def read_year_by_context(match: re.Match) -> str:
+    """A four-digit number the shared normaliser left as a quantity, as a year where the context says so:
+    1100-1999 unless a noun of quantity follows or a quantity word comes before ("1984 is a novel", "not 1944."
+    but "1500 copies", "more than 1234"); 1001-1099 after "in", "from", "since"... or before "AD", "BC"."""
+    number = match.group(0)
+    before = _words(match.string[max(0, match.start() - 40) : match.start()])
+    following = _words(match.string[match.end() : match.end() + 60])
+    previous = before[-1].lower() if before else ""
+    if following and following[0].lower() in _ERAS:
+        return read_year(number)
+    if number < "1100":
+        return read_year(number) if previous in _YEAR_BEFORE and number != "1000" else number
+    if previous in _QUANTITY_BEFORE or previous in ("$", "£", "€", "¥"):
+        return number
+    if previous in _COPULAS and "year" not in (word.lower() for word in before[-6:]):
+        return number
+    return number if _is_quantity_noun(following) else read_year(number)
+
+
+def _day_of_month(match: re.Match) -> str:
+    return f"the {match.group(1)} of {match.group(2)}"
+
+
+#: Applied after the shared normaliser: bare four-digit numbers (not part of an amount, a decimal or a time), and
+#: "5th November" (a day before its month) as "the 5th of November".
+AFTER_SHARED: tuple[tuple[re.Pattern, object], ...] = (
+    (re.compile(r"(?<![\w.,:/$£€¥-])1\d{3}(?![\w%]|[.,:/-]\d)"), read_year_by_context),
+    (re.compile(rf"(?<!\bthe )\b(\d{{1,2}}(?:st|nd|rd|th)) ({MONTH_NAMES})\b"), _day_of_month),
+)
+
+
+def before_shared(text: str) -> str:
+    for pattern, replacement in BEFORE_SHARED:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def after_shared(text: str) -> str:
+    for pattern, replacement in AFTER_SHARED:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+__all__ = ["after_shared", "before_shared", "read_duration", "read_year_by_context", "spell_address"]
