@@ -17,7 +17,6 @@ import torch  # noqa: E402
 # Tiny models are dominated by per-call overhead; one thread is fastest and leaves a core free.
 torch.set_num_threads(1)
 
-
 import pytest  # noqa: E402
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from support.paths import REPOSITORY
+
 import os
 import stat
 import subprocess
@@ -17,7 +19,7 @@ from ssd_demo.app.listening import service as listening_app
 from ssd_demo.app.listening.service import browser_secret
 from ssd_demo.listening.study_store import ListeningStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 
 
 @pytest.fixture

@@ -2,10 +2,12 @@
 app) import downwards only: the library imports neither the command line nor the app, the app never the
 command line, and nothing in the package (or the vLLM plugin) imports the developer scripts."""
 
+from support.paths import REPOSITORY
+
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 PACKAGE = ROOT / "ssd_demo"
 ROOT_MODULES = {"__init__.py", "__main__.py", "config.py", "errors.py"}
 

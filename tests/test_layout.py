@@ -1,9 +1,11 @@
 """The package stays easy to change: modules and functions of a readable size, layers that README's layout names."""
 
+from support.paths import REPOSITORY
+
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 PACKAGE = ROOT / "ssd_demo"
 MAX_LINES = 400
 MAX_FUNCTION_LINES = 80

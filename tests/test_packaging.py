@@ -1,6 +1,8 @@
 """The package installs (pip install . builds this wheel): ssd_demo and its data, nothing else; an installed
 package finds the assets through SSD_DEMO_ASSETS and says so when they are missing."""
 
+from support.paths import REPOSITORY
+
 import shutil
 import subprocess
 import sys
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 # Left out of the copy the wheel is built from: large or generated folders at the root, caches anywhere.
 NOT_COPIED_AT_ROOT = {".git", ".venv", "assets", "data", "runs", "build", "artifacts", ".pytest_cache", ".gradio"}
 
@@ -19,6 +21,7 @@ def _not_copied(folder: str, names: list[str]) -> set[str]:
     return {n for n in names if n == "__pycache__" or n.endswith(".egg-info") or (at_root and n in NOT_COPIED_AT_ROOT)}
 
 
+@pytest.mark.slow  # tens of seconds: left out of the quick run
 def test_the_wheel_holds_the_package_and_its_data_only(tmp_path):
     source = tmp_path / "source"  # a copy, so that the build's own folders stay out of the checkout
     shutil.copytree(ROOT, source, ignore=_not_copied)

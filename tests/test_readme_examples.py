@@ -2,15 +2,16 @@
 from an empty folder. A block that needs what a test cannot give (a running app, the network) is marked by a
 `<!-- no-run: why -->` line right above its fence, and is skipped with that reason."""
 
+from support.paths import REPOSITORY
+
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 README = ROOT / "README.md"
 NO_RUN = re.compile(r"<!--\s*no-run:\s*(.*?)\s*-->")
 

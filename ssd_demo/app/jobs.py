@@ -15,7 +15,7 @@ asks `stop_check()` for a function that turns True once Gradio no longer counts 
 The address is the peer's, or the last X-Forwarded-For hop where a proxy in front adds it (on a Space,
 or with SSD_DEMO_TRUSTED_PROXY=1); otherwise a client could claim any address it likes.
 
-Both read Gradio's queue (`Blocks._queue`), which has no public API for this; tests/test_app_jobs.py
+Both read Gradio's queue (`Blocks._queue`), which has no public API for this; tests/app/test_app_jobs.py
 fails if its shape changes.
 """
 

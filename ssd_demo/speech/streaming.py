@@ -11,7 +11,7 @@ window `i` covers codes [i*W, (i+1)*W) and is decoded with `context` codes befor
 codes after it (its decoder is not causal: both sides shape a window's samples); the first
 `crossfade` samples of a window are blended linearly with the previous window's lookahead, so joins
 carry no click. Windowed samples differ from one whole-chunk decode by a small amount that the tests
-bound (`tests/test_streaming.py`); the tokens are identical.
+bound (`tests/speech/test_streaming.py`); the tokens are identical.
 """
 
 from __future__ import annotations

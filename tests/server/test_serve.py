@@ -1,0 +1,203 @@
+"""`python -m ssd_demo serve`: OpenAI's /v1/audio/speech over a preset, on a real loopback server, called by
+the official `openai` client, by curl and by plain HTTP. The audio is the library's own for the same seed,
+streamed piece by piece; bad input is OpenAI's JSON error, never a traceback; a full queue is a 429."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from ssd_demo.server.openai_api import build_speech_api, wav_header
+from ssd_demo.server.service import ServerBusy, SpeechService, to_pcm16
+from ssd_demo.speech.synthesis import Synthesizer, TextChunk
+from support.toy_backend import TOY_KEY, ToyBackend, build_toy_synthesizer
+
+pytestmark = pytest.mark.server
+
+TEXT = "First sentence here. Second one, a bit longer. Third!"
+
+
+class SentenceToy(ToyBackend):
+    """The toy voice, one chunk per sentence (so that a text streams in several pieces)."""
+
+    def split_text(self, text: str) -> list[TextChunk]:
+        return [TextChunk(part.strip(), 120) for part in text.replace(". ", ".|").split("|") if part.strip()]
+
+
+@pytest.fixture(scope="module")
+def synth() -> Synthesizer:
+    toy = build_toy_synthesizer(max_new_tokens=24)
+    return Synthesizer(SentenceToy(24), toy.target, toy.drafts, default_draft="small")
+
+
+def _serve(service: SpeechService):
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(build_speech_api(service), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def service(synth) -> SpeechService:
+    return SpeechService(TOY_KEY, synth, workers=1, max_waiting=2)
+
+
+@pytest.fixture(scope="module")
+def url(service):
+    server, thread, address = _serve(service)
+    yield address
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _expected(synth: Synthesizer, mode: str = "speculative", **settings) -> bytes:
+    return to_pcm16(synth.synthesize(TEXT, mode, synth.config(**settings)).audio)
+
+
+def test_the_openai_client_streams_the_librarys_audio(synth, url):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=url + "/v1", api_key="not-needed")
+    with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=TEXT, response_format="pcm",
+            extra_body={"seed": 5, "beta": 0.3, "draft_len": 2}) as response:
+        assert response.headers["x-sample-rate"] == "16000" and response.headers["x-seed"] == "5"
+        audio = b"".join(response.iter_bytes())
+    assert audio == _expected(synth, seed=5, beta=0.3, draft_len=2)
+    # The same through the preset's own name, as a whole WAV; and AR.
+    wav = client.audio.speech.create(model=TOY_KEY, voice="default", input=TEXT, response_format="wav",
+                                     extra_body={"seed": 5, "mode": "ar"}).content
+    assert wav[:44] == wav_header(16_000) and wav[44:] == _expected(synth, "ar", seed=5)
+
+
+def test_curl_gets_the_same_wav(synth, url):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    body = json.dumps({"model": TOY_KEY, "voice": "default", "input": TEXT, "seed": 7})
+    out = subprocess.run(["curl", "-sS", "-N", url + "/v1/audio/speech", "-H", "Content-Type: application/json",
+                          "-d", body], capture_output=True, check=True, timeout=120).stdout
+    riff, _, wave, channels, rate, bits = out[:4], out[4:8], out[8:12], *struct.unpack("<HI", out[22:28]), \
+        struct.unpack("<H", out[34:36])[0]
+    assert (riff, wave, channels, rate, bits) == (b"RIFF", b"WAVE", 1, 16_000, 16)
+    assert out[44:] == _expected(synth, seed=7)
+
+
+def test_server_sent_events_carry_the_same_audio(synth, url):
+    body = {"model": TOY_KEY, "voice": "default", "input": TEXT, "seed": 3, "stream_format": "sse"}
+    with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [e["type"] for e in events][-1] == "speech.audio.done"
+    expected = synth.synthesize(TEXT, "speculative", synth.config(seed=3))
+    done = events[-1]["ssd"]
+    assert done["output_tokens"] == expected.generation.stats.new_tokens == events[-1]["usage"]["output_tokens"]
+    assert done["target_calls"] == expected.generation.stats.target_calls and done["mode"] == "speculative"
+    assert done["acceptance_rate"] == round(expected.generation.stats.acceptance_rate, 4) and done["seed"] == 3
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) > 1  # one per piece: three sentences and the pauses between them
+    assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == _expected(synth, seed=3)
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"input": "   "}, "type some text"),
+    ({"input": "Hi.", "beta": 5}, "beta must be"),
+    ({"input": "Hi.", "betta": 0.2}, "unknown setting(s) betta"),
+    ({"input": "Hi.", "mode": "fast"}, "mode must be one of speculative, ar"),
+    ({"input": "Hi.", "draft": "huge"}, "unknown draft 'huge'"),
+    ({"input": "Hi.", "response_format": "mp3"}, "use 'wav' or 'pcm'"),
+    ({"input": "Hi.", "model": "other"}, "model must be"),
+    ({"input": "Hi.", "speed": 2.0}, "speed 2 is not supported"),
+    ({"input": "Ünïcode ✓"}, "printable ASCII"),
+    ({"voice": "x"}, "input: Field required"),
+    ({"input": ["a", "list"]}, "input:"),
+])
+def test_bad_input_is_a_json_error_that_says_what_to_change(url, body, says):
+    response = httpx.post(url + "/v1/audio/speech", json={"model": TOY_KEY, "voice": "default", **body}, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert says in error["message"] and error["type"] == "invalid_request_error"
+    assert "Traceback" not in response.text
+
+
+def test_a_body_that_is_not_json_is_refused_plainly(url):
+    response = httpx.post(url + "/v1/audio/speech", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "Traceback" not in response.text and "error" in response.json()
+
+
+def test_a_full_queue_refuses_at_once_and_frees_its_places(synth):
+    service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=1)
+    order = service.order(TEXT, settings={"seed": 1})
+    held = [service.admit(order), service.admit(order)]  # one decoding, one waiting
+    with pytest.raises(ServerBusy, match="the server is busy: 1 decoding and 1 waiting"):
+        service.admit(order)
+    server, thread, address = _serve(service)
+    try:
+        response = httpx.post(address + "/v1/audio/speech", json={"model": TOY_KEY, "voice": "v", "input": "Hi."})
+        assert response.status_code == 429 and response.json()["error"]["type"] == "rate_limit_error"
+        for job in held:
+            job.release()
+        assert service.load == 0
+        assert httpx.post(address + "/v1/audio/speech", json={"model": TOY_KEY, "voice": "v", "input": "Hi."},
+                          timeout=60).status_code == 200
+        assert service.load == 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_pieces_leave_as_they_are_decoded_and_a_client_that_hangs_up_frees_its_place(synth):
+    service = SpeechService(TOY_KEY, synth)
+    job = service.admit(service.order(TEXT, settings={"seed": 2}))
+    stream = job.pcm()
+    first = next(stream)  # the first sentence's audio, before the rest is decoded
+    assert 0 < len(first) < len(_expected(synth, seed=2)) and service.load == 1
+    stream.close()  # the client went away: decoding stops, the place is free
+    assert service.load == 0
+    job.release()  # idempotent
+    assert service.load == 0
+    pieces = list(service.admit(service.order(TEXT, settings={"seed": 2})).pcm())
+    assert len(pieces) == 5 and b"".join(pieces) == _expected(synth, seed=2)  # 3 sentences, 2 pauses
+    assert np.frombuffer(pieces[1], "<i2").any() == False  # noqa: E712 - a pause is silence
+
+
+def test_the_load_test_reports_every_system_and_level(synth):
+    from ssd_demo.measure.serve_load import check_loopback, load_table, run_load
+    from ssd_demo.errors import InputError
+
+    service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=4)
+    server, thread, address = _serve(service)
+    systems = {"AR": {"mode": "ar", "seed": 1}, "SSD": {"beta": 0.3, "seed": 1}}
+    try:
+        rows = run_load(address, systems, ["Hello there.", "A second text."], [1, 3], requests=3,
+                        sample_rate=16_000, model=TOY_KEY, max_seconds=300)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert [(r.system, r.concurrency) for r in rows] == [("AR", 1), ("SSD", 1), ("AR", 3), ("SSD", 3)]
+    for row in rows:
+        assert row.requests == 3 and row.refused == 0
+        assert 0 < row.first_audio_p50 <= row.first_audio_p95 <= row.first_audio_p99
+        assert row.tokens_per_second > 0 and row.real_time_factor > 0
+        assert (row.acceptance is None) == (row.system == "AR")
+    assert len(load_table(rows)) == 2 + len(rows)
+    with pytest.raises(InputError, match="only calls a server on this machine"):
+        check_loopback("http://example.org:8000")
