@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import socket
-import threading
+import subprocess
+import sys
 import time
+
+import httpx
 
 from ..comparison import load
 from ..errors import InputError
@@ -55,34 +58,49 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
-def _in_background(service: SpeechService):
-    """The server on a free loopback port, in a thread: (server, address)."""
-    import uvicorn
-
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_speech_api(service), host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}"
+        return probe.getsockname()[1]
 
 
-def bench(args: argparse.Namespace, service: SpeechService) -> int:
+def _server_process(args: argparse.Namespace, levels: list[int]) -> tuple[subprocess.Popen, str]:
+    """`serve` in its own process on a free loopback port (so that the clients' threads do not share its
+    interpreter), once it answers /health."""
+    port = _free_port()
+    command = [sys.executable, "-m", "ssd_demo", "serve", "--preset", args.preset, "--port", str(port),
+               "--workers", str(args.workers), "--max-waiting", str(max(args.max_waiting, max(levels)))]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise InputError(f"the server for the load test did not start (exit status {process.poll()})")
+
+
+def bench(args: argparse.Namespace) -> int:
     levels = _levels(args.concurrency)
-    service.max_waiting = max(service.max_waiting, max(levels))  # the test measures waiting, not refusals
-    server, url = _in_background(service)
+    process, url = _server_process(args, levels)
     texts = [text for _, text in visitor_texts(per_bucket=4)]
     systems = {name: {**fields, "seed": args.seed} for name, fields in BENCH_SYSTEMS.items()}
     try:
-        rows = run_load(url, systems, texts, levels, args.requests, service.sample_rate, service.preset,
-                        args.max_minutes * 60, progress=lambda row: print(load_table([row])[-1], flush=True))
+        rate = int(httpx.post(url + "/v1/audio/speech", json={"model": args.preset, "voice": "default", "input": texts[0],
+                                                               "response_format": "pcm"}, timeout=600)
+                   .headers["x-sample-rate"])  # also the warm-up
+        rows = run_load(url, systems, texts, levels, args.requests, rate, args.preset, args.max_minutes * 60,
+                        progress=lambda row: print(load_table([row])[-1], flush=True))
     finally:
-        server.should_exit = True
+        process.terminate()
+        process.wait(timeout=30)
     table = "\n".join(load_table(rows))
-    basis = (f"{args.preset}, {service.workers} worker(s), {args.requests} requests per system and level "
-             f"({len(texts)} visitor texts in turn), seed {args.seed}; {cpu_name()}; commit {git_commit()}")
+    basis = (f"{args.preset}, {args.workers} worker(s), the server in its own process, {args.requests} requests per "
+             f"system and level ({len(texts)} visitor texts in turn, after one warm-up request), seed {args.seed}; "
+             f"{cpu_name()}; commit {git_commit()}")
     print(f"\n{table}\n\n{basis}")
     target = docs_target(args)
     if target is not None:
@@ -93,12 +111,12 @@ def bench(args: argparse.Namespace, service: SpeechService) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.bench:
+        return bench(args)
     import uvicorn  # deferred: --help stays fast
 
     _, synthesizer = load(args.preset)
     service = SpeechService(args.preset, synthesizer, workers=args.workers, max_waiting=args.max_waiting)
-    if args.bench:
-        return bench(args, service)
     print(f"serving {args.preset} on http://{args.host}:{args.port}/v1/audio/speech "
           f"({args.workers} worker(s), {args.max_waiting} waiting at most)", flush=True)
     uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning")

@@ -4,7 +4,7 @@ audio as 16-bit PCM pieces the moment they are decoded.
 `SpeechService.admit` either takes a request into the queue or refuses it at once (`ServerBusy`) when
 `max_waiting` requests already wait, so a flood is told to come back instead of piling up threads and
 memory. Admitted requests decode `workers` at a time (one by default: on a CPU two decodes at once only
-share the cores, and every request's first audio comes later). `SpeechJob.pcm()` yields the audio
+share the cores, and every request's first audio comes later), in the order they came (`FairTurns`). `SpeechJob.pcm()` yields the audio
 piece by piece and gives its place back when it ends, fails or is closed (a client that hung up).
 Settings are checked by the library's one validator before anything is admitted (`comparison.request`).
 """
@@ -12,7 +12,9 @@ Settings are checked by the library's one validator before anything is admitted 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +59,7 @@ class SpeechJob:
         """16-bit little-endian mono PCM at the voice's sample rate, one piece at a time."""
         stop = threading.Event()
         try:
-            with self.service._workers:
+            with self.service._turns.turn():
                 stream = self.service.synthesizer.stream(self.order.text, self.order.mode, self.order.config,
                                                          self.order.draft, should_stop=stop.is_set,
                                                          script=self.order.script)
@@ -91,6 +93,32 @@ def to_pcm16(audio: np.ndarray) -> bytes:
     return (np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
 
 
+class FairTurns:
+    """At most `workers` holders at once, admitted in arrival order (a plain semaphore wakes waiters in any order,
+    which lets one request wait behind many that came later: a long tail of first-audio times)."""
+
+    def __init__(self, workers: int) -> None:
+        self._free = workers
+        self._waiting: deque[object] = deque()
+        self._condition = threading.Condition()
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        ticket = object()
+        with self._condition:
+            self._waiting.append(ticket)
+            self._condition.wait_for(lambda: self._free > 0 and self._waiting[0] is ticket)
+            self._waiting.popleft()
+            self._free -= 1
+            self._condition.notify_all()  # the next in line may have a free place too
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._free += 1
+                self._condition.notify_all()
+
+
 class SpeechService:
     """One loaded preset behind a bounded queue (see the module's docstring)."""
 
@@ -99,7 +127,7 @@ class SpeechService:
             raise InputError(f"workers must be at least 1 and the queue at least 0, got {workers} and {max_waiting}")
         self.preset, self.synthesizer = preset, synthesizer
         self.workers, self.max_waiting = workers, max_waiting
-        self._workers = threading.Semaphore(workers)
+        self._turns = FairTurns(workers)
         self._lock = threading.Lock()
         self._queued = 0  # admitted and not finished: decoding or waiting for a worker
 

@@ -201,3 +201,32 @@ def test_the_load_test_reports_every_system_and_level(synth):
     assert len(load_table(rows)) == 2 + len(rows)
     with pytest.raises(InputError, match="only calls a server on this machine"):
         check_loopback("http://example.org:8000")
+
+
+def test_turns_are_given_in_arrival_order():
+    from ssd_demo.server.service import FairTurns
+
+    turns, order, started = FairTurns(1), [], []
+    gate = threading.Event()
+
+    def worker(n: int) -> None:
+        started.append(n)
+        with turns.turn():
+            order.append(n)
+            if n == 0:
+                gate.wait(10)  # the first holds its turn while the others line up
+
+    threads = [threading.Thread(target=worker, args=(0,))]
+    threads[0].start()
+    while not order:
+        time.sleep(0.01)
+    for n in range(1, 8):  # each starts waiting only after the one before is in line
+        thread = threading.Thread(target=worker, args=(n,))
+        thread.start()
+        threads.append(thread)
+        while len(turns._waiting) < n:
+            time.sleep(0.01)
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == list(range(8))
