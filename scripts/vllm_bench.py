@@ -92,14 +92,15 @@ def main() -> int:
                 times["vLLM speculative"].append(on_vllm(vllm_sd, prompts[:1], args.tokens, repeat).wall_seconds)
             for name, values in times.items():
                 median = statistics.median(values)
-                results[f"batch1 {name}"] = median
+                results[f"batch1 {name} (median of {args.repeats})"] = median
                 rows.append(f"| {name} | 1 | {median:.2f} | {args.tokens / median:.0f} | {median:.2f} |")
+            # One run per batch size: its own keys, so that batch 1 here never replaces the interleaved medians.
             for size in [int(b) for b in args.batches.split(",")]:
                 for name, worker in (("vLLM AR", vllm_ar), ("vLLM speculative", vllm_sd)):
                     batch = on_vllm(worker, prompts[:size], args.tokens, 100 + size)
                     rate = size * args.tokens / batch.wall_seconds
                     accept = f" (acceptance {batch.acceptance_rate:.0%})" if worker is vllm_sd else ""
-                    results[f"batch{size} {name}"] = {"wall_s": batch.wall_seconds, "tokens_per_s": rate,
+                    results[f"batch{size} {name} (one run)"] = {"wall_s": batch.wall_seconds, "tokens_per_s": rate,
                                                       "median_latency_s": statistics.median(batch.latencies)}
                     rows.append(f"| {name}{accept} | {size} | {batch.wall_seconds:.2f} | {rate:.0f} | "
                                 f"{statistics.median(batch.latencies):.2f} |")
