@@ -2,7 +2,8 @@
 
 Each subcommand has a module in `ssd_demo.cli` (its flags and what it prints; the work is in the library)
 that provides `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
-their subcommand runs, so `--help` stays fast. A `UserError` (or a file the user named that does not
+their subcommand runs, so `python -m ssd_demo --help` stays fast (a command's own `--help` loads its module,
+and with it torch and transformers for most: seconds). A `UserError` (or a file the user named that does not
 exist) ends with a one-line message and exit status 2; any other exception is a bug: its traceback and
 exit status 1.
 """
@@ -40,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.print_help()
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nerror: unknown command {argv[0]!r}; the commands are {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+            return 2
+        return 0
     name = argv[0]
     module_name, help_text = SUBCOMMANDS[name]
     module = importlib.import_module(module_name)

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="embedded", help="the model pair to serve (default: the embedded voice)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     parser.add_argument("--workers", type=int, default=1,
                         help="requests decoded at once (default 1: on a CPU more only share the cores)")
     parser.add_argument("--max-waiting", type=int, default=8,
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_argument("--requests", type=int, default=16, help="requests per system and level (default 16)")
     bench.add_argument("--max-minutes", type=float, default=20.0, help="stop sending after this long (default 20)")
     bench.add_argument("--seed", type=int, default=0, help="every request's seed (default 0)")
-    add_docs_argument(parser, DOCS_SECTION)
+    add_docs_argument(bench, DOCS_SECTION)
 
 
 def _levels(text: str) -> list[int]:

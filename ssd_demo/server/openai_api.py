@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserError
@@ -99,9 +100,19 @@ def build_speech_api(service: SpeechService) -> FastAPI:
     @api.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {}
+        if first.get("type") == "json_invalid":  # its location is a character position, not a field
+            return error_response(400, f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'unreadable')})",
+                                  "invalid_request_error")
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         return error_response(400, f"{where or 'body'}: {first.get('msg', 'invalid request body')}",
                               "invalid_request_error", where or None)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        """Unknown paths and methods in OpenAI's error object too."""
+        message = {404: f"no such endpoint: {request.url.path} (this server has POST /v1/audio/speech)",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(error.status_code, str(error.detail))
+        return error_response(error.status_code, message, "invalid_request_error")
 
     @api.exception_handler(Exception)
     async def internal(request: Request, error: Exception) -> JSONResponse:

@@ -245,7 +245,8 @@ def test_commands_rewrite_docs_only_when_asked(command):
 def test_help_and_unknown_command(capsys):
     assert main([]) == 0
     assert main(["frobnicate"]) == 2
-    assert "synth" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "synth" in shown.out and "unknown command 'frobnicate'; the commands are synth, bench" in shown.err
 
 
 @pytest.mark.slow

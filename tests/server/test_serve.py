@@ -140,7 +140,15 @@ def test_bad_input_is_a_json_error_that_says_what_to_change(url, body, says):
 
 def test_a_body_that_is_not_json_is_refused_plainly(url):
     response = httpx.post(url + "/v1/audio/speech", content=b"{not json", headers={"Content-Type": "application/json"})
-    assert response.status_code == 400 and "Traceback" not in response.text and "error" in response.json()
+    assert response.status_code == 400 and "Traceback" not in response.text
+    assert response.json()["error"]["message"].startswith("the body is not valid JSON")
+
+
+def test_unknown_paths_and_methods_answer_in_openais_error_object(url):
+    missing = httpx.post(url + "/v1/audio/speeches", json={})
+    assert missing.status_code == 404 and "this server has POST /v1/audio/speech" in missing.json()["error"]["message"]
+    wrong = httpx.get(url + "/v1/audio/speech")
+    assert wrong.status_code == 405 and wrong.json()["error"]["message"] == "GET is not allowed on /v1/audio/speech"
 
 
 def test_a_full_queue_refuses_at_once_and_frees_its_places(synth):
