@@ -153,7 +153,8 @@ def test_every_block_gets_its_spoken_check_with_the_target_in_the_stored_system(
 
 
 def take_session(registry: StudyRegistry, rater: str, attentive: bool) -> str:
-    """A whole session answered through the session API; the checks as the instruction says, or 50 / 3 / none."""
+    """A whole session answered through the session API; the checks as the instruction says, or 50 points off the
+    MUSHRA target, a MOS score of 3 and no preference."""
     runner = registry.runner("spoken")
     session = runner.start_session(rater, seed=len(rater))
     view = runner.next_view(session.session_id)
@@ -164,8 +165,8 @@ def take_session(registry: StudyRegistry, rater: str, attentive: bool) -> str:
         trial = registry.store.get_study_trial(session.session_id, view.trial_id)
         spoken = {c.label: attention.parse_check(c.system) for c in trial.conditions if attention.parse_check(c.system)}
         if view.kind == "mushra":
-            scores = {c.label: 80 for c in view.conditions if c.rated}
-            scores.update({label: check[1] if attentive else 50 for label, check in spoken.items()})
+            scores = {c.label: 100 for c in view.conditions if c.rated}  # nothing for the reference rules to flag
+            scores.update({label: check[1] if attentive else (check[1] + 50) % 100 for label, check in spoken.items()})
             answer = {"scores": scores}
         elif view.kind == "mos":
             answer = {"score": next(iter(spoken.values()))[1] if spoken and attentive else 3}
