@@ -5,11 +5,12 @@ without listening. A study chooses one kind (`[attention] kind`):
   in MOS and A/B blocks. Failed by a MOS score above 2, or by not choosing the clean clip in A/B.
 - `spoken`: a clip in which the study's voice (the reference's decoding) says an instruction with a target,
   in MUSHRA, MOS and A/B blocks (`attention spoken mushra|mos|ab`, one clip per sentence):
-  - MUSHRA: "This is an attention check. For this sample, move the slider to twenty." The clip is one more
-    rated sample in a MUSHRA trial of the sentence; failed when its score is more than 10 from the target.
-  - MOS: "... Please give this sample a score of two." Failed by any other score.
-  - A/B: "... Please choose the first sample, A." The clip sits beside the reference, on either side;
-    failed by choosing the other sample or no preference.
+  - MUSHRA: "This is an attention check. For this sample, move the slider to twenty. Again: twenty." The clip
+    is one more rated sample in a MUSHRA trial of the sentence; failed when its score is more than 10 from the
+    target.
+  - MOS: "... Please give this sample a score of two. Again: two." Failed by any other score.
+  - A/B: "... Please choose the first sample. Again: the first sample, A." The clip sits beside the reference,
+    on either side; failed by choosing the other sample or no preference.
 
 A spoken clip's target is drawn from the sentence's seed (`spoken_target`), so it changes from sentence to
 sentence and cannot be learned; the manifest records the instruction's text and target. A check trial stores
@@ -58,14 +59,15 @@ def spoken_target(kind: str, seed: int) -> int | str:
 
 
 def instruction(kind: str, target: int | str) -> str:
-    """What the clip says (numbers in words, so every voice reads them alike)."""
+    """What the clip says: numbers in words, so every voice reads them alike, and the target said twice, so a
+    small voice's unclear word is heard again (Whisper tiny.en missed a single "five" of the embedded voice)."""
     opening = "This is an attention check."
     if kind == "mushra":
-        return f"{opening} For this sample, move the slider to {_WORDS[int(target)]}."
+        return f"{opening} For this sample, move the slider to {_WORDS[int(target)]}. Again: {_WORDS[int(target)]}."
     if kind == "mos":
-        return f"{opening} Please give this sample a score of {_WORDS[int(target)]}."
+        return f"{opening} Please give this sample a score of {_WORDS[int(target)]}. Again: {_WORDS[int(target)]}."
     position = "first" if target == "A" else "second"
-    return f"{opening} Please choose the {position} sample, {target}."
+    return f"{opening} Please choose the {position} sample. Again: the {position} sample, {target}."
 
 
 def check_system(kind: str, target: int | str) -> str:

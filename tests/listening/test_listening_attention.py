@@ -1,6 +1,6 @@
-"""Spoken attention checks ("This is an attention check. For this sample, move the slider to twenty."): the
-instruction rendered by the study's voice, planned into MUSHRA, MOS and A/B blocks with a target that varies
-from sentence to sentence, and screened with a rule per trial kind; the noise check stays available."""
+"""Spoken attention checks ("This is an attention check. For this sample, move the slider to twenty. Again:
+twenty."): the instruction rendered by the study's voice, planned into MUSHRA, MOS and A/B blocks with a target
+that varies from sentence to sentence, and screened with a rule per trial kind; the noise check stays available."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def root(tmp_path, monkeypatch) -> Path:
 
 def test_the_instruction_names_its_target_in_words_and_the_target_varies_with_the_seed():
     assert attention.instruction("mushra", 20) == ("This is an attention check. For this sample, move the slider "
-                                                   "to twenty.")
-    assert attention.instruction("mos", 1).endswith("Please give this sample a score of one.")
-    assert attention.instruction("ab", "B").endswith("Please choose the second sample, B.")
+                                                   "to twenty. Again: twenty.")
+    assert attention.instruction("mos", 1).endswith("Please give this sample a score of one. Again: one.")
+    assert attention.instruction("ab", "B").endswith("Please choose the second sample. Again: the second sample, B.")
     for kind, targets in attention.SPOKEN_TARGETS.items():
         drawn = [attention.spoken_target(kind, seed) for seed in range(40)]
         assert set(drawn) == set(targets)  # every target occurs: a rater cannot learn one
