@@ -80,7 +80,7 @@ def clip_metrics(stimulus_set: StimulusSet, judge: Judge | None = None, progress
         for system, clip in item.clips.items():
             if clip.sha256 not in cache:
                 rate, audio = read_clip(stimulus_set, clip.path)
-                judged = judge(audio, rate, item.text)
+                judged = judge(audio, rate, clip.settings.get("instruction") or item.text)  # a spoken check: its words
                 cache[clip.sha256] = {"errors": judged.errors, "words": judged.words, "ovrl": judged.ovrl,
                                       "sig": judged.sig}
                 if progress is not None:

@@ -9,12 +9,16 @@ mid-range anchor (BS.1534-3's second rule is about that anchor):
   MUSHRA items they rated.
 - `mid-anchor` (BS.1534-3): the rater scored the mid-range anchor (the reference low-passed at 7 kHz)
   above 90 in more than 15% of the MUSHRA items they rated.
-- `anchor-above-reference` (this project's, an option): the rater scored an anchor above the hidden
+- `anchor-above-reference` (this project's, an option): the rater scored a low-pass anchor above the hidden
   reference of the same item in more than 15% of their MUSHRA items (an attentive rater never hears a
-  low-pass as closer to the reference than the reference itself).
-- `attention`: the rater failed more attention checks than the study's `max_failures` (default 0).
-  A MOS check is failed by a score above 2; an A/B check by not choosing the clean clip (choosing the
-  noisy one or no preference).
+  low-pass as closer to the reference than the reference itself). The draft-alone anchor is not counted:
+  it is another rendition, not a degraded copy, and may sound as good.
+- `attention`: the rater failed more attention checks than the study's `max_failures` (default 0); what
+  fails a check is `attention.failed`. Noise checks: a MOS score above 2; in A/B, not choosing the clean clip
+  (choosing the noisy one or no preference). Spoken checks: a MUSHRA score more than 10 from the spoken
+  target; a MOS score other than the target; in A/B, not choosing the sample the instruction names.
+
+MUSHRA items are the answered MUSHRA trials that are not attention checks.
 - `invalidated`: the experimenter invalidated the session (`store.invalidate_session`), with its reason.
 
 Ratings of excluded raters stay stored and exported (with `excluded` true); results are reported with
@@ -28,12 +32,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .study import ATTENTION_SYSTEM, MID_ANCHOR, Study
+from . import attention as checks
+from .study import MID_ANCHOR, Study
 from .study_store import RatingRow
 
 REFERENCE_THRESHOLD = 90.0
 MAX_SHARE = 0.15
-MOS_ATTENTION_MAX = 2
+MOS_ATTENTION_MAX = checks.MOS_NOISE_MAX
 
 
 @dataclass(frozen=True)
@@ -61,19 +66,19 @@ class RaterSummary:
 
 
 def mushra_items(rows: Iterable[RatingRow]) -> dict[tuple[str, str], dict[str, float]]:
-    """{(rater, session and trial): {system: score}} for every answered MUSHRA trial."""
+    """{(rater, session and trial): {system: score}} for every answered MUSHRA trial but the attention checks."""
     items: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for row in rows:
-        if row.kind == "mushra":
+        if row.kind == "mushra" and not row.attention_check:
             items[(row.rater, f"{row.session_id}:{row.trial_index}")][row.system] = row.score
     return items
 
 
 def attention_failed(row: RatingRow) -> bool | None:
     """Whether an attention check's rating fails it; None for a row that is not the check's verdict."""
-    if not row.attention_check or row.system != ATTENTION_SYSTEM:
+    if not row.attention_check:
         return None
-    return row.score > MOS_ATTENTION_MAX if row.kind == "mos" else row.score > 0
+    return checks.failed(row.kind, row.label, row.system, row.score)
 
 
 def screen(rows: list[RatingRow], study: Study, invalidated: Mapping[str, str] | None = None) -> list[Exclusion]:
@@ -95,9 +100,11 @@ def screen(rows: list[RatingRow], study: Study, invalidated: Mapping[str, str] |
         if "anchor-above-reference" in rules and above is not None and above > MAX_SHARE:
             exclusions.append(Exclusion(rater, "anchor-above-reference",
                                         f"an anchor above the hidden reference in {above:.0%} of MUSHRA items"))
-        failed, checks = failures.get(rater, (0, 0))
+        failed, answered = failures.get(rater, (0, 0))
         if "attention" in rules and failed > study.attention_max_failures:
-            exclusions.append(Exclusion(rater, "attention", f"failed {failed} of {checks} attention checks"))
+            exclusions.append(Exclusion(rater, "attention", f"failed {failed} of {answered} attention checks "
+                                                            f"({study.attention_kind}; at most "
+                                                            f"{study.attention_max_failures} allowed)"))
         for session, reason in invalidated.items():
             if any(row.session_id == session and row.rater == rater for row in rows):
                 exclusions.append(Exclusion(rater, "invalidated", reason))
@@ -119,11 +126,11 @@ def rater_summaries(rows: list[RatingRow], study: Study, exclusions: list[Exclus
         trials = {(row.session_id, row.trial_index): row.trial_seconds for row in own}
         seconds = [s for s in trials.values() if s is not None]
         below, above, mid = shares.get(rater, (None, None, None))
-        failed, checks = failures.get(rater, (0, 0))
+        failed, answered = failures.get(rater, (0, 0))
         summaries.append(RaterSummary(
             rater=rater, sessions=len({row.session_id for row in own}), answers=len(trials),
             mushra_items=sum(1 for key in items if key[0] == rater), reference_below_90=below,
-            anchor_above_reference=above, mid_anchor_above_90=mid, attention_checks=checks, attention_failures=failed,
+            anchor_above_reference=above, mid_anchor_above_90=mid, attention_checks=answered, attention_failures=failed,
             median_seconds=statistics.median(seconds) if seconds else None,
             mean_plays=statistics.fmean(row.plays for row in own), excluded=rater in rules,
             rules=tuple(dict.fromkeys(rules.get(rater, ())))))
@@ -142,7 +149,7 @@ def _mushra_shares(rows: list[RatingRow], study: Study) -> dict[str, tuple[float
         count = counts[rater]
         count[0] += 1
         count[1] += reference < REFERENCE_THRESHOLD
-        count[2] += any(scores.get(anchor, -1.0) > reference for anchor in study.anchors)
+        count[2] += any(scores.get(anchor, -1.0) > reference for anchor in study.lowpass_anchors)
         count[3] += scores.get(MID_ANCHOR, -1.0) > REFERENCE_THRESHOLD
     return {rater: (below / n, above / n, mid / n if mid_anchor else None)
             for rater, (n, below, above, mid) in counts.items()}
@@ -156,4 +163,4 @@ def _attention_failures(rows: list[RatingRow]) -> dict[str, tuple[int, int]]:
         if verdict is not None:
             result[row.rater][0] += verdict
             result[row.rater][1] += 1
-    return {rater: (failed, checks) for rater, (failed, checks) in result.items()}
+    return {rater: (failed, answered) for rater, (failed, answered) in result.items()}

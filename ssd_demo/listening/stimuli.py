@@ -28,10 +28,11 @@ import soundfile as sf
 
 from ..config import SETTINGS
 from ..errors import InputError
-from . import anchors
+from . import anchors, attention
 from ..backends.registry import MODEL_JOB_LOCK, load_preset
 from ..backends.vllm import engine_choice, use_engine
 from ..backends.vllm.worker import require_vllm_python
+from ..speech.synthesis import Synthesizer
 from ..speech.system import DecodingSystem, parse_system
 from .stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet, load_stimulus_set,
                             stimuli_root)
@@ -170,10 +171,13 @@ def _render_item(staging: Path, item_id: str, text: str, systems: list[DecodingS
                  reference: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
     """One sentence under every system, its clips written into `staging`: the item's manifest entry."""
     clips, rendered = [], {}
+    voice = next((s for s in systems if s.label == reference), None)  # a spoken check's voice
     for system in sorted(systems, key=lambda s: s.derived):  # the reference before what is made from it
         if progress:
             progress(f"{system.label}: {text}")
-        if system.derived:
+        if system.derived and "spoken" in system.overrides:
+            audio, sample_rate, settings = attention.render_spoken(system, voice, render, seed)
+        elif system.derived:
             reference_audio, sample_rate = rendered[reference]
             audio, settings = derive_clip(system, reference_audio, sample_rate, seed, reference)
         else:
@@ -257,11 +261,13 @@ def synthesizer_renderer(synthesizer) -> Renderer:
 def _recorded_settings(config, system: DecodingSystem, synthesizer) -> dict[str, Any]:
     """The decoding settings a clip's manifest entry records."""
     settings = {k: v for k, v in asdict(config).items() if k != "allowed_token_ids"}
-    if system.mode == "ar":  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
+    if not system.speculates:  # AR ignores the speculative settings (K, beta, rule...): recording them would mislead
         settings = {k: v for k, v in settings.items() if k not in SETTINGS or k in AR_SETTINGS}
     settings["mode"] = system.mode
-    if system.mode == "speculative":
+    if system.speculates:
         settings["draft"] = system.draft or synthesizer.draft_name
+    elif system.mode == "draft":  # the draft that decoded alone
+        settings["draft"] = synthesizer.solo_draft(system.draft)
     return settings
 
 
@@ -270,13 +276,17 @@ def batch_renderer(synthesizer, texts: Sequence[str], base_seed: int = 0,
     """A Renderer on the vLLM engine: a system's first clip renders all `texts` under it in one batch (continuous
     batching; `progress` gets its throughput line), the rest are read from that batch. The batch seeds text i with
     base_seed + its first chunk's index among all chunks (base_seed + i when every text is one chunk); with `end_engines` its
-    engine process ends before the next system's starts (engines hold their models)."""
+    engine process ends before the next system's starts (engines hold their models). The draft alone and texts outside
+    `texts` (spoken attention checks) render one clip at a time on our engine, with the same models."""
     from ..measure.vllm_batch import summary, summary_line  # deferred: it loads the CLI's model flags
 
     texts = [t.strip() for t in texts]
     batches: dict[str, Any] = {}
 
     def render(text: str, system: DecodingSystem, seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
+        if system.mode == "draft" or text not in texts:  # the draft alone, a spoken check: one clip, on our engine
+            ours = Synthesizer(synthesizer.backend, synthesizer.target, synthesizer.drafts, synthesizer.draft_name)
+            return synthesizer_renderer(ours)(text, system, seed)
         if system.label not in batches:
             config = synthesizer.config(seed=base_seed, **system.overrides)
             try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..speech.system import is_anchor_name
+from . import attention as checks
 from .errors import StudyFileError
 from .stimulus_sets import SET_NAME
 
@@ -30,7 +31,7 @@ LOWPASS_ANCHOR = "anchor lowpass=3500"  # ITU-R BS.1534's low anchor: the refere
 MID_ANCHOR = "anchor lowpass=7000"  # BS.1534-3's mid-range anchor: low-passed at 7 kHz
 #: Screening rules a study may name (`[screening] rules`); `screening.py` says what each does.
 SCREENING_RULES = ("hidden-reference", "mid-anchor", "anchor-above-reference", "attention")
-ATTENTION_SYSTEM = "attention noise"  # the reference buried in loud noise: an obvious defect
+ATTENTION_SYSTEM = checks.NOISE_SYSTEM  # the reference buried in loud noise: an obvious defect
 MAX_MUSHRA_CONDITIONS = 12  # hidden reference, systems and anchors on one screen (BS.1534 advises few)
 MAX_ITEMS_PER_RATER = 200
 DEFAULT_INSTRUCTIONS = {
@@ -68,8 +69,9 @@ class Study:
     preset: str
     stimulus_set: str  # the stimulus set's name (default: the study's name)
     blocks: tuple[Block, ...]  # in the order the file lists them; a rater gets them in this order
-    attention_per_block: int = 0  # attention checks in each MOS and A/B block
+    attention_per_block: int = 0  # attention checks in each block that has them (`attention_kinds`)
     attention_max_failures: int = 0  # a rater who fails more is excluded
+    attention_kind: str = checks.DEFAULT_CHECK_KIND  # "noise" (MOS, A/B) or "spoken" (MUSHRA, MOS, A/B)
     screening_rules: tuple[str, ...] = ()  # () : BS.1534-3's (`default_screening`)
     sha256: str = ""  # of the file it was read from
     source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -89,12 +91,27 @@ class Study:
         """The screening rules applied: the study's own, else `default_screening`."""
         return self.screening_rules or default_screening(self.anchors)
 
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """The kinds of the blocks that get attention checks (none without `attention_per_block`)."""
+        if not self.attention_per_block:
+            return ()
+        eligible = checks.SPOKEN_TRIAL_KINDS if self.attention_kind == "spoken" else checks.NOISE_TRIAL_KINDS
+        return tuple(kind for kind in self.kinds if kind in eligible)
+
+    @property
+    def lowpass_anchors(self) -> tuple[str, ...]:
+        """The anchors made by low-passing the reference (not the draft decoding alone)."""
+        return tuple(anchor for anchor in self.anchors if anchor.split()[1].lower().startswith("lowpass"))
+
     def rendered_systems(self) -> tuple[str, ...]:
-        """Every system the stimulus set needs, the reference first, then the systems, anchors and attention clip."""
+        """Every system the stimulus set needs, the reference first, then the systems, anchors and attention clips."""
         wanted = [self.reference, *self.systems, *self.anchors]
         for block in self.blocks:
             wanted += [*block.systems, *(s for pair in block.pairs for s in pair)]
-        if self.attention_per_block:
+        if self.attention_kind == "spoken":
+            wanted += [checks.spoken_system(kind) for kind in self.attention_kinds]
+        elif self.attention_kinds:
             wanted.append(ATTENTION_SYSTEM)
         return tuple(dict.fromkeys(wanted))
 
@@ -150,11 +167,10 @@ def _study_from_table(table: dict[str, Any], origin: str) -> Study:
     if not blocks:
         raise StudyFileError(f"{origin}: no trials: add at least one of the tables {', '.join(f'[{k}]' for k in KINDS)}")
     attention = table.get("attention", {})
-    if not isinstance(attention, dict) or set(attention) - {"per_block", "max_failures"}:
-        raise StudyFileError(f"{origin}: [attention] takes per_block and max_failures")
+    if not isinstance(attention, dict) or set(attention) - {"per_block", "max_failures", "kind"}:
+        raise StudyFileError(f"{origin}: [attention] takes per_block, max_failures and kind")
     per_block = _integer(attention, "per_block", origin, default=0, low=0, high=10, where="attention.")
-    if per_block and not any(b.kind in ("mos", "ab") for b in blocks):
-        raise StudyFileError(f"{origin}: attention checks are made for [mos] and [ab] blocks; the study has neither")
+    check_kind = _attention_kind(attention, origin, per_block, blocks)
     screening = table.get("screening", {})
     if not isinstance(screening, dict) or set(screening) - {"rules"}:
         raise StudyFileError(f"{origin}: [screening] takes rules, a list of {', '.join(SCREENING_RULES)}")
@@ -171,11 +187,31 @@ def _study_from_table(table: dict[str, Any], origin: str) -> Study:
         seed=_integer(table, "seed", origin, default=0, low=0, high=2**31 - 1),
         preset=_text(table, "preset", origin) or "embedded",
         stimulus_set=_text(table, "stimulus_set", origin) or name, blocks=blocks,
-        attention_per_block=per_block,
+        attention_per_block=per_block, attention_kind=check_kind,
         attention_max_failures=_integer(attention, "max_failures", origin, default=0, low=0, high=100,
                                         where="attention."),
         screening_rules=rules,
     )
+
+
+def _attention_kind(attention: dict, origin: str, per_block: int, blocks: tuple[Block, ...]) -> str:
+    """`[attention] kind`, checked against the blocks that would get the checks."""
+    kind = attention.get("kind", checks.DEFAULT_CHECK_KIND)
+    if kind not in checks.CHECK_KINDS:
+        raise StudyFileError(f"{origin}: attention.kind must be one of {', '.join(map(repr, checks.CHECK_KINDS))}, "
+                             f"got {kind!r}")
+    kinds = {block.kind for block in blocks}
+    if per_block and kind == "noise" and not kinds & set(checks.NOISE_TRIAL_KINDS):
+        raise StudyFileError(f"{origin}: noise attention checks are made for [mos] and [ab] blocks; the study has "
+                             "neither (kind = \"spoken\" checks MUSHRA too)")
+    if per_block and kind == "spoken" and not kinds & set(checks.SPOKEN_TRIAL_KINDS):
+        raise StudyFileError(f"{origin}: spoken attention checks are made for [mushra], [mos] and [ab] blocks; "
+                             "the study has none of them")
+    mushra = next((block for block in blocks if block.kind == "mushra"), None)
+    if per_block and kind == "spoken" and mushra and len(mushra.systems) + 1 > MAX_MUSHRA_CONDITIONS:
+        raise StudyFileError(f"{origin}: a MUSHRA attention check adds its spoken clip to {len(mushra.systems)} "
+                             f"conditions; at most {MAX_MUSHRA_CONDITIONS} on one screen")
+    return kind
 
 
 def default_screening(anchors: tuple[str, ...]) -> tuple[str, ...]:

@@ -12,16 +12,21 @@ own copy under its own URL: `app/listening/study_service.py`).
 - A/B: one trial per (item, pair); the pair in random positions "A" and "B".
 - ABX: one trial per (item, pair); "A" and "B" in random positions and "X", a copy of one of them
   chosen at random.
-- Attention checks (MOS and A/B blocks): trials whose clip is the reference buried in loud noise
-  (`study.ATTENTION_SYSTEM`), placed at random among the block's trials. They look like any other trial.
+- Attention checks (`attention.py`), `per_block` in each block of the kinds they are made for, placed at random
+  among the block's trials, each on a sentence drawn at random from the rater's. Noise checks (MOS, A/B): the
+  reference buried in loud noise (`study.ATTENTION_SYSTEM`) as the MOS clip or one side of the A/B pair. Spoken
+  checks: the sentence's instruction clip as one more rated sample of a MUSHRA trial, as the MOS clip, or as one
+  side of an A/B pair beside the reference; the condition's system names the target
+  (`attention.check_system`).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from . import attention as checks
 from .errors import ListeningError
 from .stimulus_sets import StimulusItem, StimulusSet
 from .study import ATTENTION_SYSTEM, Block, Study
@@ -64,9 +69,11 @@ def plan_study(study: Study, stimulus_set: StimulusSet, seed: int) -> list[Plann
     planned: list[PlannedStudyTrial] = []
     for block in study.blocks:
         trials = _block_trials(block, items, study.reference, rng)
-        if block.kind in ("mos", "ab"):
+        if block.kind in study.attention_kinds:
             for _ in range(study.attention_per_block):
-                check = _attention_trial(block.kind, rng.choice(items), study.reference, rng)
+                item = rng.choice(items)
+                check = (_spoken_check(block, item, study.reference, rng) if study.attention_kind == "spoken"
+                         else _attention_trial(block.kind, item, study.reference, rng))
                 trials.insert(rng.randrange(len(trials) + 1), check)
         planned += trials
     return planned
@@ -107,6 +114,24 @@ def _attention_trial(kind: str, item: StimulusItem, reference: str, rng: random.
     if kind == "mos":
         return _trial("mos", item, [("A", "rated", ATTENTION_SYSTEM)], attention=True)
     return _trial("ab", item, _positions((reference, ATTENTION_SYSTEM), rng), attention=True)
+
+
+def _spoken_check(block: Block, item: StimulusItem, reference: str, rng: random.Random) -> PlannedStudyTrial:
+    """A check trial whose spoken clip names its target; the clip's condition is stored under `check_system`."""
+    clip_system = checks.spoken_system(block.kind)
+    target = item.clips[clip_system].settings.get("target")
+    if target not in checks.SPOKEN_TARGETS[block.kind]:
+        raise ListeningError(f"The spoken attention check of {item.item_id} names no target a rater could give; "
+                             "create the study again.")
+    if block.kind == "mushra":
+        trial = _mushra_trial(item, (*block.systems, clip_system), reference, rng)
+    elif block.kind == "mos":
+        trial = _trial("mos", item, [("A", "rated", clip_system)])
+    else:
+        trial = _trial("ab", item, _positions((reference, clip_system), rng))
+    stored = checks.check_system(block.kind, target)
+    conditions = tuple(replace(c, system=stored) if c.system == clip_system else c for c in trial.conditions)
+    return replace(trial, conditions=conditions, attention_check=True)
 
 
 def _trial(kind: str, item: StimulusItem, conditions: list[tuple[str, str, str]], attention: bool = False) -> PlannedStudyTrial:

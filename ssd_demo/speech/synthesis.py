@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..engine.cancellation import StopCheck
+from ..engine.draft_heads import is_heads
 from ..engine.cancellation import check as check_stop
 from ..config import DecodingConfig, resolve_seed
 from ..engine.generate import RoundCallback, autoregressive_generate, speculative_generate
@@ -101,7 +102,7 @@ class ChunkResult:
 @dataclass
 class SynthesisResult:
     text: str
-    mode: str  # "ar" | "speculative"
+    mode: str  # "ar" | "speculative" | "draft" (the draft model alone)
     audio: np.ndarray  # float32 mono in [-1, 1]
     sample_rate: int
     generation: GenerationResult  # all chunks combined (see results.combine)
@@ -210,9 +211,9 @@ class Synthesizer:
         Text and settings are checked here, before the first piece is asked for. `script`: the text
         already split and prompted (`script()`, with the same voice prompt), so that runs of the same
         text build it once; each piece's ready time then counts from the decoding, not the text work."""
-        if mode not in ("ar", "speculative"):
-            raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
-        draft_name = draft or self.draft_name
+        if mode not in ("ar", "speculative", "draft"):
+            raise InputError(f"mode must be 'ar', 'speculative' or 'draft' (the draft alone), got {mode!r}")
+        draft_name = self.solo_draft(draft) if mode == "draft" else draft or self.draft_name
         if mode == "speculative" and draft_name not in self.drafts:
             raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
         started = time.perf_counter()
@@ -225,6 +226,17 @@ class Synthesizer:
         pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
                               script.chunks, script.prompts, started)
         return SynthesisStream(pieces)
+
+    def solo_draft(self, name: str | None = None) -> str:
+        """The draft that decodes alone in mode "draft": `name`, else the default draft, else the first that is a
+        language model of its own (draft heads read the target's hidden state: they cannot speak alone)."""
+        if name is not None and name not in self.drafts:
+            raise InputError(f"unknown draft {name!r}; available: {', '.join(self.drafts)}")
+        alone = [n for n in ([name] if name else [self.draft_name, *self.drafts]) if not is_heads(self.drafts[n])]
+        if not alone:
+            raise InputError(f"draft {name or self.draft_name!r} is draft heads on the target's hidden state, not a "
+                             "model that decodes alone; name a draft model (e.g. distilled or layers)")
+        return alone[0]
 
     def script(self, text: str, voice_prompt: VoicePrompt | None = None, text_normalizer: str | None = None) -> Script:
         """`text` split into the backend's chunks, with every chunk's prompt built first: a chunk that
@@ -322,10 +334,11 @@ class Synthesizer:
         forced = make_forced(prompt) if make_forced is not None else None
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         # the first call's kernel probe is not LM time
-        prepare_kernels(self.target, *([self.drafts[draft_name]] if mode == "speculative" else []))
+        model = self.drafts[draft_name] if mode == "draft" else self.target  # "draft": the draft decodes alone
+        prepare_kernels(model, *([self.drafts[draft_name]] if mode == "speculative" else []))
         start = time.perf_counter()
-        if mode == "ar":
-            generation = autoregressive_generate(self.target, input_ids, config, forced=forced,
+        if mode != "speculative":
+            generation = autoregressive_generate(model, input_ids, config, forced=forced,
                                                  should_stop=should_stop, on_round=on_round,
                                                  prefix_distribution=distribution)
         else:

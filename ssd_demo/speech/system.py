@@ -6,13 +6,16 @@ with (None: the voice's default draft). Every default comes from the voice's con
 `ssd_demo.config.SETTINGS`; a system holds only what differs. The sweep, `eval`, the stimulus sets and the
 listening studies all read systems of this one type, on our engine and on vLLM alike.
 
-Listening tests also name clips made from the reference's clip instead of decoded ("anchor lowpass=HZ",
-"attention noise"): those are systems of mode "anchor" and "attention" (`derived`), with the anchor's
-cut-off among the overrides.
+Listening tests also name clips that are not a decoding under test ("anchor lowpass=HZ", "attention noise",
+"attention spoken KIND"): those are systems of mode "anchor" and "attention" (`derived`), made from the
+reference's clip of the same sentence (the anchor's cut-off among the overrides), or, for a spoken attention
+check, an instruction rendered with the reference's decoding (the trial kind it instructs, "mushra", "mos" or
+"ab", as the override `spoken`). The draft-alone anchor ("anchor draft", "anchor draft=NAME") is decoded: mode
+"draft", the draft model decoding autoregressively on its own (`Synthesizer.solo_draft` picks the draft).
 
 `parse_system` reads the names people write: "AR", "exact speculative [K=n]", "SSD beta=b [K=n]" (any
-speculative one may add draft=NAME), "anchor lowpass=HZ", "attention noise". K in a name is the paper's
-symbol for `draft_len`.
+speculative one may add draft=NAME), "anchor lowpass=HZ", "anchor draft[=NAME]", "attention noise",
+"attention spoken mushra|mos|ab". K in a name is the paper's symbol for `draft_len`.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from typing import Any, Literal
 from ..config import DecodingConfig
 from ..errors import InputError
 
-Mode = Literal["ar", "speculative", "anchor", "attention"]
-DECODED_MODES = ("ar", "speculative")
+Mode = Literal["ar", "speculative", "draft", "anchor", "attention"]
+DECODED_MODES = ("ar", "speculative", "draft")  # "draft": the draft model alone, autoregressively
 DERIVED_MODES = ("anchor", "attention")
 
 #: How names spell the settings they may set: K is `draft_len` (the paper's symbol), beta is `beta`.
 NAME_KEYS = {"k": "draft_len", "beta": "beta"}
 LOWPASS_RANGE_HZ = (100.0, 20000.0)
+SPOKEN_CHECK_KINDS = ("mushra", "mos", "ab")  # the trial kinds a spoken attention check instructs
 
 _KEY_VALUE = re.compile(r"^([A-Za-z_]+)=(\S+)$")
 
@@ -55,7 +59,8 @@ class DecodingSystem:
 
     @property
     def derived(self) -> bool:
-        """Made from the reference's clip of the same sentence (listening tests), not decoded."""
+        """Not a decoding under test (listening tests): made from the reference's clip of the same sentence, or a
+        spoken attention check's instruction rendered with the reference's decoding."""
         return self.mode in DERIVED_MODES
 
     @property
@@ -133,13 +138,23 @@ def _settings(name: str, options: dict[str, str]) -> dict[str, Any]:
 
 
 def _parse_derived(name: str, head: str, rest: list[str]) -> DecodingSystem:
+    words = [w.lower() for w in rest]
     if head == "attention":
-        if [w.lower() for w in rest] != ["noise"]:
-            raise InputError(f"system {name!r}: the attention-check clip is 'attention noise'")
-        return DecodingSystem(name, "attention")
+        if words == ["noise"]:
+            return DecodingSystem(name, "attention")
+        if len(words) == 2 and words[0] == "spoken" and words[1] in SPOKEN_CHECK_KINDS:
+            return DecodingSystem(name, "attention", {"spoken": words[1]})
+        raise InputError(f"system {name!r}: an attention-check clip is 'attention noise' or 'attention spoken KIND' "
+                         f"(KIND: {', '.join(SPOKEN_CHECK_KINDS)})")
+    if len(words) == 1 and (words[0] == "draft" or words[0].startswith("draft=")):
+        draft = rest[0].split("=", 1)[1] if "=" in rest[0] else None
+        if draft == "":
+            raise InputError(f"system {name!r}: name the draft, e.g. 'anchor draft=distilled', or leave out '='")
+        return DecodingSystem(name, "draft", {}, draft)
     match = _KEY_VALUE.match(rest[0]) if len(rest) == 1 else None
     if not match or match.group(1).lower() != "lowpass":
-        raise InputError(f"system {name!r}: an anchor is 'anchor lowpass=HZ', e.g. 'anchor lowpass=3500'")
+        raise InputError(f"system {name!r}: an anchor is 'anchor lowpass=HZ' (e.g. 'anchor lowpass=3500') or "
+                         "'anchor draft[=NAME]' (the draft model decoding alone)")
     try:
         cutoff = float(match.group(2))
     except ValueError:

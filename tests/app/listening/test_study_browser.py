@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ssd_demo.listening.attention import parse_check
+from ssd_demo.listening.screening import attention_failed
 from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study_results import read_long_csv
 from ssd_demo.listening.stimuli import tone_renderer
@@ -39,6 +41,17 @@ systems = {SYSTEMS}
 items_per_rater = 1
 sentences = ["One sentence.", "Two sentences here."]
 [abx]
+""",
+    "spoken-pilot": """
+name = "spoken-pilot"
+systems = ["SSD beta=0.3 K=4"]
+items_per_rater = 1
+sentences = ["One sentence.", "Two sentences here."]
+[mushra]
+[ab]
+[attention]
+kind = "spoken"
+per_block = 1
 """,
     "long-clips": f"""
 name = "long-clips"
@@ -277,3 +290,41 @@ def test_switching_samples_keeps_the_playback_position_and_a_partial_play_unlock
     # Neither sample was heard from start to end: both sliders stay locked.
     assert page.locator("input[data-score='A']").is_disabled() and page.locator("input[data-score='B']").is_disabled()
     expect(page.locator("[data-row='A'] .state")).to_have_text("play to the end")
+
+
+def answer_trial(page, store: ListeningStore, session_id: str) -> bool:
+    """Listen to the shown trial and answer it, a spoken attention check as its instruction says (the test reads
+    the target from the database: a rater hears it); whether the trial was a check."""
+    number = int(re.search(r"Trial (\d+) of", page.inner_text("#study-progress")).group(1))
+    trial = store.study_trials(session_id)[number - 1]
+    spoken = {c.label: parse_check(c.system)[1] for c in trial.conditions if parse_check(c.system)}
+    for condition in trial.conditions:
+        if condition.must_play:
+            listen(page, condition.label)
+    if trial.kind == "mushra":
+        for condition in trial.conditions:
+            if condition.role == "rated":
+                page.locator(f"input[data-score='{condition.label}']").fill(str(spoken.get(condition.label, 75)))
+    else:
+        choice = next(iter(spoken.values())) if spoken else "A"
+        page.locator(f"input[name=study-choice][value={choice}]").check()
+    page.click("#study-submit")
+    return trial.attention_check
+
+
+def test_a_session_with_spoken_attention_checks_answered_as_told_passes_the_screening(server, page):
+    url, db = server
+    start(page, url, "spoken-pilot", "spoken-rater")
+    assert_rater_only(page)  # a check trial looks like any other: nothing on the page names it
+    with ListeningStore(db, app_version="reader") as store:
+        session_id = next(s.session_id for s in store.study_sessions("spoken-pilot") if s.rater_id == "spoken-rater")
+        checks = []
+        for number in range(1, 5):  # MUSHRA: the sentence and a check; A/B: the pair and a check
+            expect(page.locator("#study-progress")).to_contain_text(f"Trial {number} of 4", timeout=WAIT_MS)
+            checks.append(answer_trial(page, store, session_id))
+        expect(page.locator("#study-done")).to_contain_text("Thank you", timeout=WAIT_MS)
+        assert checks.count(True) == 2
+        rows = [r for r in store.study_ratings("spoken-pilot") if r.rater_id == "spoken-rater"]
+    verdicts = [(row.kind, attention_failed(row)) for row in rows if attention_failed(row) is not None]
+    assert sorted(verdicts) == [("ab", False), ("mushra", False)]
+    assert_rater_only(page)

@@ -156,6 +156,24 @@ def test_stimuli_on_vllm_render_each_system_in_one_batch(tmp_path):
             assert audio[0] == pytest.approx(0.1 * (index + 1), abs=1e-3)  # text i's clip is the batch's text i
 
 
+def test_stimuli_on_vllm_render_a_spoken_check_and_the_draft_alone_one_clip_at_a_time_on_our_engine(tmp_path):
+    from ssd_demo.listening.stimuli import batch_renderer, create_stimulus_set
+    from support.toy_backend import build_toy_synthesizer
+
+    toy = build_toy_synthesizer(max_new_tokens=12)
+    synth = _RecordingBatcher()
+    synth.backend, synth.target, synth.drafts, synth.draft_name = toy.backend, toy.target, toy.drafts, toy.draft_name
+    texts = ["One.", "Two."]
+    stimulus_set = create_stimulus_set("s", texts, ["AR", "anchor draft", "attention spoken mos"],
+                                       batch_renderer(synth, texts), root=tmp_path)
+    assert synth.calls == [(texts, "ar", 0)]  # only the sentences under AR went to the engine, in one batch
+    clips = stimulus_set.items[0].clips
+    assert clips["AR"].settings["engine"] == "vllm"
+    assert "engine" not in clips["anchor draft"].settings and clips["anchor draft"].settings["draft"] == "small"
+    spoken = clips["attention spoken mos"].settings
+    assert "engine" not in spoken["decoding"] and spoken["instruction"].startswith("This is an attention check.")
+
+
 def test_the_batch_command_skips_comments_and_names_texts_cut_at_the_length_limit(tmp_path):
     from ssd_demo.measure.vllm_batch import limit_note, read_texts, summary
 
