@@ -24,7 +24,7 @@ from scipy import stats as scipy_stats
 from .stimulus_sets import StimulusSet, read_clip
 
 #: The file beside a stimulus set's manifest that keeps its clips' judged figures.
-CACHE_FILE = "objective.json"
+CACHE_FILE = "objective-v2.json"  # v2: clips judged as float samples (v1 read int16 as floats)
 #: What the default judge is, for the report.
 JUDGE_NAME = "Whisper tiny.en (faster-whisper) WER, DNSMOS P.835"
 
@@ -79,7 +79,8 @@ def clip_metrics(stimulus_set: StimulusSet, judge: Judge | None = None, progress
     for item in stimulus_set.items:
         for system, clip in item.clips.items():
             if clip.sha256 not in cache:
-                rate, audio = read_clip(stimulus_set, clip.path)
+                rate, samples = read_clip(stimulus_set, clip.path)  # int16, as served; judges take floats in [-1, 1]
+                audio = samples.astype(np.float32) / 32768.0
                 judged = judge(audio, rate, clip.settings.get("instruction") or item.text)  # a spoken check: its words
                 cache[clip.sha256] = {"errors": judged.errors, "words": judged.words, "ovrl": judged.ovrl,
                                       "sig": judged.sig}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
@@ -29,6 +30,7 @@ def test_clips_are_judged_once_and_read_back(tmp_path):
     calls = []
 
     def judge(audio, rate, text):
+        assert audio.dtype == np.float32 and 0 < np.abs(audio).max() <= 1.0  # samples as a judge reads them
         calls.append(text)
         return SimpleNamespace(errors=len(calls) % 2, words=len(text.split()), ovrl=3.0 + len(calls) / 10, sig=3.5)
 
