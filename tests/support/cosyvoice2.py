@@ -68,6 +68,15 @@ def default_voice(transcript_tokens=(5, 6, 7)) -> VoiceFeatures:
                                  torch.randn(25, MELS, generator=generator), torch.randn(SPEAKER, generator=generator))
 
 
+def bpe_token_count():
+    """Text tokens as the backend counts them (`text_tokens`), straight from the tiny BPE: `count(piece) -> int`,
+    for the chunking tests, which count a great deal."""
+    bpe = _small_bpe()
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    assert len(bpe.encode("Take 2 at ten thirty.").ids) == len(text_tokens(wrapped, "Take 2 at ten thirty."))
+    return lambda piece: len(bpe.encode(piece, add_special_tokens=False).ids)
+
+
 class FakeEncoders:
     """Stands in for the two ONNX encoders: features of the tiny models' shapes, counting its calls."""
 

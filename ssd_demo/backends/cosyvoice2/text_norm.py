@@ -126,13 +126,23 @@ def normalize_numbers(text: str) -> str:
     return text
 
 
+#: `inflect`'s words for the ten digits, for runs read digit by digit (`inflect` checks the types of its
+#: arguments on every call, which made it most of the time spent on text full of digit runs).
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+@lru_cache(maxsize=4096)
+def _cardinal(run: str) -> str:
+    return _inflect().number_to_words(run)
+
+
 def _number_words(match: re.Match) -> str:
     run = _ascii_digits(match.group(0))
     if len(run) > LONG_NUMBER or (len(run) > 1 and run[0] == "0"):
         # A code, not a quantity: inflect refuses 37 digits or more, and reads "007" as "seven".
-        words = " ".join(_inflect().number_to_words(digit) for digit in run)
+        words = " ".join(DIGIT_WORDS[int(digit)] for digit in run)
     else:
-        words = _inflect().number_to_words(run)
+        words = _cardinal(run)
     before = match.string[match.start() - 1] if match.start() else " "
     after = match.string[match.end()] if match.end() < len(match.string) else " "
     return (" " if before.isalpha() else "") + words + (" " if after.isalpha() else "")
@@ -248,16 +258,42 @@ def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "defaul
     spoken = normalize(text, mode)
     if not has_words(spoken):
         return []
-    limit = 2 * max_tokens
+    count, limit = _remembering(count), 2 * max_tokens
     chunks = []
     for chunk in _paragraph(text, spoken, count, max_tokens, mode):
         if count(chunk) <= limit:
             chunks.append(chunk)
             continue
-        for piece in _cut_sentence(chunk, count, max_tokens):
-            pieces = [piece] if count(piece) <= limit else _cut_run(piece, count, max_tokens)
-            chunks.extend(p for p in pieces if has_words(p))  # a cut-off run of punctuation is not spoken
+        chunks.extend(_cut_chunk(chunk, count, max_tokens))
     return chunks
+
+
+def _cut_chunk(chunk: str, count, max_tokens: int) -> list[str]:
+    """A chunk over twice the budget in pieces within it: at phrases and words (`_cut_sentence`), a piece still
+    over it cut inside (`_cut_run`). A piece without a word (the "：" cut off a run of Chinese) joins the piece
+    before it where the two stay within twice the budget, and is dropped otherwise: punctuation alone is not
+    spoken."""
+    limit, pieces = 2 * max_tokens, []
+    for piece in _cut_sentence(chunk, count, max_tokens):
+        for part in [piece] if count(piece) <= limit else _cut_run(piece, count, max_tokens):
+            if has_words(part):
+                pieces.append(part)
+            elif pieces and count(pieces[-1] + part) <= limit:
+                pieces[-1] += part
+    return pieces
+
+
+def _remembering(count):
+    """`count` remembering what it measured: the split and the cuts measure many pieces more than once (a
+    chunk when packed and again against the cap, the groups of a run of words when it is cut)."""
+    known: dict[str, int] = {}
+
+    def counted(piece: str) -> int:
+        if piece not in known:
+            known[piece] = count(piece)
+        return known[piece]
+
+    return counted
 
 
 #: Most token counts `text.split_text` may take over one run of words: it tries every group size in turn and

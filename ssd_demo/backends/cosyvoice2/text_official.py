@@ -9,8 +9,10 @@ only, so "1984" is read "一千九百八十四"), then every run of digits still
 
 Departures, all where the official would fail: a digit run `inflect` refuses (37 digits or more) is read digit
 by digit instead of raising; text `wetext` returns empty ("Read more at example.com/news.", on which the
-official raises IndexError) gives no chunks; and chunks without a word are dropped, as in the default mode
-(the official drops only chunks of punctuation and symbols).
+official raises IndexError) gives no chunks; text `wetext` cannot read at all (two blanks in a row between
+words, a paragraph break, a run of symbols: the official raises AssertionError) is read with its whitespace
+runs as single spaces, or failing that left as written for `inflect`; and chunks without a word are dropped, as
+in the default mode (the official drops only chunks of punctuation and symbols).
 """
 
 from __future__ import annotations
@@ -55,9 +57,23 @@ def official_spell_out_number(text: str) -> str:
                    for digits, run in groupby(text, key=str.isdigit))
 
 
+def _wetext_english(text: str) -> str:
+    """`wetext`'s normaliser on `text`; where its grammar finds no reading of the text (two blanks in a row
+    between words, "a  b" or a paragraph break; a run of symbols, "€½¾"), on the text with each run of
+    whitespace as one space, and failing that the text as written. The official raises AssertionError there."""
+    try:
+        return _normalizer().normalize(text)
+    except AssertionError:  # wetext's token parser, handed the empty tagging of text its grammar does not accept
+        pass
+    try:
+        return _normalizer().normalize(" ".join(text.split()))
+    except AssertionError:
+        return text
+
+
 def official_english(text: str) -> str:
     """The official English route (`text_normalize(text, split=False)`) for stripped text without Chinese."""
-    return official_spell_out_number(_normalizer().normalize(text))
+    return official_spell_out_number(_wetext_english(text))
 
 
 def official_normalize(text: str) -> str:
