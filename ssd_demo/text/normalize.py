@@ -135,9 +135,9 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<=\d) ?[*×] ?(?=\d)"), " times "),
     (re.compile(r"(?:^|(?<= ))[*•#]+(?= )"), ""),
     (re.compile(r"(?<![\w#])#(?=\d)"), "number "),
-    # "Jan. 5", "Dec 25", "Sept 2024": a month, before the year rules look for month names (a dot there is not a
+    # "Jan. 5", "Dec 25", "Mar 3rd", "Sept 2024": a month, before the year rules look for month names (a dot there is not a
     # sentence end)
-    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.?(?= (?:\d{{1,2}}|\d{{4}})\b(?![:.,]\d))"),
+    (re.compile(rf"\b({_alternatives(_MONTH_ABBREVIATIONS)})\.?(?= (?:\d{{1,2}}(?:st|nd|rd|th)?|\d{{4}})\b(?![:.,]\d))"),
      lambda m: _MONTH_ABBREVIATIONS[m.group(1)]),
     (re.compile(r"\b(\d{4}-\d\d-\d\d)T(\d\d:\d\d(?::\d\d)?)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?\b"), read_timestamp),
     # years as people say them ("1999-2005" -> "19 99 to 2005", "in 1999" -> "in 19 99", "the 1990s"), before

@@ -163,6 +163,8 @@ def test_non_string_is_refused():
         ("Growth of 1500%, by 1200 %, the 1500m race.", "Growth of 1500%, by 1200 %, the 1500m race."),
         ("On 5 November 1999, 4 July 1776 and 1 May 1905; Dec 25, Jan 15, 2024, Sept 2024.",
          "On 5th November 19 99, 4th July 17 76 and 1st May 19 oh 5; December 25th, January 15th, 2024, September 2024."),
+        # an ordinal suffix after a month abbreviation: still a month
+        ("By Mar 3rd, Dec. 25th or Sept 1st.", "By March 3rd, December 25th or September 1st."),
         # mixed numbers, cents with a leading zero, money written loosely, scales and units
         ("Add 1 1/2 cups; $1.05, $.99, $ 5, ¥500; 1.5B parameters; 5km, 2 tsp, 1 lb, 3 GB.",
          "Add 1 and a half cups; 1 dollar and 5 cents, 99 cents, 5 dollars, 500 yen; 1 point 5 billion parameters; "
