@@ -12,7 +12,6 @@ mel spectrogram, and HiFT into 24 kHz audio.
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -26,10 +25,9 @@ from ...engine.repetition_aware import RepetitionAwareSampling
 from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
-from .text_norm import (NORMALISER_MODES, check_mode, has_words, normalize, normalize_english, speakable_chunks,
+from .text_norm import (NORMALISER_MODES, check_mode, clean_text, has_words, normalize, normalize_english, speakable_chunks,
                         split_paragraph)
 
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # never spoken; a tokenizer would keep them
 
 LICENCE = "CosyVoice 2 weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20  # speech tokens per text token, as the official inference
@@ -283,7 +281,7 @@ class CosyVoice2Backend:
             text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line)
             raise TextError(f"the {what} contains characters that are not valid Unicode") from None
-        text = _CONTROL_CHARACTERS.sub(" ", text)
+        text = clean_text(text)  # never spoken; a tokenizer would keep them
         if len(text) > self.max_text_chars:
             raise TextError(f"the {what} has {len(text)} characters; the limit is {self.max_text_chars}")
         if "<|" in text and "|>" in text:

@@ -240,6 +240,17 @@ def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> lis
     return split_paragraph(spoken, count, max_tokens=max_tokens)
 
 
+#: Never spoken, and a tokenizer would keep them: ASCII control characters (a space instead) and the invisible
+#: format marks of Unicode text (zero-width spaces and joiners' kin, direction overrides, a byte-order mark).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+INVISIBLE_MARKS = re.compile("[\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
+
+
+def clean_text(text: str) -> str:
+    """Control characters as spaces, invisible format marks removed: what no reader says."""
+    return INVISIBLE_MARKS.sub("", CONTROL_CHARACTERS.sub(" ", text))
+
+
 def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "default") -> list[str]:
     """`text` as the backend speaks it: `normalize` in the given `mode`, the official paragraph split, and a sentence
     over twice the budget cut further at phrases and words (the official front end never cuts a sentence
@@ -248,13 +259,16 @@ def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "defaul
     no spaces) cut inside: no chunk is over twice `max_tokens`, whatever the text.
 
     Total on strings: text with nothing to say (empty, whitespace, punctuation alone) gives no chunks; text
-    that is not a string, or not valid Unicode (a lone surrogate), raises `TextError`."""
+    that is not a string, or not valid Unicode (a lone surrogate), raises `TextError`. Control characters and
+    invisible format marks never reach a chunk (`clean_text`). `count`: a chunk's token count (the backend
+    passes its tokenizer's)."""
     if not isinstance(text, str):
         raise TextError(f"the text must be a string, got {type(text).__name__}")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
         raise TextError("the text contains characters that are not valid Unicode") from None
+    text = clean_text(text)
     spoken = normalize(text, mode)
     if not has_words(spoken):
         return []

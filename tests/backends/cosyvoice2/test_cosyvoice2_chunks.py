@@ -23,6 +23,15 @@ def test_text_with_nothing_to_say_gives_no_chunks(count, text):
     assert speakable_chunks(text, count) == []
 
 
+@pytest.mark.parametrize("mode", ["default", "official"])
+def test_control_characters_and_invisible_marks_never_reach_a_chunk(count, mode):
+    # As a direct caller (e.g. the draft's training data) would pass them; the backend cleans the same way.
+    text = "Hello\x00world\x07\x1b[31m red 5, zero\u200bwidth \u202eoverride\ufeff end."
+    chunks = speakable_chunks(text, count, mode=mode)
+    assert chunks and not any(c in "".join(chunks) for c in "\x00\x07\x1b\u200b\u202e\ufeff")
+    assert "zerowidth" in "".join(chunks).replace(" ", "")  # a zero-width space joins, as it did on screen
+
+
 @pytest.mark.parametrize("text", ["\ud800", "a \udc00 b", "fine \udfff.", None, 5, b"bytes"])
 def test_text_no_tokenizer_takes_is_a_text_error(count, text):
     with pytest.raises(TextError):
