@@ -9,20 +9,16 @@ speculative samples are compared with it by chi-square tests, as in test_exactne
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from support.stats import chi_square_p, marginal, sample_count
 from support.forced_tokens import FREE, PROMPT, SAMPLED, VOCAB, Markers, exact_joint, sampled_only
+from support.tiny_models import related_draft as related_draft_of
 from support.tiny_models import tiny_llama
 
+
 def related_draft():
-    draft = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for parameter in draft.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
-    return draft
+    return related_draft_of(VOCAB)
 
 
 CASES = {

@@ -7,6 +7,7 @@ from ssd_demo.speech.synthesis import Synthesizer
 from support.chunking import PAUSE_MS, TEXT, ChunkingToy
 from support.toy_backend import build_toy_synthesizer
 
+
 @pytest.fixture(scope="module")
 def synth() -> Synthesizer:
     toy = build_toy_synthesizer(max_new_tokens=24)

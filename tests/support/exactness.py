@@ -9,7 +9,7 @@ import torch
 
 from ssd_demo import DecodingConfig
 from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores
-from support.tiny_models import tiny_llama
+from support.tiny_models import related_draft, tiny_llama
 
 VOCAB = 4
 NEW = 6
@@ -32,9 +32,4 @@ def exact_joint(model, config: DecodingConfig) -> dict[tuple[int, ...], float]:
 def make_draft(kind: str):
     if kind == "unrelated":
         return tiny_llama(seed=2, vocab=VOCAB, init=0.2)
-    draft = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for parameter in draft.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
-    return draft
+    return related_draft(VOCAB)

@@ -61,3 +61,14 @@ def onednn_call_rows(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
     return rows
+
+
+def related_draft(vocab: int) -> LlamaForCausalLM:
+    """A draft close to `tiny_llama(1, vocab, init=0.2)`: the same weights nudged by small seeded noise, so that
+    most drafted blocks are accepted (the bonus token and the catch-up after it are exercised)."""
+    draft = tiny_llama(seed=1, vocab=vocab, init=0.2)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in draft.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return draft
