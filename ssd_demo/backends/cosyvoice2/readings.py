@@ -5,7 +5,8 @@ Before it (`before_shared`): e-mail addresses and web addresses as a reader says
 h:mm:ss durations ("2:03:11" -> "2 hours 3 minutes and 11 seconds"; after "at", or before "am"/"pm", it stays a
 clock time for the shared rules). After it (`after_shared`): four-digit numbers it left as quantities that the
 context makes years ("1984 is a novel", "ended in 1945, not 1944", "from 1042"), and a day before its month read
-"the 5th of November". The digits left are spelt out later (`spell_out_number`).
+"the 5th of November". The digits left are spelt out later (`spell_out_number`). `read_grouped_digits` tells
+thousands grouped by spaces ("12 345") from numbers listed with spaces ("100 200 and 400") for `text_norm`.
 """
 
 from __future__ import annotations
@@ -134,6 +135,23 @@ def _day_of_month(match: re.Match) -> str:
     return f"the {match.group(1)} of {match.group(2)}"
 
 
+#: The next number in a list ("100 200 and 400", "100 200, 400"): a plain number, not one grouped by spaces itself.
+_LIST_AFTER = re.compile(r"(?:,? (?:and|or)|,) [0-9]{1,3}(?! ?[0-9])")
+
+
+def read_grouped_digits(match: re.Match) -> str:
+    """Digit groups of the thousands shape ("12 345", "1 000 000", "1_000_000"): one number ("12345"), as a
+    thousands separator writes it, but in a list of numbers apart by plain spaces ("He ran 100 200 and 400
+    meters" -> "100, 200 and 400"), where each is its own number. A group after the first that begins with 0
+    ("25 000") is always part of the number: no number is written with a leading zero."""
+    groups = re.split(r"[ _\u00a0\u202f]", match.group(0))
+    plain = all(ch.isdigit() or ch == " " for ch in match.group(0))
+    listed = _LIST_AFTER.match(match.string, match.end()) is not None
+    if plain and listed and not any(group.startswith("0") for group in groups[1:]):
+        return ", ".join(groups)
+    return "".join(groups)
+
+
 #: Applied after the shared normaliser: bare four-digit numbers (not part of an amount, a decimal or a time), and
 #: "5th November" (a day before its month) as "the 5th of November".
 AFTER_SHARED: tuple[tuple[re.Pattern, object], ...] = (
@@ -154,4 +172,5 @@ def after_shared(text: str) -> str:
     return text
 
 
-__all__ = ["after_shared", "before_shared", "read_duration", "read_year_by_context", "spell_address"]
+__all__ = ["after_shared", "before_shared", "read_duration", "read_grouped_digits", "read_year_by_context",
+           "spell_address"]

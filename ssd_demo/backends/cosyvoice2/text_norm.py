@@ -9,16 +9,16 @@ it is tokenised.
 
 Two modes (`NORMALISER_MODES`). `official` runs that procedure as published (`text_official`), for reproducing
 published numbers. `default` reads Chinese the same way, and English with the project's own normaliser in
-`wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals,
-clock times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`:
-e-mail and web addresses, durations, years told by their context, "the 5th of November"), and the readings
-the shared one leaves to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it
-leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped by spaces or dots, phone and card numbers
-digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two differ (the README
-lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in `wetext`;
-"1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven point
-four" here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text holds
-a digit (or an e-mail or web address): other text reaches the model exactly as in an official install.
+`wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals, clock
+times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`: e-mail and web
+addresses, durations, years told by their context, "the 5th of November"), and the readings the shared one leaves
+to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it leaves alone become words
+(`_SYMBOL_REWRITES`: thousands grouped by spaces or dots but not numbers listed with spaces, phone and card
+numbers digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two differ (the
+README lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in `wetext`;
+"1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven point four"
+here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text holds a digit
+(or an e-mail or web address): other text reaches the model exactly as in an official install.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from functools import lru_cache
 from ... import text as text_frontend
 from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
-from .readings import after_shared, before_shared
+from .readings import after_shared, before_shared, read_grouped_digits
 from .text_official import is_markup, official_normalize
 from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, normalize_chinese
 
@@ -82,14 +82,14 @@ def _digit_groups(match: re.Match) -> str:
 
 # Symbols and digit layouts `normalize_text` leaves alone (eSpeak reads some itself) and `inflect` cannot
 # read: applied first. Thousands grouped by spaces, underscores or two or more dots become one number
-# ("1 000 000", "1_000_000", "1.000.000"); other runs of three or more space-separated digit groups
+# ("1 000 000", "1_000_000", "1.000.000"), but not numbers listed with spaces ("100 200 and 400",
+# `read_grouped_digits`); other runs of three or more space-separated digit groups
 # (phone, card and account numbers) are read digit by digit; degrees, powers, cents, plus, equals and fraction characters
 # become words.
 _SYMBOL_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile("\u2212"), "-"),  # the minus sign
     (re.compile(r"(?<![\w.,-])\+?\d{1,4}(?: \d{1,4}){2,}(?![\w.,-]?\d)"), _digit_groups),
-    (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:[ _\u00a0\u202f]\d{3})+)(?![\d.,]\d)"),
-     lambda m: m.group(1) + re.sub(r"\D", "", m.group(2))),
+    (re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:[ _\u00a0\u202f]\d{3})+(?![\d.,]\d)"), read_grouped_digits),
     (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3}){2,})(?![\d.])"), lambda m: m.group(1) + m.group(2).replace(".", "")),
     (re.compile(r"(\d)\s*([½¼¾⅓⅔])"), lambda m: f"{m.group(1)} and {_FRACTIONS[m.group(2)]}"),
     (re.compile("[½¼¾⅓⅔]"), lambda m: _FRACTIONS[m.group(0)]),

@@ -44,6 +44,11 @@ CASES = {
     "a web address": ("See https://example.org/page2 for more.", "See example dot org slash page two for more."),
     "a month abbreviation": ("Dec 25 is Christmas.", "December twenty-fifth is Christmas."),
     "a month abbreviation and a year": ("Jan 15, 2024", "January fifteenth, two thousand and twenty-four"),
+    "numbers listed with spaces": ("He ran 100 200 and 400 meters.",
+                                   "He ran one hundred, two hundred and four hundred meters."),
+    "a longer list": ("Sets of 100 200 300, 400", "Sets of one hundred, two hundred, three hundred, four hundred"),
+    "thousands grouped by spaces": ("From 12 500 and 15 000 to 1 000 000",
+                                    "From twelve thousand, five hundred and fifteen thousand to one million"),
 }
 
 
