@@ -1,9 +1,10 @@
 """English readings CosyVoice 2's default normaliser adds to the shared one (`ssd_demo.text.normalize_text`).
 
 Before it (`before_shared`): e-mail addresses and web addresses as a reader says them ("jane.doe42@example.com"
--> "jane dot doe 42 at example dot com", "https://example.org/page2" -> "example dot org slash page 2"), and
-h:mm:ss durations ("2:03:11" -> "2 hours 3 minutes and 11 seconds"; after "at", or before "am"/"pm", it stays a
-clock time for the shared rules). After it (`after_shared`): four-digit numbers it left as quantities that the
+-> "jane dot doe 42 at example dot com", "https://example.org/page2" -> "example dot org slash page 2"), h:mm:ss
+durations ("2:03:11" -> "2 hours 3 minutes and 11 seconds"; after "at", or before "am"/"pm", it stays a clock time
+for the shared rules), and numbers dialled digit by digit ("Dial 911" -> "Dial nine one one", "ext. 204" ->
+"extension two zero four"). After it (`after_shared`): four-digit numbers it left as quantities that the
 context makes years ("1984 is a novel", "ended in 1945, not 1944", "from 1042"), and a day before its month read
 "the 5th of November". The digits left are spelt out later (`spell_out_number`). `read_grouped_digits` tells
 thousands grouped by spaces ("12 345") from numbers listed with spaces ("100 200 and 400") for `text_norm`.
@@ -58,15 +59,6 @@ def read_duration(match: re.Match) -> str:
 
 
 _DURATION = re.compile(r"(?<![\d:.])(\d{1,2}):([0-5]\d):([0-5]\d)(?![\d:]|\.\d)")
-
-#: Applied before the shared normaliser: addresses first (their dots and digits must not be read as decimals,
-#: versions or acronyms), then durations.
-BEFORE_SHARED: tuple[tuple[re.Pattern, object], ...] = (
-    (_EMAIL, _address),
-    (_URL, _address),
-    (_DOMAIN, _address),
-    (_DURATION, read_duration),
-)
 
 #: Words after a four-digit number that make it a quantity ("1500 of them", "1200 point 5", "1500 thousand").
 _QUANTITY_WORDS = frozenset("""
@@ -135,6 +127,30 @@ def _day_of_month(match: re.Match) -> str:
     return f"the {match.group(1)} of {match.group(2)}"
 
 
+#: `inflect`'s words for the ten digits, for numbers read digit by digit (`spell_out_number` uses them too).
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+#: A number right after a word for dialling is dialled, not counted ("Dial 911", "ext. 204"). After "call",
+#: "phone", "ring" or "text" it may also be a count ("call 100 people"), so a counted noun after it keeps it
+#: a number. Two to six digits standing alone: longer runs and grouped ones are the phone rules' to read.
+_DIAL = re.compile(r"\b(?P<word>(?P<ext>[Ee]xt\.?)|[Ee]xtension|[Dd]ial(?:s|ed|led|ing|ling)?|"
+                   r"(?P<call>[Cc]all(?:s|ed|ing)?|[Pp]hon(?:e|es|ed|ing)|[Rr]ing|[Tt]ext)) (?P<number>[0-9]{2,6})"
+                   r"(?! ?[0-9]|[\w-]|[.,:/][0-9])")
+#: Words after a number that make it a count after "call" ("call 50 more", "call 100 new customers").
+_COUNTED_AFTER = frozenset("more other others new extra different each".split())
+
+
+def read_dialled_number(match: re.Match) -> str:
+    """"Dial 911" -> "Dial nine one one", "ext. 204" -> "extension two zero four"; "call 100 people" stays."""
+    word, number = match.group("word"), match.group("number")
+    following = _words(match.string[match.end() : match.end() + 60])
+    if match.group("call") and (_is_quantity_noun(following) or (following and following[0] in _COUNTED_AFTER)):
+        return match.group(0)
+    if match.group("ext"):
+        word = "Extension" if word[0] == "E" else "extension"
+    return f"{word} " + " ".join(DIGIT_WORDS[int(digit)] for digit in number)
+
+
 #: The next number in a list ("100 200 and 400", "100 200, 400"): a plain number, not one grouped by spaces itself.
 _LIST_AFTER = re.compile(r"(?:,? (?:and|or)|,) [0-9]{1,3}(?! ?[0-9])")
 
@@ -150,6 +166,17 @@ def read_grouped_digits(match: re.Match) -> str:
     if plain and listed and not any(group.startswith("0") for group in groups[1:]):
         return ", ".join(groups)
     return "".join(groups)
+
+
+#: Applied before the shared normaliser: addresses first (their dots and digits must not be read as decimals,
+#: versions or acronyms), then durations and numbers dialled.
+BEFORE_SHARED: tuple[tuple[re.Pattern, object], ...] = (
+    (_EMAIL, _address),
+    (_URL, _address),
+    (_DOMAIN, _address),
+    (_DURATION, read_duration),
+    (_DIAL, read_dialled_number),
+)
 
 
 #: Applied after the shared normaliser: bare four-digit numbers (not part of an amount, a decimal or a time), and
@@ -172,5 +199,5 @@ def after_shared(text: str) -> str:
     return text
 
 
-__all__ = ["after_shared", "before_shared", "read_duration", "read_grouped_digits", "read_year_by_context",
-           "spell_address"]
+__all__ = ["DIGIT_WORDS", "after_shared", "before_shared", "read_dialled_number", "read_duration",
+           "read_grouped_digits", "read_year_by_context", "spell_address"]

@@ -11,14 +11,14 @@ Two modes (`NORMALISER_MODES`). `official` runs that procedure as published (`te
 published numbers. `default` reads Chinese the same way, and English with the project's own normaliser in
 `wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals, clock
 times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`: e-mail and web
-addresses, durations, years told by their context, "the 5th of November"), and the readings the shared one leaves
-to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it leaves alone become words
-(`_SYMBOL_REWRITES`: thousands grouped by spaces or dots but not numbers listed with spaces, phone and card
-numbers digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two differ (the
-README lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in `wetext`;
-"1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven point four"
-here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text holds a digit
-(or an e-mail or web address): other text reaches the model exactly as in an official install.
+addresses, durations, numbers dialled, years told by their context, "the 5th of November"), and the readings the
+shared one leaves to eSpeak (ordinals, decades, percent, minus). Before it, digit layouts and symbols it leaves
+alone become words (`_SYMBOL_REWRITES`: thousands grouped by spaces or dots but not numbers listed with spaces,
+phone and card numbers digit by digit, degrees, powers, fraction characters, plus, equals, cents). Where the two
+differ (the README lists examples): "$5.99" is "five dollars ninety-nine" here, "five point nine nine dollars" in
+`wetext`; "1250 people" is a number here, "twelve fifty people" there; "Version 3.11.4" is "three point eleven
+point four" here, "three.eleven point four" there. Like `wetext`, the default reads English only when the text
+holds a digit (or an e-mail or web address): other text reaches the model exactly as in an official install.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from functools import lru_cache
 from ... import text as text_frontend
 from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
-from .readings import after_shared, before_shared, read_grouped_digits
+from .readings import DIGIT_WORDS, after_shared, before_shared, read_grouped_digits
 from .text_official import is_markup, official_normalize
 from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, normalize_chinese
 
@@ -115,8 +115,9 @@ def normalize_numbers(text: str) -> str:
     times, ordinals and the like as words, the digits of plain numbers left for `spell_out_number`. Text
     with no digit (nor a fraction, degree or power sign) is returned as `wetext` returns it: unchanged, but
     for its e-mail and web addresses, which are spelt out."""
+    numeric = _NUMERIC.search(text) is not None  # asked first: "Dial 911" has no digit left after `before_shared`
     text = before_shared(text)
-    if not _NUMERIC.search(text):
+    if not numeric:
         return text
     for pattern, replacement in _SYMBOL_REWRITES:
         text = pattern.sub(replacement, text)
@@ -126,9 +127,8 @@ def normalize_numbers(text: str) -> str:
     return text
 
 
-#: `inflect`'s words for the ten digits, for runs read digit by digit (`inflect` checks the types of its
-#: arguments on every call, which made it most of the time spent on text full of digit runs).
-DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+# Runs read digit by digit use `DIGIT_WORDS` (`readings`), not `inflect`: inflect checks the types of its
+# arguments on every call, which made it most of the time spent on text full of digit runs.
 
 
 @lru_cache(maxsize=4096)

@@ -49,6 +49,12 @@ CASES = {
     "a longer list": ("Sets of 100 200 300, 400", "Sets of one hundred, two hundred, three hundred, four hundred"),
     "thousands grouped by spaces": ("From 12 500 and 15 000 to 1 000 000",
                                     "From twelve thousand, five hundred and fifteen thousand to one million"),
+    "an emergency number": ("Dial 911 or call 112.", "Dial nine one one or call one one two."),
+    "an extension": ("Ext. 204, or extension 7788", "Extension two zero four, or extension seven seven eight eight"),
+    "a count after call": ("I will call 50 more and phone 20 people.",
+                           "I will call fifty more and phone twenty people."),
+    "a grouped number after dial": ("Dial 020 7946 0958",
+                                    "Dial zero two zero, seven nine four six, zero nine five eight"),
 }
 
 
