@@ -3,11 +3,13 @@
 Before it (`before_shared`): e-mail addresses and web addresses as a reader says them ("jane.doe42@example.com"
 -> "jane dot doe 42 at example dot com", "https://example.org/page2" -> "example dot org slash page 2"), h:mm:ss
 durations ("2:03:11" -> "2 hours 3 minutes and 11 seconds"; after "at", or before "am"/"pm", it stays a clock time
-for the shared rules), and numbers dialled digit by digit ("Dial 911" -> "Dial nine one one", "ext. 204" ->
-"extension two zero four"). After it (`after_shared`): four-digit numbers it left as quantities that the
-context makes years ("1984 is a novel", "ended in 1945, not 1944", "from 1042"), and a day before its month read
-"the 5th of November". The digits left are spelt out later (`spell_out_number`). `read_grouped_digits` tells
-thousands grouped by spaces ("12 345") from numbers listed with spaces ("100 200 and 400") for `text_norm`.
+for the shared rules), numbers dialled digit by digit ("Dial 911" -> "Dial nine one one", "ext. 204" -> "extension
+two zero four"), time units as typed ("3h 20m" -> "3 hours 20 minutes", "1 hr" -> "1 hour"), areas and volumes
+("20 m²" -> "20 square meters") and heights (5'11" -> "5 feet 11 inches"). After it (`after_shared`): four-digit
+numbers it left as quantities that the context makes years ("1984 is a novel", "ended in 1945, not 1944", "from
+1042"), and a day before its month read "the 5th of November". The digits left are spelt out later
+(`spell_out_number`). `read_grouped_digits` tells thousands grouped by spaces ("12 345") from numbers listed with
+spaces ("100 200 and 400") for `text_norm`.
 """
 
 from __future__ import annotations
@@ -151,6 +153,50 @@ def read_dialled_number(match: re.Match) -> str:
     return f"{word} " + " ".join(DIGIT_WORDS[int(digit)] for digit in number)
 
 
+_TIME_NAMES = {"h": "hour", "m": "minute", "s": "second"}
+_TIME_PART = r"\d+(?:\.\d+)? ?(?:hrs?|h|mins?|m|secs?|s)\b"
+#: Durations as typed: "3h 20m", "2 hrs 15 mins", "1h 5m 30s", "45 min". "m" and "s" are minutes and seconds
+#: only after a larger unit ("20m" alone may be metres or millions, "the 90s" a decade).
+_TIME_UNITS = re.compile(rf"(?<![\w.,:/$£€¥-]){_TIME_PART}(?: {_TIME_PART})*(?![.,]?\d)")
+
+
+def read_time_units(match: re.Match) -> str:
+    """"3h 20m" -> "3 hours 20 minutes", "1 hr" -> "1 hour", "15 mins" -> "15 minutes": read as written, without
+    an "and"; units out of order ("5m 3h"), or "m" or "s" alone, are left as they are."""
+    parts = re.findall(r"(\d+(?:\.\d+)?) ?([a-z]+)", match.group(0))
+    units = [unit for _, unit in parts]
+    if len(parts) == 1 and (units[0] in ("m", "s") or (units[0] == "h" and " " in match.group(0))):
+        return match.group(0)
+    order = ["hms".index(unit[0]) for unit in units]
+    if order != sorted(set(order)):
+        return match.group(0)
+    return " ".join(f"{number} {_TIME_NAMES[unit[0]]}{'' if number == '1' else 's'}" for number, unit in parts)
+
+
+_LENGTHS = {"km": ("kilometer", "kilometers"), "m": ("meter", "meters"), "cm": ("centimeter", "centimeters"),
+            "mm": ("millimeter", "millimeters"), "ft": ("foot", "feet"), "in": ("inch", "inches"),
+            "mi": ("mile", "miles")}
+#: An area or a volume: "20 m²" -> "20 square meters" (not "20 m squared"), "1 cm³" -> "1 cubic centimeter".
+_POWERED_UNIT = re.compile(r"(?<![\w.,])(\d+(?:,\d{3})*(?:\.\d+)?) ?(km|cm|mm|m|ft|in|mi)([²³])")
+
+
+def read_powered_unit(match: re.Match) -> str:
+    number, unit, power = match.groups()
+    return f"{number} {'square' if power == '²' else 'cubic'} {_LENGTHS[unit][number != '1']}"
+
+
+#: A height in feet and inches: 5'11", 5′11″, 5' 11", 6'0" or 5'11 without the inch mark. Inches run 0 to 11
+#: ("3'45"" is a track's minutes and seconds, not feet).
+_FEET_INCHES = re.compile(r"(?<![\w.'’])(\d{1,2}) ?['′’] ?(\d|1[01]) ?(?:[\"″”]|''|(?![\w'\"″”]|[.,]\d))")
+
+
+def read_feet_inches(match: re.Match) -> str:
+    """5'11" -> "5 feet 11 inches", 6'0" -> "6 feet", 1'1" -> "1 foot 1 inch"."""
+    feet, inches = match.groups()
+    spoken = f"{feet} {'foot' if feet == '1' else 'feet'}"
+    return spoken if inches == "0" else f"{spoken} {inches} {'inch' if inches == '1' else 'inches'}"
+
+
 #: The next number in a list ("100 200 and 400", "100 200, 400"): a plain number, not one grouped by spaces itself.
 _LIST_AFTER = re.compile(r"(?:,? (?:and|or)|,) [0-9]{1,3}(?! ?[0-9])")
 
@@ -169,13 +215,16 @@ def read_grouped_digits(match: re.Match) -> str:
 
 
 #: Applied before the shared normaliser: addresses first (their dots and digits must not be read as decimals,
-#: versions or acronyms), then durations and numbers dialled.
+#: versions or acronyms), then durations, numbers dialled, units as typed and heights.
 BEFORE_SHARED: tuple[tuple[re.Pattern, object], ...] = (
     (_EMAIL, _address),
     (_URL, _address),
     (_DOMAIN, _address),
     (_DURATION, read_duration),
     (_DIAL, read_dialled_number),
+    (_TIME_UNITS, read_time_units),
+    (_POWERED_UNIT, read_powered_unit),
+    (_FEET_INCHES, read_feet_inches),
 )
 
 
@@ -199,5 +248,5 @@ def after_shared(text: str) -> str:
     return text
 
 
-__all__ = ["DIGIT_WORDS", "after_shared", "before_shared", "read_dialled_number", "read_duration",
-           "read_grouped_digits", "read_year_by_context", "spell_address"]
+__all__ = ["DIGIT_WORDS", "after_shared", "before_shared", "read_dialled_number", "read_duration", "read_feet_inches",
+           "read_grouped_digits", "read_powered_unit", "read_time_units", "read_year_by_context", "spell_address"]

@@ -55,6 +55,15 @@ CASES = {
                            "I will call fifty more and phone twenty people."),
     "a grouped number after dial": ("Dial 020 7946 0958",
                                     "Dial zero two zero, seven nine four six, zero nine five eight"),
+    "hours and minutes": ("It took 3h 20m.", "It took three hours twenty minutes."),
+    "abbreviated units": ("2 hrs 15 mins, 1 hr, 1 min 30 secs",
+                          "two hours fifteen minutes, one hour, one minute thirty seconds"),
+    "hours, minutes and seconds": ("1h 5m 30s", "one hour five minutes thirty seconds"),
+    "m or s alone": ("A 20m rope in the 90s", "A twenty m rope in the nineties"),
+    "an area and a volume": ("20 m², 1 km² and 1 cm³",
+                             "twenty square meters, one square kilometer and one cubic centimeter"),
+    "a height": ("He is 5'11\" and she is 6'0\".", "He is five feet eleven inches and she is six feet."),
+    "a height without the inch mark": ("He is 5′11 tall.", "He is five feet eleven inches tall."),
 }
 
 
