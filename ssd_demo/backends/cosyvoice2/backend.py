@@ -98,8 +98,8 @@ class CosyVoice2Backend:
     #: The official sampling code followed (SAMPLING_RULES): "head" (today's) or "release" (the paper's).
     rules: str = "head"
     #: How text is read (NORMALISER_MODES): "default" (the project's English readings) or "official" (the
-    #: official procedure, `wetext` for English too, for reproducing published numbers). Chinese is read the
-    #: official way in both.
+    #: official procedure, `wetext` for English too, for reproducing published numbers). Chinese goes through
+    #: `wetext` in both; the default reads prices without trailing zeros and keeps a space before a Latin word.
     text_normalizer: str = "default"
     #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
     max_voices: int = 16

@@ -8,18 +8,19 @@ that are only punctuation. The model was trained on spoken-form text, so every d
 it is tokenised.
 
 Two modes (`NORMALISER_MODES`). `official` runs that procedure as published (`text_official`), for reproducing
-published numbers. `default` reads Chinese the same way, and English with the project's own normaliser in
-`wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money, decimals, clock
-times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`: e-mail and web
-addresses, durations, numbers dialled, time units, areas and heights as typed, years told by their context, "the
-5th of November"), and the readings the shared one leaves to eSpeak (ordinals, decades, percent, minus). Before
-it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped by spaces or
-dots but not numbers listed with spaces, phone and card numbers digit by digit, degrees, powers, fraction
-characters, plus, equals, cents). Where the two differ (the README lists examples): "$5.99" is "five dollars
-ninety-nine" here, "five point nine nine dollars" in `wetext`; "1250 people" is a number here, "twelve fifty
-people" there; "Version 3.11.4" is "three point eleven point four" here, "three.eleven point four" there. Like
-`wetext`, the default reads English only when the text holds a digit (or an e-mail or web address): other text
-reaches the model exactly as in an official install.
+published numbers. `default` reads Chinese through `wetext` too, but for two departures (`text_zh.read_chinese`:
+"¥88.50" "八十八点五元", not "八十八点五零元"; a space kept between Chinese and a Latin word), and English with the project's
+own normaliser in `wetext`'s place (`normalize_numbers`): the shared one (`ssd_demo.text.normalize_text`: money,
+decimals, clock times, dates, years, phone numbers, ranges, units), the readings added for this voice (`readings`:
+e-mail and web addresses, durations, numbers dialled, time units, areas and heights as typed, years told by their
+context, "the 5th of November"), and the readings the shared one leaves to eSpeak (ordinals, decades, percent,
+minus). Before it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped
+by spaces or dots but not numbers listed with spaces, phone and card numbers digit by digit, degrees, powers,
+fraction characters, plus, equals, cents). Where the two differ (the README lists examples): "$5.99" is "five
+dollars ninety-nine" here, "five point nine nine dollars" in `wetext`; "1250 people" is a number here, "twelve
+fifty people" there; "Version 3.11.4" is "three point eleven point four" here, "three.eleven point four" there.
+Like `wetext`, the default reads English only when the text holds a digit (or an e-mail or web address): other
+text reaches the model exactly as in an official install.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
 from .readings import DIGIT_WORDS, after_shared, before_shared, read_grouped_digits
 from .text_official import is_markup, official_normalize
-from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, normalize_chinese
+from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, read_chinese
 
 
 @lru_cache(maxsize=1)
@@ -211,7 +212,7 @@ def has_words(text: str) -> bool:
 
 
 #: The normaliser modes: the project's English reading (`default`), or the official procedure (`official`:
-#: `wetext` for English too, then `inflect` on the digits left). Chinese is read the official way in both.
+#: `wetext` for English too, then `inflect` on the digits left). Chinese goes through `wetext` in both (`text_zh`).
 NORMALISER_MODES = ("default", "official")
 
 
@@ -223,12 +224,13 @@ def check_mode(mode: str) -> str:
 
 def normalize(text: str, mode: str = "default") -> str:
     """The spoken form of `text` (the official `text_normalize(text, split=False)`'s place): Chinese through
-    `wetext` (`text_zh`); other text through `normalize_english`, or in the `official` mode as the official
-    computes it (`text_official`). What a voice prompt's transcript goes through too."""
+    `wetext` (`text_zh`: `read_chinese`, or `normalize_chinese` in the `official` mode); other text through
+    `normalize_english`, or in the `official` mode as the official computes it (`text_official`). What a voice
+    prompt's transcript goes through too."""
     if check_mode(mode) == "official":
         return official_normalize(text)
     stripped = text.strip()
-    return normalize_chinese(stripped) if contains_chinese(stripped) else normalize_english(stripped)
+    return read_chinese(stripped) if contains_chinese(stripped) else normalize_english(stripped)
 
 
 def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 What the official front end (`CosyVoiceFrontEnd.text_normalize` with `wetext` installed) does: text holding
 `<|` and `|>` (markup) is left whole, as one chunk; otherwise it is stripped, and text holding a Chinese
-character takes the Chinese route (`text_zh`, the same in both modes). Other text goes through `wetext`'s
+character takes the official Chinese route (`text_zh.normalize_chinese`). Other text goes through `wetext`'s
 normaliser built as the official builds it (language detected: English, or Chinese when the text is digits
 only, so "1984" is read "一千九百八十四"), then every run of digits still there is spelt out by `inflect`
 ("v2" -> "vtwo"), and the paragraph is split by the official rule.

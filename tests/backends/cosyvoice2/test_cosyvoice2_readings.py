@@ -12,6 +12,7 @@ from __future__ import annotations
 from support.paths import REPOSITORY, TEST_DATA
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -103,10 +104,30 @@ def test_the_official_mode_gives_the_official_text_and_chunks():
     assert wrong == [] and split == []
 
 
-def test_chinese_is_read_the_official_way_in_both_modes():
+#: Where the default mode reads Chinese its own way: a price with a trailing zero or a thousands comma, a space
+#: between Chinese and a Latin letter (`text_zh.read_chinese`).
+DEFAULT_CHINESE = re.compile(r"[¥￥$€£]? ?\d{1,3}(?:,\d{3})+|\d\.\d*0(?!\d) ?[万亿]?[元块]|[¥￥$€£] ?\d+\.\d*0(?!\d)|"
+                             r"[\u4e00-\u9fff] +[A-Za-z]|[A-Za-z] +[\u4e00-\u9fff]")
+
+
+def test_chinese_is_read_the_official_way_in_both_modes_but_for_prices_and_latin_words():
     chinese = [row for row in ROWS if row["language"] == "zh"]
-    assert all(row["default"] == row["official"] for row in chinese)
+    assert all(row["default"] == row["official"] for row in chinese if not DEFAULT_CHINESE.search(row["text"]))
+    assert all(row["default"] != row["official"] for row in chinese if DEFAULT_CHINESE.search(row["text"]))
     assert normalize("温度降到了-5℃，增长了3.5%") == "温度降到了负五摄氏度，增长了百分之三点五"
+
+
+@pytest.mark.parametrize("text, default, official", [
+    ("价格是¥88.50", "价格是八十八点五元", "价格是八十八点五零元"),
+    ("共¥88.50元", "共八十八点五元", "共八元八点五零元"),
+    ("售价¥1,288.00", "售价一千二百八十八元", "售价一元,两百八十八点零零"),
+    ("收入3.20亿元，花了12.50块", "收入三点二亿元，花了十二点五块", "收入三点二零亿元，花了十二点五零块"),
+    ("长3.50米", "长三点五零米", "长三点五零米"),  # a measure's zero may be its precision: read as written
+    ("我 like apple 和 banana", "我 like apple 和 banana", "我like apple和banana"),
+    ("iPhone 15 很好，你 好", "iPhone 十五很好，你好", "iPhone十五很好，你好"),
+])
+def test_the_default_mode_reads_prices_and_keeps_a_space_before_a_latin_word(text, default, official):
+    assert (normalize(text), normalize(text, "official")) == (default, official)
 
 
 def test_the_chinese_normaliser_needs_no_network():
