@@ -309,3 +309,14 @@ def test_tokens_per_second_uses_the_tables_own_lm_seconds():
     result = SimpleNamespace(lm_seconds=9.559, generation=SimpleNamespace(stats=SimpleNamespace(sampled_tokens=956)))
     assert lm_tokens_per_second(result) == 956 / 9.559
     assert lm_tokens_per_second(SimpleNamespace(lm_seconds=0.0, generation=result.generation)) != 956  # nan
+
+
+def test_the_race_scripts_reach_the_browser_as_written():
+    """The scripts are plain (non-raw) Python strings: a regular expression's `\\b` written once in the source
+    would reach the browser as a backspace character and never match."""
+    from ssd_demo.app.compare import race_js
+
+    scripts = {name: value for name, value in vars(race_js).items() if name.endswith("_JS")}
+    assert scripts
+    for name, script in scripts.items():
+        assert not [c for c in script if ord(c) < 32 and c not in "\n"], name

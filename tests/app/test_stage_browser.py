@@ -47,9 +47,18 @@ MONITOR_JS = """() => {
   if (window.ssdStage) { return; }
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const last = {};
-  const stage = window.ssdStage = {overlaps: [], first: {}, mark: performance.now(), statuses: [], sequence: []};
+  const stage = window.ssdStage = {overlaps: [], first: {}, mark: performance.now(), statuses: [], sequence: [],
+                                   events: []};
   stage.reset = () => { stage.overlaps = []; stage.first = {}; stage.mark = performance.now(); stage.statuses = [];
-                        stage.sequence = []; };
+                        stage.sequence = []; stage.events = []; };
+  // Every media event of the race's players (seconds since reset, player, event, its position): a failure shows them.
+  for (const name of ['play', 'playing', 'waiting', 'pause', 'ended', 'emptied', 'loadstart']) {
+    document.addEventListener(name, (e) => {
+      const id = ids.find((i) => e.target.closest && e.target.closest('#' + i));
+      if (id) { stage.events.push([((performance.now() - stage.mark) / 1000).toFixed(2), id.slice(4), name,
+                                   e.target.currentTime.toFixed(2)].join(' ')); }
+    }, true);
+  }
   setInterval(() => {
     const status = document.querySelector('#ssd-status').innerText;
     if (stage.statuses[stage.statuses.length - 1] !== status) { stage.statuses.push(status); }
@@ -272,13 +281,19 @@ def test_races_in_a_row_play_each_voice_to_its_end_in_order(page, artifacts):
             page.wait_for_function(f"({STATE_JS})().run && ({STATE_JS})().idle", timeout=30_000)
             assert page.evaluate("window.ssdStage.overlaps").__len__() == 0
             continue
-        _statuses_until(page, _race_done)
-        page.wait_for_function("'ssd-spec-stream' in window.ssdStage.first", timeout=120_000)
-        page.wait_for_function(f"({STATE_JS})().idle", timeout=120_000)
+        try:
+            _statuses_until(page, _race_done)
+            page.wait_for_function("'ssd-spec-stream' in window.ssdStage.first", timeout=120_000)
+            page.wait_for_function(f"({STATE_JS})().idle", timeout=120_000)
+        finally:  # what each player did, kept for a failure
+            (artifacts / f"race_{n}_events.json").write_text(json.dumps(
+                {"sequence": page.evaluate("window.ssdStage.sequence"), "events": page.evaluate("window.ssdStage.events"),
+                 "lanes": [page.locator(f"#{lane}").inner_text() for lane in ("ssd-ar-live", "ssd-spec-live")]},
+                indent=1))
         sequence = page.evaluate("window.ssdStage.sequence")
         live = [id for id in sequence if id in ("ssd-ar-stream", "ssd-spec-stream")]
         assert live and live[0] == "ssd-ar-stream" and "ssd-ar-stream" not in live[live.index("ssd-spec-stream"):], \
-            (n, sequence)
+            (n, sequence, f"see race_{n}_events.json")
         assert page.evaluate("window.ssdStage.overlaps").__len__() == 0, (n, page.evaluate("window.ssdStage.overlaps"))
         heard = page.evaluate("window.ssdHeard")
         records.append({"race": n, "text": ONE_LINERS[n % len(ONE_LINERS)],

@@ -262,9 +262,9 @@ def piece_wav(piece: AudioPiece) -> bytes:
     return _wav_bytes(piece.audio, piece.sample_rate)
 
 
-def empty_wav(sample_rate: int = 16_000) -> bytes:
-    """A WAV with no samples: a streamed chunk that adds nothing to the audio."""
-    return _wav_bytes(np.zeros(0, dtype=np.float32), sample_rate)
+def empty_wav(sample_rate: int = 16_000, seconds: float = 0.0) -> bytes:
+    """A WAV of silence (by default no samples: a streamed chunk that adds nothing to the audio)."""
+    return _wav_bytes(np.zeros(round(seconds * sample_rate), dtype=np.float32), sample_rate)
 
 
 def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:

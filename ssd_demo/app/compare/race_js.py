@@ -19,14 +19,17 @@ body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; 
 """
 #: Never two voices at once, and each live voice to its end: a voice that would start while another is
 #: sounding waits for its turn. A live player that runs out of audio ('waiting') keeps its turn while its lane
-#: still owes speech (still decoding, or done with more seconds of speech than the player has played: the
-#: tail an encoder hands out late), up to four seconds (`STALL_LIMIT_MS`); so a lane's tail is never played after the
-#: next voice. The click-to-sound wall clock of each live player (the click to its first audible sample) is
+#: still owes speech: still decoding, or done with more seconds of speech than the player has played (plus the
+#: AAC encoder's priming, `PRIMING_S`), a finished lane for at most four seconds (`STALL_LIMIT_MS`). A finished
+#: lane that has played its speech is held once it gives up its turn: the server pads each finished lane with
+#: silence (`race_view.TAIL_PADDING`), so what its stream still holds is silence, and the encoder's last frames,
+#: handed out when the race ends, never take a turn after the next voice. The click-to-sound wall clock of each live player (the click to its first audible sample) is
 #: kept in `window.ssdHeard` and written after its lane's "First audio after" figure.
 #: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's
 #: start while it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one
 #: of the race's players starts sounding while another one is, it is paused and queued, and it plays
-#: when the other stops sounding (its audio ran out, it ended or was paused). Because the lanes decode one
+#: when the other stops sounding (its audio ran out, it ended or was paused); the speculative voice also waits
+#: until the autoregressive one has had its whole turn, whichever player starts first. Because the lanes decode one
 #: after the other, the speculative lane's live audio, often ready while the autoregressive lane's is
 #: still playing, is heard in full right after it. A player clicked by hand plays at once and pauses the
 #: others; `hold` pauses a player and keeps it quiet (no turn, no restart when its stream sends more
@@ -35,10 +38,10 @@ VOICES_JS = """
 if (!window.ssdVoices) {
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const lanes = {'ssd-ar-stream': 'ssd-ar-live', 'ssd-spec-stream': 'ssd-spec-live'};
-  const STALL_LIMIT_MS = 4000;
+  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07;
   const audio = (id) => document.querySelector('#' + id + ' audio');
   const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
-  const held = new Set(), sounding = new Set(), stalled = {};
+  const held = new Set(), sounding = new Set(), played = new Set(), stalled = {};
   let queue = [], touched = {id: null, at: 0};
   window.ssdHeard = window.ssdHeard || {};
   const laneText = (id) => { const el = lanes[id] && document.querySelector('#' + lanes[id]); return el ? el.innerText : ''; };
@@ -48,7 +51,17 @@ if (!window.ssdVoices) {
     if (/\\bstopped\\b/.test(text)) { return false; }
     if (!/\\bdone\\b/.test(text)) { return /\\brunning\\b/.test(text); }
     const speech = text.match(/([0-9.]+) s of speech/), a = audio(id);
-    return !!(speech && a && a.currentTime < parseFloat(speech[1]) - 0.15);
+    return !!(speech && a && a.currentTime < parseFloat(speech[1]) + PRIMING_S);
+  };
+  const finished = (id) => !!lanes[id] && /\\b(done|stopped)\\b/.test(laneText(id));
+  // The lanes' order: a live voice waits for every voice before it to have had its whole turn (`played`), even
+  // when its own player happens to start sounding first (both players can pick up their streams at once).
+  const ORDER = ['ssd-ar-stream', 'ssd-spec-stream'];
+  const waitsFor = (id) => {
+    const at = ORDER.indexOf(id);
+    const pending = (before) => !played.has(before) && !(audio(before) && audio(before).ended)
+                                && !/\\bstopped\\b/.test(laneText(before));
+    return at > 0 && ORDER.slice(0, at).some(pending);
   };
   const showHeard = (id) => {
     const el = lanes[id] && document.querySelector('#' + lanes[id]);
@@ -77,6 +90,12 @@ if (!window.ssdVoices) {
   document.addEventListener('play', (e) => {
     const id = idOf(e);
     if (id && held.has(id)) { if (byHand(id)) { held.delete(id); } else { e.target.pause(); } }
+    // A voice whose turn is not due is paused before it can sound at all ('playing' comes only after the
+    // first tens of milliseconds are out): it is queued and started when the voice before it is done.
+    else if (id && !byHand(id) && waitsFor(id)) {
+      e.target.pause();
+      if (!queue.includes(id)) { queue.push(id); }
+    }
   }, true);
   document.addEventListener('playing', (e) => {
     const id = idOf(e);
@@ -85,7 +104,7 @@ if (!window.ssdVoices) {
       held.delete(id);
       queue = queue.filter((q) => q !== id);
       for (const other of [...sounding]) { if (other !== id) { hold(other); } }
-    } else if (held.has(id) || [...sounding].some((other) => other !== id)) {
+    } else if (held.has(id) || waitsFor(id) || [...sounding].some((other) => other !== id)) {
       e.target.pause();
       if (!held.has(id) && !queue.includes(id)) { queue.push(id); }
       return;
@@ -100,15 +119,27 @@ if (!window.ssdVoices) {
   for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
     document.addEventListener(name, (e) => {
       const id = idOf(e);
+      // At its end a player fires 'pause' (already `ended`), then 'ended': either way its voice has had its turn.
+      const atEnd = name === 'ended' || (name === 'pause' && e.target.ended);
+      if (id && atEnd && finished(id)) { played.add(id); }
       if (!id || !sounding.has(id)) { return; }
       if (name === 'waiting' && owes(id)) {  // out of audio, but its lane owes more: it keeps its turn
         const mark = stalled[id] = performance.now();
-        // A tail that never comes is given up: the player is held (its remainder never plays after the next voice).
-        setTimeout(() => { if (stalled[id] === mark && e.target.readyState < 3) { release(id); hold(id); } },
-                   STALL_LIMIT_MS);
+        // A finished lane's tail that never comes is given up: the player is held (its remainder never plays
+        // after the next voice). A lane still decoding keeps its turn: no other live voice exists yet.
+        const giveUp = () => {
+          if (stalled[id] !== mark || e.target.readyState >= 3) { return; }
+          if (!finished(id)) { setTimeout(giveUp, STALL_LIMIT_MS); return; }
+          played.add(id); release(id); hold(id);
+        };
+        setTimeout(giveUp, STALL_LIMIT_MS);
         return;
       }
+      if (name === 'waiting' && finished(id)) { played.add(id); }
       release(id);
+      // A finished live voice that has played its speech is held: what its stream still holds is the
+      // encoder's silent tail, handed out when the race ends, and must not take a turn after the next voice.
+      if ((name === 'waiting' || atEnd) && finished(id)) { hold(id); }
     }, true);
   }
   document.addEventListener('playing', (e) => { const id = idOf(e); if (id) { delete stalled[id]; } }, true);
@@ -116,13 +147,15 @@ if (!window.ssdVoices) {
     owes, hold: (...which) => which.forEach(hold),
     play: (id) => { held.delete(id); queue = queue.filter((q) => q !== id); const a = audio(id);
                     if (a) { a.currentTime = 0; return a.play(); } },
-    audio, reset: () => { held.clear(); queue = []; },
+    // A race starts from a clean slate: no turn, queue or stall timer of the last race carries over.
+    audio, reset: () => { held.clear(); sounding.clear(); played.clear(); queue = [];
+                          for (const id in stalled) { delete stalled[id]; } },
   };
 }
 """
 #: A race starts: its buttons are disabled at once in the browser (a double click must not reach the server
-#: twice before the server disables them), the voice rule is in place, nothing is held, the replays are
-#: silent and the toasts of earlier races are gone.
+#: twice before the server disables them), the voice rule is in place, nothing is held, the replays and the
+#: last race's live players are silent and the toasts of earlier races are gone.
 RACE_START_JS = "() => {" + VOICES_JS + """
   for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
   window.ssdVoices.reset();
@@ -130,6 +163,10 @@ RACE_START_JS = "() => {" + VOICES_JS + """
   window.ssdHeard = {};
   for (const span of document.querySelectorAll('.ssd-heard')) { span.remove(); }
   window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
+  for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {  // the last race's voices; each lane's first piece replaces them
+    const audio = window.ssdVoices.audio(id);
+    if (audio && !audio.paused) { audio.pause(); }
+  }
   for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
   return [];
 }"""

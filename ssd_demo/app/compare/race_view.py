@@ -51,6 +51,10 @@ LIVE_AUDIO = shutil.which("ffmpeg") is not None
 #: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
 FLUSH_FOR = 2.0
 EMPTY_WAV = compare.empty_wav()
+#: Silence sent once a lane is done (seconds). The encoder keeps the last ~0.08 s of its input (a frame of
+#: look-ahead and the part of a frame not yet full) until more audio comes or the race ends; without this
+#: the end of the first voice would reach its player only after the second voice has played.
+TAIL_PADDING = 0.25
 #: The status line once the Stop button stopped a race.
 STOPPED_STATUS = "**Stopped.** Start a race again when ready."
 
@@ -183,6 +187,14 @@ class RaceFrames:
         now = time.perf_counter()
         return {self.streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
 
+    def tails(self, race: compare.Race, rates: dict[str, int], last_sent: dict[str, float]) -> dict:
+        """Once per finished lane, `TAIL_PADDING` of silence on its stream: its real last samples go out now.
+        `rates` holds the lanes whose tail is still to push (lane -> sample rate of its pieces)."""
+        done = [lane for lane in rates if race.lanes[lane].seconds is not None]
+        for lane in done:
+            last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
+        return {self.streams[lane]: compare.empty_wav(rates.pop(lane), TAIL_PADDING) for lane in done}
+
     def refused(self, error: BaseException):
         """The status line says why nothing runs (it would keep its last stage otherwise; the next race
         replaces it) and both live players go back to empty; then the error, for an API client."""
@@ -237,23 +249,28 @@ class RaceFrames:
         view = self.view
         race, started = compare.Race(), time.perf_counter()
         last_sent: dict[str, float] = {}  # lane -> when its last piece went out
+        rates: dict[str, int] = {}  # lane -> its pieces' sample rate, until its tail is pushed out (`tails`)
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, stop_check, race)) as events:
             yield self.frame({**self.live(race), **self.silent(), view.headline: "", view.replay_ar: None,
                               view.replay_spec: None, view.replay_note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
-                    yield self.frame({**self.live(race), **self.flushes(last_sent)})
+                    yield self.frame({**self.live(race), **self.flushes(last_sent), **self.tails(race, rates, last_sent)})
                 elif isinstance(event, compare.Piece):
                     if len(event.piece.audio) and LIVE_AUDIO:
-                        yield self.frame({**self.live(race), self.streams[event.lane]: compare.piece_wav(event.piece)})
+                        yield self.frame({**self.live(race), **self.tails(race, rates, last_sent),
+                                          self.streams[event.lane]: compare.piece_wav(event.piece)})
                         last_sent[event.lane] = time.perf_counter()
+                        rates[event.lane] = event.piece.sample_rate
                 elif isinstance(event, compare.Stopped):
                     yield from self.stopped(race)
                 elif isinstance(event, compare.Failed):
                     yield from self.refused(event.error)
                 elif isinstance(event, compare.Done):
                     jobs.CLOCK.record(time.perf_counter() - started)
+                    if rates:
+                        yield self.frame({**self.live(race), **self.tails(race, rates, last_sent)})
                     yield from self.finish(event.comparison, race, page, settings_key(request))
 
 
