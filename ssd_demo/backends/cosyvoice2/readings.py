@@ -66,7 +66,10 @@ _DURATION = re.compile(r"(?<![\d:.])(\d{1,2}):([0-5]\d):([0-5]\d)(?![\d:]|\.\d)"
 _QUANTITY_WORDS = frozenset("""
     of point thousand million billion hundred percent per times people men women children feet teeth mice geese
     yen sheep fish deer staff cattle personnel police hertz
+    dollars pounds euros cents pence rupees yuan won francs
 """.split())
+#: "a" + these after a number make it a rate, a quantity ("1750 a week", "1899 dollars a year").
+_RATE_UNITS = frozenset("second minute hour day night week month year".split())
 #: Words ending in "s" that are not plural nouns.
 _NOT_PLURALS = frozenset("""
     is was has does this his its thus yes plus minus always perhaps unless whereas towards afterwards besides as
@@ -95,6 +98,8 @@ def _is_quantity_noun(following: list[str]) -> bool:
     while len(following) >= 2 and following[0].lower() in (",", "and", "or", "to", "-") and following[1].isdigit():
         following = following[2:]
     if following and following[0] in ("%", "‰"):
+        return True
+    if len(following) >= 2 and following[0].lower() in ("a", "an", "per") and following[1].lower() in _RATE_UNITS:
         return True
     if not following or not following[0].isalpha():
         return False
