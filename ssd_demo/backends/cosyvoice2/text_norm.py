@@ -85,12 +85,15 @@ def _digit_groups(match: re.Match) -> str:
 # Symbols and digit layouts `normalize_text` leaves alone (eSpeak reads some itself) and `inflect` cannot
 # read: applied first. Thousands grouped by spaces, underscores or two or more dots become one number
 # ("1 000 000", "1_000_000", "1.000.000"), but not numbers listed with spaces ("100 200 and 400",
-# `read_grouped_digits`); other runs of three or more space-separated digit groups
-# (phone, card and account numbers) are read digit by digit; degrees, powers, cents, plus, equals and fraction characters
+# `read_grouped_digits`); other runs of three or more space-separated digit groups, and groups after a
+# leading zero (phone, card and account numbers) are read digit by digit; degrees, powers, cents, plus, equals and fraction characters
 # become words.
 _SYMBOL_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile("\u2212"), "-"),  # the minus sign
     (re.compile(r"(?<![\w.,-])\+?\d{1,4}(?: \d{1,4}){2,}(?![\w.,-]?\d)"), _digit_groups),
+    # A number written with a leading zero and more digit groups after it is dialled ("07700 900123"): no
+    # quantity begins with 0.
+    (re.compile(r"(?<![\w.,-])0\d{2,5}(?: \d{3,8})+(?![\w.,-]?\d)"), _digit_groups),
     (re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:[ _\u00a0\u202f]\d{3})+(?![\d.,]\d)"), read_grouped_digits),
     (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3}){2,})(?![\d.])"), lambda m: m.group(1) + m.group(2).replace(".", "")),
     (re.compile(r"(\d)\s*([½¼¾⅓⅔])"), lambda m: f"{m.group(1)} and {_FRACTIONS[m.group(2)]}"),

@@ -53,6 +53,8 @@ CASES = {
     "an emergency number": ("Dial 911 or call 112.", "Dial nine one one or call one one two."),
     "a price per month is no year": ("Prices rose to $1,625 a month.",
                                      "Prices rose to one thousand, six hundred and twenty-five dollars a month."),
+    "a number with a leading zero and groups is dialled": (
+        "Reach me at 07700 900123.", "Reach me at zero seven seven zero zero, nine zero zero one two three."),
     "a count per week is no year": ("I sold 1,750 a week.", "I sold one thousand, seven hundred and fifty a week."),
     "a year before 'a' + noun stays a year": ("In 1999 a storm hit the coast.",
                                               "In nineteen ninety-nine a storm hit the coast."),
