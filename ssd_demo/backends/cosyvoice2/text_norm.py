@@ -93,7 +93,7 @@ _SYMBOL_REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     (re.compile(r"(?<![\w.,-])\+?\d{1,4}(?: \d{1,4}){2,}(?![\w.,-]?\d)"), _digit_groups),
     # A number written with a leading zero and more digit groups after it is dialled ("07700 900123"): no
     # quantity begins with 0.
-    (re.compile(r"(?<![\w.,-])0\d{2,5}(?: \d{3,8})+(?![\w.,-]?\d)"), _digit_groups),
+    (re.compile(r"(?<![\w.,-])(?<!\d[ _\u00a0\u202f])0\d{2,5}(?: \d{3,8})+(?![\w.,-]?\d)"), _digit_groups),
     (re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:[ _\u00a0\u202f]\d{3})+(?![\d.,]\d)"), read_grouped_digits),
     (re.compile(r"(?<![\d.,])([1-9]\d{0,2})((?:\.\d{3}){2,})(?![\d.])"), lambda m: m.group(1) + m.group(2).replace(".", "")),
     (re.compile(r"(\d)\s*([½¼¾⅓⅔])"), lambda m: f"{m.group(1)} and {_FRACTIONS[m.group(2)]}"),
