@@ -320,3 +320,11 @@ def test_the_race_scripts_reach_the_browser_as_written():
     assert scripts
     for name, script in scripts.items():
         assert not [c for c in script if ord(c) < 32 and c not in "\n"], name
+
+
+def test_the_page_knows_the_live_streams_lead_in():
+    """Every live stream begins with `LEAD_IN` of silence; the page's voice rule and its click-to-sound clock
+    subtract the same figure."""
+    from ssd_demo.app.compare import race_js, race_view
+
+    assert f"LEAD_IN_S = {race_view.LEAD_IN}" in race_js.VOICES_JS

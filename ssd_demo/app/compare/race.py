@@ -66,6 +66,7 @@ class Race:
 
     stage: str = "Starting the race"
     lanes: dict[str, RaceLane] = field(default_factory=lambda: {name: RaceLane(name) for name in LANES})
+    sample_rate: int | None = None  # the voice's, once its models are ready (the live players open with it)
 
     def report(self, fraction: float = 0.0, desc: str | None = None) -> None:
         if desc is not None:
@@ -103,6 +104,7 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
     with model_turn(race.report):
         check(should_stop)  # stopped while it waited for the model
         prepared = prepare(request, race.report)
+        race.sample_rate = prepared.synthesizer.backend.sample_rate
         check(should_stop)  # stopped while the model loaded and warmed up
         comparison = run(prepared, race.report, should_stop, lanes or race)
     race.stage = "Both runs done: drawing the charts"
@@ -257,9 +259,11 @@ def write_replay_files(replay: SlowMotion, sample_rate: int, directory: Path | N
     return paths[0], paths[1]
 
 
-def piece_wav(piece: AudioPiece) -> bytes:
-    """A piece as 16-bit WAV bytes with the clip's one fixed gain (what a streaming player is fed)."""
-    return _wav_bytes(piece.audio, piece.sample_rate)
+def piece_wav(piece: AudioPiece, lead_in: float = 0.0) -> bytes:
+    """A piece as 16-bit WAV bytes with the clip's one fixed gain (what a streaming player is fed), after
+    `lead_in` seconds of silence."""
+    silence = np.zeros(round(lead_in * piece.sample_rate), dtype=np.float32)
+    return _wav_bytes(np.concatenate([silence, piece.audio]), piece.sample_rate)
 
 
 def empty_wav(sample_rate: int = 16_000, seconds: float = 0.0) -> bytes:

@@ -17,28 +17,29 @@ body.ssd-presenter #ssd-replay-note p, body.ssd-presenter #ssd-status p, body.ss
 body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
 #ssd-stage-css { display: none; }
 """
-#: Never two voices at once, and each live voice to its end: a voice that would start while another is
-#: sounding waits for its turn. A live player that runs out of audio ('waiting') keeps its turn while its lane
-#: still owes speech: still decoding, or done with more seconds of speech than the player has played (plus the
-#: AAC encoder's priming, `PRIMING_S`), a finished lane for at most four seconds (`STALL_LIMIT_MS`). A finished
-#: lane that has played its speech is held once it gives up its turn: the server pads each finished lane with
-#: silence (`race_view.TAIL_PADDING`), so what its stream still holds is silence, and the encoder's last frames,
-#: handed out when the race ends, never take a turn after the next voice. The click-to-sound wall clock of each live player (the click to its first audible sample) is
-#: kept in `window.ssdHeard` and written after its lane's "First audio after" figure.
-#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's
-#: start while it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one
-#: of the race's players starts sounding while another one is, it is paused and queued, and it plays
-#: when the other stops sounding (its audio ran out, it ended or was paused); the speculative voice also waits
-#: until the autoregressive one has had its whole turn, whichever player starts first. Because the lanes decode one
-#: after the other, the speculative lane's live audio, often ready while the autoregressive lane's is
-#: still playing, is heard in full right after it. A player clicked by hand plays at once and pauses the
-#: others; `hold` pauses a player and keeps it quiet (no turn, no restart when its stream sends more
-#: audio) until it is clicked or the next race starts.
+#: Never two voices at once, and each live voice to its end: a voice that would start while another is sounding waits
+#: for its turn. A live player that runs out of audio ('waiting') keeps its turn while its lane still owes speech:
+#: still decoding, or done with more seconds of speech than the player has played (plus the AAC encoder's priming,
+#: `PRIMING_S`), a finished lane for at most four seconds (`STALL_LIMIT_MS`). A finished lane that has played its
+#: speech is held once it gives up its turn: the server pads each finished lane with silence
+#: (`race_view.TAIL_PADDING`), so what its stream still holds is silence, and the encoder's last frames, handed out
+#: when the race ends, never take a turn after the next voice. Every live stream begins with `LEAD_IN_S` of silence
+#: (`race_view.LEAD_IN`, sent once the voice's models are ready so that the players listen before the first piece):
+#: the rule and the clock below count from its end. The click-to-sound wall clock of each live player (the click to
+#: its first audible sample) is kept in `window.ssdHeard` and written after its lane's "First audio after" figure.
+#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's start while
+#: it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one of the race's players
+#: starts sounding while another one is, it is paused and queued, and it plays when the other stops sounding (its
+#: audio ran out, it ended or was paused); the speculative voice also waits until the autoregressive one has had its
+#: whole turn, whichever player starts first. Because the lanes decode one after the other, the speculative lane's
+#: live audio, often ready while the autoregressive lane's is still playing, is heard in full right after it. A
+#: player clicked by hand plays at once and pauses the others; `hold` pauses a player and keeps it quiet (no turn, no
+#: restart when its stream sends more audio) until it is clicked or the next race starts.
 VOICES_JS = """
 if (!window.ssdVoices) {
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const lanes = {'ssd-ar-stream': 'ssd-ar-live', 'ssd-spec-stream': 'ssd-spec-live'};
-  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07;
+  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07, LEAD_IN_S = 0.2;
   const audio = (id) => document.querySelector('#' + id + ' audio');
   const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
   const held = new Set(), sounding = new Set(), played = new Set(), stalled = {};
@@ -51,7 +52,7 @@ if (!window.ssdVoices) {
     if (/\\bstopped\\b/.test(text)) { return false; }
     if (!/\\bdone\\b/.test(text)) { return /\\brunning\\b/.test(text); }
     const speech = text.match(/([0-9.]+) s of speech/), a = audio(id);
-    return !!(speech && a && a.currentTime < parseFloat(speech[1]) + PRIMING_S);
+    return !!(speech && a && a.currentTime < parseFloat(speech[1]) + LEAD_IN_S + PRIMING_S);
   };
   const finished = (id) => !!lanes[id] && /\\b(done|stopped)\\b/.test(laneText(id));
   // The lanes' order: a live voice waits for every voice before it to have had its whole turn (`played`), even
@@ -59,8 +60,7 @@ if (!window.ssdVoices) {
   const ORDER = ['ssd-ar-stream', 'ssd-spec-stream'];
   const waitsFor = (id) => {
     const at = ORDER.indexOf(id);
-    const pending = (before) => !played.has(before) && !(audio(before) && audio(before).ended)
-                                && !/\\bstopped\\b/.test(laneText(before));
+    const pending = (before) => !played.has(before) && !/\\bstopped\\b/.test(laneText(before));
     return at > 0 && ORDER.slice(0, at).some(pending);
   };
   const showHeard = (id) => {
@@ -78,8 +78,9 @@ if (!window.ssdVoices) {
   }
   document.addEventListener('timeupdate', (e) => {
     const id = idOf(e);
-    if (!lanes[id] || id in window.ssdHeard || window.ssdClick === undefined || e.target.currentTime < 0.02) { return; }
-    window.ssdHeard[id] = (performance.now() - window.ssdClick) / 1000 - e.target.currentTime;
+    const t = e.target.currentTime - LEAD_IN_S;  // every live stream begins with the lead-in's silence
+    if (!lanes[id] || id in window.ssdHeard || window.ssdClick === undefined || t < 0.02) { return; }
+    window.ssdHeard[id] = (performance.now() - window.ssdClick) / 1000 - t;
     showHeard(id);
   }, true);
   const byHand = (id) => touched.id === id && performance.now() - touched.at < 2000;
@@ -163,7 +164,7 @@ RACE_START_JS = "() => {" + VOICES_JS + """
   window.ssdHeard = {};
   for (const span of document.querySelectorAll('.ssd-heard')) { span.remove(); }
   window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
-  for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {  // the last race's voices; each lane's first piece replaces them
+  for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {  // the last race's voices; the lead-ins replace them
     const audio = window.ssdVoices.audio(id);
     if (audio && !audio.paused) { audio.pause(); }
   }

@@ -54,7 +54,12 @@ EMPTY_WAV = compare.empty_wav()
 #: Silence sent once a lane is done (seconds). The encoder keeps the last ~0.08 s of its input (a frame of
 #: look-ahead and the part of a frame not yet full) until more audio comes or the race ends; without this
 #: the end of the first voice would reach its player only after the second voice has played.
-TAIL_PADDING = 0.25
+TAIL_PADDING = 0.3
+#: Silence each live stream starts with (seconds), sent as soon as the voice's models are ready: the stream
+#: and its browser player are open and listening before the lane's first piece (a player that opens on the
+#: first piece waits seconds for it; a stream opened empty is a playlist without segments, an HLS error).
+#: The page knows every live stream begins with it (`race_js.LEAD_IN_S`).
+LEAD_IN = 0.2
 #: The status line once the Stop button stopped a race.
 STOPPED_STATUS = "**Stopped.** Start a race again when ready."
 
@@ -195,6 +200,22 @@ class RaceFrames:
             last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
         return {self.streams[lane]: compare.empty_wav(rates.pop(lane), TAIL_PADDING) for lane in done}
 
+    def lead_ins(self, race: compare.Race, opened: set[str], last_sent: dict[str, float]) -> dict:
+        """`LEAD_IN` of silence on each stream not yet opened, once the voice's sample rate is known."""
+        if race.sample_rate is None or not LIVE_AUDIO:
+            return {}
+        new = [lane for lane in compare.LANES if lane not in opened]
+        for lane in new:
+            opened.add(lane)
+            last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
+        return {self.streams[lane]: compare.empty_wav(race.sample_rate, LEAD_IN) for lane in new}
+
+    def piece(self, event: compare.Piece, opened: set[str]) -> bytes:
+        """A piece for its stream; the stream's first chunk begins with `LEAD_IN` of silence, as every one does."""
+        lead_in = 0.0 if event.lane in opened else LEAD_IN
+        opened.add(event.lane)
+        return compare.piece_wav(event.piece, lead_in)
+
     def refused(self, error: BaseException):
         """The status line says why nothing runs (it would keep its last stage otherwise; the next race
         replaces it) and both live players go back to empty; then the error, for an API client."""
@@ -250,17 +271,21 @@ class RaceFrames:
         race, started = compare.Race(), time.perf_counter()
         last_sent: dict[str, float] = {}  # lane -> when its last piece went out
         rates: dict[str, int] = {}  # lane -> its pieces' sample rate, until its tail is pushed out (`tails`)
+        opened: set[str] = set()  # the lanes whose stream has its lead-in
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, stop_check, race)) as events:
-            yield self.frame({**self.live(race), **self.silent(), view.headline: "", view.replay_ar: None,
+            # The live players are left to the lead-ins (`lead_ins`): None here would open both streams empty.
+            yield self.frame({**self.live(race), view.headline: "", view.replay_ar: None,
                               view.replay_spec: None, view.replay_note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
-                    yield self.frame({**self.live(race), **self.flushes(last_sent), **self.tails(race, rates, last_sent)})
+                    yield self.frame({**self.live(race), **self.flushes(last_sent),
+                                      **self.lead_ins(race, opened, last_sent), **self.tails(race, rates, last_sent)})
                 elif isinstance(event, compare.Piece):
                     if len(event.piece.audio) and LIVE_AUDIO:
-                        yield self.frame({**self.live(race), **self.tails(race, rates, last_sent),
-                                          self.streams[event.lane]: compare.piece_wav(event.piece)})
+                        wav = self.piece(event, opened)
+                        yield self.frame({**self.live(race), **self.lead_ins(race, opened, last_sent),
+                                          **self.tails(race, rates, last_sent), self.streams[event.lane]: wav})
                         last_sent[event.lane] = time.perf_counter()
                         rates[event.lane] = event.piece.sample_rate
                 elif isinstance(event, compare.Stopped):
