@@ -46,6 +46,10 @@ class NotListenedError(InvalidVoteError):
     """A vote or rating on a clip that has not been played to the end."""
 
 
+class NotFetchedError(NotListenedError):
+    """A play reported for a clip the server never handed to this session: it cannot have been heard."""
+
+
 class InvalidAnswerError(InvalidVoteError):
     """A study answer that is missing a field, has an unknown one, or a value out of its range."""
 

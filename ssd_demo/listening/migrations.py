@@ -8,7 +8,8 @@ Versions 1-3 are the tables of the A/B tab's first store (`sessions`, `trials`, 
 added the studies' tables. Version 5 makes the A/B tab one study among others (`TAB_STUDY`): every session,
 trial, play and vote of the first store is copied into the studies' tables (`TAB_VOTES_TO_STUDY`). The first
 store's tables stay as they were, untouched, so nothing of an old database is ever lost; nothing writes to
-them any more.
+them any more. Version 6 records which clips the server handed to each session (`clip_fetches`), so that a
+play is counted only for a clip its session fetched.
 """
 
 from __future__ import annotations
@@ -255,6 +256,23 @@ TAB_VOTES_TO_STUDY: tuple[str, ...] = (
 )
 MIGRATIONS += (
     (5, "the A/B tab's sessions, plays and votes become the built-in A/B + MOS study's", TAB_VOTES_TO_STUDY),
+    (
+        6,
+        "the clips served to each session: a play counts only for a clip its session fetched",
+        (
+            # One row per time the server handed a condition's audio to a session. Plays recorded before
+            # this version have none; from now on a play needs one, at least the clip's length earlier.
+            """CREATE TABLE clip_fetches (
+                fetch_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(session_id),
+                trial_id TEXT NOT NULL,
+                label TEXT NOT NULL,
+                fetched_at TEXT NOT NULL,
+                FOREIGN KEY (trial_id, label) REFERENCES trial_conditions(trial_id, label)
+            )""",
+            "CREATE INDEX clip_fetches_by_trial ON clip_fetches (trial_id, label)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -5,7 +5,8 @@ A study lives in `<data dir>/studies/<name>.toml` (the file `python -m ssd_demo 
 there) with its stimulus set in `<data dir>/stimuli/<stimulus_set>/`. What a rater is shown
 (`StudyTrialView`) carries the sentence, the instructions, and each clip under an opaque label with
 its file path (a content hash), never a system name; systems are revealed by `reveal` only once
-every trial of the session has its answer.
+every trial of the session has its answer. A client gets a clip's audio through `fetch_clip`, which the
+store records: a play is counted only for a clip the session fetched, at least 90% of its length earlier.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from .study_plan import plan_study
 from .study_store import StudyTrialRecord
 
 STUDY_SUFFIX = ".toml"
-# A play counts as completed only once this share of the clip's length has passed since its trial was
-# shown (server time): a client cannot report plays it never made. An answer likewise
-# needs this share of the clips that must be heard, end to end (the player plays one at a time).
+# A play counts as completed only once this share of the clip's length has passed since the clip was first
+# fetched (server time): a client cannot report plays it never made. An answer likewise needs this share of
+# the clips that must be heard, end to end, since the trial was shown (the player plays one at a time).
 LISTEN_FRACTION = 0.9
 SCALES = {"mushra": (0, 100), "mos": (1, 5)}
 CHOICES = {"ab": ("A", "B", "none"), "abx": ("A", "B")}
@@ -96,8 +97,17 @@ class StudyRunner:
         trial = self.store.next_study_trial(session_id)
         return None if trial is None else self._view(trial, session.n_trials)
 
+    def fetch_clip(self, session_id: str, trial_id: str, *labels: str) -> StudyTrialView:
+        """Record that the clips labelled `labels` (one, or all a client gets at once) are handed to the session
+        now, and return their trial's view (`view.condition(label).clip` is the file to send). A play of a clip
+        counts only after this."""
+        session = self._served_session(session_id)
+        self.store.record_clip_fetch(session_id, trial_id, *labels)
+        return self._view(self.store.get_study_trial(session_id, trial_id), session.n_trials)
+
     def record_play(self, session_id: str, trial_id: str, label: str) -> frozenset[str]:
-        """Record that the clip labelled `label` played to the end; the labels played so far."""
+        """Record that the clip labelled `label` played to the end; the labels played so far. Refused for a
+        clip this session never fetched (`fetch_clip`), or fetched too recently to have been heard."""
         self._served_session(session_id)
         return self.store.record_study_play(session_id, trial_id, label, listen_fraction=LISTEN_FRACTION)
 

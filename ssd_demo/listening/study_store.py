@@ -1,12 +1,14 @@
 """The listening database (`ListeningStore`): sessions in a named study, their trials with conditions under
-opaque labels, completed plays per clip, one answer per trial with one rating per condition, completion
-codes and the experimenter's invalidations. The app's A/B + MOS tab is one such study (`ab_mos`).
+opaque labels, the clips served to each session, completed plays per clip, one answer per trial with one
+rating per condition, completion codes and the experimenter's invalidations. The app's A/B + MOS tab is one
+such study (`ab_mos`).
 
 Trust comes from the database, not from the app: WAL journaling with full sync (`database`), one
 `BEGIN IMMEDIATE` transaction per answer that writes the answer and its ratings together, `UNIQUE (trial_id)`
 on answers so a repeated or concurrent submission stores at most once, CHECK constraints on every score,
-and a server-side refusal of an answer while a clip the rater must hear has no completed play. The schema
-is versioned (`migrations`); opening a database applies the missing migrations.
+a server-side refusal of a play of a clip the session was never served (or served too recently to have
+been heard), and of an answer while a clip the rater must hear has no completed play. The schema is
+versioned (`migrations`); opening a database applies the missing migrations.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from datetime import datetime
 
 from .answers import normalize_answer, ratings
 from .database import SqliteDatabase
-from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError, RaterFinishedError,
-                     UnknownSessionError, UnknownTrialError, quote)
+from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotFetchedError, NotListenedError,
+                     RaterFinishedError, UnknownSessionError, UnknownTrialError, quote)
 from .records import (SESSION_COLUMNS, AnswerOutcome, AnswerRecord, ConditionRecord, RatingRow,  # noqa: F401
                       SessionProgress, SessionRecord, StudyTrialRecord, normalize_rater_id)
 from .study_plan import PlannedStudyTrial
@@ -105,23 +107,46 @@ class StudyTables:
         done = self._connection().execute("SELECT COUNT(*) FROM answers WHERE session_id = ?", (session_id,)).fetchone()[0]
         return int(done), session.n_trials
 
-    # -- plays
+    # -- clips served, and plays
+
+    def record_clip_fetch(self, session_id: str, trial_id: str, *labels: str) -> str:
+        """Record that the server hands the clips labelled `labels` to the session now (one transaction); the
+        time stored. A play of a clip counts only after its session fetched it (`record_study_play`)."""
+        trial = self.get_study_trial(session_id, trial_id)
+        for label in labels:
+            trial.condition(label)  # an unknown trial or label writes nothing
+        now = self.now()
+        with self._transaction() as db:
+            db.executemany("INSERT INTO clip_fetches (session_id, trial_id, label, fetched_at) VALUES (?, ?, ?, ?)",
+                           [(session_id, trial_id, label, now) for label in labels])
+        return now
+
+    def clip_fetches(self, session_id: str) -> list[tuple[str, str, str]]:
+        """(trial id, label, fetched at) of every clip served to a session, in order."""
+        rows = self._connection().execute(
+            "SELECT trial_id, label, fetched_at FROM clip_fetches WHERE session_id = ? ORDER BY fetch_id",
+            (session_id,))
+        return [tuple(row) for row in rows]
 
     def record_study_play(self, session_id: str, trial_id: str, label: str, listen_fraction: float = 0.0) -> frozenset[str]:
         """Record that the clip labelled `label` was played to the end; return the labels played so far.
 
-        Refused (NotListenedError) when less than `listen_fraction` of the clip's length has passed since
-        the trial was shown: nobody can have heard it by then.
+        Refused (NotFetchedError) when the session was never served that clip (`record_clip_fetch`), and
+        (NotListenedError) when less than `listen_fraction` of the clip's length has passed since it was
+        first served: nobody can have heard it by then.
         """
         trial = self.get_study_trial(session_id, trial_id)
         condition = trial.condition(label)
         now = self.now()
         minimum = listen_fraction * condition.duration_seconds
-        if trial.presented_at is not None and minimum > 0:
-            elapsed = (datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds()
-            if elapsed < minimum:
-                raise NotListenedError(f"Sample {label} cannot have been played to the end yet: listen to all of it.")
         with self._transaction() as db:
+            fetched = db.execute("SELECT MIN(fetched_at) FROM clip_fetches WHERE trial_id = ? AND label = ?",
+                                 (trial_id, label)).fetchone()[0]
+            if fetched is None:
+                raise NotFetchedError(f"Sample {label} was never loaded on your page, so it cannot have been played: "
+                                      "reload the page and play it to the end.")
+            if minimum > 0 and _seconds(fetched, now) < minimum:
+                raise NotListenedError(f"Sample {label} cannot have been played to the end yet: listen to all of it.")
             db.execute("INSERT INTO study_plays (session_id, trial_id, label, completed_at) VALUES (?, ?, ?, ?)",
                        (session_id, trial_id, label, now))
             return _played(db, trial_id)
@@ -163,7 +188,7 @@ class StudyTables:
                                        "to the end before answering.")
             seconds = None
             if trial.presented_at is not None:
-                seconds = round((datetime.fromisoformat(now) - datetime.fromisoformat(trial.presented_at)).total_seconds(), 3)
+                seconds = round(_seconds(trial.presented_at, now), 3)
                 needed = listen_fraction * sum(c.duration_seconds for c in trial.conditions if c.must_play)
                 if seconds < needed:
                     raise NotListenedError(f"Listen to every sample to the end before answering: they take "
@@ -301,6 +326,11 @@ def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_s
         if row["stimulus_set_sha256"] == stimulus_set_sha256:
             return SessionRecord(**{k: row[k] for k in row.keys() if k != "answered"})
     return None
+
+
+def _seconds(since: str, until: str) -> float:
+    """Seconds between two of the store's ISO 8601 times."""
+    return (datetime.fromisoformat(until) - datetime.fromisoformat(since)).total_seconds()
 
 
 def _played(db: sqlite3.Connection, trial_id: str) -> frozenset[str]:

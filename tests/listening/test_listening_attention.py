@@ -161,6 +161,7 @@ def take_session(registry: StudyRegistry, rater: str, attentive: bool) -> str:
     while view is not None:
         for condition in view.conditions:
             if condition.must_play:
+                runner.fetch_clip(session.session_id, view.trial_id, condition.label)
                 runner.record_play(session.session_id, view.trial_id, condition.label)
         trial = registry.store.get_study_trial(session.session_id, view.trial_id)
         spoken = {c.label: attention.parse_check(c.system) for c in trial.conditions if attention.parse_check(c.system)}

@@ -1,5 +1,6 @@
 """Schema 5: a vote database written by the A/B tab's first store opens as the built-in A/B + MOS study's,
 every vote kept with its values, and the tab's summary reports what the first store's code reported.
+Schema 6 on top: its unfinished session goes on, a new play counting only for a clip the session fetched.
 
 `data/ab_votes_v4.sqlite3.gz` was written by that store (schema 4): four sessions on stimulus set "tones",
 13 A/B votes with optional naturalness scores, one session left unfinished, one invalidated.
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssd_demo.listening.ab_mos import summary_dict, summary_markdown, tab_summary
+from ssd_demo.listening.errors import NotFetchedError
 from ssd_demo.listening.migrations import SCHEMA_VERSION, TAB_STUDY
 from ssd_demo.listening.study_store import ListeningStore
 
@@ -41,7 +43,7 @@ def test_every_vote_becomes_an_answer_with_the_same_values(old_db):
                              "plays_a, plays_b, presented_at, submitted_at, trial_seconds, app_version FROM votes")
     assert len(votes) == 13 and old_rows(old_db, "SELECT MAX(version) FROM schema_migrations") == [(4,)]
     with ListeningStore(old_db) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         for (session, trial_id, index, system_a, system_b, choice, score_a, score_b, plays_a, plays_b,
              presented, submitted, seconds, version) in votes:
             assert store.get_session(session).study == TAB_STUDY
@@ -80,7 +82,7 @@ def test_the_migration_runs_once_and_keeps_the_file(old_db):
         first = [(r.session_id, r.trial_index, r.label, r.score) for r in store.study_ratings(TAB_STUDY)]
     with ListeningStore(old_db) as store:  # opened again: nothing is copied twice
         assert [(r.session_id, r.trial_index, r.label, r.score) for r in store.study_ratings(TAB_STUDY)] == first
-        assert [v for v, in old_rows(old_db, "SELECT version FROM schema_migrations")] == [1, 2, 3, 4, 5]
+        assert [v for v, in old_rows(old_db, "SELECT version FROM schema_migrations")] == [1, 2, 3, 4, 5, 6]
     assert old_db.exists() and len(first) == 2 * 13 + 19
 
 
@@ -91,6 +93,11 @@ def test_an_unfinished_session_continues_where_it_stopped(old_db):
         trial = store.next_study_trial(unfinished[0].session_id)
         assert (trial.kind, trial.trial_index) == ("ab", 2)
         assert store.completion_code(unfinished[0].session_id) is None
+        session_id = unfinished[0].session_id
+        with pytest.raises(NotFetchedError):  # the old store served clips unrecorded: fetched again, then heard
+            store.record_study_play(session_id, trial.trial_id, "A")
+        store.record_clip_fetch(session_id, trial.trial_id, "A")
+        assert store.record_study_play(session_id, trial.trial_id, "A") == {"A"}
 
 
 # What the first store's code (stats.summarize over its votes) reported for this database.

@@ -14,8 +14,8 @@ from ssd_demo.listening import stimulus_sets
 from ssd_demo.listening import migrations as migrations_module
 from ssd_demo.listening import study_sessions
 from ssd_demo.listening.ab_mos import rated_study, tab_ratings, tab_study
-from ssd_demo.listening.errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotListenedError,
-                                       StudyChangedError, UnknownSessionError, UnknownTrialError)
+from ssd_demo.listening.errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotFetchedError,
+                                       NotListenedError, StudyChangedError, UnknownSessionError, UnknownTrialError)
 from ssd_demo.listening.migrations import SCHEMA_VERSION, TAB_STUDY
 from ssd_demo.listening.stimuli import create_stimulus_set, parse_system, tone_renderer
 from ssd_demo.listening.stimulus_sets import (
@@ -65,6 +65,7 @@ def tab(store, stimulus_set, ab_trials: int = 3) -> StudyRunner:
 def listen(store, view):
     """Every clip of a trial played to the end, as the rater's player reports it."""
     for condition in view.conditions:
+        store.record_clip_fetch(view.session_id, view.trial_id, condition.label)
         store.record_study_play(view.session_id, view.trial_id, condition.label)
 
 
@@ -444,7 +445,7 @@ def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, m
                       VALUES ('s1', NULL, 't1', 0, 'tones', ?, ?, 'AR', 'exact speculative', 'none', NULL, 'now',
                           'old')""", (item.item_id, item.text))
     with ListeningStore(path, app_version="new") as new:
-        assert new.schema_version() == SCHEMA_VERSION == 5
+        assert new.schema_version() == SCHEMA_VERSION == 6
         assert new.get_session("s1").study == TAB_STUDY
         [answer] = new.study_answers("s1")
         assert answer.answer == {"choice": "none"} and answer.app_version == "old"
@@ -455,6 +456,34 @@ def test_migration_backfills_the_checksum_of_old_votes(tmp_path, stimulus_set, m
             ("exact speculative", 0.5, 0, None, stimulus_set.manifest_sha256)]
         # The session's plan and its clips came along: a runner on the same set shows the session as done.
         assert tab(new, stimulus_set).next_view("s1") is None
+
+
+def test_migration_6_keeps_an_open_trial_and_its_plays_and_new_plays_need_a_fetch(tmp_path, stimulus_set, monkeypatch,
+                                                                                  instant):
+    path = tmp_path / "v5.sqlite3"
+    with monkeypatch.context() as schema_5:
+        schema_5.setattr(migrations_module, "MIGRATIONS", migrations_module.MIGRATIONS[:5])
+        schema_5.setattr(migrations_module, "SCHEMA_VERSION", 5)
+        with ListeningStore(path, app_version="v5") as old:  # a trial half heard, as schema 5 stored it
+            runner = tab(old, stimulus_set, ab_trials=1)
+            session = runner.start_session(seed=1)
+            view = runner.next_view(session.session_id)
+            old._connection().execute("INSERT INTO study_plays (session_id, trial_id, label, completed_at) "
+                                      "VALUES (?, ?, 'A', ?)", (session.session_id, view.trial_id, old.now()))
+    with ListeningStore(path, app_version="v6") as new:
+        assert new.schema_version() == SCHEMA_VERSION == 6
+        versions = [row[0] for row in new._connection().execute("SELECT version FROM schema_migrations")]
+        assert versions == [1, 2, 3, 4, 5, 6]
+        runner = tab(new, stimulus_set, ab_trials=1)
+        resumed = runner.next_view(session.session_id)
+        assert resumed.trial_id == view.trial_id and resumed.played == {"A"}  # the play from before still counts
+        assert new.clip_fetches(session.session_id) == []
+        with pytest.raises(NotFetchedError):
+            runner.record_play(session.session_id, view.trial_id, "B")
+        runner.fetch_clip(session.session_id, view.trial_id, "B")
+        assert runner.record_play(session.session_id, view.trial_id, "B") == {"A", "B"}
+        runner.submit(session.session_id, view.trial_id, {"choice": "A"})
+        assert sorted((r.label, r.plays) for r in new.study_ratings(TAB_STUDY)) == [("A", 1), ("B", 1)]
 
 
 def test_a_session_finds_its_set_only_while_unchanged(stimulus_set, tmp_path):
@@ -501,11 +530,19 @@ def test_an_answer_needs_its_clips_played_to_the_end(store, stimulus_set, monkey
     view = runner.next_view(session.session_id)
     with pytest.raises(NotListenedError, match="samples A, B"):
         runner.submit(session.session_id, view.trial_id, {"choice": "none"})
-    # The tone clips last 0.3 s: a play reported at once cannot have been heard.
-    with pytest.raises(NotListenedError, match="cannot have been played"):
+    # A clip the session was never served cannot have been heard, whatever the time.
+    with pytest.raises(NotFetchedError, match="never loaded"):
+        store.record_study_play(session.session_id, view.trial_id, "A")
+    runner.fetch_clip(session.session_id, view.trial_id, "A", "B")  # both at once, as the tab sends them
+    [(_, first, at_a), (_, second, at_b)] = store.clip_fetches(session.session_id)
+    assert (first, second) == ("A", "B") and at_a == at_b
+    # The tone clips last 0.3 s: a play reported at once after the fetch cannot have been heard.
+    with pytest.raises(NotListenedError, match="cannot have been played to the end yet"):
         runner.record_play(session.session_id, view.trial_id, "A")
     with pytest.raises(InvalidVoteError):
         store.record_study_play(session.session_id, view.trial_id, "C")
+    with pytest.raises(InvalidVoteError):
+        store.record_clip_fetch(session.session_id, view.trial_id, "C")
     assert store.record_study_play(session.session_id, view.trial_id, "A") == {"A"}
     with pytest.raises(NotListenedError, match="sample B"):
         store.submit_answer(session.session_id, view.trial_id, {"choice": "A"})

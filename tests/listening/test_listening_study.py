@@ -8,7 +8,6 @@ from support.paths import REPOSITORY
 import json
 import re
 import sqlite3
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,9 @@ import soundfile as sf
 
 from ssd_demo.errors import UserError
 from ssd_demo.listening import study_sessions
-from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotListenedError,
-                                       StudyChangedError, StudyFileError, UnknownStudyError, UnknownTrialError)
+from ssd_demo.listening.errors import (AlreadyVotedError, InvalidAnswerError, ListeningError, NotFetchedError,
+                                       NotListenedError, StudyChangedError, StudyFileError, UnknownStudyError,
+                                       UnknownTrialError)
 from ssd_demo.listening.migrations import MIGRATIONS, SCHEMA_VERSION, TAB_STUDY
 from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.listening.study import ATTENTION_SYSTEM, LOWPASS_ANCHOR, load_study, parse_study
@@ -84,6 +84,7 @@ def answer_for(view) -> dict:
 def play_all(runner, view) -> None:
     for condition in view.conditions:
         if condition.must_play:
+            runner.fetch_clip(view.session_id, view.trial_id, condition.label)
             runner.record_play(view.session_id, view.trial_id, condition.label)
 
 
@@ -188,7 +189,8 @@ def test_a_play_reported_too_soon_is_refused(registry, monkeypatch):
     runner = registry.runner("pilot")
     session = runner.start_session(seed=2)
     view = runner.next_view(session.session_id)
-    with pytest.raises(NotListenedError):
+    runner.fetch_clip(session.session_id, view.trial_id, "A")
+    with pytest.raises(NotListenedError, match="cannot have been played to the end"):
         runner.record_play(session.session_id, view.trial_id, "A")  # the clip is 0.2 s long; no time has passed
     length = view.condition("A").duration_seconds
     clock.advance(0.85 * length)  # 85% of the clip: still too soon
@@ -198,6 +200,51 @@ def test_a_play_reported_too_soon_is_refused(registry, monkeypatch):
     assert "A" in runner.record_play(session.session_id, view.trial_id, "A")
     with pytest.raises(Exception, match="no sample"):
         runner.record_play(session.session_id, view.trial_id, "Q")
+
+
+def test_a_play_counts_only_for_a_clip_the_session_fetched(registry, monkeypatch):
+    """A script that never downloads a clip cannot report hearing it; the time to hear it runs from the fetch."""
+    from support.clock import ManualClock
+
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.9)
+    clock = ManualClock()
+    monkeypatch.setattr(registry.store, "clock", clock)
+    runner, store = registry.runner("pilot"), registry.store
+    session = runner.start_session(seed=4)
+    view = runner.next_view(session.session_id)
+    length = view.condition("A").duration_seconds
+    clock.advance(10 * length)  # long after the trial was shown: only the missing fetch stands in the way
+    with pytest.raises(NotFetchedError, match="never loaded"):
+        runner.record_play(session.session_id, view.trial_id, "A")
+    fetched_at = clock().isoformat(timespec="microseconds")
+    fetched = runner.fetch_clip(session.session_id, view.trial_id, "A")
+    assert (fetched.trial_id, fetched.condition("A").clip) == (view.trial_id, view.condition("A").clip)
+    with pytest.raises(NotListenedError, match="cannot have been played"):  # shown long ago, but fetched just now
+        runner.record_play(session.session_id, view.trial_id, "A")
+    clock.advance(0.95 * length)
+    assert runner.record_play(session.session_id, view.trial_id, "A") == {"A"}
+    with pytest.raises(NotFetchedError):  # fetching A lets A's plays count, no other clip's
+        runner.record_play(session.session_id, view.trial_id, "B")
+    with pytest.raises(NotListenedError, match="to the end before answering"):
+        runner.submit(session.session_id, view.trial_id, answer_for(view))
+    # Another session's fetch is no fetch of this one's trial; an unknown label records nothing.
+    other = runner.start_session(seed=5)
+    with pytest.raises(UnknownTrialError):
+        runner.fetch_clip(other.session_id, view.trial_id, "B")
+    with pytest.raises(ListeningError, match="no sample"):
+        runner.fetch_clip(session.session_id, view.trial_id, "Q")
+    assert store.clip_fetches(session.session_id) == [(view.trial_id, "A", fetched_at)]
+    assert store.clip_fetches(other.session_id) == []
+    assert [label for _, label, _ in store.study_plays(session.session_id)] == ["A"]
+    # Every clip that must be heard, fetched and played: the answer is taken.
+    for condition in view.conditions:
+        if condition.must_play and condition.label != "A":
+            runner.fetch_clip(session.session_id, view.trial_id, condition.label)
+    clock.advance(sum(c.duration_seconds for c in view.conditions))
+    for condition in view.conditions:
+        if condition.must_play:
+            runner.record_play(session.session_id, view.trial_id, condition.label)
+    assert runner.submit(session.session_id, view.trial_id, answer_for(view)).number == 2
 
 
 def test_several_studies_are_served_at_once_and_sessions_stay_in_theirs(tmp_path, root, registry):
@@ -237,7 +284,7 @@ def test_migration_from_v3_keeps_every_vote(tmp_path):
     db.commit()
     db.close()
     with ListeningStore(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         # The vote is now the built-in A/B + MOS study's: an A/B answer, and a MOS answer per score.
         assert store.get_session("s1").study == TAB_STUDY
         assert [a.answer for a in store.study_answers("s1")] == [{"choice": "A"}, {"score": 4}, {"score": 2}]
@@ -267,27 +314,26 @@ def test_bad_system_settings_are_refused_before_rendering_with_the_file_named(tm
     assert rendered == [] and not (tmp_path / "data" / "studies").exists()
 
 
-def shift_shown_time(root: Path, trial_id: str, seconds: float) -> None:
-    """Move a trial's shown time back, as if `seconds` had passed since (no sleeping in tests)."""
-    with sqlite3.connect(root / "listening.sqlite3") as db:
-        (shown,) = db.execute("SELECT presented_at FROM study_trials WHERE trial_id = ?", (trial_id,)).fetchone()
-        earlier = (datetime.fromisoformat(shown) - timedelta(seconds=seconds)).isoformat()
-        db.execute("UPDATE study_trials SET presented_at = ? WHERE trial_id = ?", (earlier, trial_id))
+def test_an_answer_sooner_than_its_clips_end_to_end_is_refused(registry, monkeypatch):
+    from support.clock import ManualClock
 
-
-def test_an_answer_sooner_than_its_clips_end_to_end_is_refused(root, registry, monkeypatch):
     monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.9)
+    clock = ManualClock()
+    monkeypatch.setattr(registry.store, "clock", clock)  # time moves only when the test moves it
     runner = registry.runner("pilot")
     session = runner.start_session(seed=4)
     view = runner.next_view(session.session_id)
     must = [c for c in view.conditions if c.must_play]
     assert len(must) >= 3  # the 0.2-second clips take longer together than any one of them
     longest, together = max(c.duration_seconds for c in must), sum(c.duration_seconds for c in must)
-    shift_shown_time(root, view.trial_id, 0.9 * longest + 0.05)  # every single play may count by now...
-    play_all(runner, view)
+    for condition in must:  # as the page does when it shows the trial
+        runner.fetch_clip(session.session_id, view.trial_id, condition.label)
+    clock.advance(0.9 * longest + 0.05)  # every single play may count by now...
+    for condition in must:
+        runner.record_play(session.session_id, view.trial_id, condition.label)
     with pytest.raises(NotListenedError, match="before answering"):  # ...but not all of them one after another
         runner.submit(session.session_id, view.trial_id, answer_for(view))
-    shift_shown_time(root, view.trial_id, 0.9 * together)
+    clock.advance(0.9 * together)
     assert runner.submit(session.session_id, view.trial_id, answer_for(view)).trial_id != view.trial_id
 
 

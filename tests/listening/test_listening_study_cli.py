@@ -67,6 +67,7 @@ def take_session(registry: StudyRegistry, name: str, rater: str, attentive: bool
     while view is not None:
         for condition in view.conditions:
             if condition.must_play:
+                runner.fetch_clip(session.session_id, view.trial_id, condition.label)
                 runner.record_play(session.session_id, view.trial_id, condition.label)
         trial = registry.store.get_study_trial(session.session_id, view.trial_id)
         answer = answer_for(view)
@@ -159,6 +160,7 @@ def test_concurrent_raters_store_every_answer_once(served):
         session = runner.start_session("twice", seed=5)
         view = runner.next_view(session.session_id)
         for condition in view.conditions:
+            runner.fetch_clip(session.session_id, view.trial_id, condition.label)
             runner.record_play(session.session_id, view.trial_id, condition.label)
         errors: list[BaseException] = []
 
@@ -196,6 +198,7 @@ WRITER = textwrap.dedent("""
         view = runner.next_view(session.session_id)
         while view is not None:
             for c in view.conditions:
+                runner.fetch_clip(session.session_id, view.trial_id, c.label)
                 runner.record_play(session.session_id, view.trial_id, c.label)
                 print("play", view.trial_id, c.label, flush=True)
             if view.kind == "mushra":

@@ -108,6 +108,7 @@ def test_a_simulated_study_through_the_store_excludes_exactly_the_careless_rater
                 scores = rater_scores(kind, rng)
                 for condition in view.conditions:
                     if condition.must_play:
+                        runner.fetch_clip(session.session_id, view.trial_id, condition.label)
                         runner.record_play(session.session_id, view.trial_id, condition.label)
                 systems = {c.label: c.system for c in store.get_study_trial(session.session_id, view.trial_id).conditions}
                 answer = {"scores": {c.label: int(scores[systems[c.label]]) for c in view.conditions if c.rated}}

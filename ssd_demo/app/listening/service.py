@@ -248,6 +248,8 @@ class ListeningApp:
     def _shown(self, runner: StudyRunner, view: StudyTrialView | None) -> TabTrial | None:
         if view is None:
             return None
+        # The tab sends every clip's audio with its trial: they are all fetched now.
+        runner.fetch_clip(view.session_id, view.trial_id, *(c.label for c in view.conditions))
         return TabTrial(view, tuple(_read_clip(runner.stimulus_set, c.clip) for c in view.conditions))
 
     def results_key(self, selected: str | None) -> SetKey | None:
@@ -340,10 +342,9 @@ def prune_exports(folder: Path | str, keep: int = 5, pattern: str = "listening_v
     if keep < 0:
         raise ValueError(f"keep must be zero or more, got {keep}")
     exports = sorted(Path(folder).glob(pattern), key=lambda p: p.name, reverse=True)
-    removed = []
-    for old in exports[keep:]:
+    removed = exports[keep:]
+    for old in removed:
         old.unlink(missing_ok=True)
-        removed.append(old)
     return removed
 
 

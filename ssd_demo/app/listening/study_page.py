@@ -6,11 +6,13 @@ custom player). Raters open `/?study=NAME` (`/` alone when one study is served);
 once by name. The experimenter's view is a separate page, `/admin`, linked from nowhere, and off unless
 `$SSD_DEMO_RESULTS_TOKEN` is set (`study_admin.py`).
 
-The page calls the server through the player's server functions; the same operations are API endpoints
-for scripted raters: `/study_start(study, rater_id)`, `/study_played(session_id, trial_id, label)`,
-`/study_submit(session_id, trial_id, answer)`, `/study_resume(token)`. Each returns a dict: `state`
-("start", "trial", "done", "closed") with the trial view or the completion `code`, or `refused` with the
-reason (a clip not heard, a missing or out-of-range answer).
+The page calls the server through the player's server functions, and gets each clip's audio that way too
+(`study_clip`), never from a file URL: the server records which clips a session fetched and counts a play
+only for one of them. The same operations are API endpoints for scripted raters: `/study_start(study,
+rater_id)`, `/study_clip(session_id, trial_id, label)` (the clip as base64 WAV), `/study_played(session_id,
+trial_id, label)`, `/study_submit(session_id, trial_id, answer)`, `/study_resume(token)`. Each returns a
+dict: `state` ("start", "trial", "done", "closed") with the trial view or the completion `code`, the clip's
+`wav`, or `refused` with the reason (a clip not fetched or not heard, a missing or out-of-range answer).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def build_study_demo(names: Sequence[str], data_root: Path | None = None) -> gr.
     missing = sorted(set(names) - set(list_studies(service.settings.data_dir)))
     if missing:
         log.warning("no study named %s yet; create it with: python -m ssd_demo study create FILE", ", ".join(missing))
-    # The clips are served from Gradio's cache; a copy lives a day, so a rater who pauses on a trial still hears it.
+    # The admin page's exports are served from Gradio's cache; a file there lives a day.
     with gr.Blocks(title="Listening test", analytics_enabled=False, delete_cache=(3600, CACHE_SECONDS)) as demo:
         gr.Navbar(visible=False, main_page_name=False)  # the admin page must not be one click away
         build_rater_page(service)
@@ -59,14 +61,6 @@ def study_launch_options() -> dict:
 
 def build_rater_page(service: StudyService) -> gr.HTML:
     """The player in the current Blocks context, with the server functions it calls and their API twins."""
-    player: gr.HTML | None = None
-
-    def publish(path: Path) -> str:
-        # The clip is copied into Gradio's cache (named by its content hash), which the file route serves.
-        return "gradio_api/file=" + player.move_resource_to_block_cache(path)
-
-    service.publish = publish
-
     def study_open(request: dict) -> dict:
         request = request if isinstance(request, dict) else {}
         return service.open(_text(request.get("study")), _text(request.get("token")))
@@ -74,6 +68,10 @@ def build_rater_page(service: StudyService) -> gr.HTML:
     def study_start(request: dict, client: gr.Request) -> dict:
         request = request if isinstance(request, dict) else {}
         return service.start(_text(request.get("study")), _text(request.get("rater")), _address(client))
+
+    def study_clip(request: dict) -> dict:
+        request = request if isinstance(request, dict) else {}
+        return service.clip(_text(request.get("session")), _text(request.get("trial")), _text(request.get("label")))
 
     def study_played(request: dict) -> dict:
         request = request if isinstance(request, dict) else {}
@@ -84,14 +82,20 @@ def build_rater_page(service: StudyService) -> gr.HTML:
         return service.submit(_text(request.get("session")), _text(request.get("trial")), request.get("answer"))
 
     player = gr.HTML(html_template=TEMPLATE, css_template=CSS, js_on_load=JS, apply_default_css=True, head=PAGE_HEAD,
-                     server_functions=[study_open, study_start, study_played, study_submit], elem_id="study-page")
+                     server_functions=[study_open, study_start, study_clip, study_played, study_submit],
+                     elem_id="study-page")
 
     def api_start(study: str, rater_id: str = "", client: gr.Request = None) -> dict:
-        """Start a session of a served study; the first trial's view (labels, clip URLs) and the session id."""
+        """Start a session of a served study; the first trial's view (its labels) and the session id."""
         return service.start(study, rater_id, _address(client))
 
+    def api_clip(session_id: str, trial_id: str, label: str) -> dict:
+        """The clip under `label`: {"label", "wav": base64 WAV}. Its plays count only once it was fetched."""
+        return service.clip(session_id, trial_id, label)
+
     def api_played(session_id: str, trial_id: str, label: str) -> dict:
-        """Report that the clip under `label` played to the end; refused sooner than 90% of its length."""
+        """Report that the clip under `label` played to the end; refused for a clip never fetched, or sooner
+        than 90% of its length after it was."""
         return service.played(session_id, trial_id, label)
 
     def api_submit(session_id: str, trial_id: str, answer: dict) -> dict:
@@ -103,8 +107,8 @@ def build_rater_page(service: StudyService) -> gr.HTML:
         """The session a signed token names (as the page keeps it): its next trial, or the completion code."""
         return service.open(study, token)
 
-    for fn, name in ((api_start, "study_start"), (api_played, "study_played"), (api_submit, "study_submit"),
-                     (api_resume, "study_resume")):
+    for fn, name in ((api_start, "study_start"), (api_clip, "study_clip"), (api_played, "study_played"),
+                     (api_submit, "study_submit"), (api_resume, "study_resume")):
         gr.api(fn, api_name=name, concurrency_limit=16)
     return player
 

@@ -7,8 +7,13 @@ played (`audio.played`), so jumping in just before the end does not count; the p
 to the server and unlocks that clip's control only once the server has recorded it. The server refuses an
 answer for a clip it has no completed play for, whatever the page sends.
 
+Clips come from no file URL: when a trial is shown the page asks the server for each condition's audio
+(`study_clip`, base64 WAV), which the server records as fetched by this session, and plays it from a Blob
+URL; a condition's button is enabled once its audio is in. The server counts a play only for a clip the
+session fetched, at least 90% of its length earlier.
+
 The page talks to the server through the component's server functions (`study_open`, `study_start`,
-`study_played`, `study_submit`, each taking one JSON object); text from the study is set with
+`study_clip`, `study_played`, `study_submit`, each taking one JSON object); text from the study is set with
 `textContent`, never parsed as HTML.
 """
 
@@ -44,7 +49,7 @@ const query = new URLSearchParams(window.location.search);
 const studyName = query.get('study') || '';
 const HEARD_SHARE = 0.9;
 let page = null, audios = {}, active = null, heard = new Set(), scores = {}, choice = null, busy = false;
-let looping = true, ticker = null, ended = new Set();
+let looping = true, ticker = null, ended = new Set(), clipUrls = [];
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -61,14 +66,26 @@ const storageKey = 'ssd-demo-study:' + studyName;  // per link, so a reload of t
 function remember(payload) {
   try { if (payload.token) localStorage.setItem(storageKey, payload.token); } catch (e) {}
 }
-function fileUrl(path) {
-  const root = ((window.gradio_config && window.gradio_config.root) || window.location.origin).replace(/\/$/, '');
-  return root + '/' + path;
-}
 function stopAudio() {
   for (const audio of Object.values(audios)) { audio.pause(); audio.removeAttribute('src'); audio.load(); }
-  audios = {}; active = null;
+  for (const url of clipUrls) URL.revokeObjectURL(url);
+  audios = {}; active = null; clipUrls = [];
   if (ticker) { clearInterval(ticker); ticker = null; }
+}
+async function loadClip(label, audio) {
+  // Through the server, which records the fetch: a play of a clip never fetched does not count.
+  const trial = page.trial;
+  let result;
+  try { result = await server.study_clip({session: page.session, trial: trial, label: label}); }
+  catch (e) { result = {refused: 'Sample ' + label + ' could not be loaded: reload the page.'}; }
+  if (!page || page.trial !== trial || audios[label] !== audio) return;  // another trial is shown meanwhile
+  if (!result.wav) { say('#study-status', result.refused || 'Sample ' + label + ' could not be loaded.'); return; }
+  const bytes = Uint8Array.from(atob(result.wav), ch => ch.charCodeAt(0));
+  const url = URL.createObjectURL(new Blob([bytes], {type: 'audio/wav'}));
+  clipUrls.push(url);
+  audio.src = url;
+  const button = box.querySelector('[data-play="' + label + '"]');
+  if (button) button.disabled = false;
 }
 function show(payload) {
   if (payload.refused && payload.state === undefined) { say('#study-status', payload.refused); return; }
@@ -169,7 +186,7 @@ function onEnded(label, audio, condition) {
 function conditionRow(c) {
   const row = el('div', {class: 'condition', 'data-row': c.label});
   row.append(el('button', {'data-play': c.label, text: c.label === 'Reference' ? 'Reference' : 'Sample ' + c.label,
-    onclick: () => select(c.label)}), el('span', {class: 'state muted'}));
+    disabled: true, onclick: () => select(c.label)}), el('span', {class: 'state muted'}));
   if (page.kind === 'mushra' && c.rated) {
     const value = el('span', {'data-value': c.label, text: '-'});
     const slider = el('input', {type: 'range', min: String(page.scale[0]), max: String(page.scale[1]), step: '1',
@@ -213,7 +230,7 @@ function showTrial(payload) {
     }}),
     el('label', {}, loop, document.createTextNode(' Loop')), el('div', {class: 'position'}, bar)));
   for (const c of payload.conditions) {
-    const audio = new Audio(fileUrl(c.url));
+    const audio = new Audio();
     audio.preload = 'auto';
     audio.dataset.clip = c.label;  // in the page (no controls, so unseen) for scripts that check the player
     audio.addEventListener('ended', () => onEnded(c.label, audio, c));
@@ -222,6 +239,7 @@ function showTrial(payload) {
     audio.addEventListener('pause', refresh);
     audios[c.label] = audio;
     box.append(conditionRow(c), audio);
+    loadClip(c.label, audio);
   }
   ticker = setInterval(() => {
     const audio = active && audios[active];

@@ -1,25 +1,32 @@
 """The rater's study page as plain objects, no Gradio: which studies a server serves, the session a
-rater's browser resumes (its id signed with the server's key), and the trial views sent to the page as
-JSON-ready dicts that carry opaque labels and clip URLs, never a system name.
+rater's browser resumes (its id signed with the server's key), the trial views sent to the page as
+JSON-ready dicts that carry opaque labels, never a system name, and each condition's audio (`clip`).
+
+Clips are not on any file route: the page asks for each condition's audio through `clip` (the player's
+`study_clip` server function), which records the fetch in the store before it sends the WAV as base64.
+The store counts a play only for a clip its session fetched, at least 90% of the clip's length earlier, so
+a script that never downloads a clip cannot report hearing it.
 
 Blinding: the stimulus set names clips by their content hash, so the same audio under two labels (MUSHRA's
-hidden and labelled reference, ABX's X and its twin) would share a URL. Every condition of every trial is
-therefore served as its own copy, named by an HMAC of (session, trial, label) under the server's secret and
-carrying that HMAC in a JUNK chunk of a varying length, so neither its URL, nor its size, nor its bytes'
-hash matches another condition's. Its samples carry their own dither too (independent triangular noise of
-one least significant bit, seeded by the HMAC: about -90 dBFS, inaudible), so that not even the audio
-data of two copies of one clip match: a script that downloads the clips cannot find the hidden reference,
-or ABX's X, by comparing them. No per-condition duration is sent; the length is of course the same for the
-same clip.
+hidden and labelled reference, ABX's X and its twin) would be the same file. Every condition of every trial
+is therefore served as its own copy, made once under a name that is an HMAC of (session, trial, label) under
+the server's secret and carrying that HMAC in a JUNK chunk of a varying length, so neither its size nor its
+bytes' hash matches another condition's. Its samples carry their own dither too (independent triangular
+noise of one least significant bit, seeded by the HMAC: about -90 dBFS, inaudible), so that not even the
+audio data of two copies of one clip match: a script that downloads the clips cannot find the hidden
+reference, or ABX's X, by comparing them. No per-condition duration is sent; the length is of course the
+same for the same clip.
 
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
-refuses a rating for a clip with no completed play whatever the page sends. A rater's own mistake comes
-back as `{"refused": message}` for the page to show next to its control, never as an exception.
+refuses a play of a clip the session never fetched, and a rating for a clip with no completed play,
+whatever the page sends. A rater's own mistake comes back as `{"refused": message}` for the page to show
+next to its control, never as an exception.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import hmac
 import io
 import os
@@ -28,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +59,6 @@ SESSIONS_PER_ADDRESS = 60
 SESSION_WINDOW_SECONDS = 3600
 TOO_MANY_SESSIONS = ("Too many new sessions from your network address in the last hour. If you have started "
                      "this study, continue it in the same browser; otherwise try again later.")
-Publish = Callable[[Path], str]  # a clip's path -> the URL the browser fetches it from
 
 
 def served_studies(argv: Sequence[str] | None = None, environ: dict | None = None) -> tuple[str, ...]:
@@ -89,12 +95,11 @@ class StudySettings:
 class StudyService:
     """The rater page's server side: the registry of studies and the operations the page calls."""
 
-    def __init__(self, settings: StudySettings, publish: Publish | None = None):
+    def __init__(self, settings: StudySettings):
         self.settings = settings
         self.store = ListeningStore(settings.db_path)
         self.registry = StudyRegistry(self.store, settings.data_dir)
         self.secret = browser_secret(settings.db_path)
-        self.publish: Publish = publish or (lambda path: str(path))
         self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
         self._pruned_at = time.monotonic()
         self._copy_bytes = 0  # written since the folder was last measured
@@ -135,6 +140,12 @@ class StudyService:
                 self._bound_copies()
         return path
 
+    def _clip_bytes(self, view: StudyTrialView, label: str) -> bytes:
+        try:
+            return self.blinded_clip(view, label).read_bytes()
+        except FileNotFoundError:  # pruned by another request between making and reading: made again, the same
+            return self.blinded_clip(view, label).read_bytes()
+
     def _bound_copies(self) -> None:
         """Keep the copies' folder under MAX_COPY_BYTES, oldest copies out first."""
         self._copy_bytes = 0
@@ -155,8 +166,8 @@ class StudyService:
                 pass
 
     def _prune_copies(self) -> None:
-        """Drop copies made over COPY_SECONDS ago (at most once a minute): Gradio's cache keeps its own copy of
-        each, and a copy is made again, identical, when its trial is shown again."""
+        """Drop copies made over COPY_SECONDS ago (at most once a minute): a copy is made again, identical,
+        when its clip is fetched again."""
         now = time.monotonic()
         if now - self._pruned_at < 60:
             return
@@ -239,6 +250,17 @@ class StudyService:
         except ListeningError as error:
             return {"refused": public_message(error)}
 
+    def clip(self, session_id: str, trial_id: str, label: str) -> dict:
+        """A condition's audio for the page, its fetch recorded first: {"label": label, "wav": base64 of the
+        session's own copy}, else {"refused": why}."""
+        try:
+            runner = self.registry.runner_for_session(session_id)
+            view = runner.fetch_clip(session_id, trial_id, label)
+            data = self._clip_bytes(view, label)
+        except ListeningError as error:
+            return {"refused": public_message(error)}
+        return {"label": label, "wav": base64.b64encode(data).decode("ascii")}
+
     def submit(self, session_id: str, trial_id: str, answer: object) -> dict:
         """Store an answer; the next trial (or the end), or {"refused": why} with the trial left as it was."""
         try:
@@ -266,8 +288,8 @@ class StudyService:
             "trial": view.trial_id, "kind": view.kind, "number": view.number, "total": view.total,
             "text": view.text, "instructions": view.instructions, "played": sorted(view.played),
             "scale": list(view.scale) if view.scale else None, "choices": list(view.choices),
-            "conditions": [{"label": c.label, "url": self.publish(self.blinded_clip(view, c.label)),
-                            "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
+            # No clip here: the page fetches each through `clip`, which is what lets its plays count.
+            "conditions": [{"label": c.label, "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
         }
 
 

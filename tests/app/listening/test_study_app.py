@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from support.paths import REPOSITORY
 
+import base64
+import io
 import json
 import re
 
@@ -62,10 +64,18 @@ def answer_for(view: dict) -> dict:
     return {"score": 4} if view["kind"] == "mos" else {"choice": "A"}
 
 
+def fetch(service: StudyService, view: dict, label: str) -> bytes:
+    """The condition's audio as the page gets it (the server records the fetch)."""
+    clip = service.clip(view["session"], view["trial"], label)
+    assert clip["label"] == label, clip
+    return base64.b64decode(clip["wav"])
+
+
 def finish(service: StudyService, view: dict) -> dict:
     while view["state"] == "trial":
         for condition in view["conditions"]:
             if condition["must_play"]:
+                fetch(service, view, condition["label"])
                 assert "played" in service.played(view["session"], view["trial"], condition["label"])
         view = service.submit(view["session"], view["trial"], answer_for(view))
     return view
@@ -92,6 +102,7 @@ def test_a_rater_takes_a_study_by_name_blind_and_resumes(service):
     refused = service.submit(view["session"], view["trial"], answer_for(view))
     assert "to the end" in refused["refused"]
     for condition in view["conditions"][1:]:
+        fetch(service, view, condition["label"])
         service.played(view["session"], view["trial"], condition["label"])
     assert "refused" in service.submit(view["session"], view["trial"], {"scores": {"A": 50}})
     assert "refused" in service.played(view["session"], view["trial"], "Z")
@@ -106,6 +117,22 @@ def test_a_rater_takes_a_study_by_name_blind_and_resumes(service):
     assert done["state"] == "done" and re.fullmatch(r"[0-9A-F]{10}", done["code"])
     assert service.open("second", view["token"]) == done  # a reload shows the code again
     assert service.start("second", "=cmd")["refused"]  # a rater id a spreadsheet would run is refused
+
+
+def test_a_play_counts_only_for_a_clip_the_page_fetched_from_the_server(service):
+    view = service.start("first", "fetching-rater")
+    label = next(c["label"] for c in view["conditions"] if c["must_play"])
+    refused = service.played(view["session"], view["trial"], label)  # a script that never downloaded it
+    assert "never loaded" in refused["refused"], refused
+    assert service.store.study_plays(view["session"]) == []
+    wav = fetch(service, view, label)
+    assert wav[:4] == b"RIFF" and wav[8:12] == b"WAVE"
+    assert [(t, lab) for t, lab, _ in service.store.clip_fetches(view["session"])] == [(view["trial"], label)]
+    assert service.played(view["session"], view["trial"], label) == {"played": [label]}
+    for bad in ((view["session"], view["trial"], "Z"), (view["session"], "f" * 32, label),
+                ("0" * 32, view["trial"], label)):
+        assert "refused" in service.clip(*bad)
+    assert len(service.store.clip_fetches(view["session"])) == 1  # a refused fetch records nothing
 
 
 def test_experimenter_view_is_off_without_a_token(service, monkeypatch):
@@ -187,7 +214,8 @@ def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkey
         assert types == {"navbar", "html", "api"}, types  # no tab, results, file, button or audio player
         assert (ADMIN_PATH, "Experimenter", False) in demo.pages
         names = {d.get("api_name") for d in config["dependencies"]}
-        assert {"study_start", "study_played", "study_submit", "study_resume", "study_admin_results"} <= names
+        assert {"study_start", "study_clip", "study_played", "study_submit", "study_resume",
+                "study_admin_results"} <= names
         # Picking a study in the dropdown refreshes the header, progress and results at once (no stale study).
         ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
         on_pick = [d for d in config["dependencies"] if [ids["study-admin-study"], "input"] in
@@ -200,7 +228,7 @@ def test_rater_page_holds_the_player_only_and_admin_is_another_page(root, monkey
         close_listening_apps()
 
 
-def test_no_two_conditions_share_a_url_bytes_or_metadata(service):
+def test_no_two_conditions_share_bytes_or_metadata(service):
     import hashlib
 
     import soundfile
@@ -208,35 +236,35 @@ def test_no_two_conditions_share_a_url_bytes_or_metadata(service):
     seen: set[str] = set()
     view = service.start("first", "blind-rater")
     while view["state"] == "trial":
-        urls = [c["url"] for c in view["conditions"]]
-        assert len(set(urls)) == len(urls), view["kind"]
-        assert not seen & set(urls)  # no URL is reused in another trial either
-        seen |= set(urls)
         clips = {c["label"]: c for c in view["conditions"]}
-        assert all(set(c) == {"label", "url", "rated", "must_play"} for c in clips.values())
-        data = {label: open(c["url"], "rb").read() for label, c in clips.items()}
-        assert len({hashlib.sha256(d).hexdigest() for d in data.values()}) == len(data)
+        assert all(set(c) == {"label", "rated", "must_play"} for c in clips.values())  # no URL, no duration
+        data = {label: fetch(service, view, label) for label in clips}
+        hashes = {hashlib.sha256(d).hexdigest() for d in data.values()}
+        assert len(hashes) == len(data) and not seen & hashes  # nor is a copy served again in another trial
+        seen |= hashes
         assert len({len(d) for d in data.values()}) == len(data)  # not even the file sizes match
-        samples = {label: soundfile.read(c["url"], dtype="int16")[0] for label, c in clips.items()}
+        samples = {label: soundfile.read(io.BytesIO(d), dtype="int16")[0] for label, d in data.items()}
         # Not even the audio data of two copies of one clip match: each carries its own 1-LSB dither.
         assert len({s.tobytes() for s in samples.values()}) == len(samples)
         if view["kind"] == "abx":  # X is a copy of A or B: the same samples to within the dither
             x = samples["X"].astype(int)
             twins = [label for label in "AB" if len(samples[label]) == len(x)
                      and np.abs(samples[label].astype(int) - x).max() <= 2]
-            assert len(twins) >= 1 and clips["X"]["url"] != clips[twins[0]]["url"]
+            assert len(twins) >= 1 and data["X"] != data[twins[0]]
         if view["kind"] == "mushra":  # the hidden and the labelled reference: likewise
             reference = [label for label in samples if label != "Reference" and len(samples[label]) ==
                          len(samples["Reference"]) and np.abs(samples[label].astype(int)
                                                               - samples["Reference"].astype(int)).max() <= 2]
             assert reference, "the hidden reference is a dithered copy of the labelled one"
         assert service.open("first", view["token"])["conditions"] == view["conditions"]  # stable on a reload
+        assert fetch(service, view, "A") == data["A"]  # the same copy when fetched again
         view = finish_one(service, view)
 
 
 def finish_one(service: StudyService, view: dict) -> dict:
     for condition in view["conditions"]:
         if condition["must_play"]:
+            fetch(service, view, condition["label"])
             service.played(view["session"], view["trial"], condition["label"])
     return service.submit(view["session"], view["trial"], answer_for(view))
 
@@ -276,19 +304,21 @@ def test_a_served_study_not_created_yet_says_how_to_create_it(root):
 
 def test_old_clip_copies_are_pruned_and_made_again_identical(service, monkeypatch):
     import os
-    from pathlib import Path
 
     from ssd_demo.app.listening import study_service
 
     view = service.start("first", "pruned-rater")
-    first = Path(view["conditions"][0]["url"])
-    data = first.read_bytes()
+    label = view["conditions"][0]["label"]
+    data = fetch(service, view, label)
+    first = service._copies / f"{service.clip_key(view['session'], view['trial'], label)}.wav"
+    assert first.read_bytes() == data
     os.utime(first, (0, 0))  # made long ago
     monkeypatch.setattr(service, "_pruned_at", -1e9)
     service._prune_copies()
     assert not first.exists() and study_service.COPY_SECONDS >= 600
     again = service.open("first", view["token"])
-    assert again["conditions"] == view["conditions"] and first.read_bytes() == data
+    assert again["conditions"] == view["conditions"] and fetch(service, again, label) == data
+    assert first.read_bytes() == data
 
 
 def test_a_wrong_results_token_is_one_warning_line_without_a_traceback(root, monkeypatch, caplog):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from pathlib import Path
@@ -225,9 +226,14 @@ def test_api_refuses_a_rating_before_the_clip_ended(server):
     scores = {label: 50 for label in rated}
     refused = client.predict(view["session"], view["trial"], {"scores": scores}, api_name="/study_submit")
     assert "to the end" in refused["refused"]
-    # A play reported at once of a 30-second clip cannot have been a play to the end.
+    # A play of a clip this session never fetched is refused, however long ago the trial was shown...
+    unfetched = client.predict(view["session"], view["trial"], rated[0], api_name="/study_played")
+    assert "never loaded" in unfetched["refused"], unfetched
+    clip = client.predict(view["session"], view["trial"], rated[0], api_name="/study_clip")
+    assert base64.b64decode(clip["wav"])[:4] == b"RIFF"
+    # ...and one reported at once after fetching a 30-second clip cannot have been a play to the end.
     early = client.predict(view["session"], view["trial"], rated[0], api_name="/study_played")
-    assert "cannot have been played" in early["refused"], early
+    assert "to the end yet" in early["refused"], early
     assert "refused" in client.predict(view["session"], view["trial"], {"scores": scores}, api_name="/study_submit")
     # A study this server does not serve is closed; a forged resume token starts nothing.
     assert client.predict("not-served", "", api_name="/study_start")["refused"]
@@ -235,6 +241,7 @@ def test_api_refuses_a_rating_before_the_clip_ended(server):
     with ListeningStore(db, app_version="reader") as store:
         assert store.study_answers(view["session"]) == []
         assert store.study_plays(view["session"]) == []
+        assert [label for _, label, _ in store.clip_fetches(view["session"])] == [rated[0]]
 
 
 def test_admin_page_needs_the_token_and_serves_results_and_exports(server, page):
@@ -242,8 +249,10 @@ def test_admin_page_needs_the_token_and_serves_results_and_exports(server, page)
     client = gradio_client.Client(url + "/", verbose=False)
     with pytest.raises(Exception, match="token"):
         client.predict("wrong", "mushra-pilot", True, api_name="/study_admin_results")
-    # A scripted rater answers one ABX trial (its 0.5-second clips count as heard half a second after they are shown).
+    # A scripted rater answers one ABX trial: it fetches each clip, whose plays count half a second later.
     view = client.predict("abx-pilot", "scripted-rater", api_name="/study_start")
+    for label in ("A", "B", "X"):
+        assert client.predict(view["session"], view["trial"], label, api_name="/study_clip")["label"] == label
     for label in ("A", "B", "X"):
         deadline = time.monotonic() + WAIT_MS / 1000
         while "refused" in (result := client.predict(view["session"], view["trial"], label, api_name="/study_played")):
