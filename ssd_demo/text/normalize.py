@@ -183,7 +183,7 @@ _REWRITES: tuple[tuple[re.Pattern, object], ...] = (
     # eSpeak says "AM" as letters
     (re.compile(r"\b([aApP])\.[mM]\.?(?![A-Za-z])"), _with_sentence_end(lambda m: f"{m.group(1).upper()}M")),
     # "on Elm St." / "Mulholland Dr." is a street (a name before it, mid-sentence); "St. Louis" a saint
-    (re.compile(rf"(?:(?<=[a-z0-9,] )|(?<=\d[A-Z] ))([A-Z][a-z]*) ({_alternatives(_STREETS)})\."),
+    (re.compile(rf"(?:(?<=[a-z0-9,] )|(?<=\d[A-Z] ))([A-Z][a-z]*|\d+(?:st|nd|rd|th)) ({_alternatives(_STREETS)})\."),
      _with_sentence_end(lambda m: f"{m.group(1)} {_STREETS[m.group(2)]}")),
     (re.compile(rf"\b({_alternatives(_TITLES)})\.(?= [A-Z])"), lambda m: _TITLES[m.group(1)]),
     (re.compile(rf"\b({_alternatives(_AFTER_WORDS)})\.?(?![\w.]|\.\w)"),

@@ -45,6 +45,22 @@ def _address(match: re.Match) -> str:
     return spell_address(match.group(0))
 
 
+#: E-mail and web addresses in Latin letters inside Chinese text (`\w` would take the Chinese around them).
+_LATIN_ADDRESS = re.compile(
+    r"(?<![A-Za-z0-9._%+-])(?:[A-Za-z0-9._%+-]*[A-Za-z0-9]@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"
+    r"|(?:https?://|www\.)[A-Za-z0-9./?=&_%#:~+-]*[A-Za-z0-9/]"
+    rf"|[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.(?:{_TOP_LEVEL})\b)", re.ASCII)
+
+
+def spell_latin_addresses(text: str) -> str:
+    """Addresses in Chinese text said as in English, digits one by one ("zhang.wei@163.com" -> "zhang dot wei
+    at one six three dot com"): the Chinese reading would take each dot for a full stop and 163 for a number."""
+    def spoken(match: re.Match) -> str:
+        words = re.sub(r"\d", lambda digit: f" {DIGIT_WORDS[int(digit.group(0))]} ", spell_address(match.group(0)))
+        return f" {' '.join(words.split())} "
+    return _LATIN_ADDRESS.sub(spoken, text)
+
+
 def read_duration(match: re.Match) -> str:
     """"2:03:11" -> "2 hours 3 minutes and 11 seconds", "0:45:00" -> "45 minutes"; a clock time (after "at",
     or before "am"/"pm") is left as written."""
@@ -254,4 +270,5 @@ def after_shared(text: str) -> str:
 
 
 __all__ = ["DIGIT_WORDS", "after_shared", "before_shared", "read_dialled_number", "read_duration", "read_feet_inches",
-           "read_grouped_digits", "read_powered_unit", "read_time_units", "read_year_by_context", "spell_address"]
+           "read_grouped_digits", "read_powered_unit", "read_time_units", "read_year_by_context", "spell_address",
+           "spell_latin_addresses"]

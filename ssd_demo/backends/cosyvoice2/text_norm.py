@@ -32,7 +32,7 @@ from functools import lru_cache
 from ... import text as text_frontend
 from ...errors import InvalidSettingError, TextError
 from ...text import LONG_NUMBER, normalize_text
-from .readings import DIGIT_WORDS, after_shared, before_shared, read_grouped_digits
+from .readings import DIGIT_WORDS, after_shared, before_shared, read_grouped_digits, spell_latin_addresses
 from .text_official import is_markup, official_normalize
 from .text_zh import CHINESE_FINAL, CHINESE_SENTENCE_ENDS, contains_chinese, read_chinese
 
@@ -231,9 +231,11 @@ def normalize(text: str, mode: str = "default") -> str:
     `normalize_english`, or in the `official` mode as the official computes it (`text_official`). What a voice
     prompt's transcript goes through too."""
     if check_mode(mode) == "official":
-        return official_normalize(text)
-    stripped = text.strip()
-    return read_chinese(stripped) if contains_chinese(stripped) else normalize_english(stripped)
+        return official_normalize(checked_text(text))
+    stripped = clean_text(checked_text(text)).strip()
+    if contains_chinese(stripped):
+        return read_chinese(spell_latin_addresses(stripped))
+    return normalize_english(stripped)
 
 
 def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> list[str]:
@@ -252,6 +254,17 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 INVISIBLE_MARKS = re.compile("[\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
 
 
+def checked_text(text: object) -> str:
+    """`text` if it is a string of valid Unicode; else `TextError` (never an AttributeError further on)."""
+    if not isinstance(text, str):
+        raise TextError(f"the text must be a string, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
+        raise TextError("the text contains characters that are not valid Unicode") from None
+    return text
+
+
 def clean_text(text: str) -> str:
     """Control characters as spaces, invisible format marks removed: what no reader says."""
     return INVISIBLE_MARKS.sub("", CONTROL_CHARACTERS.sub(" ", text))
@@ -268,13 +281,7 @@ def speakable_chunks(text: str, count, max_tokens: int = 80, mode: str = "defaul
     that is not a string, or not valid Unicode (a lone surrogate), raises `TextError`. Control characters and
     invisible format marks never reach a chunk (`clean_text`). `count`: a chunk's token count (the backend
     passes its tokenizer's)."""
-    if not isinstance(text, str):
-        raise TextError(f"the text must be a string, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (e.g. invalid UTF-8 on a command line): no tokenizer takes it
-        raise TextError("the text contains characters that are not valid Unicode") from None
-    text = clean_text(text)
+    text = clean_text(checked_text(text))
     spoken = normalize(text, mode)
     if not has_words(spoken):
         return []

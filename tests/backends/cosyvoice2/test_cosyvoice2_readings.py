@@ -53,6 +53,8 @@ CASES = {
     "an emergency number": ("Dial 911 or call 112.", "Dial nine one one or call one one two."),
     "a price per month is no year": ("Prices rose to $1,625 a month.",
                                      "Prices rose to one thousand, six hundred and twenty-five dollars a month."),
+    "a street after an ordinal": ("Her office is on 5th St. near the park.",
+                                  "Her office is on fifth Street near the park."),
     "a number with a leading zero and groups is dialled": (
         "Reach me at 07700 900123.", "Reach me at zero seven seven zero zero, nine zero zero one two three."),
     "a count per week is no year": ("I sold 1,750 a week.", "I sold one thousand, seven hundred and fifty a week."),
@@ -132,6 +134,10 @@ def test_chinese_is_read_the_official_way_in_both_modes_but_for_prices_and_latin
     ("长3.50米", "长三点五零米", "长三点五零米"),  # a measure's zero may be its precision: read as written
     ("我 like apple 和 banana", "我 like apple 和 banana", "我like apple和banana"),
     ("iPhone 15 很好，你 好", "iPhone 十五很好，你好", "iPhone十五很好，你好"),
+    # addresses as said in English, digit by digit (the official takes each dot for a full stop)
+    ("我的email是zhang.wei@163.com。", "我的email是 zhang dot wei at one six three dot com。",
+     "我的email是zhang。wei@一百六十三。com。"),
+    ("请访问www.baidu.com查看详情。", "请访问 w w w dot baidu dot com 查看详情。", "请访问www。baidu。com查看详情。"),
 ])
 def test_the_default_mode_reads_prices_and_keeps_a_space_before_a_latin_word(text, default, official):
     assert (normalize(text), normalize(text, "official")) == (default, official)
@@ -165,3 +171,12 @@ def test_the_official_mode_reads_text_wetext_cannot(text):
     assert all(chunk.strip() for chunk in chunks)
     assert normalize("Hello  world.", "official") == "Hello world."
     assert "three" in normalize("One.\n\nTwo 3.", "official")
+
+
+@pytest.mark.parametrize("mode", ["default", "official"])
+@pytest.mark.parametrize("text", [None, b"bytes", 42, "a lone \ud800 surrogate"])
+def test_normalize_refuses_what_is_not_text_with_a_typed_error(text, mode):
+    from ssd_demo.errors import TextError
+
+    with pytest.raises(TextError):
+        normalize(text, mode)
