@@ -24,6 +24,7 @@ from pathlib import Path
 import gradio as gr
 
 from ...listening.study_sessions import list_studies
+from .. import jobs
 from .service import register_app
 from .study_admin import build_study_admin
 from .study_player import CSS, JS, TEMPLATE
@@ -40,6 +41,7 @@ PAGE_HEAD = "<style>.nav-holder, footer { display: none !important; }</style>"
 
 def build_study_demo(names: Sequence[str], data_root: Path | None = None) -> gr.Blocks:
     """The rater page for `names` and, at /admin, the experimenter's view."""
+    jobs.distrust_forwarded_headers()  # a client's X-Forwarded-For is no new address (sessions per address)
     service = StudyService(StudySettings.from_env(names, data_root))
     register_app(service)  # closed with the listening tab's apps at shutdown
     missing = sorted(set(names) - set(list_studies(service.settings.data_dir)))
@@ -115,8 +117,9 @@ def build_rater_page(service: StudyService) -> gr.HTML:
 
 
 def _address(client: gr.Request | None) -> str | None:
-    """The client's network address as the server sees it (None when unknown)."""
-    host = getattr(getattr(client, "client", None), "host", None)
+    """The client's network address (None when unknown): the peer's, or the last X-Forwarded-For hop only
+    behind a trusted proxy (`jobs.client_address`), so that a rater cannot claim a new address per session."""
+    host = jobs.client_address(client) if client is not None else None
     return host if isinstance(host, str) and host else None
 
 

@@ -233,9 +233,7 @@ def normalize(text: str, mode: str = "default") -> str:
     if check_mode(mode) == "official":
         return official_normalize(checked_text(text))
     stripped = clean_text(checked_text(text)).strip()
-    if contains_chinese(stripped):
-        return read_chinese(spell_latin_addresses(stripped))
-    return normalize_english(stripped)
+    return read_chinese(spell_latin_addresses(stripped)) if contains_chinese(stripped) else normalize_english(stripped)
 
 
 def _paragraph(text: str, spoken: str, count, max_tokens: int, mode: str) -> list[str]:

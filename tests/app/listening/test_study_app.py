@@ -369,3 +369,32 @@ def test_the_clip_copies_stay_under_their_disk_bound(service, monkeypatch):
     folder = service._copies
     service.close()
     assert not folder.exists()  # and gone when the service closes (at exit too)
+
+
+def test_a_forwarded_header_is_no_new_address_unless_a_trusted_proxy_adds_it(monkeypatch):
+    """Sessions are bounded per address: a rater's own X-Forwarded-For must not make each session a new one."""
+    from types import SimpleNamespace
+
+    from ssd_demo.app.listening import study_page
+
+    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={"x-forwarded-for": "203.0.113.9"})
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv("SSD_DEMO_TRUSTED_PROXY", raising=False)
+    assert study_page._address(request) == "127.0.0.1"
+    monkeypatch.setenv("SSD_DEMO_TRUSTED_PROXY", "1")  # behind a proxy that adds the header: its last hop
+    assert study_page._address(request) == "203.0.113.9"
+    assert study_page._address(None) is None
+
+
+def test_the_study_server_keeps_uvicorn_from_trusting_forwarded_headers(tmp_path, monkeypatch):
+    import os
+
+    from ssd_demo.app.listening.service import close_listening_apps
+    from ssd_demo.app.listening.study_page import build_study_demo
+
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    try:
+        build_study_demo(["none-yet"], tmp_path)
+    finally:
+        close_listening_apps()
+    assert os.environ["FORWARDED_ALLOW_IPS"] == ""  # uvicorn's default trusts 127.0.0.1's header
