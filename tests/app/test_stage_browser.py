@@ -302,6 +302,8 @@ def test_races_in_a_row_play_each_voice_to_its_end_in_order(page, artifacts):
                         "lm_codec_first_audio": {"autoregressive": _lm_first_audio(page, "ssd-ar-live"),
                                                  "speculative": _lm_first_audio(page, "ssd-spec-live")}})
         assert "heard" in page.locator("#ssd-ar-live").inner_text()  # the wall clock beside the LM + codec one
+        # Both voices played: the status line no longer says the speculative one plays next.
+        page.wait_for_function(f"({STATE_JS})().status.includes('both voices played')", timeout=30_000)
     # HLS errors ("No Segments found in Playlist": a stream whose encoder had handed out no frame yet) are
     # counted in the record, not asserted: the lead-in makes them rare (none in 20 races on a 2-core machine),
     # but an encoder slow to start on a busy machine can still open a stream empty for a moment (recovered from).

@@ -3,6 +3,8 @@ and plays each live voice to its end (`VOICES_JS`), what a race's start, "Replay
 to the players, and presenter mode. Plain strings; `race_view` installs them on the page.
 """
 
+from .race import DONE_LIVE
+
 #: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
 #: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
 STAGE_CSS = """
@@ -34,12 +36,13 @@ body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; 
 #: whole turn, whichever player starts first. Because the lanes decode one after the other, the speculative lane's
 #: live audio, often ready while the autoregressive lane's is still playing, is heard in full right after it. A
 #: player clicked by hand plays at once and pauses the others; `hold` pauses a player and keeps it quiet (no turn, no
-#: restart when its stream sends more audio) until it is clicked or the next race starts.
+#: restart when its stream sends more audio) until it is clicked or the next race starts. Once the last voice has
+#: had its turn, the status line's "the speculative voice plays next" (`race.DONE_LIVE`) says both voices played.
 VOICES_JS = """
 if (!window.ssdVoices) {
   const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
   const lanes = {'ssd-ar-stream': 'ssd-ar-live', 'ssd-spec-stream': 'ssd-spec-live'};
-  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07, LEAD_IN_S = 0.2;
+  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07, LEAD_IN_S = 0.2, PLAYS_NEXT = '""" + DONE_LIVE.split(": ", 1)[1] + """';
   const audio = (id) => document.querySelector('#' + id + ' audio');
   const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
   const held = new Set(), sounding = new Set(), played = new Set(), stalled = {};
@@ -117,12 +120,22 @@ if (!window.ssdVoices) {
     const next = queue.shift();
     if (next) { const a = audio(next); if (a) { a.play(); } }
   };
+  // A voice has had its whole turn. Once the last one has, the status line stops saying it plays next.
+  const settle = (id) => {
+    played.add(id);
+    const status = document.querySelector('#ssd-status');
+    if (id !== ORDER[ORDER.length - 1] || !status) { return; }
+    const walker = document.createTreeWalker(status, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      node.nodeValue = node.nodeValue.replace(PLAYS_NEXT, 'both voices played');
+    }
+  };
   for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
     document.addEventListener(name, (e) => {
       const id = idOf(e);
       // At its end a player fires 'pause' (already `ended`), then 'ended': either way its voice has had its turn.
       const atEnd = name === 'ended' || (name === 'pause' && e.target.ended);
-      if (id && atEnd && finished(id)) { played.add(id); }
+      if (id && atEnd && finished(id)) { settle(id); }
       if (!id || !sounding.has(id)) { return; }
       if (name === 'waiting' && owes(id)) {  // out of audio, but its lane owes more: it keeps its turn
         const mark = stalled[id] = performance.now();
@@ -131,12 +144,12 @@ if (!window.ssdVoices) {
         const giveUp = () => {
           if (stalled[id] !== mark || e.target.readyState >= 3) { return; }
           if (!finished(id)) { setTimeout(giveUp, STALL_LIMIT_MS); return; }
-          played.add(id); release(id); hold(id);
+          settle(id); release(id); hold(id);
         };
         setTimeout(giveUp, STALL_LIMIT_MS);
         return;
       }
-      if (name === 'waiting' && finished(id)) { played.add(id); }
+      if (name === 'waiting' && finished(id)) { settle(id); }
       release(id);
       // A finished live voice that has played its speech is held: what its stream still holds is the
       // encoder's silent tail, handed out when the race ends, and must not take a turn after the next voice.
