@@ -171,7 +171,7 @@ class SettingSpec:
         """Raise the one message for an invalid value: '<name> must be <requirement><note>, got <value>'."""
         joiner = "; got" if self.kind == "choice" else ", got"
         raise InvalidSettingError(f"{self.name} must be {self.requirement_text(controls, defaults)}{self.note}"
-                                  f"{joiner} {_shown(value)}")
+                                  f"{joiner} {_shown(value)}", param=self.name)
 
     def accept(self, value: object, controls: bool = False, defaults: "DecodingConfig | None" = None) -> object:
         """The one validator of a submitted value (a front end's, an API caller's): converted to the setting's

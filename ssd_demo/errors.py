@@ -14,6 +14,10 @@ class UserError(ValueError):
 
     title = "Cannot synthesise"
 
+    def __init__(self, *args: object, param: str | None = None) -> None:
+        super().__init__(*args)
+        self.param = param  # the input (setting, field) it is about, where there is one: an API names it
+
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
@@ -24,8 +28,8 @@ class InvalidSettingError(UserError):
     title = "Invalid settings"
     PREFIX = "Invalid decoding setting: "
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message if message.startswith(self.PREFIX) else self.PREFIX + message)
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message if message.startswith(self.PREFIX) else self.PREFIX + message, param=param)
 
 
 class UnknownPresetError(UserError, KeyError):

@@ -140,7 +140,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
         except ServerBusy as error:
             return error_response(429, str(error), "rate_limit_error")
         except UserError as error:
-            return error_response(400, str(error), "invalid_request_error")
+            return error_response(400, str(error), "invalid_request_error", error.param)
         media = ("text/event-stream" if body.stream_format == "sse"
                  else "audio/wav" if body.response_format == "wav" else "audio/pcm")
         headers = {"X-Sample-Rate": str(service.sample_rate), "X-Seed": str(order.config.seed),

@@ -142,12 +142,13 @@ class SpeechService:
         settings = dict(settings or {})
         unknown = sorted(set(settings) - set(REQUEST_SETTINGS))
         if unknown:
-            raise InputError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(REQUEST_SETTINGS)}")
+            raise InputError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(REQUEST_SETTINGS)}",
+                             param=unknown[0])
         if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", param="mode")
         text = check_text(self.synthesizer, text)  # type: ignore[arg-type]
         if draft is not None and draft not in self.synthesizer.drafts:
-            raise InputError(f"unknown draft {draft!r}; this preset has {', '.join(self.synthesizer.drafts)}")
+            raise InputError(f"unknown draft {draft!r}; this preset has {', '.join(self.synthesizer.drafts)}", param="draft")
         request = Request(text=text, preset=self.preset, draft=draft, **settings)
         config = build_config(self.synthesizer, request, request_seed(self.synthesizer, request))
         script = self.synthesizer.script(text)  # a text the voice cannot speak fails here, before it takes a place

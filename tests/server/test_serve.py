@@ -123,6 +123,7 @@ def test_server_sent_events_carry_the_same_audio(synth, url):
     ({"input": "Hi.", "betta": 0.2}, "unknown setting(s) betta"),
     ({"input": "Hi.", "mode": "fast"}, "mode must be one of speculative, ar"),
     ({"input": "Hi.", "draft": "huge"}, "unknown draft 'huge'"),
+    ({"input": "Hi.", "temperature": -1}, "temperature must be"),
     ({"input": "Hi.", "response_format": "mp3"}, "use 'wav' or 'pcm'"),
     ({"input": "Hi.", "model": "other"}, "model must be"),
     ({"input": "Hi.", "speed": 2.0}, "speed 2 is not supported"),
@@ -136,6 +137,11 @@ def test_bad_input_is_a_json_error_that_says_what_to_change(url, body, says):
     error = response.json()["error"]
     assert says in error["message"] and error["type"] == "invalid_request_error"
     assert "Traceback" not in response.text
+    named = {"beta": "beta", "betta": "betta", "mode": "mode", "draft": "draft", "temperature": "temperature",
+             "voice": "input", "input": "input"}  # the field an OpenAI client shows next to the message
+    field = next((name for name in body if name != "input"), "input")
+    if field in named and field != "input":
+        assert error["param"] == named[field], error
 
 
 def test_a_body_that_is_not_json_is_refused_plainly(url):
