@@ -13,8 +13,10 @@ is therefore served as its own copy, made once under a name that is an HMAC of (
 the server's secret and carrying that HMAC in a JUNK chunk of a varying length, so neither its size nor its
 bytes' hash matches another condition's. Its samples carry their own dither too (independent triangular
 noise of one least significant bit, seeded by the HMAC: about -90 dBFS, inaudible), so that not even the
-audio data of two copies of one clip match: a script that downloads the clips cannot find the hidden
-reference, or ABX's X, by comparing them. No per-condition duration is sent; the length is of course the
+audio data of two copies of one clip match: comparing files or hashes finds nothing. A script that decodes
+the samples and subtracts them still finds the hidden reference and ABX's X (copies of one clip differ by a
+sample value or two, other clips by thousands): no inaudible change can stop that, so timing, attention checks
+and screening are the guard against scripts. No per-condition duration is sent; the length is of course the
 same for the same clip.
 
 Every rule about answers and plays lives in the library (`StudyRunner`, `ListeningStore`): the server
