@@ -328,3 +328,33 @@ def test_the_page_knows_the_live_streams_lead_in():
     from ssd_demo.app.compare import race_js, race_view
 
     assert f"LEAD_IN_S = {race_view.LEAD_IN}" in race_js.VOICES_JS
+
+
+def test_every_live_stream_begins_with_the_lead_in_and_a_finished_lane_is_padded_once(monkeypatch):
+    """A stream opened by a piece carries the lead-in in that piece; one opened before its first piece gets
+    it alone; a finished lane's stream gets the tail padding once."""
+    import io
+
+    import numpy as np
+    import pytest
+
+    from ssd_demo.app.compare import race_view
+    from ssd_demo.speech.streaming import AudioPiece
+
+    monkeypatch.setattr(race_view, "LIVE_AUDIO", True)
+    streams = race_view.LiveStreams({"autoregressive": "ar", "speculative": "spec"})
+    seconds = lambda wav: soundfile.info(io.BytesIO(wav)).duration  # noqa: E731
+    race = Race()
+    assert streams.silences(race) == {}  # the sample rate is not known yet
+    piece = AudioPiece(index=0, chunk_index=0, text="Hi.", audio=np.full(1600, 0.1, dtype=np.float32),
+                       sample_rate=16_000, start_sample=0, ready_seconds=0.1, processing_seconds=0.1, tokens_so_far=5,
+                       target_calls_so_far=5)
+    first = streams.piece(Piece("autoregressive", piece))
+    assert seconds(first["ar"]) == pytest.approx(race_view.LEAD_IN + 0.1)
+    race.sample_rate = 16_000
+    opened = streams.silences(race)
+    assert list(opened) == ["spec"] and seconds(opened["spec"]) == pytest.approx(race_view.LEAD_IN)
+    assert seconds(streams.piece(Piece("autoregressive", piece))["ar"]) == pytest.approx(0.1)
+    race.lanes["autoregressive"].seconds = 1.0
+    assert seconds(streams.silences(race)["ar"]) == pytest.approx(race_view.TAIL_PADDING)
+    assert streams.silences(race) == {}  # once

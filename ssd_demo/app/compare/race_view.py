@@ -157,6 +157,52 @@ def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
                    f"'{comparison.draft}'.")
 
 
+class LiveStreams:
+    """What one race sends its two live streams: each lane's pieces, the `LEAD_IN` every stream begins with,
+    `TAIL_PADDING` after a finished lane, and empty chunks that collect the frames the encoder hands out late."""
+
+    def __init__(self, streams: dict[str, gr.Audio]) -> None:
+        self.streams = streams
+        self.last_sent: dict[str, float] = {}  # lane -> when its stream last got audio
+        self.opened: set[str] = set()  # lanes whose stream has its lead-in
+        self.padded: set[str] = set()  # finished lanes whose tail went out
+
+    def _sent(self, lane: str) -> None:
+        self.last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
+
+    def piece(self, event: compare.Piece) -> dict:
+        """A piece on its lane's stream; a stream's first chunk begins with the lead-in, as every one does."""
+        lead_in = 0.0 if event.lane in self.opened else LEAD_IN
+        self.opened.add(event.lane)
+        self._sent(event.lane)
+        return {self.streams[event.lane]: compare.piece_wav(event.piece, lead_in)}
+
+    def silences(self, race: compare.Race) -> dict:
+        """The lead-in on each stream not yet opened, once the voice's sample rate is known, and the tail
+        padding once on each finished lane's stream: its real last samples go out now."""
+        if race.sample_rate is None or not LIVE_AUDIO:
+            return {}
+        chunks = {}
+        for lane in compare.LANES:
+            if lane not in self.opened:
+                self.opened.add(lane)
+                chunks[self.streams[lane]] = compare.empty_wav(race.sample_rate, LEAD_IN)
+            elif race.lanes[lane].seconds is not None and lane not in self.padded:
+                self.padded.add(lane)
+                chunks[self.streams[lane]] = compare.empty_wav(race.sample_rate, TAIL_PADDING)
+            else:
+                continue
+            self._sent(lane)
+        return chunks
+
+    def flushes(self) -> dict:
+        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
+        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
+        would wait for the next piece (or the end of the race)."""
+        now = time.perf_counter()
+        return {self.streams[lane]: EMPTY_WAV for lane, sent in self.last_sent.items() if now - sent < FLUSH_FOR}
+
+
 class RaceFrames:
     """The race's events (`events.race_events`) as updates of the page. `results` names the `/synthesize`
     outputs (ar_audio, ..., seed_used). A refused or failed race ends with a frame whose status line says why
@@ -184,37 +230,6 @@ class RaceFrames:
     def silent(self) -> dict:
         """Both live players empty (a race ends or starts)."""
         return {self.view.ar_stream: None, self.view.spec_stream: None}
-
-    def flushes(self, last_sent: dict[str, float]) -> dict:
-        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
-        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
-        would wait for the next piece (or the end of the race)."""
-        now = time.perf_counter()
-        return {self.streams[lane]: EMPTY_WAV for lane, sent in last_sent.items() if now - sent < FLUSH_FOR}
-
-    def tails(self, race: compare.Race, rates: dict[str, int], last_sent: dict[str, float]) -> dict:
-        """Once per finished lane, `TAIL_PADDING` of silence on its stream: its real last samples go out now.
-        `rates` holds the lanes whose tail is still to push (lane -> sample rate of its pieces)."""
-        done = [lane for lane in rates if race.lanes[lane].seconds is not None]
-        for lane in done:
-            last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
-        return {self.streams[lane]: compare.empty_wav(rates.pop(lane), TAIL_PADDING) for lane in done}
-
-    def lead_ins(self, race: compare.Race, opened: set[str], last_sent: dict[str, float]) -> dict:
-        """`LEAD_IN` of silence on each stream not yet opened, once the voice's sample rate is known."""
-        if race.sample_rate is None or not LIVE_AUDIO:
-            return {}
-        new = [lane for lane in compare.LANES if lane not in opened]
-        for lane in new:
-            opened.add(lane)
-            last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
-        return {self.streams[lane]: compare.empty_wav(race.sample_rate, LEAD_IN) for lane in new}
-
-    def piece(self, event: compare.Piece, opened: set[str]) -> bytes:
-        """A piece for its stream; the stream's first chunk begins with `LEAD_IN` of silence, as every one does."""
-        lead_in = 0.0 if event.lane in opened else LEAD_IN
-        opened.add(event.lane)
-        return compare.piece_wav(event.piece, lead_in)
 
     def refused(self, error: BaseException):
         """The status line says why nothing runs (it would keep its last stage otherwise; the next race
@@ -269,33 +284,28 @@ class RaceFrames:
         live counters; then the replay at measured speed, the statistics and, last, the charts."""
         view = self.view
         race, started = compare.Race(), time.perf_counter()
-        last_sent: dict[str, float] = {}  # lane -> when its last piece went out
-        rates: dict[str, int] = {}  # lane -> its pieces' sample rate, until its tail is pushed out (`tails`)
-        opened: set[str] = set()  # the lanes whose stream has its lead-in
+        streams = LiveStreams(self.streams)
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, stop_check, race)) as events:
-            # The live players are left to the lead-ins (`lead_ins`): None here would open both streams empty.
+            # The live players are left to the lead-ins (`LiveStreams`): None here would open both streams empty.
             yield self.frame({**self.live(race), view.headline: "", view.replay_ar: None,
                               view.replay_spec: None, view.replay_note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
-                    yield self.frame({**self.live(race), **self.flushes(last_sent),
-                                      **self.lead_ins(race, opened, last_sent), **self.tails(race, rates, last_sent)})
+                    yield self.frame({**self.live(race), **streams.flushes(), **streams.silences(race)})
                 elif isinstance(event, compare.Piece):
                     if len(event.piece.audio) and LIVE_AUDIO:
-                        wav = self.piece(event, opened)
-                        yield self.frame({**self.live(race), **self.lead_ins(race, opened, last_sent),
-                                          **self.tails(race, rates, last_sent), self.streams[event.lane]: wav})
-                        last_sent[event.lane] = time.perf_counter()
-                        rates[event.lane] = event.piece.sample_rate
+                        piece = streams.piece(event)  # first: a stream it opens needs no lead-in of its own
+                        yield self.frame({**self.live(race), **streams.silences(race), **piece})
                 elif isinstance(event, compare.Stopped):
                     yield from self.stopped(race)
                 elif isinstance(event, compare.Failed):
                     yield from self.refused(event.error)
                 elif isinstance(event, compare.Done):
                     jobs.CLOCK.record(time.perf_counter() - started)
-                    if rates:
-                        yield self.frame({**self.live(race), **self.tails(race, rates, last_sent)})
+                    tails = streams.silences(race)
+                    if tails:
+                        yield self.frame({**self.live(race), **tails})
                     yield from self.finish(event.comparison, race, page, settings_key(request))
 
 
