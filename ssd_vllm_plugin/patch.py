@@ -1,53 +1,132 @@
-"""Where the tolerance rule enters vLLM 0.32: `vllm.v1.sample.rejection_sampler.rejection_sample`, the function
-`RejectionSampler.forward` calls for every verify step of the V1 model runner (CPU and CUDA alike). Its kernels
-are Triton on a GPU and C++ on a CPU; the replacement below is torch, so it runs on both."""
+"""Where the tolerance rule enters vLLM 0.32, in three places:
+
+- `SamplingParams._verify_extra_args`: a request's `ssd_beta` is checked where vLLM checks its arguments, so
+  a bad value is the request's error (HTTP 400 in vLLM's server), never the engine's;
+- the V1 model runner's persistent batch (`gpu_input_batch.InputBatch`, CPU and CUDA alike): it keeps each
+  request's beta and hands the batch's betas, one per row, to the sampler with the sampling metadata it
+  rebuilds whenever the batch changes (`SamplingMetadata.ssd_beta`);
+- `vllm.v1.sample.rejection_sampler.rejection_sample`, the function `RejectionSampler.forward` calls for every
+  verify step. Its kernels are Triton on a GPU and C++ on a CPU; the replacement is torch, so it runs on both.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from . import BETA_ARGUMENT, request_beta
 from .tolerance import tolerance_sample
 
 _installed: dict = {}
 
 
-def install(beta: float) -> None:
-    """Replace vLLM's rejection step by the tolerance rule for random requests (idempotent)."""
+def install(default_beta: float) -> None:
+    """Carry every request's beta (`default_beta` when it names none) to the rejection step (idempotent)."""
+    _installed["default"] = default_beta
+    if _installed.get("done"):
+        return
+    _check_request_beta()
+    _carry_request_beta()
+    _replace_rejection_step()
+    _refuse_v2_runner()
+    _installed["done"] = True
+
+
+def _check_request_beta() -> None:
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+
+    original = SamplingParams._verify_extra_args
+
+    def _verify_extra_args(self) -> None:
+        original(self)
+        try:
+            request_beta(self.extra_args, 0.0)
+        except ValueError as error:
+            raise VLLMValidationError(str(error), parameter=BETA_ARGUMENT) from None
+
+    SamplingParams._verify_extra_args = _verify_extra_args
+
+
+def _carry_request_beta() -> None:
+    """InputBatch keeps {request id: beta}; each SamplingMetadata it builds gets `ssd_beta` ([rows] float64 on
+    the batch's device, in the batch's row order) and `ssd_tolerant` (any row > 0, a Python bool: the sampler
+    decides its path without reading the device)."""
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+
+    add, remove, make = InputBatch.add_request, InputBatch.remove_request, InputBatch._make_sampling_metadata
+
+    def betas(batch) -> dict:
+        if "_ssd_betas" not in batch.__dict__:
+            batch._ssd_betas = {}
+        return batch._ssd_betas
+
+    def add_request(self, request):
+        index = add(self, request)
+        params = request.sampling_params
+        extra = getattr(params, "extra_args", None) if params is not None else None
+        betas(self)[request.req_id] = request_beta(extra, _installed["default"])
+        return index
+
+    def remove_request(self, req_id):
+        betas(self).pop(req_id, None)
+        return remove(self, req_id)
+
+    def _make_sampling_metadata(self):
+        metadata = make(self)
+        table, default = betas(self), _installed["default"]
+        rows = [table.get(req_id, default) for req_id in self._req_ids[:self.num_reqs]]
+        metadata.ssd_beta = torch.tensor(rows, dtype=torch.float64).to(self.device, non_blocking=True)
+        metadata.ssd_tolerant = any(beta > 0.0 for beta in rows)
+        return metadata
+
+    InputBatch.add_request, InputBatch.remove_request = add_request, remove_request
+    InputBatch._make_sampling_metadata = _make_sampling_metadata
+
+
+def _replace_rejection_step() -> None:
     from vllm.v1.sample import rejection_sampler as module
 
-    if _installed.get("module") is module:
-        _installed["beta"] = beta
-        return
     original = module.rejection_sample
-    _installed.update(module=module, beta=beta, original=original)
 
     def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
                          target_logits, bonus_token_ids, sampling_metadata, synthetic_mode=False,
                          synthetic_conditional_rates=None, use_fp64_gumbel=False):
         args = (draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
                 bonus_token_ids, sampling_metadata)
+        tolerant = getattr(sampling_metadata, "ssd_tolerant", _installed["default"] > 0.0)
+        if not tolerant or sampling_metadata.all_greedy:  # beta 0 everywhere, or greedy (beta does not apply)
+            return original(*args, synthetic_mode=synthetic_mode,
+                            synthetic_conditional_rates=synthetic_conditional_rates, use_fp64_gumbel=use_fp64_gumbel)
         if synthetic_mode:
-            raise RuntimeError("SSD_VLLM_BETA does not combine with rejection_sample_method='synthetic'")
-        if sampling_metadata.all_greedy:  # beta does not apply to greedy decoding
-            return original(*args, use_fp64_gumbel=use_fp64_gumbel)
+            raise RuntimeError("a request's ssd_beta does not combine with rejection_sample_method='synthetic'")
         # Mixed batch: vLLM's own pass decides the greedy rows; the random rows are redone below.
         mixed = not sampling_metadata.all_random
         output = original(*args, use_fp64_gumbel=use_fp64_gumbel) if mixed else None
         uniforms = module.generate_uniform_probs(draft_token_ids.shape[0], num_draft_tokens,
                                                  sampling_metadata.generators, target_logits.device)
         ours = tolerance_sample(draft_token_ids, num_draft_tokens, max_spec_len, draft_probs, target_logits,
-                                bonus_token_ids, sampling_metadata.generators, _installed["beta"], uniforms)
+                                bonus_token_ids, sampling_metadata.generators,
+                                _token_betas(sampling_metadata, num_draft_tokens, draft_token_ids), uniforms)
         if output is None:
             return ours
         random_rows = sampling_metadata.temperature != module.GREEDY_TEMPERATURE
         return torch.where(random_rows[:, None], ours, output)
 
     module.rejection_sample = rejection_sample
-    _refuse_v2_runner()
+
+
+def _token_betas(sampling_metadata, num_draft_tokens: list[int], drafted: torch.Tensor) -> torch.Tensor:
+    """[N] each drafted token's beta: its request's row, repeated over that request's drafted tokens."""
+    rows = getattr(sampling_metadata, "ssd_beta", None)
+    if rows is None:
+        rows = torch.full((len(num_draft_tokens),), _installed["default"], dtype=torch.float64)
+    counts = torch.as_tensor(num_draft_tokens, dtype=torch.long)
+    return rows.to(drafted.device).repeat_interleave(counts.to(drafted.device), output_size=drafted.shape[0])
 
 
 def _refuse_v2_runner() -> None:
-    """The V2 model runner verifies with its own kernels: fail at engine start rather than run the exact rule."""
+    """The V2 model runner verifies with its own kernels: a speculative engine fails at start there rather than
+    run the exact rule for requests that asked for beta."""
     try:
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler as v2
     except Exception:  # not importable on this platform (e.g. no Triton): the V2 runner cannot run here either
@@ -55,7 +134,8 @@ def _refuse_v2_runner() -> None:
     original_init = v2.RejectionSampler.__init__
 
     def refuse(self, *args, **kwargs):
-        raise RuntimeError("SSD_VLLM_BETA > 0 needs vLLM's V1 model runner: set VLLM_USE_V2_MODEL_RUNNER=0")
+        raise RuntimeError("ssd-vllm-plugin needs vLLM's V1 model runner for speculative decoding: "
+                           "set VLLM_USE_V2_MODEL_RUNNER=0")
 
     if getattr(original_init, "__name__", "") != "refuse":
         v2.RejectionSampler.__init__ = refuse

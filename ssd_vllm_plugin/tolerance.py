@@ -17,8 +17,9 @@ PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: an unused output slot
 
 
 def accept_probability(drafted: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
-                       beta: float) -> torch.Tensor:
-    """[N] min(1, min(1, q/p) + beta) per drafted token; 0 for padding (-1), for p(x) = 0 and for q(x) = 0.
+                       beta: float | torch.Tensor) -> torch.Tensor:
+    """[N] min(1, min(1, q/p) + beta) per drafted token (beta: one number, or [N] one per drafted token, its
+    request's); 0 for padding (-1), for p(x) = 0 and for q(x) = 0.
 
     q(x) = 0: a token the target cannot emit (outside its allowed-token mask, or cut by its top-k/top-p). In
     ssd_demo the draft is processed like the target, so it never proposes one; vLLM's draft applies only the
@@ -26,7 +27,7 @@ def accept_probability(drafted: torch.Tensor, draft_probs: torch.Tensor | None, 
     safe = drafted.clamp_min(0)[:, None]
     q = target_probs.gather(1, safe)[:, 0]
     p = torch.ones_like(q) if draft_probs is None else draft_probs.gather(1, safe)[:, 0].float()
-    ratio = torch.clamp(q / p.clamp_min(TINY), max=1.0)
+    ratio = torch.clamp(q / p.clamp_min(TINY), max=1.0).double()
     keep = torch.clamp(ratio + beta, max=1.0)
     return torch.where((drafted >= 0) & (p > 0) & (q > 0), keep, torch.zeros_like(keep))
 
@@ -83,10 +84,11 @@ def place(accepted: torch.Tensor, drafted: torch.Tensor, recovered: torch.Tensor
 
 def tolerance_sample(drafted: torch.Tensor, num_draft_tokens: list[int], max_spec_len: int,
                      draft_probs: torch.Tensor | None, target_logits: torch.Tensor, bonus: torch.Tensor,
-                     generators: dict, beta: float, uniforms: torch.Tensor) -> torch.Tensor:
-    """The whole verify step for random requests (every row is treated as random)."""
+                     generators: dict, beta: float | torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The whole verify step for random requests (every row is treated as random); `beta` as in
+    `accept_probability`."""
     drafted = drafted.long()
     target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)
-    accepted = uniforms < accept_probability(drafted, draft_probs, target_probs, beta).double()
+    accepted = uniforms < accept_probability(drafted, draft_probs, target_probs, beta)
     recovered = recovered_tokens(residuals(drafted, draft_probs, target_probs), num_draft_tokens, generators)
     return place(accepted, drafted, recovered, bonus, num_draft_tokens, max_spec_len)

@@ -255,6 +255,9 @@ def unload() -> None:
 
 def _drop_resident() -> None:
     if _resident:
+        for synthesizer in _resident.values():
+            if getattr(synthesizer, "on_vllm", False):
+                synthesizer.close()  # its engine processes hold their own copies of the models
         _resident.clear()
         free_models()
 

@@ -2,16 +2,23 @@
 runs in a vLLM engine process (`vllm_process`), while the text front end, the voice-clip prompt, chunking and
 the codec are the same code as with our engine, so the audio path does not change.
 
-One engine process per decoder setting: AR (the target alone) and speculative (target + draft, K tokens per
-round, SSD's beta through the ssd-vllm-plugin), each started on first use and kept. `render_batch` submits
-every chunk of every text at once, for vLLM's continuous batching.
+At most two engine processes: AR (the target alone) and speculative (target + draft, K tokens per round), each
+started on first use and kept; SSD's beta travels with each request (the ssd-vllm-plugin), so a new beta needs
+no new engine, while a new draft or K replaces the speculative engine (the old one is closed first: a GPU holds
+two engines beside this process's models, not more). Callers in several threads (the speech server's workers)
+share an engine: vLLM batches their chunks together. `render_batch` submits every chunk of every text at once,
+for vLLM's continuous batching.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,10 +28,12 @@ from ...errors import InputError
 from ...rules.registry import RULES
 from ...engine.results import GenerationResult, GenerationStats
 from ...speech.synthesis import Synthesizer, VoicePrompt
-from .worker import VLLM_BACKENDS, VllmWorker, WorkerBatch, WorkerSpec
+from .worker import VLLM_BACKENDS, SpecCounts, VllmWorker, WorkerBatch, WorkerSpec
 
 
 GPU_MEMORY_VARIABLE = "SSD_DEMO_VLLM_GPU_MEMORY"
+#: What `measure_speculation` prompts with (the voice's prompt for it; the tokens it decodes are not kept).
+MEASURING_TEXT = "Measuring how fast the engines decode."
 
 
 class VllmSynthesizer(Synthesizer):
@@ -41,8 +50,11 @@ class VllmSynthesizer(Synthesizer):
             raise InputError(f"the vLLM engine serves Llasa presets and custom Llama/Qwen2 pairs; this voice "
                              f"({backend_name or type(synthesizer.backend).__name__}) runs on our engine only")
         wrapped = cls(synthesizer.backend, synthesizer.target, synthesizer.drafts, synthesizer.draft_name)
-        wrapped._workers: dict[WorkerSpec, VllmWorker] = {}
+        wrapped._workers: dict[str, VllmWorker] = {}  # "ar" / "speculative" -> its engine
+        wrapped._users: dict[str, int] = {"ar": 0, "speculative": 0}  # callers inside each engine now
+        wrapped._engines_changing = threading.Condition()  # guards both; an engine is replaced when no one uses it
         wrapped._max_num_seqs = max_num_seqs
+        wrapped.speculation_costs: dict[int, tuple[float, float]] = {}  # batch -> (AR, speculative) tokens/s
         weakref.finalize(wrapped, _close_all, wrapped._workers)  # engine processes end with their synthesizer
         return wrapped
 
@@ -55,8 +67,8 @@ class VllmSynthesizer(Synthesizer):
 
     def _generate(self, prompt, mode, config, draft_name, should_stop, on_round=None, voice_prompt=None):
         config = self._checked(config, prompt)
-        worker = self.worker(mode, config, draft_name)
-        batch = self._submit(worker, [prompt], [config.max_new_tokens], config)
+        with self.engine(mode, config, draft_name) as worker:
+            batch = self._submit(worker, [prompt], [config.max_new_tokens], config, mode, should_stop)
         return self._generation(batch, 0, mode, config), config, batch.wall_seconds
 
     # -- many texts at once --------------------------------------------------------------------------
@@ -71,8 +83,8 @@ class VllmSynthesizer(Synthesizer):
         scripts = [self.script(text, voice_prompt) for text in texts]
         prompts = [prompt for script in scripts for prompt in script.prompts]
         limits = [self._checked(config, prompt).max_new_tokens for prompt in prompts]
-        worker = self.worker(mode, config, draft or self.draft_name)
-        batch = self._submit(worker, prompts, limits, config)
+        with self.engine(mode, config, draft or self.draft_name) as worker:
+            batch = self._submit(worker, prompts, limits, config, mode)
         started = time.perf_counter()
         renders, offset = [], 0
         for text, script in zip(texts, scripts):
@@ -88,24 +100,81 @@ class VllmSynthesizer(Synthesizer):
 
     # -- engines ---------------------------------------------------------------------------------------
 
-    def worker(self, mode: str, config: DecodingConfig, draft_name: str) -> VllmWorker:
-        """The engine process for this decoder setting, started on first use (tens of seconds)."""
+    @contextmanager
+    def engine(self, mode: str, config: DecodingConfig, draft_name: str) -> Iterator[VllmWorker]:
+        """The engine process for this decoder (`mode`), started on first use (tens of seconds), held while the
+        block runs. Callers in other threads share it (vLLM batches their requests); one that asks for another
+        draft or K waits until the engine is free, then replaces it (the old one is closed first)."""
+        spec = self._spec(mode, config, draft_name)
+        with self._engines_changing:
+            while True:
+                current = self._workers.get(mode)
+                if current is None:
+                    self._workers[mode] = VllmWorker.start(spec)
+                elif current.spec == spec:
+                    break
+                elif self._users[mode] == 0:
+                    self._workers.pop(mode).close()
+                else:
+                    self._engines_changing.wait()
+            self._users[mode] += 1
+            worker = self._workers[mode]
+        try:
+            yield worker
+        finally:
+            with self._engines_changing:
+                self._users[mode] -= 1
+                self._engines_changing.notify_all()
+
+    def _spec(self, mode: str, config: DecodingConfig, draft_name: str) -> WorkerSpec:
         if mode not in ("ar", "speculative"):
             raise InputError(f"mode must be 'ar' or 'speculative', got {mode!r}")
         speculative = mode == "speculative"
         if speculative and draft_name not in self.drafts:
             raise InputError(f"unknown draft {draft_name!r}; available: {', '.join(self.drafts)}")
-        # beta reaches the engine only for a rule that reads it (ssd): "exact" at any beta is exact, as on our engine.
-        beta = config.beta if speculative and RULES[config.acceptance].uses_beta else 0.0
-        spec = WorkerSpec(target=_folder(self.target), draft=_folder(self.drafts[draft_name]) if speculative else None,
-                          draft_len=config.draft_len if speculative else 0, beta=beta,
+        return WorkerSpec(target=_folder(self.target), draft=_folder(self.drafts[draft_name]) if speculative else None,
+                          draft_len=config.draft_len if speculative else 0,
                           dtype=str(self.target.dtype).removeprefix("torch."),
                           max_model_len=int(getattr(self.backend, "max_context", 2048) or 2048),
                           max_num_seqs=self._max_num_seqs,
                           gpu_memory_utilization=gpu_share() if self.device.type == "cuda" else None)
-        if spec not in self._workers:
-            self._workers[spec] = VllmWorker.start(spec)
-        return self._workers[spec]
+
+    # -- speculation only where it pays ----------------------------------------------------------------
+
+    def measure_speculation(self, batches: tuple[int, ...] = (1, 4, 16), tokens: int = 32,
+                            config: DecodingConfig | None = None, draft: str | None = None) -> dict[int, tuple[float, float]]:
+        """AR's and speculative decoding's tokens per second on this voice's two engines at each batch size (after
+        one warm-up request each; `tokens` per prompt with the end token ignored, so both decode as much; beta 0,
+        the exact rule), kept as `speculation_costs` for `speculation_pays`. Returns {batch: (AR, speculative)}."""
+        prompt = self.script(MEASURING_TEXT).prompts[0]
+        config = self._checked(config or self.config(), prompt)
+        draft = draft or self.draft_name
+        costs = {}
+        for batch in (1, *batches):  # the first pass is the warm-up
+            rates = []
+            for mode in ("ar", "speculative"):
+                with self.engine(mode, config, draft) as worker:
+                    answer = worker.generate([prompt] * batch, tokens, temperature=config.temperature,
+                                             top_p=config.top_p, top_k=config.top_k, seed=resolve_seed(config.seed),
+                                             allowed_token_ids=config.allowed_token_ids or None, ignore_eos=True)
+                rates.append(batch * tokens / answer.wall_seconds)
+            costs[batch] = (rates[0], rates[1])
+        self.speculation_costs = {batch: costs[batch] for batch in batches}
+        return self.speculation_costs
+
+    def speculation_pays(self, decoding: int) -> bool:
+        """Whether the speculative engine's measured tokens per second beat AR's at the measured batch size
+        nearest to `decoding` (in ratio); yes until `measure_speculation` has run."""
+        costs = self.speculation_costs
+        if not costs:
+            return True
+        nearest = min(costs, key=lambda batch: abs(math.log(batch) - math.log(max(decoding, 1))))
+        ar, speculative = costs[nearest]
+        return speculative > ar
+
+    def engines(self) -> list[WorkerSpec]:
+        """The engine processes this synthesizer holds now."""
+        return [worker.spec for worker in self._workers.values()]
 
     def close(self) -> None:
         """End every engine process this synthesizer started."""
@@ -128,12 +197,16 @@ class VllmSynthesizer(Synthesizer):
             config = config.with_(max_new_tokens=room)
         return config
 
-    def _submit(self, worker: VllmWorker, prompts: list[list[int]], limits: list[int], config: DecodingConfig) -> WorkerBatch:
+    def _submit(self, worker: VllmWorker, prompts: list[list[int]], limits: list[int], config: DecodingConfig,
+                mode: str, should_stop=None) -> WorkerBatch:
         eos = config.eos_token_id
         stops = list(eos) if isinstance(eos, (tuple, list)) else ([] if eos is None else [eos])
+        # beta reaches the engine only for a rule that reads it (ssd): "exact" at any beta is exact, as on our engine.
+        beta = config.beta if mode == "speculative" and RULES[config.acceptance].uses_beta else 0.0
         return worker.generate(prompts, limits, temperature=config.temperature, top_p=config.top_p,
                                top_k=config.top_k, seed=resolve_seed(config.seed), stop_token_ids=stops,
-                               allowed_token_ids=config.allowed_token_ids or None)
+                               allowed_token_ids=config.allowed_token_ids or None, beta=beta,
+                               should_stop=should_stop)
 
     def _decode(self, script, chunk_tokens: list[list[int]], voice_prompt: VoicePrompt | None) -> np.ndarray:
         parts = []
@@ -145,18 +218,19 @@ class VllmSynthesizer(Synthesizer):
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     def _generation(self, batch: WorkerBatch, index: int, mode: str, config: DecodingConfig) -> GenerationResult:
-        """Our result record for one request. vLLM reports spec counts per engine, so a single-request batch's
-        counts are that request's; there are no per-round records (`steps` is empty)."""
+        """Our result record for one request, with its own speculation counts; there are no per-round records
+        (`steps` is empty)."""
         tokens, wall = batch.tokens[index], batch.latencies[index]
+        counts = batch.requests[index] if batch.requests else SpecCounts()
         speculative = mode == "speculative"
-        rounds = batch.drafts if speculative else len(tokens)
+        rounds = counts.drafts if speculative else len(tokens)
         stats = GenerationStats(
             mode=mode, new_tokens=len(tokens), rounds=rounds, target_calls=rounds + (1 if speculative else 0),
             draft_calls=rounds * config.draft_len if speculative else 0,
-            drafted_tokens=batch.draft_tokens, accepted_tokens=batch.accepted_tokens,
-            acceptance_rate=batch.acceptance_rate, alpha=batch.acceptance_rate,
+            drafted_tokens=counts.draft_tokens, accepted_tokens=counts.accepted_tokens,
+            acceptance_rate=counts.acceptance_rate, alpha=counts.acceptance_rate,
             mean_tokens_per_call=len(tokens) / rounds if rounds else 0.0,
-            mean_accepted_length=batch.accepted_tokens / rounds if rounds and speculative else 0.0,
+            mean_accepted_length=counts.accepted_tokens / rounds if rounds and speculative else 0.0,
             prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.0, wall_seconds=wall,
             tokens_per_second=len(tokens) / wall if wall > 0 else 0.0, mean_draft_step_seconds=0.0,
             mean_target_call_seconds=wall / rounds if rounds else 0.0,

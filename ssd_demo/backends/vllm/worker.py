@@ -3,22 +3,27 @@
 vLLM pins torch and transformers versions that differ from this project's, so it lives in a virtual
 environment of its own (`bash scripts/vllm_env.sh` builds `.venv-vllm` at the repository root) with the
 ssd-vllm-plugin installed; this module starts `python -m ssd_vllm_plugin.worker` there and exchanges one
-JSON object per line with it (the protocol is in ssd_vllm_plugin/worker.py).
+JSON object per line with it (the protocol is in ssd_vllm_plugin/worker.py): requests go out under ids as
+callers make them and answers come back as they finish, so callers in several threads share the engine's batches.
 SSD_DEMO_VLLM_PYTHON names another environment's interpreter.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import queue
 import subprocess
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...config import SETTINGS
-from ...errors import UserError
+from ...config import SETTINGS, check_setting
+from ...engine.cancellation import Cancelled
+from ...errors import InputError, UserError
 
 PYTHON_VARIABLE = "SSD_DEMO_VLLM_PYTHON"
 #: The repository root, where scripts/vllm_env.sh builds .venv-vllm (a checkout; see README).
@@ -52,13 +57,13 @@ def require_vllm_python() -> Path:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One engine: a target, optionally a draft proposing `draft_len` tokens per round, and the SSD tolerance beta
-    (both default to the settings' own, `config.SETTINGS`). `options()` is what the worker process is started with."""
+    """One engine: a target, optionally a draft proposing `draft_len` tokens per round (default: the settings'
+    own, `config.SETTINGS`). SSD's beta is not the engine's: each request carries its own (`generate`), so one
+    engine serves every beta. `options()` is what the worker process is started with."""
 
     target: str
     draft: str | None = None
     draft_len: int = SETTINGS["draft_len"].default
-    beta: float = SETTINGS["beta"].default
     dtype: str = "float32"
     max_model_len: int = 2048
     max_num_seqs: int = 64
@@ -71,9 +76,29 @@ class WorkerSpec:
                 "gpu_memory_utilization": self.gpu_memory_utilization, "eager": self.eager}
 
 
+@dataclass(frozen=True)
+class SpecCounts:
+    """Verify steps (`drafts`), drafted and accepted tokens: of one request, or of a whole batch."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @classmethod
+    def of(cls, answer: dict | None) -> "SpecCounts":
+        answer = answer or {}
+        return cls(int(answer.get("drafts", 0)), int(answer.get("draft_tokens", 0)),
+                   int(answer.get("accepted_tokens", 0)))
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+
 @dataclass
 class WorkerBatch:
-    """What the engine answered for one batch: per request tokens, finish reason and latency; totals."""
+    """What the engine answered for one batch: per request tokens, finish reason, latency and speculation
+    counts (`requests`); the batch's totals."""
 
     tokens: list[list[int]]
     finish_reasons: list[str]
@@ -82,6 +107,7 @@ class WorkerBatch:
     drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    requests: list[SpecCounts] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -90,13 +116,18 @@ class WorkerBatch:
 
 @dataclass
 class VllmWorker:
-    """A started engine process; `close()` (or the context manager) ends it."""
+    """A started engine process; `close()` (or the context manager) ends it. Thread-safe: callers in several
+    threads may `generate` at once, and their requests share the engine's batches (each answer is matched to its
+    caller by the request's id)."""
 
     spec: WorkerSpec
     startup_seconds: float = 0.0
     version: str = ""
     _process: subprocess.Popen | None = field(default=None, repr=False)
     _log: deque = field(default_factory=lambda: deque(maxlen=40), repr=False)
+    _waiting: dict = field(default_factory=dict, repr=False)  # request id -> the queue its answer goes to
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _ids: "itertools.count" = field(default_factory=itertools.count, repr=False)
 
     @classmethod
     def start(cls, spec: WorkerSpec, env: dict | None = None) -> "VllmWorker":
@@ -107,34 +138,48 @@ class VllmWorker:
             [str(python), "-m", "ssd_vllm_plugin.worker", json.dumps(spec.options())], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=variables, bufsize=1)
         threading.Thread(target=worker._drain_stderr, daemon=True).start()
-        ready = worker._read()
+        ready = worker._ready()
         worker.startup_seconds, worker.version = ready.get("startup_s", 0.0), ready.get("vllm", "")
+        threading.Thread(target=worker._dispatch_answers, daemon=True).start()
         return worker
 
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int], *, temperature: float,
                  top_p: float = SETTINGS["top_p"].default, top_k: int = SETTINGS["top_k"].default,
                  seed: int = SETTINGS["seed"].default, stop_token_ids: list[int] = (),
-                 allowed_token_ids: list[int] | None = None, ignore_eos: bool = False) -> WorkerBatch:
-        """All `prompts` queued at once (continuous batching); request i is seeded with seed + i. Every field goes
-        to the worker, which holds no defaults of its own."""
+                 allowed_token_ids: list[int] | None = None, ignore_eos: bool = False,
+                 beta: float | list[float] = 0.0, should_stop: Callable[[], bool] | None = None) -> WorkerBatch:
+        """All `prompts` queued at once (continuous batching, beside other callers' requests); prompt i is seeded
+        with seed + i and verified with SSD's tolerance `beta` (one for all, or one per prompt; 0 is exact
+        speculative sampling). `should_stop` is asked while waiting: when it says so, the prompts leave the
+        engine and `Cancelled` is raised. Every field goes to the worker, which holds no defaults of its own."""
+        betas = beta if isinstance(beta, (list, tuple)) else [beta] * len(prompts)
+        if len(betas) != len(prompts):
+            raise InputError(f"{len(betas)} betas for {len(prompts)} prompts: give one beta, or one per prompt")
         request = {"op": "generate", "prompts": [list(map(int, p)) for p in prompts], "max_tokens": max_tokens,
                    "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
-                   "stop_token_ids": list(stop_token_ids), "allowed_token_ids": allowed_token_ids, "ignore_eos": ignore_eos}
-        self._write(request)
-        answer = self._read()
-        outputs, spec = answer["outputs"], answer.get("spec", {})
+                   "stop_token_ids": list(stop_token_ids), "allowed_token_ids": allowed_token_ids, "ignore_eos": ignore_eos,
+                   "beta": [_checked_beta(b) for b in betas]}
+        answer = self._ask(request, should_stop)
+        outputs, spec = answer["outputs"], SpecCounts.of(answer.get("spec"))
         return WorkerBatch(tokens=[o["tokens"] for o in outputs], finish_reasons=[o["finish_reason"] for o in outputs],
                            latencies=[o["latency_s"] for o in outputs], wall_seconds=answer["wall_s"],
-                           drafts=spec.get("drafts", 0), draft_tokens=spec.get("draft_tokens", 0),
-                           accepted_tokens=spec.get("accepted_tokens", 0))
+                           drafts=spec.drafts, draft_tokens=spec.draft_tokens, accepted_tokens=spec.accepted_tokens,
+                           requests=[SpecCounts.of(o.get("spec")) for o in outputs])
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        with self._lock:
+            return len(self._waiting)
 
     def close(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
         try:
-            process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            process.stdin.flush()
+            with self._lock:
+                process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                process.stdin.flush()
             process.wait(timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             process.kill()
@@ -146,14 +191,47 @@ class VllmWorker:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _write(self, request: dict) -> None:
-        if self._process is None or self._process.poll() is not None:
-            raise VllmUnavailableError("the vLLM engine process has ended" + self._tail())
-        self._process.stdin.write(json.dumps(request) + "\n")
-        self._process.stdin.flush()
+    # -- the protocol ------------------------------------------------------------------------------------
 
-    def _read(self) -> dict:
-        line = self._process.stdout.readline() if self._process is not None else ""
+    def _ask(self, request: dict, should_stop: Callable[[], bool] | None) -> dict:
+        """Send `request` under a fresh id and wait for its answer (asking for an abort when told to stop)."""
+        answers: queue.Queue = queue.Queue(maxsize=2)
+        with self._lock:
+            request_id = str(next(self._ids))
+            self._waiting[request_id] = answers
+            try:
+                self._send({**request, "id": request_id})
+            except VllmUnavailableError:
+                del self._waiting[request_id]
+                raise
+        stopping = False
+        while True:
+            try:
+                answer = answers.get(timeout=0.05 if should_stop is not None else None)
+            except queue.Empty:
+                if not stopping and should_stop():
+                    stopping = True
+                    with self._lock:
+                        self._send({"op": "abort", "id": request_id}, missing_ok=True)
+                continue
+            if answer.get("aborted") or stopping:
+                raise Cancelled()
+            if "error" in answer:
+                raise VllmUnavailableError(f"the vLLM engine failed: {answer['error']}" + self._tail())
+            return answer
+
+    def _send(self, message: dict, missing_ok: bool = False) -> None:
+        """One line to the worker (the caller holds `_lock`)."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            if missing_ok:
+                return
+            raise VllmUnavailableError("the vLLM engine process has ended" + self._tail())
+        process.stdin.write(json.dumps(message) + "\n")
+        process.stdin.flush()
+
+    def _ready(self) -> dict:
+        line = self._process.stdout.readline()
         if not line:
             self.close()
             raise VllmUnavailableError("the vLLM engine stopped without answering" + self._tail())
@@ -161,6 +239,25 @@ class VllmWorker:
         if "error" in answer:
             raise VllmUnavailableError(f"the vLLM engine failed: {answer['error']}" + self._tail())
         return answer
+
+    def _dispatch_answers(self) -> None:
+        """Each answer to the caller waiting for its id; when the process ends, every waiter gets an error."""
+        process = self._process
+        for line in process.stdout:
+            try:
+                answer = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with self._lock:
+                answers = self._waiting.pop(str(answer.get("id")), None)
+            if answers is not None:  # None: an abort's answer after the request had finished
+                answers.put(answer)
+        process.wait()
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for answers in waiting.values():
+            answers.put({"error": "the engine process ended (exit status "
+                                  f"{process.returncode}) before answering"})
 
     def _drain_stderr(self) -> None:
         for line in self._process.stderr:
@@ -171,10 +268,15 @@ class VllmWorker:
         return (":\n" + "\n".join(lines)) if lines else ""
 
 
+def _checked_beta(value) -> float:
+    check_setting("beta", value)  # an InvalidSettingError that names beta and its range
+    return float(value)
+
+
 def worker_environment(spec: WorkerSpec) -> dict:
-    """What the engine process reads: the plugin's beta, and on a CPU a small KV cache and no thread pinning
-    (both are vLLM's CPU settings; a value the caller exported wins)."""
-    variables = {"SSD_VLLM_BETA": repr(float(spec.beta))}
+    """What the engine process reads: on a CPU a small KV cache and no thread pinning (both are vLLM's CPU
+    settings; a value the caller exported wins)."""
+    variables = {}
     for name, value in (("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind")):
         variables[name] = os.environ.get(name, value)
     return variables

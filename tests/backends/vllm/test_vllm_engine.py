@@ -52,7 +52,10 @@ def test_both_decoders_run_on_vllm_and_decode_through_our_codec(synthesizers):
         stats = result.generation.stats
         assert stats.mode == mode and stats.seed == 3
         assert (stats.drafted_tokens > 0) == (mode == "speculative")
-    assert len(on_vllm._workers) == 2  # one engine per decoder setting, kept for the next call
+    engines = on_vllm.engines()
+    assert len(engines) == 2  # one engine per decoder, kept for the next call
+    on_vllm.synthesize("Three.", mode="speculative", config=on_vllm.config(max_new_tokens=8, draft_len=3, beta=0.0))
+    assert on_vllm.engines() == engines  # a new beta is the request's, not a new engine
 
 
 def test_a_batch_of_texts_renders_in_one_submission(synthesizers):
@@ -88,3 +91,54 @@ def test_the_vllm_batch_command_reports_throughput(family, tmp_path, capsys):
     assert len(numbers["latency_seconds"]["each"]) == 3
     assert sorted(p.name for p in (tmp_path / "wavs").iterdir()) == ["text_000.wav", "text_001.wav", "text_002.wav"]
     assert "tokens/s" in capsys.readouterr().out
+
+
+def test_the_speech_server_on_vllm_streams_to_clients_at_once_each_with_its_own_beta(synthesizers):
+    import threading
+
+    import httpx
+    from openai import OpenAI
+
+    from ssd_demo.server.service import SpeechService
+    from support.speech_server import serve_in_thread
+
+    _, on_vllm = synthesizers
+    engines = on_vllm.engines()
+    service = SpeechService("custom", on_vllm, workers=4, max_waiting=4)
+    server, thread, url = serve_in_thread(service)
+    try:
+        client = OpenAI(base_url=url + "/v1", api_key="not-needed")
+        with client.audio.speech.with_streaming_response.create(
+                model="custom", voice="v", input="Hello there.", response_format="pcm",
+                extra_body={"max_new_tokens": 12, "seed": 4, "draft_len": 3, "beta": 0.3}) as response:
+            streamed = b"".join(response.iter_bytes())
+        alone = on_vllm.synthesize("Hello there.", config=on_vllm.config(max_new_tokens=12, seed=4, draft_len=3, beta=0.3))
+        assert len(streamed) == 2 * len(alone.audio) > 0
+
+        answers, errors = {}, []
+
+        def ask(index: int) -> None:
+            body = {"model": "custom", "voice": "v", "input": TEXTS[index % 3], "response_format": "pcm",
+                    "max_new_tokens": 12, "seed": index, "draft_len": 3, "beta": [0.0, 0.3][index % 2],
+                    "stream_format": "sse"}
+            try:
+                with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=600) as reply:
+                    events = [json.loads(line[5:]) for line in reply.iter_lines() if line.startswith("data:")]
+                answers[index] = events[-1]
+            except Exception as error:  # noqa: BLE001 - reported below with the request it came from
+                errors.append((index, error))
+
+        clients = [threading.Thread(target=ask, args=(index,)) for index in range(6)]
+        for client_thread in clients:
+            client_thread.start()
+        for client_thread in clients:
+            client_thread.join(timeout=600)
+        assert not errors and sorted(answers) == list(range(6))
+        for index, done in answers.items():
+            assert done["type"] == "speech.audio.done" and done["usage"]["output_tokens"] > 0
+            assert done["ssd"]["mode"] == "speculative" and done["ssd"]["seed"] == index
+        assert on_vllm.engines() == engines  # six requests at two betas: the same two engines
+        assert service.load == 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

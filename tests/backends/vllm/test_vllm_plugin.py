@@ -35,11 +35,21 @@ def test_beta_comes_from_the_environment(monkeypatch, raw, beta):
     assert ssd_vllm_plugin.configured_beta() == beta
 
 
-@pytest.mark.parametrize("raw", ["-0.1", "1.5", "lots"])
+@pytest.mark.parametrize("raw", ["-0.1", "1.5", "lots", "nan"])
 def test_a_bad_beta_is_refused(monkeypatch, raw):
     monkeypatch.setenv(ssd_vllm_plugin.BETA_VARIABLE, raw)
     with pytest.raises(ValueError, match="SSD_VLLM_BETA"):
         ssd_vllm_plugin.configured_beta()
+
+
+def test_a_request_names_its_own_beta_or_gets_the_engines():
+    assert ssd_vllm_plugin.request_beta({"ssd_beta": 0.3}, default=0.0) == 0.3
+    assert ssd_vllm_plugin.request_beta({"ssd_beta": 0}, default=0.5) == 0.0  # 0 is a choice, not "unset"
+    assert ssd_vllm_plugin.request_beta(None, default=0.2) == 0.2
+    assert ssd_vllm_plugin.request_beta({"other": 1}, default=0.2) == 0.2
+    for bad in (1.2, -0.5, "much", True, float("inf")):
+        with pytest.raises(ValueError, match="ssd_beta"):
+            ssd_vllm_plugin.request_beta({"ssd_beta": bad}, default=0.0)
 
 
 def test_accept_probability_is_min_one_ratio_plus_beta():
@@ -47,8 +57,12 @@ def test_accept_probability_is_min_one_ratio_plus_beta():
     draft = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]])
     drafted = torch.tensor([0, 0, -1])  # q/p = 0.2, 5 (capped at 1), padding
     keep = tolerance.accept_probability(drafted, draft, target, beta=0.3)
-    assert torch.allclose(keep, torch.tensor([0.5, 1.0, 0.0]))
-    assert torch.allclose(tolerance.accept_probability(drafted, None, target, 0.0), torch.tensor([0.1, 0.5, 0.0]))
+    assert torch.allclose(keep, torch.tensor([0.5, 1.0, 0.0], dtype=torch.float64))
+    assert torch.allclose(tolerance.accept_probability(drafted, None, target, 0.0),
+                          torch.tensor([0.1, 0.5, 0.0], dtype=torch.float64))
+    # one beta per drafted token (each its request's): the first token's request is exact
+    per_token = tolerance.accept_probability(drafted, draft, target, torch.tensor([0.0, 0.3, 0.3], dtype=torch.float64))
+    assert torch.allclose(per_token, torch.tensor([0.2, 1.0, 0.0], dtype=torch.float64))
     masked = torch.tensor([[0.0, 0.7, 0.3]])  # a token the target cannot emit is never kept, whatever beta
     assert tolerance.accept_probability(torch.tensor([0]), draft[:1], masked, beta=0.9).item() == 0.0
 
