@@ -4,6 +4,7 @@
     curl -s http://127.0.0.1:8000/v1/audio/speech -H 'Content-Type: application/json' \\
          -d '{"model": "embedded", "voice": "default", "input": "Hello there.", "beta": 0.2}' -o hello.wav
     python -m ssd_demo serve --bench --concurrency 1,4,16 --requests 16   # AR, exact and SSD under load
+    python -m ssd_demo serve --engine vllm --preset llasa-1b-3b       # Llasa on vLLM: 16 requests share its batches
 """
 
 from __future__ import annotations
@@ -16,27 +17,42 @@ import time
 
 import httpx
 
-from ..comparison import load
+from ..backends.vllm import ENGINES, engine_choice, use_engine
+from ..comparison.models import preferred_device
+from ..backends.vllm.worker import require_vllm_python
 from ..errors import InputError
 from ..measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, write_section
 from ..measure.serve_load import load_table, run_load
 from ..measure.visitor_texts import visitor_texts
 from ..server.openai_api import build_speech_api
 from ..server.service import SpeechService
+from .synth import _load
 
-#: The systems `--bench` compares, as request fields.
+#: The systems `--bench` compares, as request fields; on vLLM also mode "auto" (speculative where it pays).
 BENCH_SYSTEMS = {"AR": {"mode": "ar"}, "exact speculative": {"acceptance": "exact"},
                  "SSD beta=0.2": {"acceptance": "ssd", "beta": 0.2}}
+AUTO_SYSTEM = {"auto (exact)": {"mode": "auto", "acceptance": "exact"}}
 DOCS_SECTION = "Serving under load: first audio at 1, 4 and 16 clients"
+#: Requests decoded at once on vLLM by default: its engine batches them (each a thread that waits for its chunks).
+VLLM_WORKERS = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="embedded", help="the model pair to serve (default: the embedded voice)")
+    parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
+    parser.add_argument("--draft-model", help="custom pair: draft repo id or local folder (with --target-model)")
+    parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder")
+    parser.add_argument("--revision", default=None, help="custom pair: Hub revision of both models")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs, "
+                             "needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="requests decoded at once (default 1: on a CPU more only share the cores)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="requests decoded at once (default 1 on our engine: on a CPU more only share the cores; "
+                             f"{VLLM_WORKERS} on vLLM, whose engine batches them together)")
     parser.add_argument("--max-waiting", type=int, default=8,
                         help="requests that may wait for a worker; more are refused with status 429 (default 8)")
     bench = parser.add_argument_group("load test (--bench: a server on a free loopback port, then many clients)")
@@ -45,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench.add_argument("--requests", type=int, default=16, help="requests per system and level (default 16)")
     bench.add_argument("--max-minutes", type=float, default=20.0, help="stop sending after this long (default 20)")
     bench.add_argument("--seed", type=int, default=0, help="every request's seed (default 0)")
+    bench.add_argument("--max-new-tokens", type=int, default=None,
+                       help="every request's token limit (default: the voice's own; for models that rarely stop)")
     add_docs_argument(bench, DOCS_SECTION)
 
 
@@ -58,6 +76,37 @@ def _levels(text: str) -> list[int]:
     return levels
 
 
+def _model_flags(args: argparse.Namespace) -> list[str]:
+    """The flags that choose the voice and its engine, for the load test's own server process."""
+    flags = ["--preset", args.preset, "--engine", engine_choice(args.engine), "--device", args.device]
+    for name in ("target_model", "draft_model", "codec", "revision"):
+        value = getattr(args, name)
+        if value:
+            flags += [f"--{name.replace('_', '-')}", value]
+    return flags
+
+
+def _workers(args: argparse.Namespace) -> int:
+    if args.workers is not None:
+        return args.workers
+    return VLLM_WORKERS if engine_choice(args.engine) == "vllm" else 1
+
+
+def _name(args: argparse.Namespace) -> str:
+    return "custom" if args.target_model or args.draft_model else args.preset
+
+
+def _voice(args: argparse.Namespace):
+    """The synthesizer to serve, on the engine asked for (vLLM's environment checked before the models load)."""
+    engine = engine_choice(args.engine)
+    if engine == "vllm":
+        require_vllm_python()
+    args.voice = None  # what synth's loader reads besides the model flags
+    if args.device == "auto" and preferred_device() == "cuda":
+        args.device = "cuda"  # as the app: a GPU when there is one
+    return use_engine(_load(args), engine)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -68,8 +117,8 @@ def _server_process(args: argparse.Namespace, levels: list[int]) -> tuple[subpro
     """`serve` in its own process on a free loopback port (so that the clients' threads do not share its
     interpreter), once it answers /health."""
     port = _free_port()
-    command = [sys.executable, "-m", "ssd_demo", "serve", "--preset", args.preset, "--port", str(port),
-               "--workers", str(args.workers), "--max-waiting", str(max(args.max_waiting, max(levels)))]
+    command = [sys.executable, "-m", "ssd_demo", "serve", *_model_flags(args), "--port", str(port),
+               "--workers", str(_workers(args)), "--max-waiting", str(max(args.max_waiting, max(levels)))]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
@@ -83,30 +132,61 @@ def _server_process(args: argparse.Namespace, levels: list[int]) -> tuple[subpro
     raise InputError(f"the server for the load test did not start (exit status {process.poll()})")
 
 
+def _costs_note(costs: dict) -> str:
+    """What mode "auto" decided from: the engines' tokens per second per batch size, as the server measured them."""
+    if not costs:
+        return ""
+    parts = [f"batch {batch}: AR {rates['ar']:.0f}, speculative {rates['speculative']:.0f}"
+             for batch, rates in costs.items()]
+    return "; mode auto from the engines' tokens/s measured at start (" + "; ".join(parts) + ")"
+
+
+def speculation_costs(synthesizer) -> None:
+    """On an engine that batches (vLLM): measure AR and speculative tokens/s per batch size, which mode "auto"
+    decides from; printed."""
+    measure = getattr(synthesizer, "measure_speculation", None)
+    if measure is None:
+        return
+    print("measuring AR and speculative decoding at batch 1, 4 and 16 (mode auto decides from these) ...", flush=True)
+    for batch, (ar, speculative) in measure().items():
+        verdict = "speculative" if speculative > ar else "AR"
+        print(f"  batch {batch:>2}: AR {ar:.0f} tokens/s, speculative {speculative:.0f} tokens/s -> {verdict}", flush=True)
+
+
 def bench(args: argparse.Namespace) -> int:
     levels = _levels(args.concurrency)
     process, url = _server_process(args, levels)
     texts = [text for _, text in visitor_texts(per_bucket=4)]
-    systems = {name: {**fields, "seed": args.seed} for name, fields in BENCH_SYSTEMS.items()}
+    on_vllm = engine_choice(args.engine) == "vllm"
+    limit = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    systems = {name: {**fields, "seed": args.seed, **limit}
+               for name, fields in {**BENCH_SYSTEMS, **(AUTO_SYSTEM if on_vllm else {})}.items()}
     try:
-        rate = int(httpx.post(url + "/v1/audio/speech", json={"model": args.preset, "voice": "default", "input": texts[0],
-                                                               "response_format": "pcm"}, timeout=600)
-                   .headers["x-sample-rate"])  # also the warm-up
-        rows = run_load(url, systems, texts, levels, args.requests, rate, args.preset, args.max_minutes * 60,
+        warm_up = httpx.post(url + "/v1/audio/speech", json={"model": _name(args), "voice": "default", "input": texts[0],
+                                                              "response_format": "pcm", **limit}, timeout=600)
+        if warm_up.status_code != 200:
+            raise InputError(f"the server refused the warm-up request: {warm_up.text[:500]}")
+        rate = int(warm_up.headers["x-sample-rate"])
+        rows = run_load(url, systems, texts, levels, args.requests, rate, _name(args), args.max_minutes * 60,
                         progress=lambda row: print(load_table([row])[-1], flush=True))
+        costs = httpx.get(url + "/health", timeout=10).json().get("speculation_tokens_per_second", {})
     finally:
         process.terminate()
         process.wait(timeout=30)
     table = "\n".join(load_table(rows))
-    basis = (f"{args.preset}, {args.workers} worker(s), the server in its own process, {args.requests} requests per "
+    basis = (f"{_name(args)} on {engine_choice(args.engine)}'s engine, {_workers(args)} worker(s), the server in its own "
+             f"process, {args.requests} requests per "
              f"system and level ({len(texts)} visitor texts in turn, after one warm-up request), seed {args.seed}; "
-             f"{cpu_name()}; commit {git_commit()}")
+             f"{cpu_name()}; commit {git_commit()}" + _costs_note(costs))
     print(f"\n{table}\n\n{basis}")
     target = docs_target(args)
     if target is not None:
-        heading = f"## {DOCS_SECTION}"
+        heading = f"## {DOCS_SECTION}" + (" on vLLM" if engine_choice(args.engine) == "vllm" else "")
         write_section(target, heading, f"{heading}\n\n{table}\n\n{basis}. Command: `python -m ssd_demo serve "
-                                       f"--bench --concurrency {args.concurrency} --requests {args.requests}`\n")
+                                       f"{' '.join(_model_flags(args))} --bench --concurrency {args.concurrency} "
+                                       f"--requests {args.requests}"
+                                       + ("" if args.max_new_tokens is None else f" --max-new-tokens {args.max_new_tokens}")
+                                       + "`\n")
     return 0
 
 
@@ -115,9 +195,13 @@ def main(args: argparse.Namespace) -> int:
         return bench(args)
     import uvicorn  # deferred: --help stays fast
 
-    _, synthesizer = load(args.preset)
-    service = SpeechService(args.preset, synthesizer, workers=args.workers, max_waiting=args.max_waiting)
-    print(f"serving {args.preset} on http://{args.host}:{args.port}/v1/audio/speech "
-          f"({args.workers} worker(s), {args.max_waiting} waiting at most)", flush=True)
-    uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning")
+    synthesizer = _voice(args)
+    speculation_costs(synthesizer)
+    service = SpeechService(_name(args), synthesizer, workers=_workers(args), max_waiting=args.max_waiting)
+    print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {engine_choice(args.engine)}'s "
+          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most)", flush=True)
+    try:
+        uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning")
+    finally:
+        getattr(synthesizer, "close", lambda: None)()  # vLLM's engine processes end with the server
     return 0

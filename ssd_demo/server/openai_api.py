@@ -2,8 +2,8 @@
 `openai` Python package, curl scripts) can point at this server.
 
 The body is OpenAI's (`input`, `model`, `voice`, `response_format` "wav" or "pcm", `speed` 1.0,
-`stream_format` "audio" or "sse"), plus this project's fields: `mode` ("speculative" or "ar"), `draft`, and
-any decoding setting by its library name (`beta`, `draft_len`, `temperature`, `seed`, ...; left out: the
+`stream_format` "audio" or "sse"), plus this project's fields: `mode` ("speculative", "ar", or "auto":
+speculative where it pays at the current load), `draft`, and any decoding setting by its library name (`beta`, `draft_len`, `temperature`, `seed`, ...; left out: the
 preset's default). `model` is the loaded preset's key or one of OpenAI's model names (both mean the loaded
 preset); `voice` is accepted and ignored (each preset speaks in its own voice).
 
@@ -121,7 +121,10 @@ def build_speech_api(service: SpeechService) -> FastAPI:
 
     @api.get("/health")
     def health() -> dict:
-        return {"status": "ok", "preset": service.preset, "load": service.load}
+        costs = getattr(service.synthesizer, "speculation_costs", None) or {}
+        return {"status": "ok", "preset": service.preset, "load": service.load,
+                "speculation_tokens_per_second": {str(batch): {"ar": ar, "speculative": speculative}
+                                                  for batch, (ar, speculative) in costs.items()}}
 
     @api.get("/v1/models")
     def models() -> dict:

@@ -7,6 +7,9 @@ memory. Admitted requests decode `workers` at a time (one by default: on a CPU t
 share the cores, and every request's first audio comes later), in the order they came (`FairTurns`). `SpeechJob.pcm()` yields the audio
 piece by piece and gives its place back when it ends, fails or is closed (a client that hung up).
 Settings are checked by the library's one validator before anything is admitted (`comparison.request`).
+Mode "auto" speculates only where it pays at the current load: the synthesizer decides for the number of
+requests decoding at that moment (`speculation_pays`; on vLLM from the engines' measured costs per batch size,
+on our engine always, as each request decodes alone).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..errors import InputError, UserError
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer
 
 #: What a request may name besides its text: the decoding mode, the draft and every decoding setting.
-MODES = ("speculative", "ar")
+MODES = ("speculative", "ar", "auto")
 
 
 class ServerBusy(UserError):
@@ -60,7 +63,8 @@ class SpeechJob:
         stop = threading.Event()
         try:
             with self.service._turns.turn():
-                stream = self.service.synthesizer.stream(self.order.text, self.order.mode, self.order.config,
+                stream = self.service.synthesizer.stream(self.order.text, self.service.mode_now(self.order),
+                                                         self.order.config,
                                                          self.order.draft, should_stop=stop.is_set,
                                                          script=self.order.script)
                 for piece in stream:
@@ -98,9 +102,15 @@ class FairTurns:
     which lets one request wait behind many that came later: a long tail of first-audio times)."""
 
     def __init__(self, workers: int) -> None:
-        self._free = workers
+        self._workers = self._free = workers
         self._waiting: deque[object] = deque()
         self._condition = threading.Condition()
+
+    @property
+    def holders(self) -> int:
+        """Turns taken now."""
+        with self._condition:
+            return self._workers - self._free
 
     @contextmanager
     def turn(self) -> Iterator[None]:
@@ -162,6 +172,13 @@ class SpeechService:
                                  "retry in a few seconds")
             self._queued += 1
         return SpeechJob(self, order)
+
+    def mode_now(self, order: SpeechOrder) -> str:
+        """The mode `order` decodes in, decided as it starts: "auto" is speculative where speculation pays for the
+        requests decoding now (this one among them), else AR."""
+        if order.mode != "auto":
+            return order.mode
+        return "speculative" if self.synthesizer.speculation_pays(self._turns.holders) else "ar"
 
     def _leave_queue(self) -> None:
         with self._lock:

@@ -143,6 +143,12 @@ class Synthesizer:
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
 
+    def speculation_pays(self, decoding: int) -> bool:
+        """Whether speculative decoding beats AR with `decoding` requests decoding at once (the speech server's
+        mode "auto"). Our engine decodes each request on its own, without batching, so the answer is batch 1's:
+        yes. An engine that batches (vLLM) answers from its measured costs."""
+        return True
+
     def config(self, **overrides) -> DecodingConfig:
         """The backend's default settings with the speech-token mask and end token filled in."""
         base = self.backend.default_config().with_(

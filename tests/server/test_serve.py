@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import socket
 import struct
 import subprocess
 import threading
@@ -17,9 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
-from ssd_demo.server.openai_api import build_speech_api, wav_header
+from ssd_demo.server.openai_api import wav_header
 from ssd_demo.server.service import ServerBusy, SpeechService, to_pcm16
 from ssd_demo.speech.synthesis import Synthesizer, TextChunk
+from support.speech_server import serve_in_thread
 from support.toy_backend import TOY_KEY, ToyBackend, build_toy_synthesizer
 
 pytestmark = pytest.mark.server
@@ -40,22 +40,6 @@ def synth() -> Synthesizer:
     return Synthesizer(SentenceToy(24), toy.target, toy.drafts, default_draft="small")
 
 
-def _serve(service: SpeechService):
-    import uvicorn
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_speech_api(service), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def service(synth) -> SpeechService:
     return SpeechService(TOY_KEY, synth, workers=1, max_waiting=2)
@@ -63,7 +47,7 @@ def service(synth) -> SpeechService:
 
 @pytest.fixture(scope="module")
 def url(service):
-    server, thread, address = _serve(service)
+    server, thread, address = serve_in_thread(service)
     yield address
     server.should_exit = True
     thread.join(timeout=10)
@@ -163,7 +147,7 @@ def test_a_full_queue_refuses_at_once_and_frees_its_places(synth):
     held = [service.admit(order), service.admit(order)]  # one decoding, one waiting
     with pytest.raises(ServerBusy, match="the server is busy: 1 decoding and 1 waiting"):
         service.admit(order)
-    server, thread, address = _serve(service)
+    server, thread, address = serve_in_thread(service)
     try:
         response = httpx.post(address + "/v1/audio/speech", json={"model": TOY_KEY, "voice": "v", "input": "Hi."})
         assert response.status_code == 429 and response.json()["error"]["type"] == "rate_limit_error"
@@ -198,7 +182,7 @@ def test_the_load_test_reports_every_system_and_level(synth):
     from ssd_demo.errors import InputError
 
     service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=4)
-    server, thread, address = _serve(service)
+    server, thread, address = serve_in_thread(service)
     systems = {"AR": {"mode": "ar", "seed": 1}, "SSD": {"beta": 0.3, "seed": 1}}
     try:
         rows = run_load(address, systems, ["Hello there.", "A second text."], [1, 3], requests=3,
@@ -244,3 +228,26 @@ def test_turns_are_given_in_arrival_order():
     for thread in threads:
         thread.join(10)
     assert order == list(range(8))
+
+
+def test_mode_auto_speculates_only_where_the_voice_says_it_pays_at_the_current_load(synth):
+    class Batching(Synthesizer):
+        """Stands in for an engine that batches: speculation pays for fewer than 2 requests at once."""
+
+        def speculation_pays(self, decoding: int) -> bool:
+            return decoding < 2
+
+    service = SpeechService(TOY_KEY, Batching(synth.backend, synth.target, synth.drafts, "small"), workers=2)
+    order = service.order(TEXT, mode="auto", settings={"seed": 3})
+    alone = service.admit(order)
+    assert b"".join(alone.pcm()) == _expected(synth, seed=3) and alone.result.mode == "speculative"
+    first, second = service.admit(order), service.admit(order)
+    first_stream = first.pcm()
+    next(first_stream)  # the first decodes (alone: speculative) ...
+    assert b"".join(second.pcm()) and second.result.mode == "ar"  # ... so the second one decodes beside it: AR
+    list(first_stream)
+    assert first.result.mode == "speculative" and service.load == 0
+    # our own engine decodes each request alone: auto is speculative at any load
+    assert SpeechService(TOY_KEY, synth).mode_now(order) == "speculative"
+    with pytest.raises(Exception, match="mode must be one of speculative, ar, auto"):
+        service.order(TEXT, mode="fastest")
