@@ -172,3 +172,14 @@ def test_a_closed_engine_is_a_clear_error_for_the_next_caller(stand_in):
     stand_in.close()
     with pytest.raises(VllmUnavailableError, match="has ended"):
         stand_in.generate([[1]], 2, temperature=1.0)
+
+
+def test_loading_another_preset_closes_the_engines_of_the_one_it_replaces(voice, monkeypatch):
+    from ssd_demo.backends import registry
+
+    _run(voice, beta=0.3)
+    _run(voice, mode="ar")
+    assert len(FakeEngine.live) == 2
+    monkeypatch.setitem(registry._resident, "llasa-1b-3b", voice)
+    registry._drop_resident()
+    assert FakeEngine.live == [] and registry._resident == {}
