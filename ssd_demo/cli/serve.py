@@ -33,6 +33,7 @@ BENCH_SYSTEMS = {"AR": {"mode": "ar"}, "exact speculative": {"acceptance": "exac
                  "SSD beta=0.2": {"acceptance": "ssd", "beta": 0.2}}
 AUTO_SYSTEM = {"auto (exact)": {"mode": "auto", "acceptance": "exact"}}
 DOCS_SECTION = "Serving under load: first audio at 1, 4 and 16 clients"
+SHUTDOWN_GRACE_S = 5
 #: Requests decoded at once on vLLM by default: its engine batches them (each a thread that waits for its chunks).
 VLLM_WORKERS = 16
 
@@ -201,7 +202,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {engine_choice(args.engine)}'s "
           f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most)", flush=True)
     try:
-        uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning")
+        # On Ctrl-C, requests still decoding get SHUTDOWN_GRACE_S to finish, then are stopped within one round.
+        uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning",
+                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
     finally:
         getattr(synthesizer, "close", lambda: None)()  # vLLM's engine processes end with the server
     return 0

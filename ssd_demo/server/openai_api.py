@@ -17,11 +17,13 @@ never sent), so a client never sees a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import struct
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -40,6 +42,9 @@ log = logging.getLogger(__name__)
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 #: Fields of the body that are not decoding settings.
 OWN_FIELDS = ("mode", "draft")
+#: How often a response waiting for its next piece checks whether the client is still there (seconds).
+HANG_UP_POLL_S = 0.1
+_END = object()
 
 
 class SpeechBody(BaseModel):
@@ -85,12 +90,54 @@ def _audio(job: SpeechJob, body: SpeechBody, sample_rate: int) -> Iterator[bytes
     if body.stream_format == "sse":
         for pcm in job.pcm():
             yield f"data: {json.dumps({'type': 'speech.audio.delta', 'audio': base64.b64encode(pcm).decode()})}\n\n".encode()
+        if job.result is None:  # stopped (the client left, the server is shutting down): nothing to sum up
+            return
         done = {"type": "speech.audio.done", "usage": {"output_tokens": job.result.generation.stats.new_tokens}}
-        yield f"data: {json.dumps({**done, 'ssd': usage(job.result)} if job.result else done)}\n\n".encode()
+        yield f"data: {json.dumps({**done, 'ssd': usage(job.result)})}\n\n".encode()
         return
     if body.response_format == "wav":
         yield wav_header(sample_rate)
     yield from job.pcm()
+
+
+async def _while_connected(request: Request, job: SpeechJob, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """`chunks`, produced by a thread of the job's own while this watches the client: when it hangs up (or the
+    server shuts down) the decoding is told to stop at once, within one round, instead of finishing the piece
+    it is decoding. (Iterating in Starlette's thread pool, a hang-up is noticed only after that piece.)"""
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue = asyncio.Queue()
+
+    def hand_over(item: object) -> None:
+        try:
+            loop.call_soon_threadsafe(pieces.put_nowait, item)
+        except RuntimeError:  # the event loop has closed: the server is gone
+            job.stop()
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                hand_over(chunk)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the response, where it is logged
+            hand_over(error)
+        else:
+            hand_over(_END)
+
+    threading.Thread(target=produce, name="speech-job", daemon=True).start()
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(pieces.get(), HANG_UP_POLL_S)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    return
+                continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        job.stop()  # a no-op once the audio has ended
 
 
 def build_speech_api(service: SpeechService) -> FastAPI:
@@ -131,7 +178,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
         return {"object": "list", "data": [{"id": service.preset, "object": "model", "owned_by": "ssd_demo"}]}
 
     @api.post("/v1/audio/speech", response_model=None)
-    def speech(body: SpeechBody) -> StreamingResponse | JSONResponse:
+    def speech(body: SpeechBody, request: Request) -> StreamingResponse | JSONResponse:
         refusal = _refusal(body, service)
         if refusal:
             return error_response(400, refusal, "invalid_request_error")
@@ -149,7 +196,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
         headers = {"X-Sample-Rate": str(service.sample_rate), "X-Seed": str(order.config.seed),
                    "X-Mode": order.mode, "Cache-Control": "no-store"}
         # The place in the queue goes back when the audio ends, or after the response if it never started.
-        return StreamingResponse(_audio(job, body, service.sample_rate), media_type=media, headers=headers,
-                                 background=BackgroundTask(job.release))
+        return StreamingResponse(_while_connected(request, job, _audio(job, body, service.sample_rate)),
+                                 media_type=media, headers=headers, background=BackgroundTask(job.release))
 
     return api

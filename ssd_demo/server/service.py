@@ -57,10 +57,15 @@ class SpeechJob:
     order: SpeechOrder
     result: SynthesisResult | None = None  # once `pcm()` has yielded the last piece
     _released: bool = field(default=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def stop(self) -> None:
+        """Stop the decoding within one round (from any thread: the client left while a piece was decoding)."""
+        self._stop.set()
 
     def pcm(self) -> Iterator[bytes]:
         """16-bit little-endian mono PCM at the voice's sample rate, one piece at a time."""
-        stop = threading.Event()
+        stop = self._stop
         try:
             with self.service._turns.turn():
                 stream = self.service.synthesizer.stream(self.order.text, self.service.mode_now(self.order),
@@ -161,6 +166,7 @@ class SpeechService:
             raise InputError(f"unknown draft {draft!r}; this preset has {', '.join(self.synthesizer.drafts)}", param="draft")
         request = Request(text=text, preset=self.preset, draft=draft, **settings)
         config = build_config(self.synthesizer, request, request_seed(self.synthesizer, request))
+        self.synthesizer.check_decoding("speculative" if mode == "auto" else mode, config)
         script = self.synthesizer.script(text)  # a text the voice cannot speak fails here, before it takes a place
         return SpeechOrder(text, mode, draft or self.synthesizer.draft_name, config, script)
 

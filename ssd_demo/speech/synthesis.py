@@ -143,6 +143,10 @@ class Synthesizer:
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
 
+    def check_decoding(self, mode: str, config: DecodingConfig) -> None:
+        """An InputError for settings this engine cannot decode in `mode` (ours decodes every valid config;
+        vLLM's speculative decoding is narrower), checked before a request is admitted."""
+
     def speculation_pays(self, decoding: int) -> bool:
         """Whether speculative decoding beats AR with `decoding` requests decoding at once (the speech server's
         mode "auto"). Our engine decodes each request on its own, without batching, so the answer is batch 1's:

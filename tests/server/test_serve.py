@@ -251,3 +251,59 @@ def test_mode_auto_speculates_only_where_the_voice_says_it_pays_at_the_current_l
     assert SpeechService(TOY_KEY, synth).mode_now(order) == "speculative"
     with pytest.raises(Exception, match="mode must be one of speculative, ar, auto"):
         service.order(TEXT, mode="fastest")
+
+
+def test_a_client_that_hangs_up_mid_piece_stops_its_decoding_at_once(synth):
+    from ssd_demo.engine.cancellation import Cancelled
+
+    class SlowPieces(Synthesizer):
+        """Each piece takes 20 s unless told to stop (an engine that decodes a whole chunk per call, as vLLM's)."""
+
+        stopped_after: list[float] = []
+
+        def _generate(self, prompt, mode, config, draft_name, should_stop, on_round=None, voice_prompt=None):
+            started = time.monotonic()
+            while time.monotonic() - started < 20:
+                if should_stop is not None and should_stop():
+                    SlowPieces.stopped_after.append(time.monotonic() - started)
+                    raise Cancelled()
+                time.sleep(0.02)
+            return super()._generate(prompt, mode, config, draft_name, should_stop, on_round, voice_prompt)
+
+    service = SpeechService(TOY_KEY, SlowPieces(synth.backend, synth.target, synth.drafts, "small"))
+    server, thread, address = serve_in_thread(service)
+    try:
+        with httpx.stream("POST", address + "/v1/audio/speech", timeout=30,
+                          json={"model": TOY_KEY, "voice": "v", "input": TEXT, "response_format": "pcm"}) as response:
+            assert response.status_code == 200  # the headers came; the first piece is still decoding
+            time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while service.load and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert service.load == 0, "the decoding went on after the client left"
+        assert SlowPieces.stopped_after and SlowPieces.stopped_after[0] < 10
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_settings_the_engine_cannot_decode_are_refused_before_the_audio_starts(synth, url):
+    class Narrow(Synthesizer):
+        def check_decoding(self, mode, config):
+            from ssd_demo.errors import InputError
+
+            if mode != "ar" and config.acceptance == "pcg":
+                raise InputError("this engine verifies with SSD's rule only", param="acceptance")
+
+    service = SpeechService(TOY_KEY, Narrow(synth.backend, synth.target, synth.drafts, "small"))
+    server, thread, address = serve_in_thread(service)
+    try:
+        body = {"model": TOY_KEY, "voice": "v", "input": "Hi.", "acceptance": "pcg"}
+        refused = httpx.post(address + "/v1/audio/speech", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "acceptance"
+        assert httpx.post(address + "/v1/audio/speech", json={**body, "mode": "ar"}, timeout=60).status_code == 200
+        assert httpx.post(address + "/v1/audio/speech", json={**body, "mode": "auto"}).status_code == 400
+        assert service.load == 0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -52,6 +52,7 @@ class VllmSynthesizer(Synthesizer):
         wrapped = cls(synthesizer.backend, synthesizer.target, synthesizer.drafts, synthesizer.draft_name)
         wrapped._workers: dict[str, VllmWorker] = {}  # "ar" / "speculative" -> its engine
         wrapped._users: dict[str, int] = {"ar": 0, "speculative": 0}  # callers inside each engine now
+        wrapped._line: dict[str, list] = {"ar": [], "speculative": []}  # callers waiting for an engine, in order
         wrapped._engines_changing = threading.Condition()  # guards both; an engine is replaced when no one uses it
         wrapped._max_num_seqs = max_num_seqs
         wrapped.speculation_costs: dict[int, tuple[float, float]] = {}  # batch -> (AR, speculative) tokens/s
@@ -66,7 +67,7 @@ class VllmSynthesizer(Synthesizer):
     # -- one chunk at a time: the Synthesizer's own path (synth, compare, the app) --------------------
 
     def _generate(self, prompt, mode, config, draft_name, should_stop, on_round=None, voice_prompt=None):
-        config = self._checked(config, prompt)
+        config = self._checked(config, prompt, mode)
         with self.engine(mode, config, draft_name) as worker:
             batch = self._submit(worker, [prompt], [config.max_new_tokens], config, mode, should_stop)
         return self._generation(batch, 0, mode, config), config, batch.wall_seconds
@@ -82,7 +83,7 @@ class VllmSynthesizer(Synthesizer):
         config = config.with_(seed=resolve_seed(config.seed))
         scripts = [self.script(text, voice_prompt) for text in texts]
         prompts = [prompt for script in scripts for prompt in script.prompts]
-        limits = [self._checked(config, prompt).max_new_tokens for prompt in prompts]
+        limits = [self._checked(config, prompt, mode).max_new_tokens for prompt in prompts]
         with self.engine(mode, config, draft or self.draft_name) as worker:
             batch = self._submit(worker, prompts, limits, config, mode)
         started = time.perf_counter()
@@ -103,20 +104,32 @@ class VllmSynthesizer(Synthesizer):
     @contextmanager
     def engine(self, mode: str, config: DecodingConfig, draft_name: str) -> Iterator[VllmWorker]:
         """The engine process for this decoder (`mode`), started on first use (tens of seconds), held while the
-        block runs. Callers in other threads share it (vLLM batches their requests); one that asks for another
-        draft or K waits until the engine is free, then replaces it (the old one is closed first)."""
+        block runs. Callers in other threads share it (vLLM batches their requests). One that asks for another
+        draft or K waits until the engine is free, then replaces it (the old one is closed first); callers go in
+        arrival order, so a request for the running engine that comes after it waits too (no one starves)."""
         spec = self._spec(mode, config, draft_name)
+        ticket = (object(), spec)
         with self._engines_changing:
-            while True:
-                current = self._workers.get(mode)
-                if current is None:
-                    self._workers[mode] = VllmWorker.start(spec)
-                elif current.spec == spec:
-                    break
-                elif self._users[mode] == 0:
-                    self._workers.pop(mode).close()
-                else:
+            line = self._line[mode]
+            line.append(ticket)
+            try:
+                while True:
+                    ahead = line[: line.index(ticket)]
+                    current = self._workers.get(mode)
+                    if any(wanted != spec for _, wanted in ahead):
+                        pass  # an earlier caller wants another engine: it goes first
+                    elif current is None:
+                        self._workers[mode] = VllmWorker.start(spec)
+                        continue
+                    elif current.spec == spec:
+                        break
+                    elif self._users[mode] == 0:
+                        self._workers.pop(mode).close()
+                        continue
                     self._engines_changing.wait()
+            finally:
+                line.remove(ticket)
+                self._engines_changing.notify_all()
             self._users[mode] += 1
             worker = self._workers[mode]
         try:
@@ -147,7 +160,7 @@ class VllmSynthesizer(Synthesizer):
         one warm-up request each; `tokens` per prompt with the end token ignored, so both decode as much; beta 0,
         the exact rule), kept as `speculation_costs` for `speculation_pays`. Returns {batch: (AR, speculative)}."""
         prompt = self.script(MEASURING_TEXT).prompts[0]
-        config = self._checked(config or self.config(), prompt)
+        config = self._checked(config or self.config(), prompt, "speculative")
         draft = draft or self.draft_name
         costs = {}
         for batch in (1, *batches):  # the first pass is the warm-up
@@ -182,13 +195,20 @@ class VllmSynthesizer(Synthesizer):
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _checked(self, config: DecodingConfig, prompt: list[int]) -> DecodingConfig:
-        """What vLLM can do of `config` (else a clear error), the length cut to the model's context."""
+    def check_decoding(self, mode: str, config: DecodingConfig) -> None:
+        """An InputError (naming the setting) for what vLLM's speculative decoding cannot do; AR runs any config."""
+        if mode == "ar":
+            return
         if config.acceptance not in ("ssd", "exact"):
             raise InputError(f"the vLLM engine verifies with SSD's rule (beta) only; acceptance {config.acceptance!r} "
-                             "runs on our engine")
+                             "runs on our engine", param="acceptance")
         if config.adaptive_draft_len:
-            raise InputError("the vLLM engine drafts a fixed K per round: turn off the adaptive draft length")
+            raise InputError("the vLLM engine drafts a fixed K per round: turn off the adaptive draft length",
+                             param="adaptive_draft_len")
+
+    def _checked(self, config: DecodingConfig, prompt: list[int], mode: str) -> DecodingConfig:
+        """What vLLM can do of `config` (else a clear error), the length cut to the model's context."""
+        self.check_decoding(mode, config)
         max_context = getattr(self.backend, "max_context", None)
         if max_context is not None and len(prompt) + config.max_new_tokens > max_context:
             room = max_context - len(prompt)

@@ -22,6 +22,8 @@ class FakeEngine:
 
     live: list["FakeEngine"] = []
     started: list["FakeEngine"] = []
+    calls: list[int] = []  # the K of each request, in the order the engines took them
+    gate = None  # a threading.Event the first request waits on, when set up
 
     def __init__(self, spec):
         self.spec, self.closed, self.betas = spec, False, []
@@ -34,6 +36,11 @@ class FakeEngine:
         return engine
 
     def generate(self, prompts, max_tokens, *, beta, **_):
+        assert not self.closed, "a request reached a closed engine"
+        FakeEngine.calls.append(self.spec.draft_len)
+        gate, FakeEngine.gate = FakeEngine.gate, None
+        if gate is not None:
+            gate.wait(10)
         self.betas.append(beta)
         speculative = self.spec.draft is not None
         counts = [SpecCounts(drafts=2, draft_tokens=2 * self.spec.draft_len, accepted_tokens=3) if speculative
@@ -56,7 +63,7 @@ def _model(folder: str) -> torch.nn.Module:
 
 @pytest.fixture
 def voice(monkeypatch):
-    FakeEngine.live, FakeEngine.started = [], []
+    FakeEngine.live, FakeEngine.started, FakeEngine.calls, FakeEngine.gate = [], [], [], None
     monkeypatch.setattr(vllm_synthesizer.VllmWorker, "start", FakeEngine.start)
     backend = SimpleNamespace(name="llasa", max_context=256, eos_token_id=1, allowed_token_ids=lambda: None,
                               default_config=lambda: DecodingConfig(max_new_tokens=8, temperature=1.0, top_k=0))
@@ -85,6 +92,29 @@ def test_a_session_of_setting_changes_never_holds_more_than_one_engine_per_decod
     assert [e.closed for e in FakeEngine.started] == [True, False, True, False]
     voice.close()
     assert FakeEngine.live == []
+
+
+def test_a_request_for_another_k_is_served_in_its_turn_not_after_later_ones(voice):
+    import threading
+    import time
+
+    gate = FakeEngine.gate = threading.Event()
+    first = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 4})
+    first.start()
+    while not FakeEngine.calls:  # the first request is inside the K 4 engine
+        time.sleep(0.01)
+    other = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 6})
+    other.start()
+    time.sleep(0.2)  # the K 6 request waits for the engine to be free
+    later = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 4})
+    later.start()
+    time.sleep(0.2)
+    assert FakeEngine.calls == [4], "a later request joined the K 4 engine ahead of the waiting K 6 one"
+    gate.set()
+    for thread in (first, other, later):
+        thread.join(timeout=10)
+    assert FakeEngine.calls == [4, 6, 4]
+    assert len(FakeEngine.live) == 1 and len(voice.engines()) == 1
 
 
 def test_each_request_carries_its_own_beta_and_reports_its_own_counts(voice):

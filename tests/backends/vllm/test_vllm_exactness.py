@@ -168,3 +168,15 @@ def test_the_plugin_mends_vllms_cpu_expansion_of_per_token_temperatures():
     assert values["after"] == expected
     # vLLM 0.32's own CPU path leaves the result unfilled; when a release fixes it, fix_cpu_expand can go
     assert values["before"] != expected, "vLLM's CPU expansion is right: the plugin's fix_cpu_expand is not needed"
+
+
+def test_a_seeded_speculative_request_gives_the_same_tokens_every_time(engine):
+    # (what `X-Seed` promises a client of the speech server; also at beta > 0, through the plugin's sampler)
+    prompts = _prompts(4)
+    for beta in (0.0, BETA):
+        runs = [engine.generate(prompts, 32, temperature=TEMPERATURE, seed=77, ignore_eos=True, beta=beta).tokens
+                for _ in range(3)]
+        assert runs[0] == runs[1] == runs[2], f"beta {beta}: the same seeds gave different tokens"
+    alone = [engine.generate(prompts[:1], 32, temperature=TEMPERATURE, seed=78, ignore_eos=True).tokens
+             for _ in range(2)]
+    assert alone[0] == alone[1]
