@@ -170,7 +170,8 @@ def bench(args: argparse.Namespace) -> int:
         rate = int(warm_up.headers["x-sample-rate"])
         rows = run_load(url, systems, texts, levels, args.requests, rate, _name(args), args.max_minutes * 60,
                         progress=lambda row: print(load_table([row])[-1], flush=True))
-        costs = httpx.get(url + "/health", timeout=10).json().get("speculation_tokens_per_second", {})
+        health = httpx.get(url + "/health", timeout=10).json()
+        costs, engine = health.get("speculation_tokens_per_second", {}), health.get("engine", "")
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -178,7 +179,7 @@ def bench(args: argparse.Namespace) -> int:
     basis = (f"{_name(args)} on {engine_choice(args.engine)}'s engine, {_workers(args)} worker(s), the server in its own "
              f"process, {args.requests} requests per "
              f"system and level ({len(texts)} visitor texts in turn, after one warm-up request), seed {args.seed}; "
-             f"{cpu_name()}; commit {git_commit()}" + _costs_note(costs))
+             f"{cpu_name()}; {engine}; commit {git_commit()}" + _costs_note(costs))
     print(f"\n{table}\n\n{basis}")
     target = docs_target(args)
     if target is not None:

@@ -25,7 +25,7 @@ from ..engine.generate import RoundCallback, autoregressive_generate, speculativ
 from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
-from ..engine.static_cache import prepare_kernels
+from ..engine.static_cache import describe_kernels, prepare_kernels
 from .streaming import AudioPiece, SynthesisStream
 
 
@@ -142,6 +142,10 @@ class Synthesizer:
     @property
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
+
+    def engine_description(self) -> str:
+        """What runs the LM here, for speed reports: our engine and the target's matmul kernels."""
+        return f"our engine, {describe_kernels(self.target)}"
 
     def check_decoding(self, mode: str, config: DecodingConfig) -> None:
         """An InputError for settings this engine cannot decode in `mode` (ours decodes every valid config;

@@ -307,3 +307,9 @@ def test_settings_the_engine_cannot_decode_are_refused_before_the_audio_starts(s
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_health_says_what_runs_the_lm_for_speed_reports(url):
+    health = httpx.get(url + "/health").json()
+    assert health["status"] == "ok" and health["load"] == 0
+    assert health["engine"].startswith("our engine, ") and "matmuls" in health["engine"]  # the kernels chosen here

@@ -195,6 +195,10 @@ class VllmSynthesizer(Synthesizer):
 
     # -- helpers -----------------------------------------------------------------------------------------
 
+    def engine_description(self) -> str:
+        versions = sorted({worker.version for worker in self._workers.values() if worker.version})
+        return f"vLLM {', '.join(versions) or '(no engine started yet)'} and its own kernels"
+
     def check_decoding(self, mode: str, config: DecodingConfig) -> None:
         """An InputError (naming the setting) for what vLLM's speculative decoding cannot do; AR runs any config."""
         if mode == "ar":
