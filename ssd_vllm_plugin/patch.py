@@ -6,7 +6,10 @@
   request's beta and hands the batch's betas, one per row, to the sampler with the sampling metadata it
   rebuilds whenever the batch changes (`SamplingMetadata.ssd_beta`);
 - `vllm.v1.sample.rejection_sampler.rejection_sample`, the function `RejectionSampler.forward` calls for every
-  verify step. Its kernels are Triton on a GPU and C++ on a CPU; the replacement is torch, so it runs on both.
+  verify step. Its kernels are Triton on a GPU and C++ on a CPU; the replacement is torch, so it runs on both;
+- the draft model's sampling (`llm_base_proposer.compute_probs_and_sample_next_token`), which in vLLM 0.32
+  ignores the requests' seeds ("TODO: Consider seeds"), so a seeded speculative request's tokens depended on what
+  the engine had run before: a seeded request's draft now draws from that request's own generator.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def install(default_beta: float) -> None:
     _check_request_beta()
     _carry_request_beta()
     _replace_rejection_step()
+    _seed_the_draft()
     _refuse_v2_runner()
     _installed["done"] = True
 
@@ -122,6 +126,39 @@ def _token_betas(sampling_metadata, num_draft_tokens: list[int], drafted: torch.
         rows = torch.full((len(num_draft_tokens),), _installed["default"], dtype=torch.float64)
     counts = torch.as_tensor(num_draft_tokens, dtype=torch.long)
     return rows.to(drafted.device).repeat_interleave(counts.to(drafted.device), output_size=drafted.shape[0])
+
+
+def _seed_the_draft() -> None:
+    """The draft's sampling as vLLM 0.32 does it (temperature only, the exponential race), with each seeded
+    request's noise drawn from its own generator. Rows are requests (the draft-model method drafts one token per
+    request per call); any other layout keeps vLLM's own function."""
+    from vllm.v1.sample.ops.topk_topp_sampler import empty_exponential_noise_like, sample_with_exponential_noise
+    from vllm.v1.spec_decode import llm_base_proposer as module
+
+    original = module.compute_probs_and_sample_next_token
+
+    def compute_probs_and_sample_next_token(logits, sampling_metadata, use_fp64_gumbel=False):
+        rows = getattr(sampling_metadata, "ssd_beta", None)
+        generators = sampling_metadata.generators
+        if (sampling_metadata.all_greedy or not generators or rows is None
+                or logits.shape[0] != rows.shape[0] or sampling_metadata.temperature is None):
+            return original(logits, sampling_metadata, use_fp64_gumbel)
+        temperature, greedy = sampling_metadata.temperature, None
+        if not sampling_metadata.all_random:
+            greedy = temperature < module._SAMPLING_EPS
+            temperature = torch.where(greedy, 1.0, temperature)
+        logits.div_(temperature.view(-1, 1))
+        probs = logits.softmax(dim=-1, dtype=torch.float32)
+        noise = empty_exponential_noise_like(probs, use_fp64_gumbel).exponential_()
+        for row, generator in generators.items():
+            if row < noise.shape[0]:
+                noise[row].exponential_(generator=generator)
+        tokens = sample_with_exponential_noise(probs.clone(), noise)
+        if greedy is not None:
+            tokens = torch.where(greedy, probs.argmax(dim=-1), tokens)
+        return tokens, probs
+
+    module.compute_probs_and_sample_next_token = compute_probs_and_sample_next_token
 
 
 def _refuse_v2_runner() -> None:

@@ -255,9 +255,8 @@ def unload() -> None:
 
 def _drop_resident() -> None:
     if _resident:
-        for synthesizer in _resident.values():
-            if getattr(synthesizer, "on_vllm", False):
-                synthesizer.close()  # its engine processes hold their own copies of the models
+        for synthesizer in _resident.values():  # a voice on vLLM: its engine processes end with it
+            getattr(synthesizer, "close", lambda: None)()
         _resident.clear()
         free_models()
 

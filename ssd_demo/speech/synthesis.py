@@ -131,9 +131,7 @@ class Synthesizer:
     def __init__(self, backend: Backend, target, drafts: dict, default_draft: str | None = None):
         if not drafts:
             raise ValueError("a Synthesizer needs at least one draft model")
-        self.backend = backend
-        self.target = target
-        self.drafts = dict(drafts)
+        self.backend, self.target, self.drafts = backend, target, dict(drafts)
         self.draft_name = default_draft or next(iter(self.drafts))
         self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
@@ -148,21 +146,17 @@ class Synthesizer:
         return f"our engine, {describe_kernels(self.target)}"
 
     def check_decoding(self, mode: str, config: DecodingConfig) -> None:
-        """An InputError for settings this engine cannot decode in `mode` (ours decodes every valid config;
-        vLLM's speculative decoding is narrower), checked before a request is admitted."""
+        """An InputError for what this engine cannot decode in `mode` (ours: none; vLLM's is narrower)."""
 
     def speculation_pays(self, decoding: int) -> bool:
-        """Whether speculative decoding beats AR with `decoding` requests decoding at once (the speech server's
-        mode "auto"). Our engine decodes each request on its own, without batching, so the answer is batch 1's:
-        yes. An engine that batches (vLLM) answers from its measured costs."""
+        """Whether speculation beats AR with `decoding` requests at once (the server's mode "auto"): ours decodes
+        each alone, so yes; an engine that batches (vLLM) answers from its measured costs."""
         return True
 
     def config(self, **overrides) -> DecodingConfig:
         """The backend's default settings with the speech-token mask and end token filled in."""
-        base = self.backend.default_config().with_(
-            eos_token_id=self.backend.eos_token_id,
-            allowed_token_ids=self.backend.allowed_token_ids(),
-        )
+        base = self.backend.default_config().with_(eos_token_id=self.backend.eos_token_id,
+                                                    allowed_token_ids=self.backend.allowed_token_ids())
         return base.with_(**overrides) if overrides else base
 
     def grouping_embeddings(self) -> torch.Tensor:

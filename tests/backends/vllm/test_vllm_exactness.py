@@ -171,7 +171,8 @@ def test_the_plugin_mends_vllms_cpu_expansion_of_per_token_temperatures():
 
 
 def test_a_seeded_speculative_request_gives_the_same_tokens_every_time(engine):
-    # (what `X-Seed` promises a client of the speech server; also at beta > 0, through the plugin's sampler)
+    # vLLM 0.32's draft ignores seeds, so after other requests had run the same seed gave other tokens; the plugin
+    # draws a seeded request's draft noise from its own generator (what `X-Seed` promises a server's client)
     prompts = _prompts(4)
     for beta in (0.0, BETA):
         runs = [engine.generate(prompts, 32, temperature=TEMPERATURE, seed=77, ignore_eos=True, beta=beta).tokens
