@@ -3,7 +3,8 @@ by the library's VllmWorker in tests that have no vLLM (`stand_in_python` writes
 with, so SSD_DEMO_VLLM_PYTHON can name it).
 
 The stand-in adds one token per step to every unfinished request (token = prompt's last id + step), sleeping
-`step_s` per step, so requests from several callers overlap; a prompt whose first id is 666 fails the step."""
+`step_s` per step, so requests from several callers overlap; a prompt whose first id is 666 fails the step. As
+its `drafts` count each prompt reports how many prompts the step that finished it held (what shows batching)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ class StandInEngine:
     def step(self):
         time.sleep(self.step_s)
         self.steps += 1
-        outputs = []
+        outputs, together = [], len(self.running)
+        shared = SimpleNamespace(to_dict=lambda: {"num_spec_steps": together, "num_draft_tokens": 0,
+                                                  "num_accepted_draft_tokens": 0})
         for request_id, (prompt, params, tokens) in list(self.running.items()):
             if prompt[0] == 666:
                 raise RuntimeError("the stand-in engine failed a step")
@@ -47,7 +50,7 @@ class StandInEngine:
             finished = len(tokens) >= params["max_tokens"]
             if finished:
                 del self.running[request_id]
-            completion = SimpleNamespace(token_ids=list(tokens), finish_reason="length", spec_decode_metrics=None)
+            completion = SimpleNamespace(token_ids=list(tokens), finish_reason="length", spec_decode_metrics=shared)
             outputs.append(SimpleNamespace(request_id=request_id, finished=finished, outputs=[completion]))
         return outputs
 

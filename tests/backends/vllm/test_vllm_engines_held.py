@@ -103,12 +103,16 @@ def test_a_request_for_another_k_is_served_in_its_turn_not_after_later_ones(voic
     first.start()
     while not FakeEngine.calls:  # the first request is inside the K 4 engine
         time.sleep(0.01)
+    line = voice._line["speculative"]
     other = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 6})
     other.start()
-    time.sleep(0.2)  # the K 6 request waits for the engine to be free
+    while len(line) < 1:  # the K 6 request waits for the engine to be free
+        time.sleep(0.01)
     later = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 4})
     later.start()
-    time.sleep(0.2)
+    while len(line) < 2 and FakeEngine.calls == [4]:
+        time.sleep(0.01)
+    time.sleep(0.1)  # (a request let through ahead of its turn would have reached the engine by now)
     assert FakeEngine.calls == [4], "a later request joined the K 4 engine ahead of the waiting K 6 one"
     gate.set()
     for thread in (first, other, later):
@@ -167,8 +171,8 @@ def test_callers_in_several_threads_share_one_engine_and_each_gets_its_own_answe
         thread.join(timeout=30)
     for index, length in enumerate((30, 5, 12, 20)):
         assert answers[index].tokens == [[index * 100 + step for step in range(1, length + 1)]]
-    # they were batched together: the longest took about its own 30 steps, not the sum of all (67)
-    assert answers[0].wall_seconds < 55 * 0.02
+    # they were batched together: some step held more than one caller's prompt (all four, unless a thread was late)
+    assert max(answer.requests[0].drafts for answer in answers.values()) >= 2
     assert stand_in.in_flight == 0
 
 
