@@ -114,18 +114,17 @@ class VllmSynthesizer(Synthesizer):
             line.append(ticket)
             try:
                 while True:
-                    ahead = line[: line.index(ticket)]
-                    current = self._workers.get(mode)
-                    if any(wanted != spec for _, wanted in ahead):
-                        pass  # an earlier caller wants another engine: it goes first
-                    elif current is None:
-                        self._workers[mode] = VllmWorker.start(spec)
-                        continue
-                    elif current.spec == spec:
-                        break
-                    elif self._users[mode] == 0:
-                        self._workers.pop(mode).close()
-                        continue
+                    # an earlier caller that wants another engine goes first
+                    if all(wanted == spec for _, wanted in line[: line.index(ticket)]):
+                        current = self._workers.get(mode)
+                        if current is None:
+                            self._workers[mode] = VllmWorker.start(spec)
+                            continue
+                        if current.spec == spec:
+                            break
+                        if self._users[mode] == 0:
+                            self._workers.pop(mode).close()
+                            continue
                     self._engines_changing.wait()
             finally:
                 line.remove(ticket)
