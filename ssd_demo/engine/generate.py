@@ -71,36 +71,39 @@ def autoregressive_generate(
     run = Run(config, device, vocab, input_ids[0].tolist(), seed=resolve_seed(config), forced=forced,
               prefix_distribution=prefix_distribution)
     lm = cached_lm(target, len(run.prompt) + config.max_new_tokens + 2, static_cache)
-    clock = Clock(device)
-    prefill([lm], run.prompt)
-    prefill_seconds = clock.now()
-    done = False
-    while not done:
-        check_stop(should_stop)
-        started = clock.now()
-        logits = lm.forward(run.committed[lm.length :], last_only=True)
-        _, probs = run.distributions(logits)
-        token = int(sample(probs, run.generator)[0])
-        before = len(run.committed)
-        done, forced_counts = run.commit([token])
-        finished = clock.now()
-        run.steps.append(
-            RoundRecord(
-                drafted=[],
-                accepted=0,
-                next_token=token,
-                next_kind="sampled",
-                draft_seconds=0.0,
-                verify_seconds=finished - started,
-                end_seconds=finished,
-                target_cache_len=lm.length,
-                forced_counts=forced_counts,
-                committed=run.committed[before:],
+    try:
+        clock = Clock(device)
+        prefill([lm], run.prompt)
+        prefill_seconds = clock.now()
+        done = False
+        while not done:
+            check_stop(should_stop)
+            started = clock.now()
+            logits = lm.forward(run.committed[lm.length :], last_only=True)
+            _, probs = run.distributions(logits)
+            token = int(sample(probs, run.generator)[0])
+            before = len(run.committed)
+            done, forced_counts = run.commit([token])
+            finished = clock.now()
+            run.steps.append(
+                RoundRecord(
+                    drafted=[],
+                    accepted=0,
+                    next_token=token,
+                    next_kind="sampled",
+                    draft_seconds=0.0,
+                    verify_seconds=finished - started,
+                    end_seconds=finished,
+                    target_cache_len=lm.length,
+                    forced_counts=forced_counts,
+                    committed=run.committed[before:],
+                )
             )
-        )
-        if on_round is not None:
-            on_round(len(run.new_tokens), lm.calls)
-    return run_result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
+            if on_round is not None:
+                on_round(len(run.new_tokens), lm.calls)
+        return run_result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
+    finally:
+        lm.close()  # a CUDA-graphed forward goes back to its model's idle list
 
 
 @torch.inference_mode()

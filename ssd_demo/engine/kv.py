@@ -2,8 +2,8 @@
 
 Both decoders keep each model's past in such a cache and roll it back after a rejection. Two
 implementations: the lean static-cache forward (`static_cache.StaticCacheLM`) for the plain Llamas it
-supports, and transformers' own forward over a `DynamicCache` (`CachedLM`) for every other model;
-`cached_lm` chooses.
+supports (on a GPU its fixed-shape variant replayed as CUDA graphs, `fixed_shape.FixedShapeLM`), and
+transformers' own forward over a `DynamicCache` (`CachedLM`) for every other model; `cached_lm` chooses.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
+from . import fixed_shape
 from .draft_heads import OutputInputCapture
 from .static_cache import StaticCacheLM, serves as lean_forward_serves
 
@@ -87,13 +88,16 @@ class CachedLM:
 
 
 def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidden: bool = False) -> CachedForward:
-    """A model's cached forward: the lean static-cache step for plain Llamas, else transformers'.
+    """A model's cached forward: the lean static-cache step for plain Llamas (on CUDA replayed as CUDA graphs),
+    else transformers'. Call its `close()` when done (a CUDA-graphed forward goes back to its model's idle list).
 
     `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
     lean step off everywhere, e.g. to compare against transformers' own forward). `keep_hidden`:
     the forward keeps the final hidden state of its logits rows (draft heads read it); the lean
     step always does, at no cost.
     """
+    if fixed_shape.serves(model, static_cache):
+        return fixed_shape.FixedShapeLM.lease(model, capacity)
     if lean_forward_serves(model, static_cache):
         return StaticCacheLM(model, capacity)
     return CachedLM(model, keep_hidden=keep_hidden)
