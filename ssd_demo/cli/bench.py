@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from ..measure.bench import DECODING_DEFAULTS, DECODING_FLAGS, METHODS, benchmark, markdown_table, parse_methods
+from ..measure.bench import DECODING_DEFAULTS, DTYPES, DECODING_FLAGS, METHODS, benchmark, markdown_table, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="auto",
+                        help="the models' dtype (auto: the app's choice, bfloat16 on a GPU, float32 on a CPU)")
     parser.add_argument("--json", type=Path, help="write the results here")
 
 
 def main(args: argparse.Namespace) -> int:
     settings = decoding_arguments(args, DECODING_FLAGS)  # checked before the models load
     result = benchmark(settings, parse_methods(args.methods), target=args.target, draft=args.draft,
-                       device=args.device, prompt_len=args.prompt_len, repeats=args.repeats, warmup=args.warmup,
+                       device=args.device, dtype=args.dtype, prompt_len=args.prompt_len, repeats=args.repeats, warmup=args.warmup,
                        threads=args.threads)
     result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     print(markdown_table(result))

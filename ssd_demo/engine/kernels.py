@@ -312,16 +312,22 @@ STREAM_MAX_BYTES = 1 << 30
 
 
 def weight_stream_seconds(model, repeats: int = 15) -> float:
-    """Median time to read a buffer the size of the model's weights once (a sum over it), here, with the current
-    thread count: the floor under a decode step, which reads every weight once (for reports next to step times).
-    Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled (memory-bound: linear)."""
+    """Median time to read a buffer the size of the model's weights once (a sum over it), on the model's device
+    (on a CPU with the current thread count): the floor under a decode step, which reads every weight once (for
+    reports next to step times). Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled
+    (memory-bound: linear)."""
     size = weight_bytes(model)
-    buffer = torch.ones(min(size, STREAM_MAX_BYTES) // 4, dtype=torch.float32)
+    device = next(model.parameters()).device
+    buffer = torch.ones(min(size, STREAM_MAX_BYTES) // 4, dtype=torch.float32, device=device)
+    cuda = device.type == "cuda"
     times = []
     for repeat in range(repeats + 2):  # two warm-up reads
+        if cuda:
+            torch.cuda.synchronize(device)
         started = time.perf_counter()
         buffer.sum()
+        if cuda:
+            torch.cuda.synchronize(device)
         if repeat >= 2:
             times.append(time.perf_counter() - started)
     return statistics.median(times) * size / (4 * buffer.numel())
-

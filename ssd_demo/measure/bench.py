@@ -44,6 +44,7 @@ from .reporting import cpu_name, git_commit
 from ..engine.static_cache import describe_kernels
 from ..engine.results import compare_runs
 from ..engine.kernels import weight_bytes, weight_stream_seconds
+from ..models.hub import auto_dtype
 
 METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
            "speculative_transformers")
@@ -69,16 +70,22 @@ def random_pair(vocab: int = 1024, seed: int = 0):
     return build(12, 512, 8, 0), build(2, 256, 4, 1)
 
 
-def load_pair(target: str | None, draft: str | None, device: str):
+#: `bench --dtype` names; "auto" is the app's choice (`models.hub.auto_dtype`: bfloat16 on a GPU, float32 on a CPU).
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_pair(target: str | None, draft: str | None, device: str, dtype: str = "auto"):
+    """The pair (model directories, or the random pair) on `device` in `dtype` (a `DTYPES` name)."""
+    torch_dtype = auto_dtype(torch.device(device), DTYPES[dtype])
     if target is None and draft is None:
-        return random_pair()
+        return tuple(m.to(device, torch_dtype) for m in random_pair())
     if not (target and draft):
         raise InputError("give both --target and --draft (model directories), or neither for the random pair")
     models = []
     for path in (target, draft):
         if not Path(path).is_dir():
             raise FileNotFoundError(f"model directory not found: {path}")
-        models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+        models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).eval())
     return tuple(m.to(device) for m in models)
 
 
@@ -90,7 +97,7 @@ class MethodSummary:
     median_tokens_per_second: float
     speedup_vs_ar: float
     # Median seconds per target call (an AR step, or a verify call), and that over the weight-streaming
-    # time (None for transformers' generate, which reports no per-call times, and off the CPU).
+    # time on the same device (None for transformers' generate, which reports no per-call times).
     median_target_call_seconds: float | None = None
     target_call_vs_weight_stream: float | None = None
 
@@ -178,19 +185,18 @@ def _run_method(method: str, target, draft, prompt: torch.Tensor, config: Decodi
 def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, repeats: int, warmup: int = 1,
                   methods=METHODS, progress: bool = True) -> dict:
     """Every method `warmup + repeats` times, interleaved (the order rotates each repetition); the medians of
-    the timed repetitions, their ratios, and on a CPU the weight-streaming floor."""
+    the timed repetitions, their ratios, and the weight-streaming floor on the models' device."""
     methods = tuple(methods)
     costs = calibrated_costs(target, draft) if "speculative_calibrated" in methods else None
     calibrated = config.with_(adaptive_draft_len=True, cost_ratio=costs.draft, verify_costs=costs.verify) \
         if costs is not None else None
     timings = _Timings(methods)
-    on_cpu = prompt.device.type == "cpu"
     bar = tqdm(total=(warmup + repeats) * len(methods), desc="bench", disable=not progress)
     for rep in range(warmup + repeats):
         timed = rep >= warmup
         order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
         run_config = config.with_(seed=(config.seed or 0) + rep)
-        if on_cpu and timed:  # the weight-streaming floor, measured once per repetition among the methods
+        if timed:  # the weight-streaming floor, measured once per repetition among the methods
             timings.stream_seconds.append(weight_stream_seconds(target, repeats=5))
         results = {}
         for method in order:
@@ -215,8 +221,11 @@ def _benchmark_result(methods: tuple[str, ...], timings: _Timings, target, costs
     result = {"methods": [asdict(_method_summary(m, timings, ar_seconds, stream)) for m in methods]}
     if stream is not None:
         size = weight_bytes(target)
+        device = next(target.parameters()).device
         result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
-                                   "cpu": cpu_name(), "torch_threads": torch.get_num_threads()}
+                                   "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
+                                   "device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                                   "dtype": str(next(target.parameters()).dtype).removeprefix("torch.")}
     if costs is not None:
         result["calibration"] = {"cost_ratio": costs.draft, "verify_costs": list(costs.verify),
                                  "described": costs.describe()}
@@ -276,9 +285,10 @@ def markdown_table(result: dict) -> str:
     stream = result.get("weight_stream")
     if stream:
         lines.append("")
+        where = stream.get("device") or f"{stream['cpu']}, {stream['torch_threads']} thread(s)"
         lines.append(
-            f"{stream['cpu']}, {stream['torch_threads']} thread(s): the target's {stream['bytes'] / 1e6:.1f} MB of "
-            f"weights stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
+            f"{where}: the target's {stream['bytes'] / 1e6:.1f} MB of weights ({stream.get('dtype', 'float32')}) "
+            f"stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
             "a sum over a buffer of that size, median over the repetitions)")
     spec = result.get("speculative")
     if spec:
@@ -320,13 +330,13 @@ def parse_methods(text: str) -> tuple[str, ...]:
 
 
 def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = None, draft: str | None = None,
-              device: str = "cpu", prompt_len: int = 32, repeats: int = 7, warmup: int = 1, threads: int = 0) -> dict:
+              device: str = "cpu", dtype: str = "auto", prompt_len: int = 32, repeats: int = 7, warmup: int = 1,
+              threads: int = 0) -> dict:
     """`python -m ssd_demo bench`: the pair (model directories, or the random pair) on a random prompt of
     `prompt_len` tokens seeded by the settings' seed, timed by `run_benchmark`; with the machine and commit."""
     if threads:
         torch.set_num_threads(threads)
-    target_model, draft_model = load_pair(target, draft, device)
-    target_model, draft_model = target_model.to(device), draft_model.to(device)
+    target_model, draft_model = load_pair(target, draft, device, dtype)
     config = DecodingConfig(**settings)
     vocab = target_model.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(settings["seed"])
@@ -339,6 +349,7 @@ def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = 
         "torch_threads": torch.get_num_threads(),
         "device": device,
         "cuda": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+        "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
         "torch": torch.__version__,
         "kernels": describe_kernels(target_model),
     }

@@ -139,6 +139,25 @@ def test_bench_on_local_models(tmp_path, capsys):
     assert "speculative vs hf_assisted" in out and "x weight stream" in out and "stream once in" in out
 
 
+def test_bench_loads_the_pair_in_the_dtype_asked_and_streams_that_many_bytes(tmp_path, capsys):
+    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+    tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
+    tiny_llama(seed=2, vocab=64, layers=1, width=32, init=0.2).save_pretrained(draft_dir)
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--repeats", "1", "--warmup", "0",
+                 "--max-new-tokens", "8", "--prompt-len", "4", "--methods", "ar,speculative", "--dtype", "bfloat16",
+                 "--json", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    parameters = sum(p.numel() for p in tiny_llama(seed=1, vocab=64, layers=2, width=32).parameters())
+    assert result["machine"]["dtype"] == result["weight_stream"]["dtype"] == "bfloat16"
+    assert result["weight_stream"]["bytes"] == 2 * parameters
+    assert "(bfloat16) stream once in" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--dtype", "float8"])
+    assert exited.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err
+
+
 @needs_voice
 def _latent_voice() -> bool:
     """Whether the shipped voice is on the teacher's latent codec (only then is there a codec round trip row)."""
