@@ -186,7 +186,8 @@ class FixedShapeLM:
             graph = torch.cuda.CUDAGraph()
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: other threads (server workers) may keep launching work while this one captures
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 logits, hidden = self._step(ids, positions, last_only)
         except RuntimeError as error:
             log.warning("CUDA graph capture failed (%s); this forward runs without graphs", error)

@@ -236,11 +236,35 @@ def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     assert "at least 2" in capsys.readouterr().err
 
 
-def _script_function(script: str, name: str):
-    """A function of a developer script, run from its file (scripts/ is a folder of programs, imported by nothing)."""
+@pytest.mark.slow
+def test_the_gpu_step_script_runs_end_to_end_on_tiny_shapes(tmp_path, capsys):
+    """The prepared GPU script, smoke-tested on the CPU so that it works the day a GPU is at hand."""
+    script = _script_globals("cuda_step_bench")
+
+    def run(argv: list[str]) -> int:
+        return script["run_cli"]("cuda_step_bench", script["__doc__"], script["add_arguments"], script["main"], argv)
+
+    out = tmp_path / "gpu.json"
+    assert run(["--device", "cpu", "--dtype", "float32", "--pairs", "tiny:tiny/1", "--tokens", "8", "--repeats", "1",
+                "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["pair"] == "tiny:tiny/1" and row["bound_seconds"] > 0 and row["c"] > 0 and row["v"] > 0
+    assert set(row["tokens_per_second"]) >= {"ar", "speculative", "hf_assisted", "hf_generate", "ar (no graphs)"}
+    assert "target step vs bound" in capsys.readouterr().out
+    assert run(["--device", "cpu", "--pairs", "9B:1B"]) == 2
+    assert "--pairs takes target:draft shapes" in capsys.readouterr().err
+
+
+def _script_globals(script: str) -> dict:
+    """A developer script's globals, run from its file (scripts/ is a folder of programs, imported by nothing)."""
     import runpy
 
-    return runpy.run_path(str(REPOSITORY / "scripts" / f"{script}.py"), run_name=script)[name]
+    return runpy.run_path(str(REPOSITORY / "scripts" / f"{script}.py"), run_name=script)
+
+
+def _script_function(script: str, name: str):
+    """A function of a developer script (see `_script_globals`)."""
+    return _script_globals(script)[name]
 
 
 @pytest.mark.parametrize("command", ["eval", "sweep", "scripts.click_timing", "scripts.stream_bench"])
