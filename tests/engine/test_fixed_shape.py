@@ -14,7 +14,7 @@ from ssd_demo import DecodingConfig, autoregressive_generate, speculative_genera
 from ssd_demo.engine import fixed_shape, kv
 from ssd_demo.engine.fixed_shape import FixedShapeLM
 from ssd_demo.engine.kv import CachedLM
-from ssd_demo.engine.static_cache import StaticCacheLM
+from ssd_demo.engine.static_cache import StaticCacheLM, describe_kernels
 from support.tiny_models import check_same_logits, tiny_llama
 
 STEPS = [(0, 5, False), (5, 6, True), (6, 8, True), ("cut", 4), (4, 9, False), (9, 10, True), ("cut", 7),
@@ -135,7 +135,16 @@ def test_on_a_gpu_speculative_greedy_output_is_the_targets_token_for_token():
     prompt = torch.tensor([[1, 2, 3]], device="cuda")
     config = DecodingConfig(draft_len=4, max_new_tokens=60, temperature=0.0)
     assert isinstance(kv.cached_lm(target, 64), FixedShapeLM)
+    assert describe_kernels(target).startswith("CUDA graphs")
     ar = autoregressive_generate(target, prompt, config)
     for _ in range(2):  # the second run reuses the idle forwards and their graphs
         assert speculative_generate(target, draft, prompt, config).tokens == ar.tokens
     assert autoregressive_generate(target, prompt, config, static_cache=False).tokens == ar.tokens
+
+
+@needs_cuda
+def test_on_a_gpu_graphs_can_be_switched_off(monkeypatch):
+    model = tiny_llama(seed=16, vocab=64, layers=1, width=32).to("cuda")
+    monkeypatch.setenv("SSD_DEMO_CUDA_GRAPHS", "0")
+    assert isinstance(kv.cached_lm(model, 64), StaticCacheLM)
+    assert describe_kernels(model).startswith("the model's own matmuls")
