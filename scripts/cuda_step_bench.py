@@ -31,9 +31,9 @@ import torch
 from scripts._cli import run_cli
 from scripts.vllm_gpu_bench import COMMON, ROPE, SHAPES as VLLM_SHAPES
 from ssd_demo import DecodingConfig
-from ssd_demo.engine.fixed_shape import CUDA_GRAPHS_ENV
+from ssd_demo.engine.fixed_shape import CUDA_GRAPHS_ENV, FixedShapeLM
 from ssd_demo.engine.kernels import weight_bytes, weight_stream_seconds
-from ssd_demo.engine.kv import cached_lm
+from ssd_demo.engine.kv import CachedLM, cached_lm
 from ssd_demo.measure.bench import run_benchmark
 
 SHAPES = {  # the Llasa repositories' config.json values that shape the models; "tiny" for smoke tests
@@ -101,6 +101,30 @@ def call_seconds(model, rows: int, context: int, repeats: int) -> float:
         lm.close()
 
 
+def replay_check(model, prompt_len: int, draft_len: int) -> dict[str, float]:
+    """Largest logit difference of the graphed forward against the same forward run eagerly (0: the replay is
+    the eager call, bit for bit) and against transformers' own forward (float rounding), over a prompt, three
+    steps, a rollback and a verify call."""
+    device = next(model.parameters()).device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (prompt_len + 3 + draft_len + 1,), device=device).tolist()
+    calls = [(0, prompt_len)] + [(prompt_len + i, prompt_len + i + 1) for i in range(3)] + [
+        ("cut", prompt_len + 1), (prompt_len + 1, prompt_len + 2 + draft_len)]
+    forwards = {"graphed": FixedShapeLM(model, len(ids), graphs=device.type == "cuda"),
+                "eager": FixedShapeLM(model, len(ids), graphs=False), "transformers": CachedLM(model)}
+    worst = {"vs eager": 0.0, "vs transformers": 0.0}
+    for call in calls:
+        if call[0] == "cut":
+            for lm in forwards.values():
+                lm.truncate(call[1])
+            continue
+        logits = {name: lm.forward(ids[call[0]:call[1]]).float() for name, lm in forwards.items()}
+        worst["vs eager"] = max(worst["vs eager"], (logits["graphed"] - logits["eager"]).abs().max().item())
+        worst["vs transformers"] = max(worst["vs transformers"],
+                                       (logits["graphed"] - logits["transformers"]).abs().max().item())
+    return worst
+
+
 def measure_pair(target_shape: str, draft_shape: str, args: argparse.Namespace) -> dict:
     """One pair's numbers (see the module's docstring)."""
     dtype = DTYPES[args.dtype]
@@ -113,6 +137,7 @@ def measure_pair(target_shape: str, draft_shape: str, args: argparse.Namespace) 
     prompt = torch.randint(0, vocab, (1, args.prompt_len), generator=torch.Generator().manual_seed(0)).to(device)
     config = DecodingConfig(draft_len=args.draft_len, temperature=0.8, top_k=0, top_p=1.0,
                             max_new_tokens=args.tokens, seed=0)
+    checks = replay_check(target, args.prompt_len, args.draft_len)
     stream = weight_stream_seconds(target, repeats=10)
     size = weight_bytes(target)
     bound = stream * step_bytes(target) / size
@@ -138,6 +163,7 @@ def measure_pair(target_shape: str, draft_shape: str, args: argparse.Namespace) 
     return {
         "pair": f"{target_shape}:{draft_shape}", "dtype": args.dtype, "built_seconds": built,
         "forward": "CUDA graphs" if device.type == "cuda" else "the lean forward (no graphs off a GPU)",
+        "logit_differences": checks,
         "bound_seconds": bound, "stream_gigabytes_per_second": size / stream / 1e9,
         "calls": steps, "eager_target_step": eager_step,
         "step_vs_bound": steps["target step"] / bound, "eager_step_vs_bound": eager_step / bound,
@@ -160,6 +186,8 @@ def report(row: dict) -> str:
         f"## {row['pair']} ({row['dtype']}; built in {row['built_seconds']:.0f} s)",
         f"bound (the step's bytes at {row['stream_gigabytes_per_second']:.0f} GB/s): {row['bound_seconds'] * 1e3:.2f} ms",
         f"{row['forward']}: {calls}",
+        f"graphed logits vs the same forward eagerly: max |diff| {row['logit_differences']['vs eager']:.1e} (0 = the "
+        f"same bits); vs transformers' forward {row['logit_differences']['vs transformers']:.1e}",
         f"target step vs bound: {row['step_vs_bound']:.2f}x on {row['forward']}, {row['eager_step_vs_bound']:.2f}x with "
         f"{CUDA_GRAPHS_ENV}=0 ({row['eager_target_step'] * 1e3:.2f} ms)",
         f"c {row['c']:.3f}, v {row['v']:.2f}; acceptance {spec.get('acceptance_rate') or 0:.2f} (random weights)",

@@ -249,6 +249,7 @@ def test_the_gpu_step_script_runs_end_to_end_on_tiny_shapes(tmp_path, capsys):
                 "--json", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["pair"] == "tiny:tiny/1" and row["bound_seconds"] > 0 and row["c"] > 0 and row["v"] > 0
+    assert row["logit_differences"]["vs eager"] == 0 and row["logit_differences"]["vs transformers"] < 1e-4
     assert set(row["tokens_per_second"]) >= {"ar", "speculative", "hf_assisted", "hf_generate", "ar (no graphs)"}
     assert "target step vs bound" in capsys.readouterr().out
     assert run(["--device", "cpu", "--pairs", "9B:1B"]) == 2
