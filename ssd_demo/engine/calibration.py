@@ -22,7 +22,7 @@ import torch
 from ..config import SETTINGS, DecodingConfig
 from .results import predicted_speedup
 from .generate import autoregressive_generate, speculative_generate
-from .static_cache import describe_kernels
+from .kv import describe_kernels
 
 
 @dataclass(frozen=True)

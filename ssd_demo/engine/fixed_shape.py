@@ -38,6 +38,8 @@ MAX_GRAPH_ROWS = 16
 WARMUP_RUNS = 2
 #: Idle forwards kept per model for the next run (each holds a KV cache and its graphs).
 KEEP_IDLE = 2
+#: One capture at a time in the process (PyTorch's allocator supports no more), whichever thread captures.
+_CAPTURE_LOCK = threading.Lock()
 
 
 def serves(model, static_cache: bool | None = None) -> bool:
@@ -84,6 +86,11 @@ class FixedShapeLM:
         self._graphs_on = self._device.type == "cuda" if graphs is None else graphs
         self._graphs: dict[tuple[int, bool], _Graph] = {}
         self._pool = None
+        # Warm-up and capture run on this one stream: cuBLAS keeps a workspace per stream for good, allocated on
+        # the stream's first use, which must happen outside any graph's memory pool (the warm-up's).
+        self._stream = torch.cuda.Stream(self._device) if self._graphs_on else None
+        # The weights the graphs read, by address: a graph holds pointers, not references.
+        self._weights = _weights_key(model)
         self._keys = None
         self._allocate(capacity)
 
@@ -91,8 +98,10 @@ class FixedShapeLM:
     def lease(cls, model, capacity: int) -> "FixedShapeLM":
         """An idle forward of this model with at least `capacity` positions (its graphs kept), emptied; or a new
         one. `close()` hands it back. Several threads may decode with one model: each gets its own."""
+        weights = _weights_key(model)
         with cls._idle_lock:
             idle = cls._idle.get(model, [])
+            idle[:] = [lm for lm in idle if lm._weights == weights]  # moved or cast since: its graphs read old memory
             for index, lm in enumerate(idle):
                 if lm.capacity >= capacity:
                     del idle[index]
@@ -103,9 +112,9 @@ class FixedShapeLM:
     def close(self) -> None:
         """Hand this forward back to its model's idle list (the most recent `KEEP_IDLE` are kept). While idle it
         holds no reference to the model, so the list goes when the model does."""
-        if self.model is None:
-            return  # closed already
         with self._idle_lock:
+            if self.model is None:
+                return  # closed already
             idle = self._idle.setdefault(self.model, [])
             idle.append(self)
             del idle[:-KEEP_IDLE]
@@ -132,6 +141,7 @@ class FixedShapeLM:
         self._cos = cos[0, :, None, :]  # [capacity, 1, head_dim]
         self._sin_signed = torch.cat([-sin[0, :, None, :half], sin[0, :, None, half:]], dim=-1)
         self._graphs.clear()
+        self._pool = None  # a fresh pool for the new graphs
 
     @property
     def length(self) -> int:
@@ -174,21 +184,26 @@ class FixedShapeLM:
 
     def _capture(self, ids: torch.Tensor, positions: torch.Tensor, last_only: bool) -> _Graph | None:
         """Capture this call's graph, its inputs already in place (the warm-up runs compute the call itself and
-        write the same keys and values the replay writes). None, graphs off for this forward, if capture fails."""
+        write the same keys and values the replay writes). None, graphs off for this forward, if capture fails.
+
+        The graphs of one forward share a memory pool, replayed in any order: safe here because the only tensors
+        that outlive a capture are each graph's own inputs and outputs, kept alive by its `_Graph`."""
         ids, positions = ids.clone(), positions.clone()
+        device = self._device
         try:
-            side = torch.cuda.Stream(self._device)
-            side.wait_stream(torch.cuda.current_stream(self._device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_RUNS):
-                    self._step(ids, positions, last_only)
-            torch.cuda.current_stream(self._device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            # thread_local: other threads (server workers) may keep launching work while this one captures
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                logits, hidden = self._step(ids, positions, last_only)
+            # The outer stream context puts this thread back on its stream even if capture fails half-way.
+            with _CAPTURE_LOCK, torch.cuda.device(device), torch.cuda.stream(torch.cuda.current_stream(device)):
+                self._stream.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(self._stream):
+                    for _ in range(WARMUP_RUNS):
+                        self._step(ids, positions, last_only)
+                torch.cuda.current_stream(device).wait_stream(self._stream)
+                graph = torch.cuda.CUDAGraph()
+                if self._pool is None:
+                    self._pool = torch.cuda.graph_pool_handle()
+                # thread_local: other threads (server workers) may keep launching work while this one captures
+                with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+                    logits, hidden = self._step(ids, positions, last_only)
         except RuntimeError as error:
             log.warning("CUDA graph capture failed (%s); this forward runs without graphs", error)
             self._graphs_on = False
@@ -225,6 +240,11 @@ class FixedShapeLM:
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         hidden = core.norm(hidden[-1:] if last_only else hidden)
         return self.model.lm_head(hidden), hidden
+
+
+def _weights_key(model) -> tuple:
+    """Where and as what the model's weights are now (a graph replays reads of these addresses)."""
+    return tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:

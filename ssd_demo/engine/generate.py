@@ -169,12 +169,13 @@ def speculative_generate(
             run.steps.append(record)
             if on_round is not None:
                 on_round(len(run.new_tokens), target_lm.calls)
+        # (before closing: a closed CUDA-graphed forward may be leased, and its counts reset, by another thread)
+        return run_result(
+            run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=drafter.calls
+        )
     finally:
         target_lm.close()
         drafter.close()
-    return run_result(
-        run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=drafter.calls
-    )
 
 
 def _speculative_round(run: Run, rule: AcceptanceRule, target_lm: CachedForward, drafter: Drafter,

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 
 from . import fixed_shape
 from .draft_heads import OutputInputCapture
-from .static_cache import StaticCacheLM, serves as lean_forward_serves
+from .static_cache import StaticCacheLM, describe_kernels as describe_lean_kernels, serves as lean_forward_serves
 
 
 class CachedForward(Protocol):
@@ -101,3 +101,11 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidde
     if lean_forward_serves(model, static_cache):
         return StaticCacheLM(model, capacity)
     return CachedLM(model, keep_hidden=keep_hidden)
+
+
+def describe_kernels(model, static_cache: bool | None = None) -> str:
+    """What serves this model's cached forward here, for reports: CUDA graphs, or which matmul kernel serves which
+    calls of the lean forward and why (`static_cache.describe_kernels`), or transformers' own forward."""
+    if fixed_shape.serves(model, static_cache):
+        return "CUDA graphs of the fixed-shape forward (the model's own matmuls)"
+    return describe_lean_kernels(model, static_cache)

@@ -68,11 +68,8 @@ def prepare_kernels(*models, static_cache: bool | None = None) -> None:
 
 
 def describe_kernels(model, static_cache: bool | None = None) -> str:
-    """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports."""
-    from .fixed_shape import serves as graphs_serve  # (fixed_shape builds on this module)
-
-    if graphs_serve(model, static_cache):
-        return "CUDA graphs of the fixed-shape forward (the model's own matmuls)"
+    """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports
+    (`kv.describe_kernels` says so of CUDA graphs first)."""
     if not serves(model, static_cache):
         return "transformers' own forward" if isinstance(getattr(model, "config", None), PreTrainedConfig) else (
             "its own forward")

@@ -41,7 +41,7 @@ from ..engine.calibration import calibrated_costs
 from ..config import SETTINGS, DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
 from .reporting import cpu_name, git_commit
-from ..engine.static_cache import describe_kernels
+from ..engine.kv import describe_kernels
 from ..engine.results import compare_runs
 from ..engine.kernels import weight_bytes, weight_stream_seconds
 from ..models.hub import auto_dtype

@@ -60,7 +60,7 @@ from .evaluation_report import voice_summary
 from .evaluation_scoring import EmbeddedReference, Scoring, summarise
 from .reporting import cpu_name, git_commit
 from .test_sets import TestSet
-from ..engine.static_cache import describe_kernels
+from ..engine.kv import describe_kernels
 from ..speech.synthesis import synthesize_fastest
 from ..speech.system import DecodingSystem
 

@@ -29,7 +29,7 @@ import torch
 # as a module: `presets.load_preset` is looked up per call (tests hand in a small voice)
 from ..backends import registry as presets
 from ..backends.embedded import load_synthesizer
-from ..engine.static_cache import describe_kernels
+from ..engine.kv import describe_kernels
 from ..models.cpu_threads import cpu_threads_for
 from . import judge, teacher_reference
 from .mcd import mcd_dtw

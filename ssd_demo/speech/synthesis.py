@@ -17,15 +17,15 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from ..engine.cancellation import StopCheck
+from ..engine.cancellation import StopCheck, check as check_stop
 from ..engine.draft_heads import is_heads
-from ..engine.cancellation import check as check_stop
 from ..config import DecodingConfig, resolve_seed
 from ..engine.generate import RoundCallback, autoregressive_generate, speculative_generate
 from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
-from ..engine.static_cache import describe_kernels, prepare_kernels
+from ..engine.kv import describe_kernels
+from ..engine.static_cache import prepare_kernels
 from .streaming import AudioPiece, SynthesisStream
 
 

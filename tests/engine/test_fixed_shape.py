@@ -14,7 +14,8 @@ from ssd_demo import DecodingConfig, autoregressive_generate, speculative_genera
 from ssd_demo.engine import fixed_shape, kv
 from ssd_demo.engine.fixed_shape import FixedShapeLM
 from ssd_demo.engine.kv import CachedLM
-from ssd_demo.engine.static_cache import StaticCacheLM, describe_kernels
+from ssd_demo.engine.kv import describe_kernels
+from ssd_demo.engine.static_cache import StaticCacheLM
 from support.tiny_models import check_same_logits, tiny_llama
 
 STEPS = [(0, 5, False), (5, 6, True), (6, 8, True), ("cut", 4), (4, 9, False), (9, 10, True), ("cut", 7),
@@ -121,7 +122,10 @@ def test_cuda_graphs_replay_what_the_eager_step_computes(dtype):
     sequence = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(0)).tolist()
     steps = [*STEPS[:-1], (9, 25, False), (25, 26, True), (26, 27, True), ("cut", 20), (20, 24, False),
              (24, 25, True), (25, 26, True)]
-    check_same_logits(eager, graphed, sequence, steps, atol=0, rtol=0)  # the same kernels, replayed
+    # The same kernels replayed (cuBLAS could pick another algorithm for a stream with another workspace: a hair
+    # of tolerance; stale positions or buffers would be off by whole units)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    check_same_logits(eager, graphed, sequence, steps, atol=tolerance, rtol=tolerance)
     assert graphed._graphs and graphed._graphs_on  # the short calls went through graphs
     reference = CachedLM(model)
     check_same_logits(reference, FixedShapeLM(model, 64, graphs=True), sequence, steps,
