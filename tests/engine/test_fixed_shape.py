@@ -77,6 +77,17 @@ def test_an_idle_forward_is_reused_emptied_and_never_handed_to_two_callers():
     assert FixedShapeLM.lease(model, 16) is first and FixedShapeLM.lease(model, 16) is not first
 
 
+def test_an_idle_forward_is_not_reused_once_the_weights_have_moved():
+    """Its graphs would read the old addresses: after `model.to(...)` a new forward is built."""
+    model = tiny_llama(seed=17, vocab=30, layers=1, width=16, init=0.3)
+    first = FixedShapeLM.lease(model, 16)
+    first.close()
+    model.to(torch.float64)
+    again = FixedShapeLM.lease(model, 16)
+    assert again is not first and not FixedShapeLM._idle[model]
+    torch.testing.assert_close(again.forward([1, 2, 3]), CachedLM(model).forward([1, 2, 3]))
+
+
 def test_idle_forwards_do_not_keep_their_model_alive():
     model = tiny_llama(seed=9, vocab=30, layers=1, width=16)
     FixedShapeLM.lease(model, 16).close()
