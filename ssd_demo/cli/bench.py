@@ -16,14 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="target model directory (save_pretrained); default: random 12x512 Llama")
     parser.add_argument("--draft", help="draft model directory; default: random 2x256 Llama")
     add_decoding_arguments(parser, DECODING_FLAGS, defaults=DECODING_DEFAULTS)
-    parser.add_argument("--prompt-len", type=int, default=32, help="random prompt length in tokens")
-    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per method (median reported)")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--prompt-len", type=int, default=32, help="random prompt length in tokens (default: 32)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per method, median reported (default: 7)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed repetitions first (default: 1)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: 0, torch's own choice)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu, cuda or cuda:N (default: cuda where there is one, else cpu)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="auto",
-                        help="the models' dtype (auto: the app's choice, bfloat16 on a GPU, float32 on a CPU)")
+                        help="the models' dtype (default: auto, the app's choice: bfloat16 on a GPU, float32 on a CPU, "
+                        "where half precision is slow)")
     parser.add_argument("--json", type=Path, help="write the results here")
 
 

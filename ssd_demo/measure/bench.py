@@ -74,9 +74,23 @@ def random_pair(vocab: int = 1024, seed: int = 0):
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def check_device(device: str) -> torch.device:
+    """`device` as a torch device, present on this machine; InputError otherwise."""
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"unknown device {device!r}: use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"no CUDA device here for --device {device}: use --device cpu")
+    if parsed.type not in ("cpu", "cuda"):
+        raise InputError(f"device {device!r} is not supported here: use cpu, cuda or cuda:N")
+    return parsed
+
+
 def load_pair(target: str | None, draft: str | None, device: str, dtype: str = "auto"):
-    """The pair (model directories, or the random pair) on `device` in `dtype` (a `DTYPES` name)."""
-    torch_dtype = auto_dtype(torch.device(device), DTYPES[dtype])
+    """The pair (model directories, or the random pair) on `device` in `dtype` (a `DTYPES` name), checked to share
+    a vocabulary."""
+    torch_dtype = auto_dtype(check_device(device), DTYPES[dtype])
     if target is None and draft is None:
         return tuple(m.to(device, torch_dtype) for m in random_pair())
     if not (target and draft):
@@ -85,7 +99,14 @@ def load_pair(target: str | None, draft: str | None, device: str, dtype: str = "
     for path in (target, draft):
         if not Path(path).is_dir():
             raise FileNotFoundError(f"model directory not found: {path}")
-        models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).eval())
+        try:
+            models.append(AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).eval())
+        except (OSError, ValueError) as error:  # no config.json, an unknown model type, missing weights
+            raise InputError(f"{path} holds no causal LM transformers can load: {error}") from None
+    vocabularies = [model.get_output_embeddings().weight.shape[0] for model in models]
+    if vocabularies[0] != vocabularies[1]:
+        raise InputError(f"the target and the draft must share a vocabulary; their output layers have "
+                         f"{vocabularies[0]} and {vocabularies[1]} ids")
     return tuple(m.to(device) for m in models)
 
 
@@ -224,7 +245,7 @@ def _benchmark_result(methods: tuple[str, ...], timings: _Timings, target, costs
         device = next(target.parameters()).device
         result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
                                    "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
-                                   "device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                                   "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                    "dtype": str(next(target.parameters()).dtype).removeprefix("torch.")}
     if costs is not None:
         result["calibration"] = {"cost_ratio": costs.draft, "verify_costs": list(costs.verify),
@@ -285,7 +306,8 @@ def markdown_table(result: dict) -> str:
     stream = result.get("weight_stream")
     if stream:
         lines.append("")
-        where = stream.get("device") or f"{stream['cpu']}, {stream['torch_threads']} thread(s)"
+        where = stream["device"] if stream.get("device") not in (None, "cpu") else (
+            f"{stream['cpu']}, {stream['torch_threads']} thread(s)")
         lines.append(
             f"{where}: the target's {stream['bytes'] / 1e6:.1f} MB of weights ({stream.get('dtype', 'float32')}) "
             f"stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
@@ -309,7 +331,10 @@ def markdown_table(result: dict) -> str:
     if "calibration" in result:
         lines.append(f"calibrated on this machine: {result['calibration']['described']}")
     if "machine" in result:
-        lines.append(f"target forward: {result['machine']['kernels']}")
+        machine = result["machine"]
+        lines.append(f"target forward: {machine['kernels']}")
+        if machine.get("device") == "cpu" and machine.get("dtype", "float32") != "float32":
+            lines.append(f"note: {machine['dtype']} on a CPU runs slow matmul paths here; the app uses float32 on a CPU")
     return "\n".join(lines)
 
 
@@ -334,6 +359,8 @@ def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = 
               threads: int = 0) -> dict:
     """`python -m ssd_demo bench`: the pair (model directories, or the random pair) on a random prompt of
     `prompt_len` tokens seeded by the settings' seed, timed by `run_benchmark`; with the machine and commit."""
+    if repeats < 1 or warmup < 0 or prompt_len < 1:
+        raise InputError("bench needs --repeats >= 1, --warmup >= 0 and --prompt-len >= 1")
     if threads:
         torch.set_num_threads(threads)
     target_model, draft_model = load_pair(target, draft, device, dtype)

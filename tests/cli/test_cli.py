@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+import torch
 
 from ssd_demo.__main__ import main
 from ssd_demo.backends.embedded import DEFAULT_PATH
@@ -234,6 +235,25 @@ def test_clicks_times_the_app_handler_and_writes_its_section(tmp_path, capsys):
     assert "old numbers" not in text and "| first click" in text and "| LM speedup shown on the page |" in text
     assert clicks(["--clicks", "1", "--docs", ""]) == 2  # the first click alone says nothing
     assert "at least 2" in capsys.readouterr().err
+
+
+def test_bench_answers_a_pair_it_cannot_run_in_one_line(tmp_path, capsys):
+    target_dir, draft_dir, empty = tmp_path / "target", tmp_path / "draft", tmp_path / "empty"
+    tiny_llama(seed=1, vocab=64, layers=1, width=16).save_pretrained(target_dir)
+    tiny_llama(seed=2, vocab=80, layers=1, width=16).save_pretrained(draft_dir)
+    empty.mkdir()
+    cases = {
+        ("--target", str(target_dir), "--draft", str(draft_dir)): "must share a vocabulary; their output layers have 64 and 80",
+        ("--target", str(empty), "--draft", str(draft_dir)): "holds no causal LM transformers can load",
+        ("--device", "gpu"): "unknown device 'gpu'",
+        ("--repeats", "0"): "--repeats >= 1",
+    }
+    if not torch.cuda.is_available():
+        cases[("--device", "cuda")] = "no CUDA device here"
+    for argv, message in cases.items():
+        assert main(["bench", *argv, "--methods", "ar"]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and "a bug" not in err, (argv, err)
 
 
 @pytest.mark.slow
