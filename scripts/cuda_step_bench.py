@@ -1,5 +1,7 @@
-"""How far our decode step is from the memory bound on a GPU, and what a draft costs next to it: Llasa-shaped
-pairs with random weights (no downloads), built on the GPU. A few minutes on an 80 GB H100/H200-class card.
+"""How far our decode step on a GPU is from the memory bound, and what a draft costs next to it (random weights).
+
+Llasa-shaped pairs with random weights (no downloads), built on the GPU. A few minutes on an 80 GB H100/H200-class
+card.
 
     python -m scripts.cuda_step_bench                     # bfloat16; 1B (4-layer draft), 3B and 8B (1B draft)
     python -m scripts.cuda_step_bench --dtype float32 --pairs 8B:1B --json gpu.json
@@ -11,7 +13,8 @@ default), the same two on the eager lean step (SSD_DEMO_CUDA_GRAPHS=0), transfor
 the same K, and plain `generate`. Printed per pair: ms per target call against the bound (the bytes a step reads,
 the weights but untied input embeddings, at the bandwidth a sum over a buffer reaches here), the draft's cost
 ratio c (a draft step over a target step) and verify ratio v (a K+1-token verify call over a step), the
-speedups, and the issue's bars (AR step within 1.5x of the bound, c <= 0.15 for 1B drafting 8B). Random weights
+speedups, and the project's targets for the 8B target with the 1B draft (AR step within 1.5x of the bound,
+c <= 0.15). Random weights
 give near-uniform distributions, so acceptance is not a trained pair's: costs are what the numbers show.
 """
 
@@ -35,6 +38,7 @@ from ssd_demo.engine.fixed_shape import CUDA_GRAPHS_ENV, FixedShapeLM
 from ssd_demo.engine.kernels import weight_bytes, weight_stream_seconds
 from ssd_demo.engine.kv import CachedLM, cached_lm
 from ssd_demo.measure.bench import run_benchmark
+from ssd_demo.measure.reporting import cpu_name, git_commit
 
 SHAPES = {  # the Llasa repositories' config.json values that shape the models; "tiny" for smoke tests
     **VLLM_SHAPES,
@@ -46,8 +50,14 @@ SHAPES = {  # the Llasa repositories' config.json values that shape the models; 
 }
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_PAIRS = "1B:1B/4,3B:1B,8B:1B"
-#: The issue's bars for the 8B-shaped target drafted by the 1B shape.
+#: The project's targets for the 8B-shaped target drafted by the 1B shape.
 BOUND_BAR, DRAFT_COST_BAR = 1.5, 0.15
+
+
+def valid_shape(shape: str) -> bool:
+    """A name from SHAPES, optionally with /N (N >= 1 layers)."""
+    name, slash, layers = shape.partition("/")
+    return name in SHAPES and (not slash or (layers.isdigit() and int(layers) >= 1))
 
 
 def build(shape: str, device: str, dtype: torch.dtype, seed: int):
@@ -163,6 +173,7 @@ def measure_pair(target_shape: str, draft_shape: str, args: argparse.Namespace) 
     return {
         "pair": f"{target_shape}:{draft_shape}", "dtype": args.dtype, "built_seconds": built,
         "forward": "CUDA graphs" if device.type == "cuda" else "the lean forward (no graphs off a GPU)",
+        "graphed": device.type == "cuda",
         "logit_differences": checks,
         "bound_seconds": bound, "stream_gigabytes_per_second": size / stream / 1e9,
         "calls": steps, "eager_target_step": eager_step,
@@ -184,12 +195,15 @@ def report(row: dict) -> str:
     spec = row["speculative"] or {}
     return "\n".join([
         f"## {row['pair']} ({row['dtype']}; built in {row['built_seconds']:.0f} s)",
-        f"bound (the step's bytes at {row['stream_gigabytes_per_second']:.0f} GB/s): {row['bound_seconds'] * 1e3:.2f} ms",
+        f"bound (the step's bytes at {row['stream_gigabytes_per_second']:.0f} GB/s): {row['bound_seconds'] * 1e3:.3g} ms",
         f"{row['forward']}: {calls}",
-        f"graphed logits vs the same forward eagerly: max |diff| {row['logit_differences']['vs eager']:.1e} (0 = the "
-        f"same bits); vs transformers' forward {row['logit_differences']['vs transformers']:.1e}",
-        f"target step vs bound: {row['step_vs_bound']:.2f}x on {row['forward']}, {row['eager_step_vs_bound']:.2f}x with "
-        f"{CUDA_GRAPHS_ENV}=0 ({row['eager_target_step'] * 1e3:.2f} ms)",
+        *([f"graphed logits vs the same forward eagerly: max |diff| {row['logit_differences']['vs eager']:.1e} (0 = "
+           f"the same bits); vs transformers' forward {row['logit_differences']['vs transformers']:.1e}",
+           f"target step vs bound: {row['step_vs_bound']:.2f}x with CUDA graphs, {row['eager_step_vs_bound']:.2f}x "
+           f"with {CUDA_GRAPHS_ENV}=0 ({row['eager_target_step'] * 1e3:.2f} ms)"] if row["graphed"] else
+          [f"logits vs transformers' forward: max |diff| {row['logit_differences']['vs transformers']:.1e}",
+           f"target step vs bound: {row['step_vs_bound']:.2f}x (the lean forward; the 'no graphs' rows below run the "
+           "same code)"]),
         f"c {row['c']:.3f}, v {row['v']:.2f}; acceptance {spec.get('acceptance_rate') or 0:.2f} (random weights)",
         f"tokens/s: {speeds}",
         f"speculative vs AR {row['speculative_vs_ar']:.2f}x, vs transformers' assisted "
@@ -211,13 +225,13 @@ def bars(rows: list[dict]) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pairs", default=DEFAULT_PAIRS, help=f"target:draft shapes, comma-separated; "
-                        f"shapes {', '.join(SHAPES)} (/N: that many layers)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tokens", type=int, default=64, help="new tokens per run")
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--draft-len", type=int, default=4, help="K")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method (medians)")
+                        f"shapes {', '.join(SHAPES)} (/N: its first N layers) (default: {DEFAULT_PAIRS})")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="(default: bfloat16)")
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu for a smoke test (default: cuda)")
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per run (default: 64)")
+    parser.add_argument("--prompt-len", type=int, default=32, help="(default: 32)")
+    parser.add_argument("--draft-len", type=int, default=4, help="K (default: 4)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per method, medians (default: 3)")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
 
 
@@ -226,21 +240,32 @@ def main(args: argparse.Namespace) -> int:
         print("no CUDA device here (use --device cpu for a smoke test)", file=sys.stderr)
         return 2
     pairs = [pair.split(":") for pair in args.pairs.split(",")]
-    unknown = sorted({shape.partition("/")[0] for pair in pairs for shape in pair} - set(SHAPES))
-    if unknown or any(len(pair) != 2 for pair in pairs):
-        print(f"--pairs takes target:draft shapes from {', '.join(SHAPES)}; got {args.pairs!r}", file=sys.stderr)
+    if not all(len(pair) == 2 and all(valid_shape(shape) for shape in pair) for pair in pairs):
+        print(f"--pairs takes target:draft pairs, comma-separated, of the shapes {', '.join(SHAPES)}, each optionally "
+              f"with /N for its first N layers (N >= 1), e.g. 8B:1B or 1B:1B/4; got {args.pairs!r}", file=sys.stderr)
         return 2
-    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else args.device
-    print(f"# {where}, torch {torch.__version__}, CUDA {torch.version.cuda}; {args.tokens} tokens, K {args.draft_len}, "
-          f"{args.repeats} repeats\n")
+    if min(args.tokens, args.repeats, args.prompt_len, args.draft_len) < 1:
+        print("--tokens, --repeats, --prompt-len and --draft-len must be at least 1", file=sys.stderr)
+        return 2
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)  # before minutes of measuring, not after
+    cuda = args.device.startswith("cuda")
+    where = (f"{torch.cuda.get_device_name(args.device)}, CUDA {torch.version.cuda}" if cuda
+             else f"{cpu_name()} (no CUDA graphs off a GPU: a smoke test)")
+    print(f"# {where}, torch {torch.__version__}; {args.tokens} tokens, K {args.draft_len}, {args.repeats} repeats\n")
     rows = []
     for target_shape, draft_shape in pairs:
         rows.append(measure_pair(target_shape, draft_shape, args))
         print(report(rows[-1]) + "\n", flush=True)
-    for line in bars(rows):
+    targets = bars(rows)
+    for line in targets:
         print(line)
     if args.json:
-        args.json.write_text(json.dumps({"device": where, "torch": torch.__version__, "rows": rows}, indent=2))
+        settings = {name: (str(value) if isinstance(value, Path) else value) for name, value in vars(args).items()}
+        args.json.write_text(json.dumps({"device": where, "cpu": cpu_name(), "torch": torch.__version__,
+                                         "cuda": torch.version.cuda if cuda else None, "commit": git_commit(),
+                                         "settings": settings, "rows": rows, "targets": targets}, indent=2))
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -7,7 +7,8 @@ A graph replays fixed shapes at fixed addresses, so this forward (gpt-fast's lay
 preallocated cache with a mask instead of slicing it to the current length, writes keys and values with
 `index_copy_` at positions held in a device tensor, and reads ids and positions from buffers it owns. One
 graph is captured per (row count, last_only) on first use: the decode step, the draft step, the K+1-token
-verify; longer calls (prompts) run the same maths without a graph.
+verify; longer calls (prompts) run the same maths without a graph. SSD_DEMO_CUDA_GRAPHS=0 turns it off (the
+eager lean forward then serves CUDA models too).
 
 The maths is the lean forward's (`static_cache.StaticCacheLM`: RMSNorm, rotary embedding, attention, gated
 MLP through the layers' own modules), so logits match transformers' to float rounding; exactness of

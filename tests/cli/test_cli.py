@@ -3,7 +3,6 @@
 from support.paths import REPOSITORY
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -272,8 +271,11 @@ def test_the_gpu_step_script_runs_end_to_end_on_tiny_shapes(tmp_path, capsys):
     assert row["logit_differences"]["vs eager"] == 0 and row["logit_differences"]["vs transformers"] < 1e-4
     assert set(row["tokens_per_second"]) >= {"ar", "speculative", "hf_assisted", "hf_generate", "ar (no graphs)"}
     assert "target step vs bound" in capsys.readouterr().out
-    assert run(["--device", "cpu", "--pairs", "9B:1B"]) == 2
-    assert "--pairs takes target:draft shapes" in capsys.readouterr().err
+    for pairs in ("9B:1B", "tiny", "tiny:tiny/0", "tiny:tiny/x"):
+        assert run(["--device", "cpu", "--pairs", pairs]) == 2
+        assert "--pairs takes target:draft pairs" in capsys.readouterr().err
+    saved = json.loads(out.read_text())
+    assert saved["settings"]["tokens"] == 8 and saved["cpu"] and "targets" in saved
 
 
 def _script_globals(script: str) -> dict:
