@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import weakref
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,8 @@ CUDA_GRAPHS_ENV = "SSD_DEMO_CUDA_GRAPHS"
 MAX_GRAPH_ROWS = 16
 #: Eager runs of a new shape before its capture (lets the libraries pick and cache their kernels first).
 WARMUP_RUNS = 2
-#: Idle forwards kept per model for the next run (each holds a KV cache and its graphs).
+#: Idle forwards kept per model for the next runs (each holds a KV cache and its graphs): at least this many, and
+#: as many as were ever in use at once (a server's concurrency comes back; recapturing costs more than a run).
 KEEP_IDLE = 2
 #: One capture at a time in the process (PyTorch's allocator supports no more), whichever thread captures.
 _CAPTURE_LOCK = threading.Lock()
@@ -63,6 +65,15 @@ class _Graph:
         self.graph, self.ids, self.positions, self.logits, self.hidden = graph, ids, positions, logits, hidden
 
 
+@dataclass
+class _Kept:
+    """A model's idle forwards, and how many are out now and at most so far."""
+
+    idle: list = field(default_factory=list)
+    leased: int = 0
+    peak: int = 0
+
+
 class FixedShapeLM:
     """Implements `kv.CachedForward` (`length`, `forward`, `truncate`, `calls`, `hidden`, `close`) with fixed shapes.
 
@@ -70,8 +81,8 @@ class FixedShapeLM:
     on any device; tests run it so on the CPU).
     """
 
-    _idle: "weakref.WeakKeyDictionary[object, list[FixedShapeLM]]" = weakref.WeakKeyDictionary()
-    _idle_lock = threading.Lock()
+    _kept: "weakref.WeakKeyDictionary[object, _Kept]" = weakref.WeakKeyDictionary()
+    _kept_lock = threading.Lock()
 
     def __init__(self, model, capacity: int = 512, graphs: bool | None = None):
         self.model = model
@@ -100,8 +111,11 @@ class FixedShapeLM:
         """An idle forward of this model with at least `capacity` positions (its graphs kept), emptied; or a new
         one. `close()` hands it back. Several threads may decode with one model: each gets its own."""
         weights = _weights_key(model)
-        with cls._idle_lock:
-            idle = cls._idle.get(model, [])
+        with cls._kept_lock:
+            kept = cls._kept.setdefault(model, _Kept())
+            kept.leased += 1
+            kept.peak = max(kept.peak, kept.leased)
+            idle = kept.idle
             idle[:] = [lm for lm in idle if lm._weights == weights]  # moved or cast since: its graphs read old memory
             for index, lm in enumerate(idle):
                 if lm.capacity >= capacity:
@@ -111,14 +125,15 @@ class FixedShapeLM:
         return cls(model, capacity)
 
     def close(self) -> None:
-        """Hand this forward back to its model's idle list (the most recent `KEEP_IDLE` are kept). While idle it
-        holds no reference to the model, so the list goes when the model does."""
-        with self._idle_lock:
+        """Hand this forward back to its model's idle list (the most recent are kept, `KEEP_IDLE` or the most ever
+        in use at once). While idle it holds no reference to the model, so the list goes when the model does."""
+        with self._kept_lock:
             if self.model is None:
                 return  # closed already
-            idle = self._idle.setdefault(self.model, [])
-            idle.append(self)
-            del idle[:-KEEP_IDLE]
+            kept = self._kept.setdefault(self.model, _Kept())
+            kept.leased = max(kept.leased - 1, 0)
+            kept.idle.append(self)
+            del kept.idle[:-max(KEEP_IDLE, kept.peak)]
             self.model = None
 
     @property

@@ -77,6 +77,21 @@ def test_an_idle_forward_is_reused_emptied_and_never_handed_to_two_callers():
     assert FixedShapeLM.lease(model, 16) is first and FixedShapeLM.lease(model, 16) is not first
 
 
+def test_as_many_idle_forwards_are_kept_as_were_ever_in_use_at_once():
+    """A server's concurrency comes back: its forwards (and their graphs) are kept for it, not rebuilt."""
+    model = tiny_llama(seed=18, vocab=30, layers=1, width=16)
+    busy = [FixedShapeLM.lease(model, 16) for _ in range(5)]
+    for lm in busy:
+        lm.close()
+    assert len(FixedShapeLM._kept[model].idle) == 5
+    again = [FixedShapeLM.lease(model, 16) for _ in range(5)]
+    assert {id(lm) for lm in again} == {id(lm) for lm in busy}
+    quiet = tiny_llama(seed=19, vocab=30, layers=1, width=16)
+    for _ in range(4):  # one at a time: the default number is kept
+        FixedShapeLM(quiet, 16).close()
+    assert len(FixedShapeLM._kept[quiet].idle) == fixed_shape.KEEP_IDLE
+
+
 def test_an_idle_forward_is_not_reused_once_the_weights_have_moved():
     """Its graphs would read the old addresses: after `model.to(...)` a new forward is built."""
     model = tiny_llama(seed=17, vocab=30, layers=1, width=16, init=0.3)
@@ -84,14 +99,14 @@ def test_an_idle_forward_is_not_reused_once_the_weights_have_moved():
     first.close()
     model.to(torch.float64)
     again = FixedShapeLM.lease(model, 16)
-    assert again is not first and not FixedShapeLM._idle[model]
+    assert again is not first and not FixedShapeLM._kept[model].idle
     torch.testing.assert_close(again.forward([1, 2, 3]), CachedLM(model).forward([1, 2, 3]))
 
 
 def test_idle_forwards_do_not_keep_their_model_alive():
     model = tiny_llama(seed=9, vocab=30, layers=1, width=16)
     FixedShapeLM.lease(model, 16).close()
-    assert len(FixedShapeLM._idle[model]) == 1
+    assert len(FixedShapeLM._kept[model].idle) == 1
     alive = weakref.ref(model)
     del model
     gc.collect()
@@ -119,7 +134,7 @@ def test_the_decoders_give_the_same_tokens_through_it(monkeypatch, temperature):
     assert [s.accepted for s in fixed.steps] == [s.accepted for s in lean.steps]
     assert autoregressive_generate(target, prompt, config).tokens == lean_ar.tokens
     # Each run handed its forwards back, and AR reused the speculative run's target forward.
-    assert len(FixedShapeLM._idle[target]) == len(FixedShapeLM._idle[draft]) == 1
+    assert len(FixedShapeLM._kept[target].idle) == len(FixedShapeLM._kept[draft].idle) == 1
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
