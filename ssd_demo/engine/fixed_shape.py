@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .static_cache import STATIC_ROPE_TYPES, supports
+from .static_cache import STATIC_ROPE_TYPES, serves as lean_forward_serves
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +46,12 @@ _CAPTURE_LOCK = threading.Lock()
 
 
 def serves(model, static_cache: bool | None = None) -> bool:
-    """Whether `kv.cached_lm` runs this model through CUDA graphs: a plain Llama/Qwen2 with a position-only
-    rotary table on a CUDA device, unless static_cache=False or SSD_DEMO_CUDA_GRAPHS=0 (or
-    SSD_DEMO_STATIC_CACHE=0) says otherwise."""
-    if static_cache is None:
-        static_cache = os.environ.get("SSD_DEMO_STATIC_CACHE", "1") != "0"
-    if not static_cache or os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
+    """Whether `kv.cached_lm` runs this model through CUDA graphs: a model the lean forward serves
+    (`static_cache.serves`, which also reads SSD_DEMO_STATIC_CACHE), on a CUDA device, with a rotary table that
+    depends on the position alone, unless SSD_DEMO_CUDA_GRAPHS=0."""
+    if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0" or not lean_forward_serves(model, static_cache):
         return False
-    weight = getattr(getattr(model, "lm_head", None), "weight", None)
-    return (weight is not None and weight.device.type == "cuda" and supports(model)
+    return (model.lm_head.weight.device.type == "cuda"
             and getattr(model.model.rotary_emb, "rope_type", "default") in STATIC_ROPE_TYPES)
 
 
