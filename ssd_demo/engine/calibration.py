@@ -61,7 +61,8 @@ class StepCosts:
         shown = ", ".join(f"{v:.2f}" for v in self.verify[1:])
         kernels = f" ({self.kernels})" if self.kernels else ""
         timed = ", ".join(f"{k}: {v:.2f}" for k, v in self.measured_verify)
-        measured = f"; timed at K = {timed}, the rest filled in" if timed else ""
+        measured = (f"; timed at K = {timed}, the rest filled in, and each cost raised to at least the one before "
+                    "it (verifying more tokens never costs less: a lower timing is noise)") if timed else ""
         return (f"c = {self.draft:.3f}; verify of K = 1.. {len(self.verify) - 1} costs {shown} target steps"
                 f"{measured}{kernels}")
 
