@@ -19,6 +19,7 @@ import httpx
 
 from ..backends.vllm import ENGINES, engine_choice, use_engine
 from ..comparison.models import preferred_device
+from ..config import SETTINGS
 from ..backends.vllm.worker import require_vllm_python
 from ..errors import InputError
 from ..measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, write_section
@@ -56,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{VLLM_WORKERS} on vLLM, whose engine batches them together)")
     parser.add_argument("--max-waiting", type=int, default=8,
                         help="requests that may wait for a worker; more are refused with status 429 (default 8)")
+    parser.add_argument("--fix", action="append", default=[], metavar="SETTING=VALUE",
+                        help="fix a decoding setting, or the draft, for every request (repeatable, e.g. --fix "
+                             "draft_len=4 --fix draft=heads): one left out gets this value, another value is refused "
+                             "with status 400. On vLLM a new K or draft restarts the speculative engine: a public "
+                             "server pins them")
     bench = parser.add_argument_group("load test (--bench: a server on a free loopback port, then many clients)")
     bench.add_argument("--bench", action="store_true", help="load-test the server instead of serving")
     bench.add_argument("--concurrency", default="1,4,16", help="clients at once, per level (default 1,4,16)")
@@ -78,13 +84,33 @@ def _levels(text: str) -> list[int]:
 
 
 def _model_flags(args: argparse.Namespace) -> list[str]:
-    """The flags that choose the voice and its engine, for the load test's own server process."""
+    """The flags that choose the voice, its engine and the fixed settings, for the load test's own server process."""
     flags = ["--preset", args.preset, "--engine", engine_choice(args.engine), "--device", args.device]
     for name in ("target_model", "draft_model", "codec", "revision"):
         value = getattr(args, name)
         if value:
             flags += [f"--{name.replace('_', '-')}", value]
+    for fixed in args.fix:
+        flags += ["--fix", fixed]
     return flags
+
+
+def _fixed(args: argparse.Namespace) -> dict[str, object]:
+    """`--fix SETTING=VALUE` flags as {setting: value} (values are checked by the service, as a request's are)."""
+    fixed: dict[str, object] = {}
+    for item in args.fix:
+        name, equals, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not equals or not name or not value:
+            raise InputError(f"--fix takes SETTING=VALUE, e.g. draft_len=4; got {item!r}")
+        if name in SETTINGS and SETTINGS[name].kind == "bool":
+            switch = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+            if value.lower() not in switch:
+                raise InputError(f"--fix {name} takes true or false; got {value!r}")
+            fixed[name] = switch[value.lower()]
+        else:
+            fixed[name] = value
+    return fixed
 
 
 def _workers(args: argparse.Namespace) -> int:
@@ -142,14 +168,17 @@ def _costs_note(costs: dict) -> str:
     return "; mode auto from the engines' tokens/s measured at start (" + "; ".join(parts) + ")"
 
 
-def speculation_costs(synthesizer) -> None:
+def speculation_costs(synthesizer, fixed: dict[str, object] | None = None) -> None:
     """On an engine that batches (vLLM): measure AR and speculative tokens/s per batch size, which mode "auto"
-    decides from; printed."""
+    decides from, with the settings the operator fixed (K and the draft among them); printed."""
     measure = getattr(synthesizer, "measure_speculation", None)
     if measure is None:
         return
+    fixed = fixed or {}
+    decoding = {name: value for name, value in fixed.items() if name in SETTINGS}
     print("measuring AR and speculative decoding at batch 1, 4 and 16 (mode auto decides from these) ...", flush=True)
-    for batch, (ar, speculative) in measure().items():
+    costs = measure(config=synthesizer.config(**decoding) if decoding else None, draft=fixed.get("draft"))
+    for batch, (ar, speculative) in costs.items():
         verdict = "speculative" if speculative > ar else "AR"
         print(f"  batch {batch:>2}: AR {ar:.0f} tokens/s, speculative {speculative:.0f} tokens/s -> {verdict}", flush=True)
 
@@ -197,11 +226,13 @@ def main(args: argparse.Namespace) -> int:
         return bench(args)
     import uvicorn  # deferred: --help stays fast
 
+    fixed = _fixed(args)  # the syntax checked before the models load
     synthesizer = _voice(args)
-    speculation_costs(synthesizer)
-    service = SpeechService(_name(args), synthesizer, workers=_workers(args), max_waiting=args.max_waiting)
+    service = SpeechService(_name(args), synthesizer, workers=_workers(args), max_waiting=args.max_waiting, fixed=fixed)
+    speculation_costs(synthesizer, service.fixed)
+    pinned = f"; fixed for every request: {', '.join(f'{k}={v}' for k, v in service.fixed.items())}" if fixed else ""
     print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {engine_choice(args.engine)}'s "
-          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most)", flush=True)
+          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most{pinned})", flush=True)
     try:
         # On Ctrl-C, requests still decoding get SHUTDOWN_GRACE_S to finish, then are stopped within one round.
         uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning",

@@ -170,7 +170,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
     def health() -> dict:
         costs = getattr(service.synthesizer, "speculation_costs", None) or {}
         return {"status": "ok", "preset": service.preset, "load": service.load,
-                "engine": service.synthesizer.engine_description(),
+                "engine": service.synthesizer.engine_description(), "fixed": service.fixed,
                 "speculation_tokens_per_second": {str(batch): {"ar": ar, "speculative": speculative}
                                                   for batch, (ar, speculative) in costs.items()}}
 

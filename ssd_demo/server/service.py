@@ -10,6 +10,9 @@ Settings are checked by the library's one validator before anything is admitted 
 Mode "auto" speculates only where it pays at the current load: the synthesizer decides for the number of
 requests decoding at that moment (`speculation_pays`; on vLLM from the engines' measured costs per batch size,
 on our engine always, as each request decodes alone).
+An operator may fix settings for every request (`fixed`, `serve --fix draft_len=4`): a request that leaves one
+out gets the fixed value, one that asks for another is refused with a 400 naming it (on vLLM a new K or draft
+restarts the speculative engine, so a public server pins them rather than let clients churn it).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..comparison.request import REQUEST_SETTINGS, Request, build_config, check_text, request_seed
+from ..comparison.request import REQUEST_SETTINGS, REQUEST_SPECS, Request, build_config, check_text, request_seed
 from ..config import DecodingConfig
 from ..engine.cancellation import Cancelled
 from ..errors import InputError, UserError
@@ -137,14 +140,45 @@ class FairTurns:
 class SpeechService:
     """One loaded preset behind a bounded queue (see the module's docstring)."""
 
-    def __init__(self, preset: str, synthesizer: Synthesizer, workers: int = 1, max_waiting: int = 8) -> None:
+    def __init__(self, preset: str, synthesizer: Synthesizer, workers: int = 1, max_waiting: int = 8,
+                 fixed: Mapping[str, object] | None = None) -> None:
         if workers < 1 or max_waiting < 0:
             raise InputError(f"workers must be at least 1 and the queue at least 0, got {workers} and {max_waiting}")
         self.preset, self.synthesizer = preset, synthesizer
+        self.fixed = self._checked_fixed(fixed or {})
         self.workers, self.max_waiting = workers, max_waiting
         self._turns = FairTurns(workers)
         self._lock = threading.Lock()
         self._queued = 0  # admitted and not finished: decoding or waiting for a worker
+
+    def _checked_fixed(self, fixed: Mapping[str, object]) -> dict[str, object]:
+        """The operator's fixed settings, each validated as a request's would be (InputError at start-up)."""
+        checked: dict[str, object] = {}
+        for name, value in fixed.items():
+            if name == "draft":
+                if value not in self.synthesizer.drafts:
+                    raise InputError(f"cannot fix draft to {value!r}: this preset has {', '.join(self.synthesizer.drafts)}")
+                checked[name] = value
+            elif name in REQUEST_SETTINGS and name != "seed":
+                checked[name] = REQUEST_SPECS[name].accept(value, False, self.synthesizer.config())
+            else:
+                raise InputError(f"cannot fix {name!r}: the settings that can be fixed are draft and "
+                                 f"{', '.join(n for n in REQUEST_SETTINGS if n != 'seed')}")
+        return checked
+
+    def _with_fixed(self, draft: str | None, settings: dict[str, object]) -> str | None:
+        """Apply the fixed settings to a request's `settings` (in place) and draft; a request that asks for another
+        value is refused, naming the setting."""
+        for name, value in self.fixed.items():
+            given = draft if name == "draft" else settings.get(name)
+            if given is None:
+                continue
+            if name != "draft":
+                given = REQUEST_SPECS[name].accept(given, False, self.synthesizer.config())
+            if given != value:
+                raise InputError(f"{name} is fixed at {value} on this server; leave it out or send {value}", param=name)
+        settings.update({name: value for name, value in self.fixed.items() if name != "draft"})
+        return self.fixed.get("draft", draft)
 
     @property
     def sample_rate(self) -> int:
@@ -161,6 +195,7 @@ class SpeechService:
                              param=unknown[0])
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", param="mode")
+        draft = self._with_fixed(draft, settings)
         text = check_text(self.synthesizer, text)  # type: ignore[arg-type]
         if draft is not None and draft not in self.synthesizer.drafts:
             raise InputError(f"unknown draft {draft!r}; this preset has {', '.join(self.synthesizer.drafts)}", param="draft")

@@ -313,3 +313,63 @@ def test_health_says_what_runs_the_lm_for_speed_reports(url):
     health = httpx.get(url + "/health").json()
     assert health["status"] == "ok" and health["load"] == 0
     assert health["engine"].startswith("our engine, ") and "matmuls" in health["engine"]  # the kernels chosen here
+
+
+def test_settings_an_operator_fixes_apply_to_every_request_and_another_value_is_a_400(synth):
+    """`serve --fix draft_len=2 --fix draft=copy`: a request that leaves them out gets them, one that asks for the
+    same value is served, another value is refused naming the setting (K and the draft cannot churn an engine)."""
+    from ssd_demo.errors import InputError, UserError
+
+    service = SpeechService(TOY_KEY, synth, fixed={"draft_len": "2", "draft": "copy", "beta": 0.25})
+    assert service.fixed == {"draft_len": 2, "draft": "copy", "beta": 0.25}
+    order = service.order(TEXT)
+    assert order.config.draft_len == 2 and order.draft == "copy" and order.config.beta == 0.25
+    assert service.order(TEXT, draft="copy", settings={"draft_len": 2.0, "temperature": 0.7}).config.temperature == 0.7
+    for draft, settings, param in ((None, {"draft_len": 3}, "draft_len"), ("small", {}, "draft"),
+                                   (None, {"beta": "0.3"}, "beta")):
+        with pytest.raises(InputError, match=f"{param} is fixed at") as refused:
+            service.order(TEXT, draft=draft, settings=settings)
+        assert refused.value.param == param
+    server, thread, address = serve_in_thread(service)
+    try:
+        body = {"model": TOY_KEY, "voice": "v", "input": "Hi.", "draft_len": 4}
+        refused = httpx.post(address + "/v1/audio/speech", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "draft_len"
+        assert httpx.get(address + "/health").json()["fixed"] == {"draft_len": 2, "draft": "copy", "beta": 0.25}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    for fixed, says in (({"draft": "nope"}, "cannot fix draft to 'nope'"), ({"seed": 1}, "cannot fix 'seed'"),
+                        ({"frobnicate": 1}, "cannot fix 'frobnicate'"), ({"draft_len": 99}, "draft_len must be")):
+        with pytest.raises(UserError, match=says):
+            SpeechService(TOY_KEY, synth, fixed=fixed)
+
+
+def test_serve_refuses_a_malformed_fix_before_loading_any_model(capsys, monkeypatch):
+    from ssd_demo.__main__ import main
+    from ssd_demo.cli import serve
+
+    monkeypatch.setattr(serve, "_voice", lambda args: pytest.fail("models loaded before --fix was checked"))
+    for flag, says in (("draft_len", "--fix takes SETTING=VALUE"), ("=4", "--fix takes SETTING=VALUE"),
+                       ("adaptive_draft_len=maybe", "--fix adaptive_draft_len takes true or false")):
+        assert main(["serve", "--fix", flag]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err
+
+
+def test_on_a_batching_engine_the_start_up_measurement_uses_the_fixed_k_and_draft(synth, capsys):
+    """Mode auto decides from what the server will actually run: the operator's K and draft, not the preset's."""
+    from ssd_demo.cli.serve import speculation_costs
+
+    asked = {}
+
+    class Batching(Synthesizer):
+        def measure_speculation(self, config=None, draft=None):
+            asked.update(config=config, draft=draft)
+            return {1: (10.0, 12.0)}
+
+    batching = Batching(synth.backend, synth.target, synth.drafts, "small")
+    service = SpeechService(TOY_KEY, batching, fixed={"draft_len": 2, "draft": "copy"})
+    speculation_costs(batching, service.fixed)
+    assert asked["config"].draft_len == 2 and asked["draft"] == "copy"
+    assert "batch  1: AR 10 tokens/s, speculative 12 tokens/s -> speculative" in capsys.readouterr().out
