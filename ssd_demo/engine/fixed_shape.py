@@ -95,9 +95,9 @@ class FixedShapeLM:
         self._graphs_on = self._device.type == "cuda" if graphs is None else graphs
         self._graphs: dict[tuple[int, bool], _Graph] = {}
         self._pool = None
-        # Warm-up and capture run on this one stream: cuBLAS keeps a workspace per stream for good, allocated on
-        # the stream's first use, which must happen outside any graph's memory pool (the warm-up's).
-        self._stream = torch.cuda.Stream(self._device) if self._graphs_on else None
+        # Warm-up and capture run on one stream of this forward's own (made at the first capture): cuBLAS keeps a
+        # workspace per stream for good, allocated on its first use, which must be outside any graph's memory pool.
+        self._stream = None
         # The weights the graphs read, by address: a graph holds pointers, not references.
         self._weights = _weights_key(model)
         self._keys = None
@@ -204,6 +204,8 @@ class FixedShapeLM:
         ids, positions = ids.clone(), positions.clone()
         device = self._device
         try:
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device)
             # The outer stream context puts this thread back on its stream even if capture fails half-way.
             with _CAPTURE_LOCK, torch.cuda.device(device), torch.cuda.stream(torch.cuda.current_stream(device)):
                 self._stream.wait_stream(torch.cuda.current_stream(device))

@@ -137,6 +137,61 @@ def test_the_decoders_give_the_same_tokens_through_it(monkeypatch, temperature):
     assert len(FixedShapeLM._kept[target].idle) == len(FixedShapeLM._kept[draft].idle) == 1
 
 
+class _EmulatedGraph:
+    """What a CUDA graph does, on the CPU: replay reads its fixed input buffers and overwrites its fixed outputs."""
+
+    def __init__(self, lm: FixedShapeLM, ids: torch.Tensor, positions: torch.Tensor, last_only: bool):
+        self.lm, self.ids, self.positions, self.last_only = lm, ids, positions, last_only
+        self.replays = 0
+
+    def replay(self) -> None:
+        logits, hidden = self.lm._step(self.ids, self.positions, self.last_only)
+        self.outputs[0].copy_(logits)
+        self.outputs[1].copy_(hidden)
+        self.replays += 1
+
+
+def _emulate_capture(self, ids, positions, last_only):
+    ids, positions = ids.clone(), positions.clone()
+    graph = _EmulatedGraph(self, ids, positions, last_only)
+    logits, hidden = self._step(ids, positions, last_only)
+    graph.outputs = (logits, hidden)
+    captured = self._graphs[(ids.shape[0], last_only)] = fixed_shape._Graph(graph, ids, positions, logits, hidden)
+    return captured
+
+
+def test_the_graph_bookkeeping_replays_each_call_on_its_own_inputs(monkeypatch):
+    """The replay path with an emulated graph (fixed buffers, outputs overwritten by the next replay): every call,
+    through rollbacks and growth, gives the eager logits, and both decoders give the same tokens, so inputs are
+    refreshed before each replay and a decoder never holds an output a later replay overwrites."""
+    monkeypatch.setattr(FixedShapeLM, "_capture", _emulate_capture)
+    model = tiny_llama(seed=20, vocab=50, layers=2, width=32, init=0.3, heads=4, kv_heads=2)
+    eager, graphed = FixedShapeLM(model, 8, graphs=False), FixedShapeLM(model, 8, graphs=True)
+    sequence = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    steps = [(0, 5, False), (5, 6, True), (6, 7, True), (7, 8, True), ("cut", 6), (6, 11, False), (11, 12, True),
+             ("cut", 9), (9, 14, False), (14, 15, True), (15, 40, False), ("cut", 20), (20, 25, False), (25, 26, True),
+             (26, 27, True)]  # the 25-token call grows the cache past 8 and 16: graphs made again after it
+    check_same_logits(eager, graphed, sequence, steps, atol=1e-6, rtol=1e-6)
+    assert graphed._graphs and all(graph.graph.replays for graph in graphed._graphs.values())
+    first = graphed.forward([3], last_only=True)  # a caller may keep what a call returned
+    kept = first.clone()
+    graphed.forward([4], last_only=True)  # the same graph, replayed on other input
+    assert torch.equal(first, kept)
+
+    target = tiny_llama(seed=21, vocab=32, layers=2, width=16, init=0.3)
+    draft = tiny_llama(seed=22, vocab=32, layers=1, width=16, init=0.3)
+    config = DecodingConfig(draft_len=3, max_new_tokens=40, temperature=1.0, seed=5)
+    prompt = torch.tensor([[1, 2, 3]])
+    lean = speculative_generate(target, draft, prompt, config)
+    lean_ar = autoregressive_generate(target, prompt, config)
+
+    monkeypatch.setattr(fixed_shape, "serves", lambda model, static_cache=None: static_cache is not False)
+    monkeypatch.setattr(FixedShapeLM, "lease", staticmethod(lambda model, capacity: FixedShapeLM(model, capacity,
+                                                                                                   graphs=True)))
+    assert speculative_generate(target, draft, prompt, config).tokens == lean.tokens
+    assert autoregressive_generate(target, prompt, config).tokens == lean_ar.tokens
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
