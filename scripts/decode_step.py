@@ -142,7 +142,7 @@ def step_candidates(model, context: int, baseline: str | None = None) -> tuple[d
     return candidates, difference
 
 
-def compiled_step(model, context: int, autotune: bool, repeats: int) -> tuple[float, float]:
+def compiled_step(model, context: int, autotune: bool, repeats: int, cpp_wrapper: bool = False) -> tuple[float, float]:
     """(compile seconds, step seconds) of a static-shape one-token step (gpt-fast style: the whole cache with
     a mask, positions as tensors) compiled by inductor with frozen weights."""
     import torch._inductor.config as inductor
@@ -151,6 +151,7 @@ def compiled_step(model, context: int, autotune: bool, repeats: int) -> tuple[fl
 
     inductor.freezing = True
     inductor.max_autotune = autotune
+    inductor.cpp_wrapper = cpp_wrapper
     config, core = model.config, model.model
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -245,6 +246,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice-texts", type=int, default=3, help="example texts spoken per run")
     parser.add_argument("--compile", action="store_true", help="also time an inductor-compiled step (slow)")
     parser.add_argument("--autotune", action="store_true", help="with --compile: inductor's max-autotune")
+    parser.add_argument("--cpp-wrapper", action="store_true",
+                        help="with --compile: inductor's C++ wrapper (no Python between the kernels)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -275,8 +278,8 @@ def main(args: argparse.Namespace) -> int:
                 label = (f"{engine}, " if engine else "") + VOICE_LABELS[mode]
                 print(f"  {label:40s} {seconds * 1e3:7.3f} ms  {seconds / voice['stream']:5.2f}x streaming")
     if args.compile:
-        compile_seconds, seconds = compiled_step(model, args.context, args.autotune, args.repeats)
-        label = "inductor, frozen" + (", max-autotune" if args.autotune else "")
+        compile_seconds, seconds = compiled_step(model, args.context, args.autotune, args.repeats, args.cpp_wrapper)
+        label = "inductor, frozen" + (", max-autotune" if args.autotune else "") + (", C++" if args.cpp_wrapper else "")
         print(f"  {label + ', 1 token':40s} {seconds * 1e3:7.3f} ms  {seconds / stream:5.2f}x streaming "
               f"(compile {compile_seconds:.1f} s)")
     return 0
