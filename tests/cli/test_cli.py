@@ -108,10 +108,16 @@ def test_a_text_file_that_is_not_utf8_is_named_in_the_error(tmp_path, capsys):
     assert "latin1.txt is not UTF-8 text" in err and "Traceback" not in err
 
 
-def test_bench_on_local_models(tmp_path, capsys):
-    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
+def _saved_pair(folder: Path) -> tuple[Path, Path]:
+    """A tiny target (2 x 32) and draft (1 x 32) over 64 ids, saved as model directories."""
+    target_dir, draft_dir = folder / "target", folder / "draft"
     tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
     tiny_llama(seed=2, vocab=64, layers=1, width=32, init=0.2).save_pretrained(draft_dir)
+    return target_dir, draft_dir
+
+
+def test_bench_on_local_models(tmp_path, capsys):
+    target_dir, draft_dir = _saved_pair(tmp_path)
     out = tmp_path / "bench.json"
     code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--repeats", "2", "--warmup", "1",
                  "--max-new-tokens", "12", "--prompt-len", "4", "--threads", "1", "--json", str(out)])
@@ -140,9 +146,7 @@ def test_bench_on_local_models(tmp_path, capsys):
 
 
 def test_bench_loads_the_pair_in_the_dtype_asked_and_streams_that_many_bytes(tmp_path, capsys):
-    target_dir, draft_dir = tmp_path / "target", tmp_path / "draft"
-    tiny_llama(seed=1, vocab=64, layers=2, width=32, init=0.2).save_pretrained(target_dir)
-    tiny_llama(seed=2, vocab=64, layers=1, width=32, init=0.2).save_pretrained(draft_dir)
+    target_dir, draft_dir = _saved_pair(tmp_path)
     out = tmp_path / "bench.json"
     code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--repeats", "1", "--warmup", "0",
                  "--max-new-tokens", "8", "--prompt-len", "4", "--methods", "ar,speculative", "--dtype", "bfloat16",
