@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .static_cache import STATIC_ROPE_TYPES, serves as lean_forward_serves
+from .static_cache import STATIC_ROPE_TYPES, attention_shape, serves as lean_forward_serves
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +87,7 @@ class FixedShapeLM:
         self._pos = 0
         self.hidden: torch.Tensor | None = None
         self.hidden_from = 0
-        config = model.config
-        self._heads = config.num_attention_heads
-        self._kv_heads = config.num_key_value_heads
-        self._head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self._heads, self._kv_heads, self._head_dim = attention_shape(model.config)
         self._device = model.lm_head.weight.device
         self._graphs_on = self._device.type == "cuda" if graphs is None else graphs
         self._graphs: dict[tuple[int, bool], _Graph] = {}

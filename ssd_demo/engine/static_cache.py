@@ -136,9 +136,7 @@ class StaticCacheLM:
         self.hidden_from = 0
         core = model.model
         config = model.config
-        self._heads = config.num_attention_heads
-        self._kv_heads = config.num_key_value_heads
-        self._head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self._heads, self._kv_heads, self._head_dim = attention_shape(config)
         self._packed = kernels.packed_weights(model) if pack else None
         # Calls with at least this many rows use the oneDNN kernel (None: as measured for this machine).
         self._onednn_from = kernels.NEVER
@@ -267,6 +265,12 @@ class StaticCacheLM:
             attn_mask=mask, scale=layer.scaling, enable_gqa=kv_heads != heads,
         )
         return out[0].transpose(0, 1).reshape(n, heads * head_dim)
+
+
+def attention_shape(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head width) of a Llama-family config."""
+    heads = config.num_attention_heads
+    return heads, config.num_key_value_heads, getattr(config, "head_dim", None) or config.hidden_size // heads
 
 
 def _signed(sin: torch.Tensor) -> torch.Tensor:

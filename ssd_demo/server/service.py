@@ -169,12 +169,13 @@ class SpeechService:
     def _with_fixed(self, draft: str | None, settings: dict[str, object]) -> str | None:
         """Apply the fixed settings to a request's `settings` (in place) and draft; a request that asks for another
         value is refused, naming the setting."""
+        defaults = self.synthesizer.config() if self.fixed else None
         for name, value in self.fixed.items():
             given = draft if name == "draft" else settings.get(name)
             if given is None:
                 continue
             if name != "draft":
-                given = REQUEST_SPECS[name].accept(given, False, self.synthesizer.config())
+                given = REQUEST_SPECS[name].accept(given, False, defaults)
             if given != value:
                 raise InputError(f"{name} is fixed at {value} on this server; leave it out or send {value}", param=name)
         settings.update({name: value for name, value in self.fixed.items() if name != "draft"})

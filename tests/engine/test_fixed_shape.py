@@ -113,7 +113,7 @@ def test_idle_forwards_do_not_keep_their_model_alive():
     assert alive() is None
 
 
-def test_not_used_off_a_gpu_or_when_switched_off(monkeypatch):
+def test_not_used_off_a_gpu():
     model = tiny_llama(seed=10, vocab=30, layers=1, width=16)
     assert not fixed_shape.serves(model)  # on the CPU the lean forward serves
     assert isinstance(kv.cached_lm(model, 32), StaticCacheLM)
