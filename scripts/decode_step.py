@@ -11,7 +11,8 @@ between steps), the candidates interleaved, medians:
   as lower-precision candidates (not exact: they change the voice's distribution), bfloat16 weights through
   BLAS and through oneDNN, and int8 weight-only (`torch._weight_int8pack_mm`);
 - the lean forward's step (1 new token) and a verify call (5 tokens) after `--context` cached tokens, with
-  each kernel the probe can choose, and transformers' own forward for scale; with `--baseline CHECKOUT`, the
+  each kernel the probe can choose, ONNX Runtime's graph of the same forward (`onnx_forward`), and
+  transformers' own forward for scale; with `--baseline CHECKOUT`, the
   lean forward of another checkout of this repository too (its `ssd_demo/engine/static_cache.py`, run on this
   checkout's kernels module), e.g. the commit before a change, so that one run times both;
 - with `--voice`, what the issue's bar is about: the embedded voice speaking its example texts
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 
 from scripts._cli import run_cli
 
-from ssd_demo.engine import kernels
+from ssd_demo.engine import kernels, onnx_forward
 from ssd_demo.engine.kv import CachedLM
 from ssd_demo.engine.static_cache import StaticCacheLM
 from ssd_demo.measure.reporting import cpu_name
@@ -124,6 +125,8 @@ def step_candidates(model, context: int, baseline: str | None = None) -> tuple[d
     lms = {"BLAS": StaticCacheLM(model, context + 8, onednn_from=kernels.NEVER),
            "oneDNN": StaticCacheLM(model, context + 8, onednn_from=1),
            "transformers' forward": CachedLM(model)}
+    if onnx_forward.supports(model) is None:
+        lms["ONNX Runtime"] = onnx_forward.OnnxForward(model, context + 8)
     if baseline:
         lms["baseline, BLAS"] = baseline_class(baseline)(model, context + 8, onednn_from=kernels.NEVER)
     for lm in lms.values():

@@ -31,7 +31,9 @@ PACK_MAX_PARAMETERS = 300_000_000
 PROBE_MIN_PARAMETERS = 1_000_000
 #: Rows timed by the kernel probe; a call with more rows than the last uses the last one's choice.
 PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
-#: "auto" (default): the faster kernel for each row count, measured on this machine; "blas" or "onednn": always that one.
+#: "auto" (default): the faster forward (`onnx_forward`) and, in the lean forward, the faster kernel for each row
+#: count, measured on this machine; "blas" or "onednn": the lean forward, always that kernel; "onnxruntime": ONNX
+#: Runtime's forward wherever it can serve (elsewhere the lean forward's kernels as with "auto").
 KERNEL_ENV = "SSD_DEMO_MATMUL"
 NEVER = 1 << 30  # a row count no call reaches
 #: oneDNN serves only where it makes the probed calls at least this much cheaper in total than BLAS: a smaller
@@ -113,7 +115,8 @@ def _pack(model) -> tuple[list[PackedLayer], PackedLinear]:
 _PACKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _fingerprint(model) -> tuple:
+def weights_fingerprint(model) -> tuple:
+    """Changes when any weight is replaced or updated in place (for copies built from the weights)."""
     return tuple((p.data_ptr(), p._version) for p in model.parameters())
 
 
@@ -122,7 +125,7 @@ def packed_weights(model) -> tuple[list[PackedLayer], PackedLinear] | None:
     weight = model.lm_head.weight
     if weight.device.type != "cpu" or sum(p.numel() for p in model.parameters()) > PACK_MAX_PARAMETERS:
         return None
-    fingerprint = _fingerprint(model)
+    fingerprint = weights_fingerprint(model)
     cached = _PACKED.get(model)
     if cached is None or cached[0] != fingerprint:
         cached = (fingerprint, _pack(model))
@@ -131,11 +134,12 @@ def packed_weights(model) -> tuple[list[PackedLayer], PackedLinear] | None:
 
 
 def kernel_setting() -> str:
-    """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset or empty), "blas" or "onednn", in any case."""
+    """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset or empty), "blas", "onednn" or "onnxruntime", in any
+    case."""
     raw = os.environ.get(KERNEL_ENV, "")
     choice = raw.strip().lower() or "auto"
-    if choice not in ("auto", "blas", "onednn"):
-        raise InputError(f"{KERNEL_ENV} must be auto, blas or onednn; got {raw!r}")
+    if choice not in ("auto", "blas", "onednn", "onnxruntime"):
+        raise InputError(f"{KERNEL_ENV} must be auto, blas, onednn or onnxruntime; got {raw!r}")
     return choice
 
 

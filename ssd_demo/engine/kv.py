@@ -1,9 +1,10 @@
 """A model's forward over its own KV cache, which a decoder can cut back to any shorter length.
 
-Both decoders keep each model's past in such a cache and roll it back after a rejection. Two
-implementations: the lean static-cache forward (`static_cache.StaticCacheLM`) for the plain Llamas it
-supports (on a GPU its fixed-shape variant replayed as CUDA graphs, `fixed_shape.FixedShapeLM`), and
-transformers' own forward over a `DynamicCache` (`CachedLM`) for every other model; `cached_lm` chooses.
+Both decoders keep each model's past in such a cache and roll it back after a rejection. Implementations:
+the lean static-cache forward (`static_cache.StaticCacheLM`) for the plain Llamas it supports (on a GPU its
+fixed-shape variant replayed as CUDA graphs, `fixed_shape.FixedShapeLM`; on a CPU where it is timed faster, the
+same maths as one ONNX Runtime graph, `onnx_forward.OnnxForward`), and transformers' own forward over a
+`DynamicCache` (`CachedLM`) for every other model; `cached_lm` chooses.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from . import fixed_shape
+from . import fixed_shape, kernels, onnx_forward
 from .draft_heads import OutputInputCapture
 from .static_cache import StaticCacheLM, describe_kernels as describe_lean_kernels, serves as lean_forward_serves
 
@@ -88,8 +89,9 @@ class CachedLM:
 
 
 def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidden: bool = False) -> CachedForward:
-    """A model's cached forward: the lean static-cache step for plain Llamas (on CUDA replayed as CUDA graphs),
-    else transformers'. Call its `close()` when done (a CUDA-graphed forward goes back to its model's idle list).
+    """A model's cached forward: the lean static-cache step for plain Llamas (on CUDA replayed as CUDA graphs; on
+    a CPU through ONNX Runtime where that is faster here), else transformers'. Call its `close()` when done (a
+    CUDA-graphed forward goes back to its model's idle list).
 
     `static_cache=None` follows the SSD_DEMO_STATIC_CACHE environment variable ("0" turns the
     lean step off everywhere, e.g. to compare against transformers' own forward). `keep_hidden`:
@@ -98,14 +100,26 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidde
     """
     if fixed_shape.serves(model, static_cache):
         return fixed_shape.FixedShapeLM.lease(model, capacity)
+    if onnx_forward.serves(model, static_cache):
+        return onnx_forward.OnnxForward(model, capacity)
     if lean_forward_serves(model, static_cache):
         return StaticCacheLM(model, capacity)
     return CachedLM(model, keep_hidden=keep_hidden)
 
 
+def prepare_kernels(*models, static_cache: bool | None = None) -> None:
+    """Decide now which forward and kernel serve each model (timing them where needed, and building ONNX Runtime's
+    session), so that no timed call pays for it (a no-op once decided; other models are skipped)."""
+    for model in models:
+        if lean_forward_serves(model, static_cache) and not onnx_forward.serves(model, static_cache):
+            kernels.kernel_choice(model)
+
+
 def describe_kernels(model, static_cache: bool | None = None) -> str:
-    """What serves this model's cached forward here, for reports: CUDA graphs, or which matmul kernel serves which
-    calls of the lean forward and why (`static_cache.describe_kernels`), or transformers' own forward."""
+    """What serves this model's cached forward here, for reports: CUDA graphs, ONNX Runtime, or which matmul kernel
+    serves which calls of the lean forward and why (`static_cache.describe_kernels`), or transformers' own forward."""
     if fixed_shape.serves(model, static_cache):
         return "CUDA graphs of the fixed-shape forward (the model's own matmuls)"
+    if onnx_forward.serves(model, static_cache):
+        return onnx_forward.describe(model)
     return describe_lean_kernels(model, static_cache)

@@ -59,14 +59,6 @@ def serves(model, static_cache: bool | None = None) -> bool:
     return static_cache and isinstance(getattr(model, "config", None), PreTrainedConfig) and supports(model)
 
 
-def prepare_kernels(*models, static_cache: bool | None = None) -> None:
-    """Run the kernel probe now for the models the lean forward will serve, so that no timed call pays for
-    it (a no-op once measured; models it does not serve are skipped)."""
-    for model in models:
-        if serves(model, static_cache):
-            kernels.kernel_choice(model)
-
-
 def describe_kernels(model, static_cache: bool | None = None) -> str:
     """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports
     (`kv.describe_kernels` says so of CUDA graphs first)."""

@@ -25,7 +25,7 @@ from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
 from ..engine.kv import describe_kernels
-from ..engine.static_cache import prepare_kernels
+from ..engine.kv import prepare_kernels
 from .streaming import AudioPiece, SynthesisStream
 
 

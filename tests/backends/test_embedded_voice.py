@@ -167,10 +167,11 @@ def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kern
     # One-row steps on BLAS, every call of 2+ rows (verify calls, and AR steps that carry an inserted
     # phoneme) on oneDNN: the two kernels round differently, and greedy decoding must not notice.
     from ssd_demo.engine import kernels
-    from ssd_demo.engine.static_cache import prepare_kernels
+    from ssd_demo.engine.kv import prepare_kernels
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "blas")  # the lean forward (not ONNX Runtime's), its kernels set below
     # The probe times every kernel on the first call of each model: run it before the spy counts rows.
     prepare_kernels(synth.target, *synth.drafts.values())
     monkeypatch.setattr(kernels, "kernel_threshold", lambda model: 2)
@@ -183,3 +184,24 @@ def test_greedy_speculative_equals_greedy_ar_with_verify_calls_on_the_other_kern
         assert spec.generation.tokens == ar.generation.tokens, draft
         assert spec.generation.stats.accepted_tokens > 0
     assert onednn_rows and min(onednn_rows) >= 2 and max(onednn_rows) >= 5  # verify calls ran on oneDNN
+
+
+def test_greedy_speculative_equals_greedy_ar_on_onnx_runtime(synth, monkeypatch):
+    # Every model (target, layer drafts, heads) on ONNX Runtime's kernels, which round unlike torch's: one-row
+    # steps and 2-8 row verify calls go through different MLAS kernels, and greedy decoding must not notice.
+    from ssd_demo.engine import onnx_forward, onnx_heads
+
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onnxruntime")
+    rows, heads_steps = [], []
+    real_forward, real_step = onnx_forward.OnnxForward.forward, onnx_heads.OnnxHeadsStep.__call__
+    monkeypatch.setattr(onnx_forward.OnnxForward, "forward",
+                        lambda self, ids, last_only=False: rows.append(len(ids)) or real_forward(self, ids, last_only))
+    monkeypatch.setattr(onnx_heads.OnnxHeadsStep, "__call__", lambda self, *a: heads_steps.append(a) or real_step(self, *a))
+    config = _config(synth, temperature=0.0)
+    ar = synth.synthesize(UNSEEN, mode="ar", config=config)
+    assert ar.generation.stats.finish_reason == "eos"
+    for draft in synth.drafts:
+        spec = synth.synthesize(UNSEEN, mode="speculative", config=config, draft=draft)
+        assert spec.generation.tokens == ar.generation.tokens, draft
+        assert spec.generation.stats.accepted_tokens > 0
+    assert heads_steps and max(rows) >= 5  # the heads and the verify calls ran on ONNX Runtime

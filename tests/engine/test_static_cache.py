@@ -168,7 +168,7 @@ def test_kernel_choice_follows_the_environment_and_skips_small_models(monkeypatc
     assert kernel_threshold(small) == 1
     assert StaticCacheLM(small, 8, pack=False)._onednn_from == NEVER  # nothing packed, nothing to choose
     monkeypatch.setenv("SSD_DEMO_MATMUL", "fast")
-    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'fast'"):
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas, onednn or onnxruntime; got 'fast'"):
         kernel_threshold(small)
 
 
@@ -248,14 +248,14 @@ def test_a_mistyped_kernel_setting_stops_the_app_at_start(monkeypatch):
     from ssd_demo.app.page import build_demo
 
     monkeypatch.setenv("SSD_DEMO_MATMUL", "one-dnn")
-    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas or onednn; got 'one-dnn'"):
+    with pytest.raises(ValueError, match="SSD_DEMO_MATMUL must be auto, blas, onednn or onnxruntime; got 'one-dnn'"):
         build_demo(load_default=False)
 
 
 def test_the_probe_runs_before_the_timed_call(monkeypatch):
     from ssd_demo.engine import kernels
     from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig
-    from ssd_demo.engine.static_cache import prepare_kernels
+    from ssd_demo.engine.kv import prepare_kernels
 
     probed = []
     monkeypatch.setattr(kernels, "PROBE_MIN_PARAMETERS", 0)

@@ -166,9 +166,9 @@ TABLE_LEGEND = (
     f"K = {', '.join(map(str, MEASURED_K))} and fills in the rest (~); a verify timed cheaper than a shorter one is raised to "
     "it (↑: verifying more tokens never costs less, so the difference is timing noise), which is why several K "
     "can show the same cost where a verify of a few tokens costs about the same as one (small models, CPU). "
-    "*Matmul kernels*: which library multiplies the target's weights for a call of that many tokens (one for an "
-    "AR step, 5-8 for a verify), in both decoders, and how that was decided (timed on this machine, set by "
-    "`SSD_DEMO_MATMUL`, or the only one available)."
+    "*Matmul kernels*: which library runs the target's forward (ONNX Runtime's graph, or torch with the kernel "
+    "that multiplies its weights for a call of that many tokens: one for an AR step, 5-8 for a verify), in both "
+    "decoders, and how that was decided (timed on this machine, set by `SSD_DEMO_MATMUL`, or the only one available)."
 )
 
 HEADS_NOTE = (" With **draft heads** there is no draft model: *draft calls* are steps of the heads, small blocks "

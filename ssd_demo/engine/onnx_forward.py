@@ -1,0 +1,340 @@
+"""The lean forward's maths as one ONNX Runtime graph: a whole decode, draft or verify call in one C++ call.
+
+Why: on a CPU a small model's call is dominated by how its matmuls are called and by the per-operation
+dispatch between them, not by arithmetic. On an AMD EPYC core with AVX2 only, torch's MKL matmuls run the
+one row of a decode step at 1.6x the time it takes to stream the weights, and the 2-8 rows of a verify call
+far slower (small-M sgemm at ~11 % of the core's peak), so a verify call cost 1.9 decode steps and capped
+speculation. ONNX Runtime's MLAS prepacks the weights once for its own kernels, which serve 1-8 rows at
+nearly the cost of one, and runs the whole graph without returning to Python: the 12 x 256 embedded target,
+one core, 1 row 3.4 vs 4.6 ms, 5 rows 4.5 vs 8.8 ms (docs/benchmarks.md). On other CPUs (an Intel Xeon with
+AMX) torch may be the faster one, so `choice` times both here and the faster serves (SSD_DEMO_MATMUL fixes it).
+
+The graph is built from the model's own weights with onnx's helper (no exporter to trace through): per layer
+RMSNorm, the fused q|k|v projection, rotary embedding, attention over the cached keys and values plus the new
+ones, the output projection, the gated MLP; then the final norm and the output layer. The KV cache stays in
+this process, in numpy buffers the graph reads without a copy ([tokens, kv_heads * head_dim] per layer, sliced
+to the cached length); the graph returns the new rows' keys and values, which are written after the call, so
+rollback is moving the position pointer, as in the lean forward. Logits match the lean forward's to float
+rounding (another library's kernels: not bit for bit); exactness of speculative sampling never depends on it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import kernels
+from .onnx_graph import GraphBuilder, new_session
+from .static_cache import SILU, STATIC_ROPE_TYPES, StaticCacheLM, attention_shape, serves as lean_forward_serves
+
+#: The setting (SSD_DEMO_MATMUL) that makes this forward serve every model it supports.
+SETTING = "onnxruntime"
+#: The graph holds a copy of the weights in one protobuf (2 GB at most); past this size a call is mostly
+#: arithmetic anyway, and torch serves.
+MAX_PARAMETERS = 100_000_000
+#: Below this size neither forward is timed: the lean one serves (tests' toy models; nothing to gain there).
+PROBE_MIN_PARAMETERS = 500_000
+#: Rows timed by the probe: a decode or draft step, and the verify calls of K = 1..7.
+PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8)
+#: This forward serves only where it is no slower for one row (the AR baseline must not lose) and at least this
+#: much faster over all the probed row counts, in two probes.
+MARGIN = 0.05
+
+
+def supports(model) -> str | None:
+    """None where this forward can serve the model, else why not."""
+    if not lean_forward_serves(model, True):
+        return "not a plain Llama or Qwen2 in inference mode"
+    weight = model.lm_head.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return f"{weight.dtype} weights on {weight.device.type}: ONNX Runtime serves float32 on a CPU"
+    if sum(p.numel() for p in model.parameters()) > MAX_PARAMETERS:
+        return f"over {MAX_PARAMETERS // 1_000_000} M parameters"
+    if getattr(model.model.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
+        return "a rotary scaling that depends on the sequence length"
+    if any(type(layer.mlp.act_fn).__name__ not in SILU for layer in model.model.layers):
+        return "an activation other than SiLU"
+    for package in ("onnx", "onnxruntime"):
+        if importlib.util.find_spec(package) is None:
+            return f"{package} is not installed"
+    return None
+
+
+def build_graph(model):
+    """The model's cached forward as an ONNX graph (weights included).
+
+    Inputs: ids [n], cos / sin [n, 1, head_dim] (the rotary tables at the new positions, sine sign-folded as in
+    `static_cache._signed`), mask [heads * n, n] (0 / -inf: causal among the new rows; every cached row is
+    visible), first_out [1] (the first row whose logits are returned), and per layer i the cached keys `k{i}`
+    and values `v{i}` [T, kv_heads * head_dim]. Outputs: logits and the final hidden state of rows first_out..n,
+    and per layer the new rows' keys `nk{i}` and values `nv{i}` [n, kv_heads * head_dim].
+    """
+    config, core = model.config, model.model
+    shape = _Shape(*attention_shape(config))
+    g = GraphBuilder()
+    ids = g.input("ids", g.i64, ["n"])
+    for name in ("cos", "sin"):
+        g.input(name, g.f32, ["n", 1, shape.head_dim])
+    g.input("mask", g.f32, ["hn", "n"])
+    g.input("first_out", g.i64, [1])
+    shape.constants(g)
+    x = g.op("Gather", [g.constant("embed", core.embed_tokens.weight), ids])  # [n, d]
+    for i, layer in enumerate(core.layers):
+        x = _layer(g, shape, x, layer, i)
+    x = g.op("Slice", [x, "first_out", "end", "axis0"])
+    hidden = g.output(g.rms_norm(x, core.norm.weight, core.norm.variance_epsilon, "norm_out"), "hidden",
+                      ["m", config.hidden_size])
+    g.output(g.linear(hidden, (model.lm_head,), "head"), "logits", ["m", model.lm_head.out_features])
+    return g.model("cached_forward")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    def constants(self, g: GraphBuilder) -> None:
+        """The shapes, splits and masks the layers' nodes read, as named constants."""
+        heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
+        kv_width = kv_heads * head_dim
+        for name, value in {
+            "split_v": [(heads + kv_heads) * head_dim, kv_width], "rows_heads_dim": [0, heads + kv_heads, head_dim],
+            "halves": [head_dim // 2, head_dim // 2], "split_qk": [heads, kv_heads], "rows_kv_width": [0, kv_width],
+            "grouped": [kv_heads, -1, 1, head_dim], "block_rows": [-1, kv_width],
+            "blocks": [kv_heads, -1, kv_heads, head_dim], "per_head": [heads, -1, head_dim],
+            "rows_width": [0, heads * head_dim], "axis0": [0], "axis1": [1], "axis2": [2],
+            "end": [np.iinfo(np.int64).max],
+        }.items():
+            g.constant(name, np.array(value, np.int64))
+        # [kv_heads, 1, kv_heads, 1]: keeps each query group's own kv head's columns (block diagonal)
+        g.constant("diagonal", np.eye(kv_heads, dtype=np.float32).reshape(kv_heads, 1, kv_heads, 1))
+
+
+def _layer(g: GraphBuilder, shape: _Shape, x: str, layer, i: int) -> str:
+    """One decoder layer on the stream x [n, d]: attention (writing the new rows' keys and values as outputs),
+    then the gated MLP, each added to the stream."""
+    attn, mlp = layer.self_attn, layer.mlp
+    norm = layer.input_layernorm
+    qkv = g.linear(g.rms_norm(x, norm.weight, norm.variance_epsilon, f"norm_in{i}"),
+                   (attn.q_proj, attn.k_proj, attn.v_proj), f"qkv{i}")
+    x = g.op("Add", [x, g.linear(_attention(g, shape, qkv, float(attn.scaling), i), (attn.o_proj,), f"o{i}")])
+    norm = layer.post_attention_layernorm
+    projected = g.linear(g.rms_norm(x, norm.weight, norm.variance_epsilon, f"norm_post{i}"),
+                         (mlp.gate_proj, mlp.up_proj), f"gate_up{i}")
+    gate, up = g.op("Split", [projected], outs=2, axis=1, num_outputs=2)
+    activated = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])  # silu(gate) * up
+    return g.op("Add", [x, g.linear(activated, (mlp.down_proj,), f"down{i}")])
+
+
+def _attention(g: GraphBuilder, shape: _Shape, qkv: str, scaling: float, i: int) -> str:
+    """Attention of the n new rows ([n, q|k|v] projections) over layer i's cached rows and themselves:
+    [n, heads * head_dim]. The rotary embedding is the lean forward's two products (`static_cache._attend`)."""
+    kv_width = shape.kv_heads * shape.head_dim
+    qk, v = g.op("Split", [qkv, "split_v"], outs=2, axis=1)
+    qk = g.op("Reshape", [qk, "rows_heads_dim"])  # [n, heads + kv_heads, head_dim]
+    first, second = g.op("Split", [qk, "halves"], outs=2, axis=2)
+    swapped = g.op("Concat", [second, first], axis=2)
+    qk = g.op("Add", [g.op("Mul", [qk, "cos"]), g.op("Mul", [swapped, "sin"])])  # qk * cos + rotate_half(qk) * sin
+    q, k = g.op("Split", [qk, "split_qk"], outs=2, axis=1)
+    k = g.output(g.op("Reshape", [k, "rows_kv_width"]), f"nk{i}", ["n", kv_width])  # [n, kv_width]
+    v = g.output(v, f"nv{i}", ["n", kv_width])
+    cached_k, cached_v = (g.input(f"{kind}{i}", g.f32, ["T", kv_width]) for kind in "kv")
+    # Why block-diagonal queries: the cache rows hold every kv head side by side ([T, kv_width], so that a
+    # length is one contiguous slice); one matmul against all of them, with each query group's other heads'
+    # columns zeroed, scores every head without splitting the cache per head (kv_heads times the flops of
+    # a tiny product, fewer calls).
+    q = g.op("Reshape", [g.op("Transpose", [q], perm=[1, 0, 2]), "grouped"])  # [kv_heads, group * n, 1, head_dim]
+    q = g.op("Reshape", [g.op("Mul", [q, "diagonal"]), "block_rows"])  # [heads * n, kv_width]
+    scores_cached = g.op("Gemm", [q, cached_k], transB=1, alpha=scaling)  # [heads * n, T]
+    scores_new = g.op("Gemm", [q, k, "mask"], transB=1, alpha=scaling)  # [heads * n, n]
+    weights = g.op("Softmax", [g.op("Concat", [scores_cached, scores_new], axis=1)], axis=1)
+    length = g.op("Shape", [cached_k], start=0, end=1)
+    mixed = g.op("Add", [g.op("MatMul", [g.op("Slice", [weights, "axis0", length, "axis1"]), cached_v]),
+                         g.op("MatMul", [g.op("Slice", [weights, length, "end", "axis1"]), v])])  # [heads*n, kv_width]
+    mixed = g.op("ReduceSum", [g.op("Mul", [g.op("Reshape", [mixed, "blocks"]), "diagonal"]), "axis2"], keepdims=0)
+    return g.op("Reshape", [g.op("Transpose", [g.op("Reshape", [mixed, "per_head"])], perm=[1, 0, 2]), "rows_width"])
+
+
+# model -> {threads: (weights fingerprint, session)}; sessions are safe to run from several threads at once.
+_SESSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SESSIONS_LOCK = threading.Lock()
+
+
+def session(model):
+    """The model's ONNX Runtime session for the current torch thread count, built once (~0.3 s for 10 M
+    parameters) and rebuilt when a weight is replaced or updated in place."""
+    threads = torch.get_num_threads()
+    fingerprint = kernels.weights_fingerprint(model)
+    with _SESSIONS_LOCK:
+        cached = _SESSIONS.setdefault(model, {}).get(threads)
+        if cached is None or cached[0] != fingerprint:
+            cached = (fingerprint, new_session(build_graph(model)))
+            _SESSIONS[model][threads] = cached
+        return cached[1]
+
+
+class OnnxForward:
+    """Implements `kv.CachedForward` (like `static_cache.StaticCacheLM`) through the model's ONNX Runtime session."""
+
+    def __init__(self, model, capacity: int = 512):
+        self.model = model
+        self.calls = 0
+        self._pos = 0
+        self.hidden: torch.Tensor | None = None
+        self.hidden_from = 0
+        self._session = session(model)
+        heads, kv_heads, head_dim = attention_shape(model.config)
+        self._heads, self._kv_width = heads, kv_heads * head_dim
+        self._layers = len(model.model.layers)
+        self._outputs = ["logits", "hidden"] + [f"n{kind}{i}" for i in range(self._layers) for kind in "kv"]
+        self._masks: dict[int, np.ndarray] = {}
+        self._keys = self._values = None
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        keys = np.zeros((self._layers, capacity, self._kv_width), np.float32)
+        values = np.zeros_like(keys)
+        if self._keys is not None:  # grow: keep what is cached
+            keys[:, : self._pos], values[:, : self._pos] = self._keys[:, : self._pos], self._values[:, : self._pos]
+        self._keys, self._values = keys, values
+        positions = torch.arange(capacity)[None]
+        with torch.inference_mode():
+            cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1), positions)
+        half = sin.shape[-1] // 2
+        sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # rotate_half's signs folded in
+        self._cos, self._sin = cos[0, :, None, :].float().numpy(), sin[0, :, None, :].float().numpy()
+
+    @property
+    def length(self) -> int:
+        return self._pos
+
+    def truncate(self, length: int) -> None:
+        self._pos = min(self._pos, max(length, 0))  # rollback = moving the pointer
+
+    def close(self) -> None:
+        """Nothing to release (the session is shared per model); here for `kv.CachedForward`."""
+
+    def _mask(self, n: int) -> np.ndarray:
+        mask = self._masks.get(n)
+        if mask is None:
+            causal = np.triu(np.full((n, n), -np.inf, np.float32), 1)
+            mask = self._masks[n] = np.tile(causal, (self._heads, 1))
+        return mask
+
+    def forward(self, ids, last_only: bool = False) -> torch.Tensor:
+        ids = (ids.detach().cpu().view(-1).numpy() if torch.is_tensor(ids) else np.asarray(ids)).astype(np.int64)
+        n, start = ids.shape[0], self._pos
+        end = start + n
+        if end > self._keys.shape[1]:
+            self._allocate(max(2 * self._keys.shape[1], end))
+        feed = {"ids": ids, "cos": self._cos[start:end], "sin": self._sin[start:end], "mask": self._mask(n),
+                "first_out": np.array([n - 1 if last_only else 0], np.int64)}
+        for i in range(self._layers):
+            feed[f"k{i}"], feed[f"v{i}"] = self._keys[i, :start], self._values[i, :start]
+        logits, hidden, *new = self._session.run(self._outputs, feed)
+        for i in range(self._layers):
+            self._keys[i, start:end], self._values[i, start:end] = new[2 * i], new[2 * i + 1]
+        self._pos = end
+        self.calls += 1
+        self.hidden, self.hidden_from = torch.from_numpy(hidden), end - hidden.shape[0]
+        return torch.from_numpy(logits)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Whether this forward serves a model here, and why (for reports)."""
+
+    serves: bool
+    why: str
+
+
+# model -> {threads: Choice}; timing depends on the shapes, not on the weights' values.
+_CHOICES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CHOICE_LOCK = threading.Lock()
+
+
+def choice(model) -> Choice:
+    """Whether ONNX Runtime serves this model's cached forward here: as SSD_DEMO_MATMUL says ("onnxruntime":
+    wherever supported; "blas" / "onednn": never), or by default timed against the lean forward once per model
+    and thread count (`serves_from`, two probes that must agree; ~2 s for 10 M parameters)."""
+    setting = kernels.kernel_setting()
+    unsupported = supports(model)
+    if unsupported:
+        return Choice(False, unsupported)
+    if setting == SETTING:
+        return Choice(True, f"set by {kernels.KERNEL_ENV}")
+    if setting != "auto":
+        return Choice(False, f"{kernels.KERNEL_ENV}={setting}")
+    if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
+        return Choice(False, "too small a model to time the forwards")
+    key = torch.get_num_threads()
+    with _CHOICE_LOCK:
+        per_model = _CHOICES.setdefault(model, {})
+        if key not in per_model:
+            per_model[key] = _probe(model)
+        return per_model[key]
+
+
+def _probe(model) -> Choice:
+    first = time_forwards(model)
+    if not serves_from(first):
+        return Choice(False, "timed here: " + _compare(first) + ", the lean forward is faster")
+    second = time_forwards(model)
+    if not serves_from(second):
+        return Choice(False, "two probes disagreed (a busy machine?): the lean forward")
+    return Choice(True, "timed here twice: " + _compare(second))
+
+
+def _compare(seconds: dict[int, tuple[float, float]]) -> str:
+    one = seconds[1]
+    totals = [sum(pair[k] for pair in seconds.values()) for k in (0, 1)]
+    return (f"1 row {one[1] * 1e3:.2f} vs {one[0] * 1e3:.2f} ms, {min(seconds)}-{max(seconds)} rows "
+            f"{totals[1] * 1e3:.1f} vs {totals[0] * 1e3:.1f} ms against the lean forward")
+
+
+def serves_from(seconds: dict[int, tuple[float, float]], margin: float = MARGIN) -> bool:
+    """{rows: (lean time, ONNX Runtime time)} -> whether ONNX Runtime serves: no slower for one row (the AR
+    baseline's call), and at least `margin` faster over all the timed row counts."""
+    lean_one, onnx_one = seconds[1]
+    return onnx_one <= lean_one and sum(s[1] for s in seconds.values()) < (1 - margin) * sum(
+        s[0] for s in seconds.values())
+
+
+def time_forwards(model, context: int = 64, repeats: int = 7,
+                  rows: tuple[int, ...] = PROBE_ROWS) -> dict[int, tuple[float, float]]:
+    """Median seconds of a call of each row count after `context` cached tokens: {rows: (lean, ONNX Runtime)},
+    interleaved so that a machine slowing down slows both (the lean forward on the kernel chosen for it here)."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (context + max(rows),), generator=torch.Generator().manual_seed(0))
+    forwards = (StaticCacheLM(model, context + max(rows)), OnnxForward(model, context + max(rows)))
+    for forward in forwards:
+        forward.forward(ids[:context])
+    times: dict[tuple[int, int], list[float]] = {(n, k): [] for n in rows for k in (0, 1)}
+    for repeat in range(repeats + 1):  # the first round warms up and is not kept
+        for n in rows:
+            for k in ((0, 1) if repeat % 2 else (1, 0)):
+                forwards[k].truncate(context)
+                started = time.perf_counter()
+                forwards[k].forward(ids[context : context + n], last_only=n == 1)
+                if repeat:
+                    times[(n, k)].append(time.perf_counter() - started)
+    return {n: (statistics.median(times[(n, 0)]), statistics.median(times[(n, 1)])) for n in rows}
+
+
+def serves(model, static_cache: bool | None = None) -> bool:
+    """Whether `kv.cached_lm` runs this model through ONNX Runtime here (a model the lean forward serves,
+    `static_cache` read as there; `choice` says the rest)."""
+    return lean_forward_serves(model, static_cache) and choice(model).serves
+
+
+def describe(model) -> str:
+    return f"ONNX Runtime's graph of the whole forward, MLAS matmuls ({choice(model).why})"
+
