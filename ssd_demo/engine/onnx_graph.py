@@ -80,4 +80,7 @@ def new_session(proto):
     options.inter_op_num_threads = 1
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3  # errors only
+    # No busy-waiting between calls when several threads serve a call: a decoding run alternates with torch's
+    # own work (sampling, acceptance) and other requests' threads, which a spinning pool would slow.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
