@@ -33,6 +33,10 @@ CSS = """
 .ssd-tokens { max-height: 18rem; overflow-y: auto; }
 footer { display: none !important; }
 #ssd-headline h1 { margin: 0.2rem 0; }
+/* The status line is itself the status: an event shown with show_progress="hidden" (the page's load, the
+   readiness timer) still writes its timer ("0.3s") into the line while it runs, only transparent
+   (Gradio's `.hide` is opacity 0), so the line's text (innerText, a screen reader) would begin with it. */
+#ssd-status [data-testid="status-tracker"].hide { display: none; }
 /* Presenter mode (?presenter=1 or the toggle): big numbers, the race only, fits 1280x720. */
 body:not(.ssd-presenter) .ssd-presenter-only { display: none !important; }
 body.ssd-presenter .ssd-dev { display: none !important; }

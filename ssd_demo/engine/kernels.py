@@ -133,6 +133,11 @@ def packed_weights(model) -> tuple[list[PackedLayer], PackedLinear] | None:
     return cached[1]
 
 
+def drop_packed_weights(model) -> None:
+    """Forget the model's packed copy (another forward serves it); `packed_weights` builds it again if asked."""
+    _PACKED.pop(model, None)
+
+
 def kernel_setting() -> str:
     """`SSD_DEMO_MATMUL`, checked: "auto" (also when unset or empty), "blas", "onednn" or "onnxruntime", in any
     case."""

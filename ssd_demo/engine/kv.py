@@ -122,4 +122,8 @@ def describe_kernels(model, static_cache: bool | None = None) -> str:
         return "CUDA graphs of the fixed-shape forward (the model's own matmuls)"
     if onnx_forward.serves(model, static_cache):
         return onnx_forward.describe(model)
-    return describe_lean_kernels(model, static_cache)
+    lean = describe_lean_kernels(model, static_cache)
+    refused = onnx_forward.supports(model) if kernels.kernel_setting() == onnx_forward.SETTING else None
+    if refused and lean_forward_serves(model, static_cache):
+        return f"{lean}; {kernels.KERNEL_ENV}={onnx_forward.SETTING}, but ONNX Runtime cannot serve it: {refused}"
+    return lean

@@ -39,8 +39,9 @@ SETTING = "onnxruntime"
 #: The graph holds a copy of the weights in one protobuf (2 GB at most); past this size a call is mostly
 #: arithmetic anyway, and torch serves.
 MAX_PARAMETERS = 100_000_000
-#: Below this size neither forward is timed: the lean one serves (tests' toy models; nothing to gain there).
-PROBE_MIN_PARAMETERS = 500_000
+#: Below this size neither forward is timed and the lean one serves (toy models; timing them costs more than
+#: they could gain). A one-layer draft of 0.3 M parameters is timed: per-call cost is most of its step.
+PROBE_MIN_PARAMETERS = 100_000
 #: Rows timed by the probe: a decode or draft step, and the verify calls of K = 1..7.
 PROBE_ROWS = (1, 2, 3, 4, 5, 6, 8)
 #: This forward serves only where it is no slower for one row (the AR baseline must not lose) and at least this
@@ -51,14 +52,18 @@ MARGIN = 0.05
 def supports(model) -> str | None:
     """None where this forward can serve the model, else why not."""
     if not lean_forward_serves(model, True):
-        return "not a plain Llama or Qwen2 in inference mode"
+        if getattr(model, "training", False):
+            return "a model in training mode"
+        if getattr(getattr(model, "config", None), "sliding_window", None) is not None:
+            return "sliding-window attention"
+        return "not a plain Llama or Qwen2 with full attention"
     weight = model.lm_head.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
-        return f"{weight.dtype} weights on {weight.device.type}: ONNX Runtime serves float32 on a CPU"
+    if weight.device.type != "cpu" or any(p.dtype != torch.float32 for p in model.parameters()):
+        return f"{weight.dtype} weights on {weight.device.type}: ONNX Runtime serves float32 (every weight) on a CPU"
     if sum(p.numel() for p in model.parameters()) > MAX_PARAMETERS:
         return f"over {MAX_PARAMETERS // 1_000_000} M parameters"
     if getattr(model.model.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
-        return "a rotary scaling that depends on the sequence length"
+        return f"a rotary scaling other than {', '.join(STATIC_ROPE_TYPES)}"
     if any(type(layer.mlp.act_fn).__name__ not in SILU for layer in model.model.layers):
         return "an activation other than SiLU"
     for package in ("onnx", "onnxruntime"):
@@ -173,6 +178,9 @@ def session(model):
     parameters) and rebuilt when a weight is replaced or updated in place."""
     threads = torch.get_num_threads()
     fingerprint = kernels.weights_fingerprint(model)
+    cached = _SESSIONS.get(model, {}).get(threads)
+    if cached is not None and cached[0] == fingerprint:
+        return cached[1]
     with _SESSIONS_LOCK:
         cached = _SESSIONS.setdefault(model, {}).get(threads)
         if cached is None or cached[0] != fingerprint:
@@ -194,6 +202,7 @@ class OnnxForward:
         heads, kv_heads, head_dim = attention_shape(model.config)
         self._heads, self._kv_width = heads, kv_heads * head_dim
         self._layers = len(model.model.layers)
+        self._vocab = model.get_input_embeddings().weight.shape[0]
         self._outputs = ["logits", "hidden"] + [f"n{kind}{i}" for i in range(self._layers) for kind in "kv"]
         self._masks: dict[int, np.ndarray] = {}
         self._keys = self._values = None
@@ -230,7 +239,13 @@ class OnnxForward:
         return mask
 
     def forward(self, ids, last_only: bool = False) -> torch.Tensor:
-        ids = (ids.detach().cpu().view(-1).numpy() if torch.is_tensor(ids) else np.asarray(ids)).astype(np.int64)
+        ids = ids.detach().cpu().view(-1).numpy() if torch.is_tensor(ids) else np.asarray(ids)
+        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or not ids.size:
+            raise ValueError(f"expected a non-empty list of token ids, got an array of shape {ids.shape} ({ids.dtype})")
+        if ids.min() < 0 or ids.max() >= self._vocab:  # ONNX Runtime's Gather would take -1 as the last id
+            raise IndexError(f"token id {int(ids.min() if ids.min() < 0 else ids.max())} is outside the model's "
+                             f"vocabulary (0-{self._vocab - 1})")
+        ids = ids.astype(np.int64, copy=False)
         n, start = ids.shape[0], self._pos
         end = start + n
         if end > self._keys.shape[1]:
@@ -276,10 +291,15 @@ def choice(model) -> Choice:
     if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
         return Choice(False, "too small a model to time the forwards")
     key = torch.get_num_threads()
-    with _CHOICE_LOCK:
+    decided = _CHOICES.get(model, {}).get(key)
+    if decided is not None:
+        return decided
+    with _CHOICE_LOCK:  # one probe at a time: two at once would time each other
         per_model = _CHOICES.setdefault(model, {})
         if key not in per_model:
             per_model[key] = _probe(model)
+            if per_model[key].serves:
+                kernels.drop_packed_weights(model)  # the lean forward's copy, built for the probe, is not needed
         return per_model[key]
 
 

@@ -333,6 +333,8 @@ def markdown_table(result: dict) -> str:
     if "machine" in result:
         machine = result["machine"]
         lines.append(f"target forward: {machine['kernels']}")
+        if "draft_kernels" in machine:
+            lines.append(f"draft forward: {machine['draft_kernels']}")
         if machine.get("device") == "cpu" and machine.get("dtype", "float32") != "float32":
             lines.append(f"note: {machine['dtype']} on a CPU runs slow matmul paths here; the app uses float32 on a CPU")
     return "\n".join(lines)
@@ -379,6 +381,7 @@ def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = 
         "dtype": str(next(target_model.parameters()).dtype).removeprefix("torch."),
         "torch": torch.__version__,
         "kernels": describe_kernels(target_model),
+        "draft_kernels": describe_kernels(draft_model),
     }
     result["commit"] = git_commit()
     return result

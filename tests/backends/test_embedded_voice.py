@@ -196,7 +196,8 @@ def test_greedy_speculative_equals_greedy_ar_on_onnx_runtime(synth, monkeypatch)
     real_forward, real_step = onnx_forward.OnnxForward.forward, onnx_heads.OnnxHeadsStep.__call__
     monkeypatch.setattr(onnx_forward.OnnxForward, "forward",
                         lambda self, ids, last_only=False: rows.append(len(ids)) or real_forward(self, ids, last_only))
-    monkeypatch.setattr(onnx_heads.OnnxHeadsStep, "__call__", lambda self, *a: heads_steps.append(a) or real_step(self, *a))
+    monkeypatch.setattr(onnx_heads.OnnxHeadsStep, "__call__",
+                        lambda self, *a: heads_steps.append(a) or real_step(self, *a))
     config = _config(synth, temperature=0.0)
     ar = synth.synthesize(UNSEEN, mode="ar", config=config)
     assert ar.generation.stats.finish_reason == "eos"

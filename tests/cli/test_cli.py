@@ -143,6 +143,9 @@ def test_bench_on_local_models(tmp_path, capsys):
                 method["median_target_call_seconds"] / stream["seconds"])
     out = capsys.readouterr().out
     assert "speculative vs hf_assisted" in out and "x weight stream" in out and "stream once in" in out
+    # what served each model's forward, the draft's too (a small draft may run on another forward than its target)
+    assert f"target forward: {result['machine']['kernels']}" in out and result["machine"]["kernels"]
+    assert f"draft forward: {result['machine']['draft_kernels']}" in out and result["machine"]["draft_kernels"]
 
 
 def test_bench_loads_the_pair_in_the_dtype_asked_and_streams_that_many_bytes(tmp_path, capsys):

@@ -78,18 +78,45 @@ def test_served_where_the_setting_says_and_supported(monkeypatch):
     monkeypatch.setenv("SSD_DEMO_MATMUL", "")  # auto: toy models are not timed, the lean forward serves
     assert isinstance(kv.cached_lm(model, 16), StaticCacheLM)
     assert onnx_forward.choice(model).why == "too small a model to time the forwards"
+    assert kv.describe_kernels(model) == "BLAS matmuls (too small a model to time the kernels)"
 
 
-def test_unsupported_models_say_why():
+def test_unsupported_models_say_why(monkeypatch):
+    float32 = "ONNX Runtime serves float32 (every weight) on a CPU"
     half = MODELS["grouped-query"]().to(torch.bfloat16)
-    assert onnx_forward.supports(half) == "torch.bfloat16 weights on cpu: ONNX Runtime serves float32 on a CPU"
+    assert onnx_forward.supports(half) == f"torch.bfloat16 weights on cpu: {float32}"
+    mixed = MODELS["grouped-query"]()
+    mixed.model.to(torch.bfloat16)  # the output layer stays float32: still refused
+    assert onnx_forward.supports(mixed) == f"torch.float32 weights on cpu: {float32}"
     gelu = tiny_llama(seed=9, vocab=20, layers=1, width=16, hidden_act="gelu")
     assert onnx_forward.supports(gelu) == "an activation other than SiLU"
     dynamic = tiny_llama(seed=9, vocab=20, layers=1, width=16,
                          rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
-    assert onnx_forward.supports(dynamic) == "a rotary scaling that depends on the sequence length"
-    training = MODELS["grouped-query"]().train()
-    assert onnx_forward.supports(training) == "not a plain Llama or Qwen2 in inference mode"
+    assert onnx_forward.supports(dynamic) == "a rotary scaling other than default, linear, llama3"
+    assert onnx_forward.supports(MODELS["grouped-query"]().train()) == "a model in training mode"
+    window = Qwen2ForCausalLM(Qwen2Config(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True,
+                                          sliding_window=8)).eval()
+    assert onnx_forward.supports(window) == "sliding-window attention"
+    # Asked for and refused: the report says so, and why, beside what serves instead.
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onnxruntime")
+    described = kv.describe_kernels(gelu)
+    assert described.startswith("BLAS matmuls") and described.endswith(
+        "SSD_DEMO_MATMUL=onnxruntime, but ONNX Runtime cannot serve it: an activation other than SiLU")
+    assert isinstance(kv.cached_lm(gelu, 8), StaticCacheLM)
+
+
+def test_bad_ids_are_refused_not_wrapped_around():
+    forward = OnnxForward(MODELS["grouped-query"](), 8)
+    with pytest.raises(IndexError, match=r"token id -1 is outside the model's vocabulary \(0-49\)"):
+        forward.forward([1, -1])
+    with pytest.raises(IndexError, match="token id 50 is outside"):
+        forward.forward(torch.tensor([50]))
+    with pytest.raises(ValueError, match="expected a non-empty list of token ids"):
+        forward.forward([1.7, 2.2])
+    with pytest.raises(ValueError, match="expected a non-empty list of token ids"):
+        forward.forward([])
+    assert forward.length == 0 and forward.calls == 0  # nothing was fed
 
 
 def test_the_probe_decides_on_one_row_and_on_the_total():
@@ -105,7 +132,9 @@ def test_the_probe_runs_once_per_model_and_thread_count_and_needs_two_agreeing_p
     timed = []
     monkeypatch.setattr(onnx_forward, "PROBE_MIN_PARAMETERS", 0)
     monkeypatch.setattr(onnx_forward, "time_forwards", lambda model: timed.append(model) or next(answers))
+    kernels.packed_weights(model)  # the lean forward's copy, which the probe's lean forward builds
     assert onnx_forward.choice(model).serves and len(timed) == 2
+    assert model not in kernels._PACKED  # ONNX Runtime serves: the copy is let go
     assert onnx_forward.choice(model).serves and len(timed) == 2  # decided once
     torch.set_num_threads(2)  # another thread count: timed again; this time the second probe disagrees
     choice = onnx_forward.choice(model)

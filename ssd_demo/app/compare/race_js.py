@@ -199,9 +199,12 @@ PLAY_BOTH_JS = "() => {" + VOICES_JS + """
 #: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
 #: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
 #: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
-#: for a second and a half while the page still says the race stopped or was not run.
+#: for a second and a half while the page still says the race stopped or was not run, and no new race has started
+#: (a race started within that time, before its first frame replaced the status, would otherwise be held silent).
 IDLE_PLAYERS_JS = """(...inputs) => {
+  const race = window.ssdClick;  // set by each race's start (RACE_START_JS)
   const pause = () => {
+    if (window.ssdClick !== race) { return; }
     const status = document.querySelector('#ssd-status');
     const text = status ? status.innerText.trim() : '';
     if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }

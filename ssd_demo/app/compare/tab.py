@@ -380,10 +380,10 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
-    # Read again on every page load (the value above is the one at build time), so that a page opened
-    # while the app gets ready says so at once rather than after the timer's first tick.
-    gr.on(triggers=None, fn=_initial_status, outputs=[status], **private)
-    readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **private)
+    # Read on every page load too (the value above is build time's); no progress timer on the line (page.CSS).
+    quiet = {**private, "show_progress": "hidden"}
+    gr.on(triggers=None, fn=_initial_status, outputs=[status], **quiet)
+    readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **quiet)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
     # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing
