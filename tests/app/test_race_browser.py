@@ -137,7 +137,10 @@ def _presenter_page(browser, app_url):
 def test_one_race_at_a_time_and_stop_ends_it_stopped(app_url, browser):
     page = _presenter_page(browser, app_url)
     try:
-        page.locator(".ssd-example").first.click()  # starts a race
+        # A long text, so that the race is still decoding when the Stop click lands, however fast this machine
+        # decodes (an example sentence's whole race can end before a click on a loaded machine gets through).
+        page.locator("#ssd-text textarea").fill(" ".join([SENTENCES] * 3))
+        page.locator("#ssd-run").click()  # starts a race
         page.wait_for_function(f"!({CONTROLS_JS})().run", timeout=10_000)
         state = page.evaluate(CONTROLS_JS)
         assert not state["run"] and not any(state["examples"])  # no second race while this one runs
