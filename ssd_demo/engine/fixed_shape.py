@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .static_cache import STATIC_ROPE_TYPES, attention_shape, serves as lean_forward_serves
+from .static_cache import STATIC_ROPE_TYPES, attention_shape, serves as lean_forward_serves, signed_sine
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,7 @@ class FixedShapeLM:
         self._keys, self._values = keys, values
         self._positions = torch.arange(capacity, device=self._device)
         cos, sin = self.model.model.rotary_emb(keys.new_zeros(1, 1, 1), self._positions[None])
-        half = self._head_dim // 2
-        self._cos = cos[0, :, None, :]  # [capacity, 1, head_dim]
-        self._sin_signed = torch.cat([-sin[0, :, None, :half], sin[0, :, None, half:]], dim=-1)
+        self._cos, self._sin_signed = cos[0, :, None, :], signed_sine(sin[0, :, None, :])  # [capacity, 1, head_dim]
         self._graphs.clear()
         self._pool = None  # a fresh pool for the new graphs
 

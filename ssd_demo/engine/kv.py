@@ -111,7 +111,9 @@ def prepare_kernels(*models, static_cache: bool | None = None) -> None:
     """Decide now which forward and kernel serve each model (timing them where needed, and building ONNX Runtime's
     session), so that no timed call pays for it (a no-op once decided; other models are skipped)."""
     for model in models:
-        if lean_forward_serves(model, static_cache) and not onnx_forward.serves(model, static_cache):
+        if onnx_forward.serves(model, static_cache):
+            onnx_forward.session(model)  # built by the probe, or here where the setting chose it untimed
+        elif lean_forward_serves(model, static_cache):
             kernels.kernel_choice(model)
 
 

@@ -32,7 +32,8 @@ import torch
 
 from . import kernels
 from .onnx_graph import GraphBuilder, new_session
-from .static_cache import SILU, STATIC_ROPE_TYPES, StaticCacheLM, attention_shape, serves as lean_forward_serves
+from .static_cache import (SILU, STATIC_ROPE_TYPES, StaticCacheLM, attention_shape, serves as lean_forward_serves,
+                           signed_sine)
 
 #: The setting (SSD_DEMO_MATMUL) that makes this forward serve every model it supports.
 SETTING = "onnxruntime"
@@ -76,7 +77,7 @@ def build_graph(model):
     """The model's cached forward as an ONNX graph (weights included).
 
     Inputs: ids [n], cos / sin [n, 1, head_dim] (the rotary tables at the new positions, sine sign-folded as in
-    `static_cache._signed`), mask [heads * n, n] (0 / -inf: causal among the new rows; every cached row is
+    `static_cache.signed_sine`), mask [heads * n, n] (0 / -inf: causal among the new rows; every cached row is
     visible), first_out [1] (the first row whose logits are returned), and per layer i the cached keys `k{i}`
     and values `v{i}` [T, kv_heads * head_dim]. Outputs: logits and the final hidden state of rows first_out..n,
     and per layer the new rows' keys `nk{i}` and values `nv{i}` [n, kv_heads * head_dim].
@@ -217,9 +218,7 @@ class OnnxForward:
         positions = torch.arange(capacity)[None]
         with torch.inference_mode():
             cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1), positions)
-        half = sin.shape[-1] // 2
-        sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)  # rotate_half's signs folded in
-        self._cos, self._sin = cos[0, :, None, :].float().numpy(), sin[0, :, None, :].float().numpy()
+        self._cos, self._sin = cos[0, :, None, :].float().numpy(), signed_sine(sin[0, :, None, :]).float().numpy()
 
     @property
     def length(self) -> int:

@@ -160,7 +160,7 @@ class StaticCacheLM:
         if self._static_rope:
             positions = torch.arange(capacity, device=weight.device)[None]
             cos, sin = self.model.model.rotary_emb(keys.new_zeros(1, 1, 1), positions)
-            self._cos, self._sin_signed = cos[0, :, None, :], _signed(sin[0, :, None, :])  # [capacity, 1, head_dim]
+            self._cos, self._sin_signed = cos[0, :, None, :], signed_sine(sin[0, :, None, :])  # [capacity, 1, head_dim]
 
     @property
     def length(self) -> int:
@@ -213,7 +213,7 @@ class StaticCacheLM:
             cos, sin = self._cos[start:end], self._sin_signed[start:end]
         else:
             cos, sin = core.rotary_emb(hidden[None], positions[None])
-            cos, sin = cos[0, :, None, :], _signed(sin[0, :, None, :])
+            cos, sin = cos[0, :, None, :], signed_sine(sin[0, :, None, :])
         # Causal mask over cached + new positions; a single new token may attend to everything.
         mask = None if n == 1 else torch.arange(end, device=device)[None, :] <= positions[:, None]
         stream = torch.cat([hidden, -hidden], dim=-1) if self._mirrored else hidden
@@ -265,8 +265,8 @@ def attention_shape(config) -> tuple[int, int, int]:
     return heads, config.num_key_value_heads, getattr(config, "head_dim", None) or config.hidden_size // heads
 
 
-def _signed(sin: torch.Tensor) -> torch.Tensor:
-    """The sine table with its first half negated: rotate_half(x) * sin == swap_halves(x) * _signed(sin)."""
+def signed_sine(sin: torch.Tensor) -> torch.Tensor:
+    """The sine table with its first half negated: rotate_half(x) * sin == swap_halves(x) * signed_sine(sin)."""
     half = sin.shape[-1] // 2
     return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
 
