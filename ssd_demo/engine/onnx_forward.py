@@ -278,7 +278,8 @@ _CHOICE_LOCK = threading.Lock()
 def choice(model) -> Choice:
     """Whether ONNX Runtime serves this model's cached forward here: as SSD_DEMO_MATMUL says ("onnxruntime":
     wherever supported; "blas" / "onednn": never), or by default timed against the lean forward once per model
-    and thread count (`serves_from`, two probes that must agree; ~2 s for 10 M parameters)."""
+    and thread count (`serves_from`, two probes that must agree; 3-5 s for the 10 M-parameter embedded target,
+    the lean forward's own kernel probe included)."""
     setting = kernels.kernel_setting()
     unsupported = supports(model)
     if unsupported:
