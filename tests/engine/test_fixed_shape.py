@@ -16,7 +16,7 @@ from ssd_demo.engine.fixed_shape import FixedShapeLM
 from ssd_demo.engine.kv import CachedLM
 from ssd_demo.engine.kv import describe_kernels
 from ssd_demo.engine.static_cache import StaticCacheLM
-from support.tiny_models import check_same_logits, tiny_llama
+from support.tiny_models import check_same_decoding_after, check_same_logits, tiny_llama
 
 STEPS = [(0, 5, False), (5, 6, True), (6, 8, True), ("cut", 4), (4, 9, False), (9, 10, True), ("cut", 7),
          (7, 12, False), ("cut", 9), (9, 30, True)]
@@ -122,17 +122,8 @@ def test_not_used_off_a_gpu():
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_the_decoders_give_the_same_tokens_through_it(monkeypatch, temperature):
     """Both decoders on the fixed-shape forward (eager here) give the lean forward's tokens, and hand it back."""
-    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
-    draft = tiny_llama(seed=12, vocab=32, layers=1, width=16, init=0.3)
-    config = DecodingConfig(draft_len=3, max_new_tokens=40, temperature=temperature, seed=5)
-    prompt = torch.tensor([[1, 2, 3]])
-    lean = speculative_generate(target, draft, prompt, config)
-    lean_ar = autoregressive_generate(target, prompt, config)
-    monkeypatch.setattr(fixed_shape, "serves", lambda model, static_cache=None: static_cache is not False)
-    fixed = speculative_generate(target, draft, prompt, config)
-    assert fixed.tokens == lean.tokens
-    assert [s.accepted for s in fixed.steps] == [s.accepted for s in lean.steps]
-    assert autoregressive_generate(target, prompt, config).tokens == lean_ar.tokens
+    target, draft = check_same_decoding_after(lambda: monkeypatch.setattr(
+        fixed_shape, "serves", lambda model, static_cache=None: static_cache is not False), temperature)
     # Each run handed its forwards back, and AR reused the speculative run's target forward.
     assert len(FixedShapeLM._kept[target].idle) == len(FixedShapeLM._kept[draft].idle) == 1
 

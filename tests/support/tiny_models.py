@@ -72,3 +72,21 @@ def related_draft(vocab: int) -> LlamaForCausalLM:
         for parameter in draft.parameters():
             parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
     return draft
+
+
+def check_same_decoding_after(switch, temperature: float) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """Decode a tiny pair (speculative and AR) on the lean forward, then again after `switch()` puts another forward
+    in its place: the same tokens and the same accepted counts per round. Returns (target, draft)."""
+    from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
+
+    target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
+    draft = tiny_llama(seed=12, vocab=32, layers=1, width=16, init=0.3)
+    config = DecodingConfig(draft_len=3, max_new_tokens=40, temperature=temperature, seed=5)
+    prompt = torch.tensor([[1, 2, 3]])
+    lean, lean_ar = speculative_generate(target, draft, prompt, config), autoregressive_generate(target, prompt, config)
+    switch()
+    other = speculative_generate(target, draft, prompt, config)
+    assert other.tokens == lean.tokens
+    assert [s.accepted for s in other.steps] == [s.accepted for s in lean.steps]
+    assert autoregressive_generate(target, prompt, config).tokens == lean_ar.tokens
+    return target, draft
