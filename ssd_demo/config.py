@@ -335,6 +335,7 @@ class DecodingConfig:
 
     eos_token_id:     end token id(s); generation stops right after one is emitted.
     allowed_token_ids: restrict sampling to these ids (e.g. speech tokens + end of speech).
+    untempered_token_ids: ids sampled at temperature 1, the others tempered among themselves (`engine.sampling`).
     verify_costs:     v_k, one target call over k + 1 tokens / one target step, for k = 0, 1, ... (measured by
                       `ssd_demo.engine.calibration`); None counts every verify as one step. Given, the adaptive
                       choice may also pick K = 0 (plain AR steps) when no K pays on this machine.
@@ -348,6 +349,7 @@ class DecodingConfig:
     max_new_tokens: int = _default("max_new_tokens")
     eos_token_id: int | Sequence[int] | None = None
     allowed_token_ids: Sequence[int] | None = field(default=None, repr=False)
+    untempered_token_ids: Sequence[int] = ()
     seed: int | None = _default("seed")
     acceptance: str = _default("acceptance")
     topk_tolerance: int = _default("topk_tolerance")
@@ -375,11 +377,12 @@ class DecodingConfig:
         if self.allowed_token_ids is not None:
             if len(self.allowed_token_ids) == 0:
                 raise InvalidSettingError("allowed_token_ids is empty: nothing could ever be sampled")
-            # Store as a tuple so the frozen config stays hashable and immutable.
+            # Tuples keep the frozen config hashable. An end token outside allowed_token_ids is fine: a forced-token
+            # schedule may insert it (the embedded voice's does), and max_new_tokens always stops generation.
             object.__setattr__(self, "allowed_token_ids", tuple(int(t) for t in self.allowed_token_ids))
-            # An end token outside allowed_token_ids is fine: a forced-token schedule may insert it
-            # (the embedded voice does, so that it never ends before the last word), and
-            # max_new_tokens always stops generation.
+        if any(not isinstance(t, (int, np.integer)) or t < 0 for t in self.untempered_token_ids):
+            raise InvalidSettingError(f"untempered_token_ids must be token ids, got {self.untempered_token_ids!r}")
+        object.__setattr__(self, "untempered_token_ids", tuple(int(t) for t in self.untempered_token_ids))
 
     @property
     def greedy(self) -> bool:
@@ -387,10 +390,8 @@ class DecodingConfig:
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
-        if self.eos_token_id is None:
-            return ()
-        if isinstance(self.eos_token_id, int):
-            return (self.eos_token_id,)
+        if self.eos_token_id is None or isinstance(self.eos_token_id, int):
+            return () if self.eos_token_id is None else (self.eos_token_id,)
         return tuple(self.eos_token_id)
 
     def with_(self, **changes) -> "DecodingConfig":

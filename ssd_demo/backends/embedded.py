@@ -120,8 +120,9 @@ class EmbeddedBackend:
             raise FileNotFoundError(f"no embedded voice in {path} (missing {META_NAME})")
         meta = json.loads(meta_path.read_text())
         layout = VocabLayout.from_dict(meta["vocab"])
-        if "phonemes" in meta:  # a teacher voice's latent codec
+        if "phonemes" in meta:  # a teacher voice's latent codec; NEXT untempered: `engine.sampling._with_untempered`
             return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
+                       DEFAULT_CONFIG.with_(untempered_token_ids=(layout.next_phoneme_id,)),
                        max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)))
         return cls(layout, Codec.load(path / "codec"), EspeakSymbols(), max_symbol_frames=MAX_PHONEME_FRAMES,
                    chunk_symbols=text_frontend.CHUNK_PHONEMES)

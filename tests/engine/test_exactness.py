@@ -24,6 +24,9 @@ CASES = {
     "unrelated-temp0.7-topk3-K1": ("unrelated", dict(temperature=0.7, top_k=3, draft_len=1)),
     "unrelated-temp1.3-topp0.8-K2": ("unrelated", dict(temperature=1.3, top_p=0.8, draft_len=2)),
     "unrelated-temp1-mask-K4": ("unrelated", dict(temperature=1.0, draft_len=4, allowed_token_ids=[0, 1, 3])),
+    # One id at its temperature-1 probability, the others tempered among themselves (a voice's phoneme-end marker).
+    "unrelated-temp0.5-topk3-untempered-K3": ("unrelated", dict(temperature=0.5, top_k=3, draft_len=3,
+                                                                untempered_token_ids=[2])),
     # A draft close to the target: most blocks are fully accepted, exercising the bonus
     # token and the draft's two-token catch-up after it.
     "related-temp1-K4": ("related", dict(temperature=1.0, draft_len=4)),

@@ -5,6 +5,7 @@ import torch
 
 from ssd_demo import DecodingConfig, autoregressive_generate, speculative_generate
 from ssd_demo.rules import Block, make_rule
+from ssd_demo.errors import InvalidSettingError
 from ssd_demo.engine.sampling import allowed_mask, probabilities, processed_scores, sample
 from support.tiny_models import tiny_llama
 
@@ -27,6 +28,24 @@ def test_temperature_top_k_top_p_and_mask():
     assert torch.allclose(hot, torch.tensor([0.16, 0.09, 0.04, 0.01]) / 0.30)
     assert torch.allclose(probs(allowed_token_ids=[1, 3]), torch.tensor([0, 0.75, 0, 0.25]))
     assert torch.equal(probs(temperature=0.0, allowed_token_ids=[2, 3]), torch.tensor([0.0, 0, 1, 0]))
+
+
+def test_untempered_ids_keep_their_probability_and_the_others_are_tempered_among_themselves():
+    # Token 3 keeps its 0.1; the others share 0.9 as 0.4^2 : 0.3^2 : 0.2^2 (temperature 0.5), or top-k among them.
+    others = torch.tensor([0.16, 0.09, 0.04]) / 0.29 * 0.9
+    assert torch.allclose(probs(temperature=0.5, untempered_token_ids=[3]), torch.cat([others, torch.tensor([0.1])]))
+    assert torch.allclose(probs(temperature=0.5, top_k=1, untempered_token_ids=[3]), torch.tensor([0.9, 0, 0, 0.1]))
+    assert torch.allclose(probs(temperature=1.0, untempered_token_ids=[1]), probs())  # nothing to undo at 1
+    # The mask first: an untempered id outside it stays at 0; one alone in its row takes everything.
+    outside = probs(temperature=0.5, untempered_token_ids=[3], allowed_token_ids=[0, 1])
+    assert torch.allclose(outside, torch.tensor([0.16, 0.09, 0, 0]) / 0.25)
+    assert torch.allclose(probs(temperature=0.5, untempered_token_ids=[0], allowed_token_ids=[0]),
+                          torch.tensor([1.0, 0, 0, 0]))
+    assert torch.equal(probs(temperature=0.0, untempered_token_ids=[3]), torch.tensor([1.0, 0, 0, 0]))  # greedy
+    with pytest.raises(InvalidSettingError, match="vocabulary has 4 ids"):
+        probs(temperature=0.5, untempered_token_ids=[9])
+    with pytest.raises(InvalidSettingError, match="untempered_token_ids must be token ids"):
+        DecodingConfig(untempered_token_ids=[-1])
 
 
 def test_sampler_frequencies():

@@ -53,6 +53,8 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     voice = load_synthesizer(draft="heads", path=export)  # the exported voice speaks with its heads
     result = voice.synthesize("Hello there.", mode="speculative", config=voice.config(max_new_tokens=20, seed=1))
     assert result.generation.stats.draft_len == voice.config().draft_len and len(result.audio) > 0
+    # A latent voice samples its phoneme-end marker at its own probability (engine.sampling._with_untempered)
+    assert voice.config().untempered_token_ids == (meta["vocab"]["next_phoneme_id"],)
     assert (export / "codec" / "codebook.npy").exists() and (export / "codec" / "decoder.onnx").exists()
     assert meta["phonemes"]["espeak_voice"] == "en-us" and meta["teacher"]["scales"]["noise_scale"] == 0.333
     assert (export / "examples.txt").read_text().strip()

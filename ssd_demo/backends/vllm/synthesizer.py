@@ -199,7 +199,11 @@ class VllmSynthesizer(Synthesizer):
         return f"vLLM {', '.join(versions) or '(no engine started yet)'} and its own kernels"
 
     def check_decoding(self, mode: str, config: DecodingConfig) -> None:
-        """An InputError (naming the setting) for what vLLM's speculative decoding cannot do; AR runs any config."""
+        """An InputError (naming the setting) for what vLLM cannot do: untempered ids in any mode; in speculative
+        decoding, rules other than SSD's and an adaptive K."""
+        if config.untempered_token_ids:
+            raise InputError("the vLLM engine samples every token at one temperature: untempered_token_ids needs our "
+                             "engine", param="untempered_token_ids")
         if mode == "ar":
             return
         if config.acceptance not in ("ssd", "exact"):

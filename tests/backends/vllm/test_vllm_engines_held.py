@@ -13,7 +13,7 @@ from ssd_demo.backends.vllm import synthesizer as vllm_synthesizer
 from ssd_demo.backends.vllm.synthesizer import VllmSynthesizer
 from ssd_demo.backends.vllm.worker import SpecCounts, WorkerBatch
 from ssd_demo.config import DecodingConfig
-from ssd_demo.errors import InvalidSettingError
+from ssd_demo.errors import InputError, InvalidSettingError
 from ssd_demo.speech.synthesis import Synthesizer
 
 
@@ -130,6 +130,13 @@ def test_each_request_carries_its_own_beta_and_reports_its_own_counts(voice):
     stats = first.stats
     assert (stats.rounds, stats.drafted_tokens, stats.accepted_tokens) == (2, 8, 3)
     assert stats.acceptance_rate == pytest.approx(3 / 8)
+
+
+def test_untempered_ids_are_refused_in_both_modes_before_an_engine_starts(voice):
+    for mode in ("ar", "speculative"):
+        with pytest.raises(InputError, match="untempered_token_ids needs our engine"):
+            voice.check_decoding(mode, voice.config(temperature=0.5, untempered_token_ids=[3]))
+    assert FakeEngine.started == []
 
 
 def test_a_beta_out_of_range_is_refused_before_it_reaches_an_engine():
