@@ -1,14 +1,18 @@
-"""Train the embedded voice's target and its three drafts on one GPU within a time budget (developer tool).
+"""Train the embedded voice's target and its three drafts within a time budget (developer tool; GPU or CPU).
 
 Each stage is sized by timing a few of its steps on the device: as many steps as fit its minutes, capped at
 its epochs, so the cosine schedule completes. Held-out cross-entropy every 200 steps is kept for the docs.
 Usage (repository root): python scripts/train_voice_gpu.py DATASET.npz OUT_DIR BUDGET (a JSON file or string;
-scripts/train_voice_gpu.json is the H200-sized one: about 9 minutes of a 15-minute lease)
+scripts/train_voice_gpu.json is the H200-sized one: about 9 minutes of a 15-minute lease;
+scripts/train_voice_cpu.json the 2-core CPU one, with fixed step counts).
+Budget keys beyond the models' shapes: minutes / epochs / steps per stage, batch_tokens, target_lr, threads,
+init_from (a voice folder whose target and distilled draft start the new ones where shapes agree),
+speech_input_noise (the share of the target's input speech tokens replaced at random,
+`training.train.with_noisy_speech_inputs`). Every stage checkpoints and resumes in OUT_DIR.
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
-which `python -m ssd_demo train --stages export` style assembly turns into a voice folder (README).
+which `scripts/assemble_voice.py` turns into a voice folder (README).
 """
-import json, math, os, random, sys, time
-from dataclasses import asdict, replace
+import json, os, random, sys, time
 from pathlib import Path
 import numpy as np, torch
 sys.path.insert(0, os.getcwd())
@@ -17,7 +21,8 @@ from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerpr
 from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
-    evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start)
+    evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start,
+    with_noisy_speech_inputs)
 from transformers import AutoModelForCausalLM
 
 data_path, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -105,7 +110,10 @@ mins = budget["minutes"]
 fresh = lambda: make_llama(layout, spec).to(device)
 probe = fresh(); s = steps_for("target", probe, lambda b: cross_entropy(probe, b), None, mins["target"]); del probe
 lr = budget.get("target_lr", 2e-3)
-summ = train_stage("target", target, lambda b: cross_entropy(target, b), None, train, layout,
+NOISE, noise_rng = budget.get("speech_input_noise", 0.0), torch.Generator().manual_seed(7)  # see the function
+def target_loss(b):
+    return cross_entropy(target, with_noisy_speech_inputs(b, layout, NOISE, noise_rng) if NOISE else b)
+summ = train_stage("target", target, target_loss, None, train, layout,
                    StageConfig(steps=s, lr=lr, warmup=min(200, s // 10), batch_tokens=BT, checkpoint_every=100,
                                max_minutes=mins["target"],
                                weight_decay=budget.get("weight_decay", 0.05)), out, stage_log("target", target))

@@ -153,6 +153,19 @@ def cross_entropy(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE)
 
 
+def with_noisy_speech_inputs(batch: dict[str, torch.Tensor], layout: VocabLayout, rate: float,
+                             generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The batch with each speech token of the model's input replaced by a random speech token with probability
+    `rate`; labels unchanged. Why: a target that can predict the next frame from the frames before it learns to
+    ignore the text (teacher-forced it speaks well, free-running it babbles); with its own history unreliable, it
+    must read the phoneme it is told it is speaking (as Tacotron's always-on pre-net dropout does)."""
+    ids = batch["input_ids"]
+    speech = ids >= layout.speech_offset
+    hit = speech & (torch.rand(ids.shape, generator=generator) < rate).to(ids.device)  # drawn on the CPU
+    noise = torch.randint(layout.speech_offset, layout.vocab_size, ids.shape, generator=generator).to(ids.device)
+    return {**batch, "input_ids": torch.where(hit, noise, ids)}
+
+
 def distillation_kl(draft, target, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean over speech positions of KL(target || draft), both at temperature 1."""
     with torch.no_grad():

@@ -7,7 +7,7 @@ from ssd_demo import text as text_frontend
 from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
 from ssd_demo.training.dataset import build_examples
-from ssd_demo.training.train import IGNORE, collate
+from ssd_demo.training.train import IGNORE, collate, with_noisy_speech_inputs
 
 LAYOUT = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=16)
 
@@ -91,3 +91,18 @@ def test_labels_skip_the_prompt_and_the_inserted_tokens():
     assert kept == [LAYOUT.speech_offset + 1, LAYOUT.next_phoneme_id, LAYOUT.speech_offset + 2,
                     LAYOUT.speech_offset + 3, LAYOUT.next_phoneme_id]
     assert torch.equal(batch["input_ids"][0], torch.tensor(example["prompt"] + example["speech"]))
+
+
+def test_noisy_speech_inputs_replace_only_speech_tokens_and_keep_the_labels():
+    symbols = [7, 20, 9]
+    example = {"prompt": LAYOUT.prompt(symbols), "speech": LAYOUT.stream(symbols, [[1, 2, 3] * 20, [4] * 30, [5] * 40])}
+    batch = collate([example], LAYOUT)
+    noisy = with_noisy_speech_inputs(batch, LAYOUT, 0.5, torch.Generator().manual_seed(0))
+    before, after = batch["input_ids"][0], noisy["input_ids"][0]
+    speech = before >= LAYOUT.speech_offset
+    assert torch.equal(before[~speech], after[~speech])  # prompt, NEXT, inserted phonemes, END untouched
+    assert (after[speech] >= LAYOUT.speech_offset).all() and (after[speech] < LAYOUT.vocab_size).all()
+    changed = float((before[speech] != after[speech]).float().mean())
+    assert 0.3 < changed < 0.55  # half drawn again, some of those by chance the same code (16 codes)
+    assert torch.equal(noisy["labels"], batch["labels"]) and torch.equal(noisy["attention_mask"], batch["attention_mask"])
+    assert torch.equal(with_noisy_speech_inputs(batch, LAYOUT, 0.0)["input_ids"], batch["input_ids"])
