@@ -5,10 +5,11 @@ its epochs, so the cosine schedule completes. Held-out cross-entropy every 200 s
 Usage (repository root): python scripts/train_voice_gpu.py DATASET.npz OUT_DIR BUDGET (a JSON file or string;
 scripts/train_voice_gpu.json is the H200-sized one: about 9 minutes of a 15-minute lease;
 scripts/train_voice_cpu.json the 2-core CPU one, with fixed step counts).
-Budget keys beyond the models' shapes: minutes / epochs / steps per stage, batch_tokens, target_lr, threads,
-init_from (a voice folder whose target and distilled draft start the new ones where shapes agree),
-speech_input_noise (the share of the target's input speech tokens replaced at random,
-`training.train.with_noisy_speech_inputs`). Every stage checkpoints and resumes in OUT_DIR.
+Budget keys beyond the models' shapes: minutes / epochs / steps per stage, batch_tokens, target_lr, weight_decay,
+threads, max_sequence, heads_inner, unroll, init_from (a voice folder whose target and distilled draft start the
+new ones where shapes agree), speech_input_noise (the share of the target's input speech tokens replaced at
+random, `training.train.with_noisy_speech_inputs`; its draws restart with a resumed run). Every stage
+checkpoints and resumes in OUT_DIR; the budget is kept in OUT_DIR/voice/training.json.
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
 which `scripts/assemble_voice.py` turns into a voice folder (README).
 """
@@ -164,6 +165,7 @@ heads.made_for = target_fingerprint(target)
 heads.to("cpu").to(torch.float16).save(dest / "draft_heads")
 summaries["heads"]["parameters"] = sum(p.numel() for p in heads.parameters())
 summaries["curves"] = CURVES
+summaries["budget"] = budget
 summaries["machine"] = f"{torch.cuda.get_device_name() if device.type=='cuda' else 'cpu'}, torch {torch.__version__}"
 (dest / "training.json").write_text(json.dumps(summaries, indent=1))
 log("done")

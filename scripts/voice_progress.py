@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def held_out(dataset: Path, count: int) -> tuple[VocabLayout, list[tuple[str, list[int], list[int]]]]:
-    """(layout, [(text, prompt, stream)]) of the first `count` held-out chunks, spread over the split."""
+    """(layout, [(text, prompt, stream)]) of `count` held-out chunks, evenly spaced over the held-out split."""
     stored = np.load(dataset)
     layout = VocabLayout.from_dict(json.loads(str(stored["meta"]))["layout"])
     prompts, streams = stored["test_prompt_offsets"], stored["test_speech_offsets"]
@@ -62,7 +61,8 @@ def scored(target, layout: VocabLayout, prompt: list[int], stream: list[int]) ->
 
 
 def with_random_phonemes(layout: VocabLayout, stream: list[int], rng: np.random.Generator) -> list[int]:
-    """The stream with every inserted phoneme (the token after NEXT) replaced by a random phoneme."""
+    """The stream with every inserted phoneme (the token after NEXT) replaced by a random phoneme. The prompt still
+    holds the true ones (and the first phoneme ends it), so the cost it shows is a lower bound of the model's use."""
     return [int(rng.integers(layout.phoneme_offset, layout.speech_offset))
             if k and stream[k - 1] == layout.next_phoneme_id and token != layout.end_of_speech_id else token
             for k, token in enumerate(stream)]
@@ -92,12 +92,11 @@ def teacher_forced(voice, layout: VocabLayout, chunks, seed: int) -> None:
 
 
 def teacher_seconds(texts: list[str]) -> list[float]:
-    """The teacher's speech length for each text, at the corpus's scales."""
-    from ssd_demo.training.teacher import Teacher, analysis_graph
+    """The teacher's length for each text, read as the voice reads it (chunks, pauses), as eval measures it."""
+    from ssd_demo.measure.teacher_reference import SAMPLE_RATE, TeacherReference
 
-    with tempfile.TemporaryDirectory() as tmp:
-        teacher = Teacher(analysis_graph(Path(tmp) / "teacher.onnx"))
-        return [len(rendering.audio) / 22050 for rendering in map(teacher.render, texts)]
+    teacher = TeacherReference()
+    return [len(teacher.render(text).audio) / SAMPLE_RATE for text in texts]
 
 
 def free_running(voice, count: int, seed: int) -> None:
@@ -123,6 +122,8 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     voice = load_synthesizer(path=args.voice)
     layout, chunks = held_out(args.dataset, args.chunks)
+    if layout != voice.backend.layout:
+        raise ValueError(f"{args.dataset} was tokenised for another vocabulary than the voice in {args.voice}")
     teacher_forced(voice, layout, chunks, args.seed)
     free_running(voice, args.sentences, args.seed)
     return 0

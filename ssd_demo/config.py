@@ -377,12 +377,13 @@ class DecodingConfig:
         if self.allowed_token_ids is not None:
             if len(self.allowed_token_ids) == 0:
                 raise InvalidSettingError("allowed_token_ids is empty: nothing could ever be sampled")
-            # Tuples keep the frozen config hashable. An end token outside allowed_token_ids is fine: a forced-token
-            # schedule may insert it (the embedded voice's does), and max_new_tokens always stops generation.
+            # A tuple keeps the config hashable; an end token outside it is fine (a forced schedule may insert it).
             object.__setattr__(self, "allowed_token_ids", tuple(int(t) for t in self.allowed_token_ids))
-        if any(not isinstance(t, (int, np.integer)) or t < 0 for t in self.untempered_token_ids):
-            raise InvalidSettingError(f"untempered_token_ids must be token ids, got {self.untempered_token_ids!r}")
-        object.__setattr__(self, "untempered_token_ids", tuple(int(t) for t in self.untempered_token_ids))
+        ids = self.untempered_token_ids
+        if not isinstance(ids, (list, tuple)) or len(set(ids)) < len(ids) or not all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in ids):
+            raise InvalidSettingError(f"untempered_token_ids must be distinct token ids, got {ids!r}")
+        object.__setattr__(self, "untempered_token_ids", tuple(int(t) for t in ids))
 
     @property
     def greedy(self) -> bool:

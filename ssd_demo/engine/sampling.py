@@ -57,11 +57,12 @@ def _with_untempered(scores: torch.Tensor, config: DecodingConfig) -> torch.Tens
         raise InvalidSettingError(f"untempered_token_ids contains id {max(config.untempered_token_ids)}, but the "
                                   f"model's vocabulary has {vocab} ids")
     ids = torch.tensor(config.untempered_token_ids, dtype=torch.long, device=scores.device)
-    kept = torch.log_softmax(scores, dim=-1).index_select(-1, ids)  # [N, u]
+    logp = torch.log_softmax(scores, dim=-1)  # temperature 1
+    kept = logp.index_select(-1, ids)  # [N, u]
+    rest = torch.logsumexp(logp.index_fill(-1, ids, float("-inf")), dim=-1, keepdim=True)  # the others' share
     others = _tempered(scores.index_fill(-1, ids, float("-inf")), config)
     has_others = torch.isfinite(others).any(dim=-1, keepdim=True)
     others = torch.where(has_others, torch.log_softmax(others, dim=-1), float("-inf"))
-    rest = torch.log1p(-kept.exp().sum(dim=-1, keepdim=True).clamp(max=1.0))  # log of the others' share
     return (others + rest).index_copy(-1, ids, kept)
 
 

@@ -92,6 +92,8 @@ def markdown(report: dict, command: str) -> str:
         _what_was_measured(report),
         f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
         f"top-p {report['config']['top_p']}, "
+        + (f"ids {list(report['config']['untempered_token_ids'])} at temperature 1 (the phoneme-end marker), "
+           if report["config"].get("untempered_token_ids") else "")
         + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured costs)."
            if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}.")
         + " SSD at beta = 0 is exact speculative sampling.",

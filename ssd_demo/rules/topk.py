@@ -9,7 +9,8 @@ from .exact import ExactRule
 
 
 class TopKRule(ExactRule):
-    """Keep a drafted token that is among the target's k most likely (a VADUSA-style tolerance).
+    """Keep a drafted token that is among the target's k most likely (a VADUSA-style tolerance), ranked in the
+    processed distribution (with `untempered_token_ids`, those ids' temperature-1 probability counts).
 
     Otherwise fall back to the exact ratio test. Guarantee: approximate (tokens the target
     ranks in its top-k are over-represented); k = 1 under greedy decoding is exact greedy.

@@ -44,8 +44,14 @@ def test_untempered_ids_keep_their_probability_and_the_others_are_tempered_among
     assert torch.equal(probs(temperature=0.0, untempered_token_ids=[3]), torch.tensor([1.0, 0, 0, 0]))  # greedy
     with pytest.raises(InvalidSettingError, match="vocabulary has 4 ids"):
         probs(temperature=0.5, untempered_token_ids=[9])
-    with pytest.raises(InvalidSettingError, match="untempered_token_ids must be token ids"):
-        DecodingConfig(untempered_token_ids=[-1])
+    for bad in ([-1], [3, 3], [True], iter([3]), 3, None, ["3"]):
+        with pytest.raises(InvalidSettingError, match="untempered_token_ids must be distinct token ids"):
+            DecodingConfig(untempered_token_ids=bad)
+    # Nearly all the mass on the untempered id: the others keep their tiny share, not a rounding of 1 - p.
+    tiny = torch.log(torch.tensor([[1e-9, 2e-9, 0.0, 1.0]]).clamp_min(1e-30))
+    config = DecodingConfig(temperature=0.5, untempered_token_ids=[3])
+    shares = probabilities(processed_scores(tiny, config, None), config)[0]
+    assert torch.allclose(shares[:2].double() / 3e-9, torch.tensor([0.2, 0.8], dtype=torch.float64), rtol=1e-3)
 
 
 def test_sampler_frequencies():

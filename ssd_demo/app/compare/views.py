@@ -145,7 +145,8 @@ def stats_markdown(comparison: Comparison) -> str:
         f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "
         f"K = {config.draft_len}, β = {config.beta:g}{' (not used by exact)' if config.acceptance == 'exact' else ''}, "
         f"temperature {config.temperature:g}, "
-        f"top-k {config.top_k}, top-p {config.top_p:g}, seed {comparison.seed}."
+        f"top-k {config.top_k}, top-p {config.top_p:g}"
+        f"{' (phoneme ends at temperature 1)' if config.untempered_token_ids else ''}, seed {comparison.seed}."
     )
     lines += ["", TABLE_LEGEND + (HEADS_NOTE if comparison.draft == "heads" else "")]
     return "\n".join(lines)
