@@ -391,9 +391,8 @@ class DecodingConfig:
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
-        if self.eos_token_id is None or isinstance(self.eos_token_id, int):
-            return () if self.eos_token_id is None else (self.eos_token_id,)
-        return tuple(self.eos_token_id)
+        eos = self.eos_token_id
+        return () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
 
     def with_(self, **changes) -> "DecodingConfig":
         """A copy with some fields changed (validated again)."""
