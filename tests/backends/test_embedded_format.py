@@ -7,7 +7,7 @@ from ssd_demo import text as text_frontend
 from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
 from ssd_demo.training.dataset import build_examples
-from ssd_demo.training.train import IGNORE, collate, with_noisy_speech_inputs
+from ssd_demo.training.train import IGNORE, codebook_neighbours, collate, with_neighbour_runs, with_noisy_speech_inputs
 
 LAYOUT = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=16)
 
@@ -106,3 +106,32 @@ def test_noisy_speech_inputs_replace_only_speech_tokens_and_keep_the_labels():
     assert 0.3 < changed < 0.55  # half drawn again, some of those by chance the same code (16 codes)
     assert torch.equal(noisy["labels"], batch["labels"]) and torch.equal(noisy["attention_mask"], batch["attention_mask"])
     assert torch.equal(with_noisy_speech_inputs(batch, LAYOUT, 0.0)["input_ids"], batch["input_ids"])
+
+
+def test_neighbour_runs_swap_whole_runs_for_nearby_codes_and_leave_the_rest():
+    # 16 centroids on a line: each code's two nearest others are the codes beside it.
+    codebook = np.arange(16, dtype=np.float32)[:, None] * np.array([[1.0, 0.0]], dtype=np.float32)
+    near = codebook_neighbours(codebook, 2)
+    assert sorted(near[5].tolist()) == [4, 6] and near[0].tolist() == [1, 2]
+    symbols = [7, 20, 9]
+    runs = [[3] * 5 + [8] * 4, [12] * 6, [1] * 3 + [14] * 2]
+    example = {"prompt": LAYOUT.prompt(symbols), "speech": LAYOUT.stream(symbols, runs)}
+    batch = collate([example, example], LAYOUT)
+    before = batch["input_ids"]
+    swapped = 0
+    for seed in range(20):
+        after = with_neighbour_runs(batch, LAYOUT, 0.5, near, torch.Generator().manual_seed(seed))["input_ids"]
+        speech = before >= LAYOUT.speech_offset
+        assert torch.equal(before[~speech], after[~speech])  # prompt, NEXT, inserted phonemes, END untouched
+        codes_before, codes_after = before - LAYOUT.speech_offset, after - LAYOUT.speech_offset
+        for row in range(2):
+            positions = speech[row].nonzero().flatten().tolist()
+            for start, length in ((positions[0], 5), (positions[5], 4), (positions[9], 6)):
+                run = codes_after[row, start : start + length]
+                assert (run == run[0]).all()  # a whole run keeps one code, swapped or not
+                original = int(codes_before[row, start])
+                assert int(run[0]) == original or int(run[0]) in near[original].tolist()
+                swapped += int(run[0]) != original
+    assert 20 * 2 * 3 * 0.3 < swapped < 20 * 2 * 3 * 0.7  # about half of the runs
+    unchanged = with_neighbour_runs(batch, LAYOUT, 0.0, near)
+    assert torch.equal(unchanged["input_ids"], before) and torch.equal(unchanged["labels"], batch["labels"])

@@ -56,6 +56,8 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     # A latent voice samples its phoneme-end marker at its own probability (engine.sampling._with_untempered)
     assert voice.config().untempered_token_ids == (meta["vocab"]["next_phoneme_id"],)
     assert (export / "codec" / "codebook.npy").exists() and (export / "codec" / "decoder.onnx").exists()
+    # The recipe's codes are of the teacher's prior latent: the exported codec decodes through its flow
+    assert json.loads((export / "codec" / "codec_config.json").read_text())["latent"] == "prior"
     assert meta["phonemes"]["espeak_voice"] == "en-us" and meta["teacher"]["scales"]["noise_scale"] == 0.333
     assert (export / "examples.txt").read_text().strip()
 
