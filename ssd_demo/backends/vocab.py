@@ -11,6 +11,12 @@ phoneme after each NEXT, and END after the last one, are inserted by the decoder
 schedule, `PhonemeSchedule`). So the model always knows which sound it is saying, and no word can
 be skipped or made up: alignment comes from the format, not from attention learned on a small
 corpus. The model decides every duration, so timing and rhythm are still its own.
+
+With `lookahead` L > 0 each inserted phoneme comes with the L phonemes after it (BOS past the text's end):
+with L = 2, "... [NEXT] p_2 p_3 p_4 s s [NEXT] p_3 p_4 p_5 ...", and the prompt ends with p_1 p_2 p_3. Why:
+a code of the teacher's prior latent depends on the phoneme's neighbours (its text encoder reads context),
+and a small target left to find them in the prompt by counting NEXTs loses its place once its own codes
+stray: with the neighbours beside it, it says the words (docs/benchmarks.md, "Codes of the prior latent").
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class VocabLayout:
     end_of_speech_id: int = 3
     next_phoneme_id: int = 4
     phoneme_offset: int = 5
+    lookahead: int = 0  # phonemes inserted after the one being spoken (0 in voices made before it existed)
 
     @property
     def speech_offset(self) -> int:
@@ -47,12 +54,17 @@ class VocabLayout:
     def phoneme_ids(self, symbols: list[int]) -> list[int]:
         return [self.phoneme_offset + int(s) for s in symbols]
 
+    def spoken(self, ids: list[int], index: int) -> list[int]:
+        """What is inserted for phoneme `index` of the token ids `ids`: it and the `lookahead` after it."""
+        return [ids[index], *(ids[j] if j < len(ids) else self.bos_id for j in range(index + 1, index + 1 + self.lookahead))]
+
     def prompt(self, symbols: list[int]) -> list[int]:
-        """[BOS] phonemes [SPEECH_START] first phoneme: everything before the first generated token."""
+        """[BOS] phonemes [SPEECH_START] first phoneme (and its lookahead): everything before the first
+        generated token."""
         if not symbols:
             raise TextError("a prompt needs at least one phoneme")
         ids = self.phoneme_ids(symbols)
-        return [self.bos_id, *ids, self.speech_start_id, ids[0]]
+        return [self.bos_id, *ids, self.speech_start_id, *self.spoken(ids, 0)]
 
     def stream(self, symbols: list[int], frames: list[list[int]]) -> list[int]:
         """The generated part for training: each phoneme's speech codes, NEXT, the next phoneme...
@@ -65,12 +77,8 @@ class VocabLayout:
         for i, codes in enumerate(frames):
             out += self.speech_ids(codes)
             out.append(self.next_phoneme_id)
-            out.append(ids[i + 1] if i + 1 < len(ids) else self.end_of_speech_id)
+            out += self.spoken(ids, i + 1) if i + 1 < len(ids) else [self.end_of_speech_id]
         return out
-
-    def is_forced(self, previous: int) -> bool:
-        """Whether the token after `previous` in a stream was inserted by the schedule (not predicted)."""
-        return previous == self.next_phoneme_id
 
     def speech_ids(self, codes) -> list[int]:
         return [self.speech_offset + int(c) for c in codes]
@@ -91,8 +99,9 @@ class VocabLayout:
         return list(range(self.speech_offset, self.vocab_size)) + [self.next_phoneme_id]
 
     def schedule(self, symbols: list[int], max_frames: int = MAX_PHONEME_FRAMES) -> "PhonemeSchedule":
-        return PhonemeSchedule(tuple(self.phoneme_ids(symbols)), self.next_phoneme_id, self.end_of_speech_id,
-                               self.speech_offset, max_frames)
+        ids = self.phoneme_ids(symbols)
+        return PhonemeSchedule(tuple(ids), self.next_phoneme_id, self.end_of_speech_id, self.speech_offset, max_frames,
+                               tuple(tuple(self.spoken(ids, i)) for i in range(len(ids))))
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -106,15 +115,18 @@ class VocabLayout:
         missing = [k for k in fields if k not in data]
         if missing:
             raise ModelLoadError(f"voice layout lacks {missing}: it was made by an older version; retrain or update it")
-        return cls(**{k: int(data[k]) for k in fields})
+        lookahead = int(data.get("lookahead", 0))
+        if lookahead < 0:
+            raise ModelLoadError(f"voice layout has a negative lookahead ({lookahead})")
+        return cls(**{k: int(data[k]) for k in fields}, lookahead=lookahead)
 
 
 @dataclass(frozen=True)
 class PhonemeSchedule:
     """The forced-token schedule of one chunk (see `ssd_demo.engine.run_state.ForcedTokens`).
 
-    State: (index of the phoneme being spoken, frames spoken for it). After NEXT the next phoneme is
-    inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too.
+    State: (index of the phoneme being spoken, frames spoken for it). After NEXT the next phoneme (with its
+    lookahead) is inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too.
     """
 
     phonemes: tuple[int, ...]
@@ -122,13 +134,14 @@ class PhonemeSchedule:
     end_id: int
     speech_offset: int
     max_frames: int
+    inserted: tuple[tuple[int, ...], ...]  # per phoneme: what follows NEXT (it and its lookahead)
 
     def initial_state(self) -> tuple[int, int]:
         return (0, 0)
 
     def _next(self, index: int) -> tuple[tuple[int, int], tuple[int, ...]]:
         if index + 1 < len(self.phonemes):
-            return (index + 1, 0), (self.phonemes[index + 1],)
+            return (index + 1, 0), self.inserted[index + 1]
         return (len(self.phonemes), 0), (self.end_id,)
 
     def advance(self, state: tuple[int, int], token: int) -> tuple[tuple[int, int], tuple[int, ...]]:

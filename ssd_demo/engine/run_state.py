@@ -24,8 +24,9 @@ from .sampling import allowed_mask, probabilities, processed_scores
 #: function of the prefix alone; both decoders apply it to every row, drafts and verifies alike.
 PrefixDistribution = Callable[[torch.Tensor, list[list[int]]], torch.Tensor]
 
-#: Most tokens a schedule may insert after one sampled token (sizes the static KV caches).
-MAX_FORCED_PER_TOKEN = 3
+#: Most tokens a schedule may insert after one sampled token (sizes the static KV caches): the embedded
+#: voice's NEXT after an overlong phoneme, the next phoneme and its two of lookahead (`backends.vocab`).
+MAX_FORCED_PER_TOKEN = 4
 
 
 class ForcedTokens(Protocol):

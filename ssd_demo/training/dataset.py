@@ -48,6 +48,8 @@ class DataConfig:
     # What the codes quantize (`speech.latent_codec`): "prior" codes are a function of the phoneme in context,
     # which a small target learns to say; on "z" codes it learned the voice but not the words.
     latent: str = "prior"
+    # Phonemes inserted after the one being spoken (`VocabLayout.lookahead`): its right-hand context.
+    lookahead: int = 2
 
 
 def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:
@@ -146,7 +148,7 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size, latent=config.latent), codebook, decoder)
     codec.save(out / "codec")
     phonemes = teacher_phonemes()
-    layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size)
+    layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size, lookahead=config.lookahead)
     examples = build_examples(shards, codec, layout, config.max_symbol_frames)
     data = {"config": json.loads(json.dumps(asdict(config))), "layout": layout.to_dict(),
             "phonemes": phonemes.to_dict(),

@@ -134,8 +134,8 @@ def collate(batch: list[dict], layout: VocabLayout) -> dict[str, torch.Tensor]:
         mask[row, : len(seq)] = 1
         start = len(example["prompt"])
         stream = torch.tensor(seq[start:])
-        previous = torch.tensor(seq[start - 1 : -1])
-        labels[row, start : len(seq)] = stream.masked_fill(previous == layout.next_phoneme_id, IGNORE)
+        sampled = (stream >= layout.speech_offset) | (stream == layout.next_phoneme_id)  # the rest is inserted
+        labels[row, start : len(seq)] = stream.masked_fill(~sampled, IGNORE)
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
@@ -164,6 +164,19 @@ def with_noisy_speech_inputs(batch: dict[str, torch.Tensor], layout: VocabLayout
     hit = speech & (torch.rand(ids.shape, generator=generator) < rate).to(ids.device)  # drawn on the CPU
     noise = torch.randint(layout.speech_offset, layout.vocab_size, ids.shape, generator=generator).to(ids.device)
     return {**batch, "input_ids": torch.where(hit, noise, ids)}
+
+
+@torch.no_grad()
+def with_own_predictions(model, batch: dict[str, torch.Tensor], layout: VocabLayout, rate: float,
+                         generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """The batch with each speech token of the input replaced, with probability `rate`, by the code the model
+    itself finds most likely there given the true tokens before it; labels unchanged (one-pass scheduled
+    sampling, Duckworth et al. 2019). Why: free-running, the target reads its own codes, not the corpus's."""
+    ids = batch["input_ids"]
+    logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits[:, :-1, layout.speech_offset :]
+    own = torch.cat([ids[:, :1], logits.argmax(dim=-1) + layout.speech_offset], dim=1)
+    hit = (ids >= layout.speech_offset) & (torch.rand(ids.shape, generator=generator) < rate).to(ids.device)
+    return {**batch, "input_ids": torch.where(hit, own, ids)}
 
 
 def codebook_neighbours(codebook, count: int) -> torch.Tensor:

@@ -36,6 +36,27 @@ def test_schedule_reproduces_every_inserted_token_of_a_training_stream():
     assert LAYOUT.codes(stream) == [c for f in frames for c in f]
 
 
+def test_lookahead_inserts_each_phonemes_right_neighbours_and_the_schedule_follows():
+    layout = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=16, lookahead=2)
+    symbols = [7, 20, 3, 40]
+    p = layout.phoneme_ids(symbols)
+    frames = [[1, 2], [], [3, 3, 3], [4]]
+    stream = layout.stream(symbols, frames)
+    bos, nxt, speech = layout.bos_id, layout.next_phoneme_id, layout.speech_offset
+    assert layout.prompt(symbols) == [bos, *p, layout.speech_start_id, p[0], p[1], p[2]]
+    assert stream == [speech + 1, speech + 2, nxt, p[1], p[2], p[3], nxt, p[2], p[3], bos,
+                      speech + 3, speech + 3, speech + 3, nxt, p[3], bos, bos, speech + 4, nxt, layout.end_of_speech_id]
+    assert replay(layout, symbols, stream) == stream  # the decoder inserts exactly what training saw
+    assert layout.codes(stream) == [c for f in frames for c in f]
+    schedule = layout.schedule(symbols[:2], max_frames=2)  # a phoneme held too long ends with its lookahead
+    state, forced = schedule.advance(schedule.advance(schedule.initial_state(), speech)[0], speech)
+    assert forced == (nxt, p[1], bos, bos)
+    # The layout travels in voice.json; one without the field (an older voice) reads as no lookahead.
+    assert VocabLayout.from_dict(layout.to_dict()) == layout
+    older = {k: v for k, v in layout.to_dict().items() if k != "lookahead"}
+    assert VocabLayout.from_dict(older).lookahead == 0
+
+
 def test_a_phoneme_that_lasts_too_long_is_ended_by_the_schedule():
     schedule = LAYOUT.schedule([7, 20], max_frames=3)
     speech = LAYOUT.speech_offset
