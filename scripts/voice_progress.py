@@ -61,11 +61,10 @@ def scored(target, layout: VocabLayout, prompt: list[int], stream: list[int]) ->
 
 
 def with_random_phonemes(layout: VocabLayout, stream: list[int], rng: np.random.Generator) -> list[int]:
-    """The stream with every inserted phoneme (the token after NEXT) replaced by a random phoneme. The prompt still
-    holds the true ones (and the first phoneme ends it), so the cost it shows is a lower bound of the model's use."""
+    """The stream with every inserted phoneme (after NEXT, with its lookahead) replaced by a random phoneme. The
+    prompt still holds the true ones (and the first ends it), so the cost it shows is a lower bound of their use."""
     return [int(rng.integers(layout.phoneme_offset, layout.speech_offset))
-            if k and stream[k - 1] == layout.next_phoneme_id and token != layout.end_of_speech_id else token
-            for k, token in enumerate(stream)]
+            if layout.phoneme_offset <= token < layout.speech_offset else token for token in stream]
 
 
 def teacher_forced(voice, layout: VocabLayout, chunks, seed: int) -> None:
