@@ -25,7 +25,7 @@ from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
     evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start,
-    with_noisy_speech_inputs, codebook_neighbours, with_neighbour_runs, with_own_predictions)
+    with_noisy_speech_inputs, codebook_neighbours, with_neighbour_runs)
 from transformers import AutoModelForCausalLM
 
 data_path, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -117,10 +117,7 @@ NOISE, noise_rng = budget.get("speech_input_noise", 0.0), torch.Generator().manu
 RUNS = budget.get("neighbour_runs")  # {"rate": share of runs, "neighbours": k, "codebook": path}
 if RUNS:
     NEAR = codebook_neighbours(np.load(RUNS["codebook"]), RUNS["neighbours"])
-OWN = budget.get("own_predictions", 0.0)  # share of input speech tokens replaced by the target's own argmax
 def target_loss(b):
-    if OWN:
-        b = with_own_predictions(target, b, layout, OWN, noise_rng)
     if RUNS:
         b = with_neighbour_runs(b, layout, RUNS["rate"], NEAR, noise_rng)
     return cross_entropy(target, with_noisy_speech_inputs(b, layout, NOISE, noise_rng) if NOISE else b)

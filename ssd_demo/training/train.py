@@ -166,19 +166,6 @@ def with_noisy_speech_inputs(batch: dict[str, torch.Tensor], layout: VocabLayout
     return {**batch, "input_ids": torch.where(hit, noise, ids)}
 
 
-@torch.no_grad()
-def with_own_predictions(model, batch: dict[str, torch.Tensor], layout: VocabLayout, rate: float,
-                         generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """The batch with each speech token of the input replaced, with probability `rate`, by the code the model
-    itself finds most likely there given the true tokens before it; labels unchanged (one-pass scheduled
-    sampling, Duckworth et al. 2019). Why: free-running, the target reads its own codes, not the corpus's."""
-    ids = batch["input_ids"]
-    logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits[:, :-1, layout.speech_offset :]
-    own = torch.cat([ids[:, :1], logits.argmax(dim=-1) + layout.speech_offset], dim=1)
-    hit = (ids >= layout.speech_offset) & (torch.rand(ids.shape, generator=generator) < rate).to(ids.device)
-    return {**batch, "input_ids": torch.where(hit, own, ids)}
-
-
 def codebook_neighbours(codebook, count: int) -> torch.Tensor:
     """[codes, count] the `count` nearest other centroids of each centroid (Euclidean), nearest first."""
     centroids = torch.as_tensor(codebook, dtype=torch.float32)
