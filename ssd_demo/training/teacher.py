@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelLoadError
-from ..speech.latent_codec import DECODER_INPUT, DECODER_OUTPUT, LATENT_INPUTS, PRIOR_INPUT, PRIOR_MASK
+from ..speech.latent_codec import (DECODER_INPUT, DECODER_OUTPUT, LATENT_INPUTS, PRIOR_INPUT, PRIOR_MASK,
+                                   LatentCodecConfig)
 from ..text.piper_phonemes import PiperPhonemes
 
 DURATIONS = "/Ceil_output_0"
@@ -105,7 +106,8 @@ class Rendering:
 
     @property
     def seconds(self) -> float:
-        return sum(self.frames) * 256 / 22_050
+        codec = LatentCodecConfig()  # the teacher's rate and hop
+        return sum(self.frames) * codec.hop_length / codec.sample_rate
 
 
 def symbol_frames(ids: list[int], durations: list[int]) -> tuple[list[int], list[int]]:
