@@ -152,7 +152,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         print(f"note: {note}")
     systems = evaluation_systems(choose_drafts(args.drafts, synth), plan.betas)
     base = synth.config(**plan.settings).with_(acceptance="ssd")
-    teacher = _teacher(plan.pair, args.threads, notes)
+    teacher = _teacher(plan.pair, args.threads, notes, codec_latent(synth.backend))
     reference = EmbeddedReference(synth, items, teacher) if plan.pair.embedded else None
     scoring = Scoring(whisper, "dnsmos" in plan.metrics, reference)
     if plan.engine == "vllm":
@@ -182,12 +182,18 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     return report
 
 
-def _teacher(pair: Pair, threads: int, notes: list[str]) -> "teacher_reference.TeacherReference | None":
+def codec_latent(backend) -> str:
+    """Which teacher latent the voice's codec reads ("z" for a codec without one: its round trip is skipped)."""
+    return getattr(getattr(getattr(backend, "codec", None), "config", None), "latent", "z")
+
+
+def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z"
+             ) -> "teacher_reference.TeacherReference | None":
     """The embedded voice's teacher, where it is installed (else a note says so); None for other pairs."""
     if not pair.embedded:
         return None
     if teacher_reference.available():
-        return teacher_reference.TeacherReference(threads=threads)
+        return teacher_reference.TeacherReference(threads=threads, latent=latent)
     notes.append(teacher_reference.MISSING_NOTE)
     print(f"note: {notes[-1]}")
     return None

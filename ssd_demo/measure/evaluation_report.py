@@ -33,6 +33,7 @@ def voice_summary(meta: dict) -> dict:
         "steps": {name: t.get("steps") for name, t in training.items()},
         "training_seconds": {name: t.get("wall_seconds") for name, t in training.items()},
         "total_training_seconds": meta.get("total_training_seconds"),
+        "machine": meta.get("machine"),
         "dataset_build_seconds": meta.get("dataset_build_seconds"),
         "train_sentences": meta.get("train_sentences"),
     }
@@ -198,10 +199,15 @@ def _voice_line(voice: dict) -> str:
                 + " after 1.." + str(len(accept[name])) + " steps"
         return "no held-out score"
 
-    return ("Voice: " + "; ".join(
+    line = "Voice: " + "; ".join(
         f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
         + held_out(name) for name in params)
-        + f". Training stages add up to {voice['total_training_seconds'] / 60:.0f} min on 2 shared CPU cores "
-        "(summed; the two draft stages are independent and may run side by side), "
-        f"plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
-        f"{voice['train_sentences']} training sentences.")
+    # A voice.json records what its recipe measured: older exports lack the machine, newer ones the data stage.
+    total, machine = voice.get("total_training_seconds"), voice.get("machine")
+    if total is not None:
+        line += (f". Training stages add up to {total / 60:.0f} min" + (f" ({machine})" if machine else "")
+                 + " (summed; the draft stages are independent and may run side by side)")
+    if voice.get("dataset_build_seconds") is not None:
+        line += (f", plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
+                 f"{voice['train_sentences']} training sentences")
+    return line + "."

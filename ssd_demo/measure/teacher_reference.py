@@ -48,14 +48,16 @@ class Reference:
 class TeacherReference:
     """Renders texts with the teacher; its analysis graph is written once to a temporary folder."""
 
-    def __init__(self, threads: int = 1, budget: int | None = None):
+    def __init__(self, threads: int = 1, budget: int | None = None, latent: str = "z"):
+        """`latent`: which of the teacher's latents `Reference.latents` holds, the voice's codec's
+        (`LatentCodecConfig.latent`): "z" (the decoder's input) or "prior" (m_p over frames)."""
         from ..training.teacher import Teacher, analysis_graph
 
         if budget is None:
             from ..backends.embedded import CHUNK_SYMBOLS as budget
         self.budget = budget
         with tempfile.TemporaryDirectory(prefix="ssd-teacher-") as folder:
-            graph = analysis_graph(Path(folder) / "teacher_analysis.onnx")
+            graph = analysis_graph(Path(folder) / "teacher_analysis.onnx", latent)
             self.teacher = Teacher(graph, threads=threads)  # the session holds the graph: the file may go
 
     def render(self, text: str) -> Reference:

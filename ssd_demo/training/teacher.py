@@ -82,14 +82,15 @@ def prior_graph(dest: Path) -> Path:
     return dest
 
 
-def analysis_graph(dest: Path) -> Path:
-    """Write the teacher with z and durations as extra outputs to `dest`."""
+def analysis_graph(dest: Path, latent: str = "z") -> Path:
+    """Write the teacher with a codec's latent ("z", or "prior": m_p over frames, the prior codec's) and the
+    durations as extra outputs to `dest`: its audio and those latents come from one run, so they align."""
     import onnx
     from onnx import TensorProto, helper
 
     model = onnx.load(str(teacher_files()[0]))
     check_graph(model)
-    for name in (DECODER_INPUT, DURATIONS):
+    for name in ({"z": DECODER_INPUT, "prior": PRIOR_MEAN}[latent], DURATIONS):
         model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     dest.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(dest))
