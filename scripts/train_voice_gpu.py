@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np, torch
 sys.path.insert(0, os.getcwd())
 from ssd_demo.backends.vocab import VocabLayout
+from ssd_demo.measure.reporting import cpu_name
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
@@ -173,6 +174,7 @@ heads.to("cpu").to(torch.float16).save(dest / "draft_heads")
 summaries["heads"]["parameters"] = sum(p.numel() for p in heads.parameters())
 summaries["curves"] = CURVES
 summaries["budget"] = budget
-summaries["machine"] = f"{torch.cuda.get_device_name() if device.type=='cuda' else 'cpu'}, torch {torch.__version__}"
+summaries["machine"] = (f"{torch.cuda.get_device_name() if device.type == 'cuda' else cpu_name()}, "
+                        f"{budget.get('threads', 2)} threads, torch {torch.__version__}")
 (dest / "training.json").write_text(json.dumps(summaries, indent=1))
 log("done")

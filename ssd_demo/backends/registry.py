@@ -301,7 +301,7 @@ def _register_builtin() -> None:
         return
     _builtins_registered = True
 
-    from .embedded import available_drafts, default_draft, load_synthesizer  # deferred: a backend (see the top)
+    from .embedded import EmbeddedBackend, available_drafts, default_draft, load_synthesizer  # deferred (see the top)
 
     def load_embedded(device: str | None) -> Synthesizer:
 
@@ -312,11 +312,11 @@ def _register_builtin() -> None:
             key="embedded",
             label="Embedded voice (offline, CPU)",
             description=(
-                "A small codec-token TTS trained on eSpeak NG speech, shipped with the demo: "
-                "a 12-layer target and its drafts (distilled, SSD-style layer subset, and draft heads on the "
-                "target's own hidden state)."
+                "A small codec-token TTS shipped with the demo, trained on speech rendered by Piper's "
+                "en_US-joe-medium voice and decoded by that voice's own decoder: a 12-layer target and its drafts "
+                "(distilled, SSD-style layer subset, and draft heads on the target's own hidden state)."
             ),
-            licence="Apache-2.0 (weights trained by this project on eSpeak NG output)",
+            licence=EmbeddedBackend.LICENCES["latent"],
             drafts=available_drafts(),
             default_draft=default_draft(),
             loader=load_embedded,
