@@ -7,11 +7,11 @@ A voice folder declares its format in voice.json:
   out of its graph (`speech.latent_codec`). Text is read by the teacher's own phonemizer
   (`text.piper_phonemes`) in chunks of at most `CHUNK_SYMBOLS` symbols; audio streams window by window;
 - the earlier eSpeak NG voice (no "phonemes"): k-means codes of 50 Hz log-mels, Griffin-Lim back to audio
-  (`speech.codec`), eSpeak NG's phoneme inventory (`text.SYMBOLS`), chunks of `text.CHUNK_PHONEMES`. It is the
-  shipped voice until the teacher voice's models are trained (README, "Train the embedded voice"); then this
-  format goes.
-Either way each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol; the LM writes speech tokens
-and NEXT markers, and the decoder inserts the next symbol after each NEXT and END after the last
+  (`speech.codec`), eSpeak NG's phoneme inventory (`text.SYMBOLS`), chunks of `text.CHUNK_PHONEMES`. It was the
+  shipped voice until 2026-12-05; folders in this format still load, and the format can go once none is needed.
+Either way each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol (with the `lookahead` symbols
+after it, two in the shipped voice); the LM writes speech tokens and NEXT markers, and the decoder inserts the
+next symbol (likewise with those after it) after each NEXT and END after the last
 (`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. Chunks are joined with pauses set by their
 punctuation. Target: a 12-layer Llama; drafts: "distilled" (a one-layer model trained with KL to the target),
 "layers" (the target's bottom layer + top two layers, the SSD paper's construction) and "heads"
