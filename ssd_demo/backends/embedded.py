@@ -55,7 +55,8 @@ META_NAME = "voice.json"
 #: well inside the target's 1,280 positions; the corpus was rendered in chunks of this budget.
 CHUNK_SYMBOLS = 110
 #: A symbol that has lasted this many frames (2.3 s) is ended by the decoder, so a model stuck on one
-#: sound cannot run to the length limit; the teacher's longest pause in the corpus is far shorter.
+#: sound cannot run to the length limit. The default for voice.json files that name no cap: voices
+#: assembled now carry their corpus's own (`training.dataset.symbol_frame_cap`, 66 frames = 0.77 s).
 MAX_SYMBOL_FRAMES = 200
 
 # Decoding defaults: see docs/benchmarks.md, "Embedded voice evaluation" (measured on held-out everyday

@@ -164,7 +164,23 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     return data
 
 
-def _pack(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def longest_symbol(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout) -> int:
+    """The most frames any one phoneme holds in packed speech streams (`save_dataset`'s flat arrays)."""
+    frames = (speech >= layout.speech_offset).astype(np.int64)
+    # A phoneme's frames end at its NEXT; a row's start also starts a phoneme (rows end with NEXT, END).
+    ends = (speech == layout.next_phoneme_id) | np.isin(np.arange(len(speech)), offsets[1:] - 1)
+    counted = np.concatenate([[0], np.cumsum(frames)])[np.flatnonzero(ends) + 1]
+    return int(np.diff(counted, prepend=0).max(initial=0))
+
+
+def symbol_frame_cap(longest: int, margin: float = 0.2) -> int:
+    """How long the voice may hold one phoneme before NEXT is inserted (`PhonemeSchedule.max_frames`): the
+    longest the teacher ever held one in training, plus `margin`. A bigger cap only lets a target stuck on a
+    phoneme (typically the first one's leading pause) hold silence for seconds the teacher never did."""
+    return int(np.ceil(longest * (1 + margin)))
+
+
+def pack(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     flat = np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]) if sequences else np.zeros(0, np.int32)
     return flat, np.cumsum([0] + [len(s) for s in sequences]).astype(np.int64)
 
@@ -174,7 +190,7 @@ def save_dataset(path: Path, data: dict) -> None:
     arrays = {}
     for split in ("train", "test"):
         for field in ("prompt", "speech"):
-            arrays[f"{split}_{field}"], arrays[f"{split}_{field}_offsets"] = _pack([e[field] for e in data[split]])
+            arrays[f"{split}_{field}"], arrays[f"{split}_{field}_offsets"] = pack([e[field] for e in data[split]])
         arrays[f"{split}_text"] = np.array([e["text"] for e in data[split]])
         arrays[f"{split}_sentence"] = np.array([e["sentence"] for e in data[split]], dtype=np.int64)
     meta = {k: data[k] for k in ("config", "layout", "phonemes", "audio_hours", "build_seconds")}

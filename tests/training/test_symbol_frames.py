@@ -1,0 +1,44 @@
+"""How long a voice may hold one phoneme: the longest the teacher held one in training, plus a margin."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ssd_demo.backends.vocab import VocabLayout
+from ssd_demo.training.dataset import longest_symbol, pack, symbol_frame_cap
+
+LAYOUT = VocabLayout(n_phonemes=10, n_speech=16, lookahead=2)
+
+
+def _streams(*rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Packed training streams, one per row of per-phoneme code lists (phoneme i is symbol i)."""
+    return pack([LAYOUT.stream(list(range(len(frames))), frames) for frames in rows])
+
+
+def test_longest_symbol_counts_frames_between_phoneme_ends_within_each_row():
+    speech, offsets = _streams([[1, 2], [3] * 7, [4]], [[5] * 3, [6, 7]])
+    assert longest_symbol(speech, offsets, LAYOUT) == 7
+    # The first phoneme's frames open a row: the previous row's tail is not added to them.
+    speech, offsets = _streams([[1] * 4], [[2] * 5, [3]])
+    assert longest_symbol(speech, offsets, LAYOUT) == 5
+    assert longest_symbol(*_streams([[9] * 12]), LAYOUT) == 12
+    assert longest_symbol(np.zeros(0, np.int32), np.zeros(1, np.int64), LAYOUT) == 0
+
+
+def test_symbol_frame_cap_leaves_a_margin_above_the_longest():
+    assert symbol_frame_cap(55) == 66 and symbol_frame_cap(10, margin=0.0) == 10 and symbol_frame_cap(7) == 9
+
+
+def test_the_shipped_voice_caps_phonemes_at_its_training_data():
+    """The shipped voice.json's cap is the one its corpus gives, far under the 200 frames a phoneme once
+    could hold (2.3 s of silence before the first word)."""
+    from ssd_demo.backends.embedded import DEFAULT_PATH
+
+    data = DEFAULT_PATH.parent / "teacher_voice" / "dataset.npz"
+    if not (DEFAULT_PATH / "voice.json").exists() or not data.exists():
+        pytest.skip("embedded voice or its corpus not shipped")
+    stored = np.load(data)
+    layout = VocabLayout.from_dict(json.loads(str(stored["meta"]))["layout"])
+    cap = symbol_frame_cap(longest_symbol(stored["train_speech"], stored["train_speech_offsets"], layout))
+    assert json.loads((DEFAULT_PATH / "voice.json").read_text())["max_symbol_frames"] == cap < 100
