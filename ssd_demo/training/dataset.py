@@ -50,6 +50,8 @@ class DataConfig:
     latent: str = "prior"
     # Phonemes inserted after the one being spoken (`VocabLayout.lookahead`): its right-hand context.
     lookahead: int = 2
+    # The longest opening pause kept, in frames (`trim_leading_run`; None keeps them whole).
+    leading_run: int | None = 5
 
 
 def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:
@@ -97,9 +99,10 @@ def load_shard(path: Path) -> tuple[list[dict], np.ndarray]:
     return json.loads(path.with_suffix(".json").read_text()), np.load(path)["z"]
 
 
-def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, max_frames: int) -> list[dict]:
+def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, max_frames: int,
+                   leading_run: int | None = None) -> list[dict]:
     """Every rendered chunk as {"sentence", "text", "prompt", "speech"} (frames past `max_frames` - 1 dropped:
-    the decoder ends a symbol there itself)."""
+    the decoder ends a symbol there itself; the opening pause cut to `leading_run` frames)."""
     examples = []
     for path in shards:
         meta, z = load_shard(path)
@@ -111,8 +114,11 @@ def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, 
                 frames.append(codes[position : position + count][: max_frames - 1].tolist())
                 position += count
             start = position
+            speech = layout.stream(chunk["symbols"], frames)
+            if leading_run is not None:
+                speech = trim_leading_run(speech, layout, leading_run)
             examples.append({"sentence": chunk["sentence"], "text": chunk["text"],
-                             "prompt": layout.prompt(chunk["symbols"]), "speech": layout.stream(chunk["symbols"], frames)})
+                             "prompt": layout.prompt(chunk["symbols"]), "speech": speech})
         if start != len(z):
             raise ValueError(f"{path}: chunk frames cover {start} of {len(z)} latents")
     return examples
@@ -149,7 +155,7 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     codec.save(out / "codec")
     phonemes = teacher_phonemes()
     layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size, lookahead=config.lookahead)
-    examples = build_examples(shards, codec, layout, config.max_symbol_frames)
+    examples = build_examples(shards, codec, layout, config.max_symbol_frames, config.leading_run)
     data = {"config": json.loads(json.dumps(asdict(config))), "layout": layout.to_dict(),
             "phonemes": phonemes.to_dict(),
             "train": [e for e in examples if e["sentence"] not in test_ids],
@@ -162,6 +168,18 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     log(f"dataset: {len(data['train'])} train / {len(data['test'])} test chunks, {data['audio_hours']:.2f} h of audio, "
         f"{n_tokens} train tokens, {data['build_seconds']:.0f} s")
     return data
+
+
+def trim_leading_run(speech: list[int], layout: VocabLayout, keep: int) -> list[int]:
+    """A training stream whose opening run of one code (the teacher's leading pause) lasts at most `keep` frames.
+
+    Piper's stochastic durations open ~2 % of chunks with a 6-47 frame pause where 97 % have 1-5 frames; a
+    target that learns that tail holds the pause for seconds once it has repeated the code a few times
+    (tempered sampling favours the repeat), so the tail is cut to the common length."""
+    run = 0
+    while run < len(speech) and speech[run] == speech[0] and speech[0] >= layout.speech_offset:
+        run += 1
+    return speech[:keep] + speech[run:] if run > keep else speech
 
 
 def longest_symbol(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout) -> int:

@@ -1,4 +1,5 @@
-"""How long a voice may hold one phoneme: the longest the teacher held one in training, plus a margin."""
+"""Training streams shaped against the teacher's rare long pauses: the opening pause cut to its common length,
+and how long a voice may hold one phoneme (the longest the teacher held one in training, plus a margin)."""
 
 import json
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from ssd_demo.backends.vocab import VocabLayout
-from ssd_demo.training.dataset import longest_symbol, pack, symbol_frame_cap
+from ssd_demo.training.dataset import longest_symbol, pack, symbol_frame_cap, trim_leading_run
 
 LAYOUT = VocabLayout(n_phonemes=10, n_speech=16, lookahead=2)
 
@@ -42,3 +43,17 @@ def test_the_shipped_voice_caps_phonemes_at_its_training_data():
     layout = VocabLayout.from_dict(json.loads(str(stored["meta"]))["layout"])
     cap = symbol_frame_cap(longest_symbol(stored["train_speech"], stored["train_speech_offsets"], layout))
     assert json.loads((DEFAULT_PATH / "voice.json").read_text())["max_symbol_frames"] == cap < 100
+
+
+def test_trim_leading_run_cuts_only_a_long_opening_pause():
+    o = LAYOUT.speech_offset
+    stream = LAYOUT.stream([0, 1], [[7] * 9 + [3, 3], [7] * 9])
+    trimmed = trim_leading_run(stream, LAYOUT, keep=5)
+    assert trimmed == LAYOUT.stream([0, 1], [[7] * 5 + [3, 3], [7] * 9])  # the later run of 7 is a phoneme's own
+    assert trimmed[:6] == [o + 7] * 5 + [o + 3]
+    short = LAYOUT.stream([0], [[7, 7, 3]])
+    assert trim_leading_run(short, LAYOUT, keep=5) == short
+    assert trim_leading_run(trimmed, LAYOUT, keep=5) == trimmed  # idempotent: a dataset cut twice is cut once
+    # A stream that opens with NEXT (a first phoneme of no frames) has no pause to cut.
+    empty = LAYOUT.stream([0, 1], [[], [7] * 9])
+    assert trim_leading_run(empty, LAYOUT, keep=2) == empty
