@@ -2,7 +2,8 @@
 
 1. `clean_text` (`normalize`): Unicode NFC, control characters (NUL included) become spaces, whitespace
    collapses; text with no Latin letter or digit is refused (the voice speaks English only); letters of
-   scripts the English voice can only name ("Chinese letter") and emoji are left out, and `left_out` says which.
+   scripts the English voice can only name ("Chinese letter") or spell (Cyrillic, Greek words), and emoji, are
+   left out, and `left_out` says which; a Greek letter alone stays (read by its name: "alpha", "pi").
 2. `normalize_text` (`normalize`, with `numbers`): money, decimals, clock times, dates, years, phone numbers,
    ranges, units and abbreviations are spelled out as people say them, so that eSpeak reads words (not "dash"
    or "asterisk") and a dot inside "12.50" or "Dr." is never read as the end of a sentence.

@@ -233,34 +233,60 @@ def clean_text(text: str) -> str:
 def _marked(text: str):
     """(character, left out?) pairs: a letter of another script or an emoji, and the marks on it (vowel signs,
     accents, emoji variation selectors)."""
+    letters = _letters_kept(text)
     dropping = False
-    for ch in text:
+    for index, ch in enumerate(text):
         if unicodedata.category(ch).startswith("M"):
             yield ch, dropping  # a combining mark goes with the letter it sits on
             continue
-        dropping = _unreadable(ch)
+        dropping = not letters[index]
         yield ch, dropping
 
 
-#: Scripts whose letters eSpeak NG's English voice reads by name, or spells, well enough to keep.
-READABLE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC")
+#: Scripts whose letters eSpeak NG's English voice reads well enough to keep: Latin, and Greek letters standing
+#: alone, which it names ("alpha", "pi", "mu"). A Greek word it spells letter by letter ("epsilon lambda
+#: lambda ..."), and Cyrillic it spells with Russian letter names ("em o es ka va a" for Москва): left out.
+READABLE_SCRIPTS = ("LATIN",)
+NAMED_ALONE_SCRIPTS = ("GREEK",)
 
 
 #: Pictograph blocks (emoji, their skin tones and flags, dingbats, miscellaneous symbols).
 EMOJI_BLOCKS = ((0x2600, 0x27BF), (0x2B00, 0x2BFF), (0x1F000, 0x1FAFF))
 
 
-def _unreadable(ch: str) -> bool:
-    """A letter of another script (CJK, kana, Arabic, Hebrew, Thai, ...): eSpeak's English voice would say
-    "Chinese letter" or "Hebrew shin" for it, or switch language mid-sentence, so it is left out. Judged on
-    its compatibility form, so that "µ" (Greek mu), "ℓ" or bold maths letters count as what they look like;
-    modifier letters ("ʻ" in Hawaiʻi, "ʼ") are punctuation-like and stay. Emoji go too: eSpeak reads 😀
-    as "grinning face" and 🍕 as "pizza", in the middle of the sentence."""
-    if unicodedata.category(ch) in ("So", "Sk") and any(low <= ord(ch) <= high for low, high in EMOJI_BLOCKS):
-        return True
-    if not ch.isalpha() or unicodedata.category(ch) == "Lm":
-        return False
-    return not unicodedata.name(unicodedata.normalize("NFKC", ch)[0], "").startswith(READABLE_SCRIPTS)
+def _letters_kept(text: str) -> list[bool]:
+    """Per character: kept (True) or left out. A letter of another script (CJK, kana, Arabic, Hebrew, Thai,
+    Cyrillic, ...): eSpeak's English voice would say "Chinese letter" or "Hebrew shin" for it, spell it, or
+    switch language mid-sentence. Judged on its compatibility form, so that "µ" (Greek mu), "ℓ" or bold maths
+    letters count as what they look like; modifier letters ("ʻ" in Hawaiʻi, "ʼ") are punctuation-like and stay.
+    Emoji go too: eSpeak reads 😀 as "grinning face" and 🍕 as "pizza", in the middle of the sentence."""
+    kinds = [_script_kind(ch) for ch in text]
+    kept = []
+    for index, kind in enumerate(kinds):
+        if kind == "alone":  # a Greek letter is kept when no other Greek letter touches it (marks skipped)
+            kind = "keep" if not (_touches(kinds, index, -1) or _touches(kinds, index, 1)) else "drop"
+        kept.append(kind != "drop")
+    return kept
+
+
+def _touches(kinds: list[str], index: int, step: int) -> bool:
+    index += step
+    while 0 <= index < len(kinds) and kinds[index] == "mark":
+        index += step
+    return 0 <= index < len(kinds) and kinds[index] == "alone"
+
+
+def _script_kind(ch: str) -> str:
+    """"keep", "drop", "alone" (kept when standing alone) or "mark" (goes with the letter before it)."""
+    category = unicodedata.category(ch)
+    if category.startswith("M"):
+        return "mark"
+    if category in ("So", "Sk") and any(low <= ord(ch) <= high for low, high in EMOJI_BLOCKS):
+        return "drop"
+    if not ch.isalpha() or category == "Lm":
+        return "keep"
+    name = unicodedata.name(unicodedata.normalize("NFKC", ch)[0], "")
+    return "keep" if name.startswith(READABLE_SCRIPTS) else "alone" if name.startswith(NAMED_ALONE_SCRIPTS) else "drop"
 
 
 def left_out(text: str) -> str:

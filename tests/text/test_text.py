@@ -60,7 +60,11 @@ def test_letters_of_scripts_the_voice_would_only_name_are_left_out_and_reported(
     # eSpeak's English voice says "Chinese letter" for 你, "Hebrew shin" for ש: such letters are not spoken
     assert text.clean_text("Hello 你好 world, שלום and こんにちは!") == "Hello world, and !"
     assert text.left_out("Hello 你好 world, 你 שלום") == "你好שלום"
-    assert text.clean_text("alpha α, Moscow Москва") == "alpha α, Moscow Москва"  # named / spelled: kept
+    # A Greek letter alone is named ("alpha", "pi", "mu" of "µm"); a Greek word or Cyrillic would be spelled
+    # letter by letter (with Russian letter names): left out, and said so
+    assert text.clean_text("alpha α, π r², 5 µm, ΔT") == "alpha α, π r², 5 µm, ΔT"
+    assert text.clean_text("Moscow Москва, Greece Ελλάδα, é ά!") == "Moscow , Greece , é ά!"
+    assert text.left_out("Moscow Москва and Ελλάδα, not α") == "МоскваΕλάδα"  # distinct letters, in order
     assert text.left_out("plain English") == ""
     # emoji too (eSpeak reads them by name: "grinning face"), with their variation selectors and skin tones
     assert text.clean_text("I love pizza 🍕 and ☀️ days 👍🏽 😀!") == "I love pizza and days !"

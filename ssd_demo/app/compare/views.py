@@ -135,8 +135,8 @@ def stats_markdown(comparison: Comparison) -> str:
     if note:
         lines += ["", note]
     if comparison.left_out:
-        lines += ["", f"**Not spoken:** {comparison.left_out} (the voice speaks English; letters of other scripts "
-                      "and emoji are left out rather than read by their names)."]
+        lines += ["", f"**Not spoken:** {comparison.left_out} (the voice speaks English; letters of other "
+                      "scripts, Greek words and emoji are left out rather than spelled or read by their names)."]
     if comparison.requested_draft:  # API callers see no pop-up warning: say it where they read
         lines += ["", f"**Draft `{comparison.requested_draft}` is not available for this preset;** "
                       f"`{comparison.draft}` was used."]
