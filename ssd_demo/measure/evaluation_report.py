@@ -36,6 +36,9 @@ def voice_summary(meta: dict) -> dict:
         "machine": meta.get("machine"),
         "dataset_build_seconds": meta.get("dataset_build_seconds"),
         "train_sentences": meta.get("train_sentences"),
+        # a run that continued an earlier voice (`scripts/assemble_voice.py`): that voice's training, first links first
+        "earlier_training": [{"target_steps": link.get("training", {}).get("target", {}).get("steps"),
+                              "seconds": link.get("total_training_seconds")} for link in meta.get("earlier_training", [])],
     }
 
 
@@ -210,4 +213,9 @@ def _voice_line(voice: dict) -> str:
     if voice.get("dataset_build_seconds") is not None:
         line += (f", plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
                  f"{voice['train_sentences']} training sentences")
+    earlier = voice.get("earlier_training") or []
+    if earlier:
+        line += ("; continued from an earlier voice trained "
+                 + ", then ".join(f"{link['target_steps']} target steps ({(link['seconds'] or 0) / 60:.0f} min)"
+                                  for link in earlier))
     return line + "."

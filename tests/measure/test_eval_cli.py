@@ -177,3 +177,17 @@ def test_the_round_trip_row_reads_the_latent_the_voices_codec_was_built_on():
     rows = {row["system"]: row for row in scoring.reference_rows(["1-8 words", "1-8 words"])}
     assert rows["codec round trip of the teacher"]["wer"] <= 0.1, rows
     assert len(reference.floor_mcd) == 2
+
+
+def test_the_reports_voice_line_names_the_training_chain_of_a_continued_voice():
+    from ssd_demo.measure.evaluation_report import _voice_line, voice_summary
+
+    meta = {"training": {"target": {"parameters": 10_600_000, "steps": 3000, "wall_seconds": 2600.0, "test_ce": 1.03}},
+            "total_training_seconds": 3711.0, "machine": "Some CPU, 2 threads",
+            "earlier_training": [{"training": {"target": {"steps": 4000}}, "total_training_seconds": 4664.0}]}
+    line = _voice_line(voice_summary(meta))
+    assert "target 10.6 M parameters, 3000 steps" in line and "62 min (Some CPU, 2 threads)" in line
+    assert line.endswith("continued from an earlier voice trained 4000 target steps (78 min).")
+    # A voice trained in one run (or exported before chains were kept) says nothing of one
+    assert "continued" not in _voice_line(voice_summary({**meta, "earlier_training": []}))
+    assert "continued" not in _voice_line(voice_summary({k: v for k, v in meta.items() if k != "earlier_training"}))
