@@ -11,7 +11,8 @@ the new ones where shapes agree), speech_input_noise (the share of the target's 
 random, `training.train.with_noisy_speech_inputs`; its draws restart with a resumed run), neighbour_runs
 ({"rate", "neighbours", "codebook"}: the share of input runs of one code swapped for one of its k nearest
 centroids, `training.train.with_neighbour_runs`), leading_run (the longest opening pause kept, in frames:
-`training.dataset.trim_leading_run`; default the dataset's own, none before it existed). Every stage
+`training.dataset.trim_leading_run`; default the dataset's own, or `DataConfig.leading_run` for datasets made
+before it existed; null keeps whole pauses). Every stage
 checkpoints and resumes in OUT_DIR; the budget is kept in OUT_DIR/voice/training.json.
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
 which `scripts/assemble_voice.py` turns into a voice folder (README).
@@ -24,7 +25,7 @@ from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.measure.reporting import cpu_name
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from ssd_demo.training.heads import evaluate_heads, heads_loss
-from ssd_demo.training.dataset import trim_leading_run
+from ssd_demo.training.dataset import DataConfig, trim_leading_run
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.voice import _warm_start_heads
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
@@ -63,10 +64,11 @@ def rows(split, field):
 def split(name):
     return [{"text": str(t), "prompt": p, "speech": q} for t, p, q in zip(stored[f"{name}_text"], rows(name, "prompt"), rows(name, "speech"))]
 train, test = split("train"), split("test")
-LEAD = budget.get("leading_run", meta["config"].get("leading_run"))  # datasets made before the cut are cut here
+LEAD = budget.get("leading_run", meta["config"].get("leading_run", DataConfig.leading_run))  # older datasets: cut here
 if LEAD is not None:
     for e in train + test:
         e["speech"] = trim_leading_run(e["speech"], layout, LEAD)
+    log(f"opening pauses cut to at most {LEAD} frames")
 MAXSEQ = budget.get("max_sequence", 1200)
 train = [e for e in train if len(e["prompt"]) + len(e["speech"]) <= MAXSEQ]
 log(f"device {device} {torch.cuda.get_device_name() if device.type=='cuda' else ''}; {len(train)} train / {len(test)} test chunks; "
