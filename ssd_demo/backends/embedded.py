@@ -56,7 +56,8 @@ META_NAME = "voice.json"
 CHUNK_SYMBOLS = 110
 #: A symbol that has lasted this many frames (2.3 s) is ended by the decoder, so a model stuck on one
 #: sound cannot run to the length limit. The default for voice.json files that name no cap: voices
-#: assembled now carry their corpus's own (`training.dataset.symbol_frame_cap`, 66 frames = 0.77 s).
+#: assembled now carry their corpus's own (`training.dataset.symbol_frame_cap`, 66 frames = 0.77 s), and one for
+#: a chunk's first phoneme, which carries the opening pause (voice.json "max_opening_frames", 21 frames = 0.24 s).
 MAX_SYMBOL_FRAMES = 200
 
 # Decoding defaults: see docs/benchmarks.md, "Embedded voice evaluation" (measured on held-out everyday
@@ -97,7 +98,7 @@ class EmbeddedBackend:
 
     def __init__(self, layout: VocabLayout, codec: LatentCodec | Codec, phonemes: PiperPhonemes | EspeakSymbols,
                  default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,
-                 chunk_symbols: int = CHUNK_SYMBOLS):
+                 chunk_symbols: int = CHUNK_SYMBOLS, max_opening_frames: int | None = None):
         if layout.n_speech != codec.config.codebook_size:
             raise ModelLoadError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
         if layout.n_phonemes != phonemes.n_symbols:
@@ -109,6 +110,7 @@ class EmbeddedBackend:
         self.sample_rate = codec.sample_rate
         self.eos_token_id = layout.end_of_speech_id
         self.max_symbol_frames = max_symbol_frames
+        self.max_opening_frames = max_opening_frames  # the chunk's first phoneme (None: max_symbol_frames)
         self.chunk_phonemes = chunk_symbols
         latent = isinstance(codec, LatentCodec)
         # Griffin-Lim decodes whole chunks
@@ -128,7 +130,8 @@ class EmbeddedBackend:
         if "phonemes" in meta:  # a teacher voice's latent codec; NEXT untempered: `engine.sampling._with_untempered`
             return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
                        DEFAULT_CONFIG.with_(untempered_token_ids=(layout.next_phoneme_id,)),
-                       max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)))
+                       max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)),
+                       max_opening_frames=meta.get("max_opening_frames"))
         return cls(layout, Codec.load(path / "codec"), EspeakSymbols(), max_symbol_frames=MAX_PHONEME_FRAMES,
                    chunk_symbols=text_frontend.CHUNK_PHONEMES)
 
@@ -161,7 +164,7 @@ class EmbeddedBackend:
         """The chunk's phoneme schedule, read back from its prompt."""
         end = prompt.index(self.layout.speech_start_id)
         return self.layout.schedule([token - self.layout.phoneme_offset for token in prompt[1:end]],
-                                    max_frames=self.max_symbol_frames)
+                                    max_frames=self.max_symbol_frames, first_max_frames=self.max_opening_frames)
 
     def acoustic_embeddings(self, vocab_size: int) -> torch.Tensor:
         """[vocab_size, latent_dim]: each speech token's codec centroid (centred); zeros elsewhere.

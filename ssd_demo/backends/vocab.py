@@ -98,10 +98,12 @@ class VocabLayout:
         """What the model may sample: speech tokens and NEXT (phonemes and END are inserted)."""
         return list(range(self.speech_offset, self.vocab_size)) + [self.next_phoneme_id]
 
-    def schedule(self, symbols: list[int], max_frames: int = MAX_PHONEME_FRAMES) -> "PhonemeSchedule":
+    def schedule(self, symbols: list[int], max_frames: int = MAX_PHONEME_FRAMES,
+                 first_max_frames: int | None = None) -> "PhonemeSchedule":
         ids = self.phoneme_ids(symbols)
         return PhonemeSchedule(tuple(ids), self.next_phoneme_id, self.end_of_speech_id, self.speech_offset, max_frames,
-                               tuple(tuple(self.spoken(ids, i)) for i in range(len(ids))))
+                               tuple(tuple(self.spoken(ids, i)) for i in range(len(ids))),
+                               first_max_frames or max_frames)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -126,7 +128,8 @@ class PhonemeSchedule:
     """The forced-token schedule of one chunk (see `ssd_demo.engine.run_state.ForcedTokens`).
 
     State: (index of the phoneme being spoken, frames spoken for it). After NEXT the next phoneme (with its
-    lookahead) is inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too.
+    lookahead) is inserted, or END after the last; a phoneme reaching `max_frames` frames gets NEXT inserted too,
+    the chunk's first one at `first_max_frames` (it carries the opening pause, where a stuck target holds silence).
     """
 
     phonemes: tuple[int, ...]
@@ -135,6 +138,7 @@ class PhonemeSchedule:
     speech_offset: int
     max_frames: int
     inserted: tuple[tuple[int, ...], ...]  # per phoneme: what follows NEXT (it and its lookahead)
+    first_max_frames: int | None = None  # the first phoneme's own cap (None: max_frames)
 
     def initial_state(self) -> tuple[int, int]:
         return (0, 0)
@@ -149,7 +153,8 @@ class PhonemeSchedule:
         if token == self.next_id:
             return self._next(index)
         if token >= self.speech_offset:
-            if frames + 1 >= self.max_frames:
+            cap = self.first_max_frames if index == 0 and self.first_max_frames else self.max_frames
+            if frames + 1 >= cap:
                 new_state, forced = self._next(index)
                 return new_state, (self.next_id, *forced)
             return (index, frames + 1), ()

@@ -191,6 +191,23 @@ def longest_symbol(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout)
     return int(np.diff(counted, prepend=0).max(initial=0))
 
 
+def longest_opening(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout) -> int:
+    """The most frames a row's first phoneme holds (its speech before the first NEXT) in packed streams."""
+    longest = 0
+    for start, end in zip(offsets[:-1], offsets[1:]):
+        row = speech[start:end]
+        ends = np.flatnonzero(row == layout.next_phoneme_id)
+        head = row[: ends[0]] if len(ends) else row
+        longest = max(longest, int((head >= layout.speech_offset).sum()))
+    return longest
+
+
+def phoneme_caps(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout) -> dict[str, int]:
+    """voice.json's caps from the training streams (as trained on: opening pauses already cut)."""
+    return {"max_symbol_frames": symbol_frame_cap(longest_symbol(speech, offsets, layout)),
+            "max_opening_frames": symbol_frame_cap(longest_opening(speech, offsets, layout))}
+
+
 def symbol_frame_cap(longest: int, margin: float = 0.2) -> int:
     """How long the voice may hold one phoneme before NEXT is inserted (`PhonemeSchedule.max_frames`): the
     longest the teacher ever held one in training, plus `margin`. A bigger cap only lets a target stuck on a

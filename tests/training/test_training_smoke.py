@@ -37,10 +37,12 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     meta = json.loads((export / "voice.json").read_text())
     assert len(meta["test_sentences"]) == 4
     from ssd_demo.backends.vocab import VocabLayout
-    from ssd_demo.training.dataset import load_dataset, longest_symbol, pack, symbol_frame_cap
+    from ssd_demo.training.dataset import load_dataset, longest_opening, longest_symbol, pack, symbol_frame_cap
     data = load_dataset(out / "dataset.npz")
     longest = longest_symbol(*pack([e["speech"] for e in data["train"]]), VocabLayout.from_dict(data["layout"]))
     assert meta["max_symbol_frames"] == symbol_frame_cap(longest)  # not the data stage's 200-frame truncation
+    opening = longest_opening(*pack([e["speech"] for e in data["train"]]), VocabLayout.from_dict(data["layout"]))
+    assert meta["max_opening_frames"] == symbol_frame_cap(opening)
     assert set(meta["training"]) == {"target", "layers", "distilled", "heads"}
     heads_summary = meta["training"]["heads"]
     assert len(heads_summary["expected_acceptance"]) == 2 and all(0 < a <= 1 for a in heads_summary["expected_acceptance"])
