@@ -168,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"note: the {name} run stopped at the length limit ({result.config.max_new_tokens} tokens) before "
                   "the end token; its audio may be cut off", file=sys.stderr)
     if comparison.left_out:
-        print(f"note: not spoken: {comparison.left_out} (letters of other scripts and emoji are left out)",
+        print(f"note: not spoken: {comparison.left_out} (letters of other scripts, Greek words and emoji are left out)",
               file=sys.stderr)
     print("\n".join(report_lines(comparison)))
     print(f"wrote {args.out_dir / WAV_NAMES['autoregressive']} and {args.out_dir / WAV_NAMES['speculative']}")

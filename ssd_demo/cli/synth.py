@@ -187,5 +187,5 @@ def main(args: argparse.Namespace) -> int:
               "the audio may be cut off", file=sys.stderr)
     left_out = synthesizer.left_out(args.text)
     if left_out:
-        print(f"note: not spoken: {left_out} (letters of other scripts and emoji are left out)", file=sys.stderr)
+        print(f"note: not spoken: {left_out} (letters of other scripts, Greek words and emoji are left out)", file=sys.stderr)
     return 0

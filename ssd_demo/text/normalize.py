@@ -290,8 +290,16 @@ def _script_kind(ch: str) -> str:
 
 
 def left_out(text: str) -> str:
-    """The distinct letters and emoji (with their marks) `clean_text` leaves out of `text`, in order ("" when none)."""
-    return "".join(dict.fromkeys(ch for ch, dropped in _marked(unicodedata.normalize("NFC", text)) if dropped))
+    """What `clean_text` leaves out of `text`, as the user wrote it: each run of left-out letters and emoji (with
+    their marks) once, in order, separated by spaces ("" when none): "привет пока" for "Say привет and пока"."""
+    runs, current = [], ""
+    for ch, dropped in _marked(unicodedata.normalize("NFC", text)):
+        if dropped:
+            current += ch
+        elif current:
+            runs.append(current)
+            current = ""
+    return " ".join(dict.fromkeys(runs + ([current] if current else [])))
 
 
 def normalize_text(text: str) -> str:

@@ -59,16 +59,17 @@ def test_text_with_some_latin_letters_is_read():
 def test_letters_of_scripts_the_voice_would_only_name_are_left_out_and_reported():
     # eSpeak's English voice says "Chinese letter" for 你, "Hebrew shin" for ש: such letters are not spoken
     assert text.clean_text("Hello 你好 world, שלום and こんにちは!") == "Hello world, and !"
-    assert text.left_out("Hello 你好 world, 你 שלום") == "你好שלום"
+    assert text.left_out("Hello 你好 world, 你 שלום, 你好") == "你好 你 שלום"  # each word once, as written
     # A Greek letter alone is named ("alpha", "pi", "mu" of "µm"); a Greek word or Cyrillic would be spelled
     # letter by letter (with Russian letter names): left out, and said so
     assert text.clean_text("alpha α, π r², 5 µm, ΔT") == "alpha α, π r², 5 µm, ΔT"
     assert text.clean_text("Moscow Москва, Greece Ελλάδα, é ά!") == "Moscow , Greece , é ά!"
-    assert text.left_out("Moscow Москва and Ελλάδα, not α") == "МоскваΕλάδα"  # distinct letters, in order
+    assert text.left_out("Moscow Москва and Ελλάδα, not α") == "Москва Ελλάδα"
+    assert text.left_out("Say привет and пока to Anna, молоко") == "привет пока молоко"  # no letters merged or lost
     assert text.left_out("plain English") == ""
     # emoji too (eSpeak reads them by name: "grinning face"), with their variation selectors and skin tones
     assert text.clean_text("I love pizza 🍕 and ☀️ days 👍🏽 😀!") == "I love pizza and days !"
-    assert text.left_out("pizza 🍕 and ☀️ 👍🏽") == "🍕☀️👍🏽"
+    assert text.left_out("pizza 🍕 and ☀️ 👍🏽") == "🍕 ☀️ 👍🏽"
     assert text.clean_text("5° C, © 2024, ½ cup") == "5° C, © 2024, ½ cup"  # symbols eSpeak reads well stay
     # vowel signs and points go with their letters; look-alikes of Latin or Greek letters stay
     assert text.clean_text("नमस्ते and שָׁלוֹם, hi") == "and , hi"
