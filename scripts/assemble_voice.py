@@ -23,7 +23,7 @@ import numpy as np
 
 from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
-from ssd_demo.training.dataset import DataConfig, pack, phoneme_caps, trim_leading_run
+from ssd_demo.training.dataset import opening_cut, pack, phoneme_caps, trim_leading_run
 from ssd_demo.training.teacher import SCALES, extract_decoder, teacher_phonemes
 from ssd_demo.training.voice import EXAMPLES, Recipe
 
@@ -80,7 +80,7 @@ def _caps(stored, meta: dict, budget: dict) -> dict[str, int]:
     layout = VocabLayout.from_dict(meta["layout"])
     flat, offsets = stored["train_speech"], stored["train_speech_offsets"]
     rows = [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
-    lead = budget.get("leading_run", meta["config"].get("leading_run", DataConfig.leading_run))
+    lead = opening_cut(budget, meta["config"])
     if lead is not None:
         rows = [trim_leading_run(row, layout, lead) for row in rows]
     return phoneme_caps(*pack(rows), layout)

@@ -25,7 +25,7 @@ from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.measure.reporting import cpu_name
 from ssd_demo.engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
 from ssd_demo.training.heads import evaluate_heads, heads_loss
-from ssd_demo.training.dataset import DataConfig, trim_leading_run
+from ssd_demo.training.dataset import opening_cut, trim_leading_run
 from ssd_demo.training.precision import autocast
 from ssd_demo.training.voice import _warm_start_heads
 from ssd_demo.training.train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl,
@@ -64,7 +64,7 @@ def rows(split, field):
 def split(name):
     return [{"text": str(t), "prompt": p, "speech": q} for t, p, q in zip(stored[f"{name}_text"], rows(name, "prompt"), rows(name, "speech"))]
 train, test = split("train"), split("test")
-LEAD = budget.get("leading_run", meta["config"].get("leading_run", DataConfig.leading_run))  # older datasets: cut here
+LEAD = opening_cut(budget, meta["config"])
 if LEAD is not None:
     for e in train + test:
         e["speech"] = trim_leading_run(e["speech"], layout, LEAD)

@@ -56,7 +56,7 @@ META_NAME = "voice.json"
 CHUNK_SYMBOLS = 110
 #: A symbol that has lasted this many frames (2.3 s) is ended by the decoder, so a model stuck on one
 #: sound cannot run to the length limit. The default for voice.json files that name no cap: voices
-#: assembled now carry their corpus's own (`training.dataset.symbol_frame_cap`, 66 frames = 0.77 s), and one for
+#: assembled now carry their corpus's own (`training.dataset.phoneme_caps`, 66 frames = 0.77 s), and one for
 #: a chunk's first phoneme, which carries the opening pause (voice.json "max_opening_frames", 21 frames = 0.24 s).
 MAX_SYMBOL_FRAMES = 200
 

@@ -182,11 +182,18 @@ def trim_leading_run(speech: list[int], layout: VocabLayout, keep: int) -> list[
     return speech[:keep] + speech[run:] if run > keep else speech
 
 
+def opening_cut(budget: dict, config: dict) -> int | None:
+    """The `leading_run` a training run used: its budget's, else its dataset's, else today's default (datasets made
+    before the cut are cut when loaded); None keeps whole pauses."""
+    return budget.get("leading_run", config.get("leading_run", DataConfig.leading_run))
+
+
 def longest_symbol(speech: np.ndarray, offsets: np.ndarray, layout: VocabLayout) -> int:
     """The most frames any one phoneme holds in packed speech streams (`save_dataset`'s flat arrays)."""
     frames = (speech >= layout.speech_offset).astype(np.int64)
     # A phoneme's frames end at its NEXT; a row's start also starts a phoneme (rows end with NEXT, END).
-    ends = (speech == layout.next_phoneme_id) | np.isin(np.arange(len(speech)), offsets[1:] - 1)
+    ends = speech == layout.next_phoneme_id
+    ends[offsets[1:] - 1] = True
     counted = np.concatenate([[0], np.cumsum(frames)])[np.flatnonzero(ends) + 1]
     return int(np.diff(counted, prepend=0).max(initial=0))
 
