@@ -1,15 +1,12 @@
 """The embedded offline voice: a small codec-token TTS shipped in assets/embedded.
 
-A voice folder declares its format in voice.json:
-- a teacher voice's latent codec (voice.json has "phonemes"): the corpus was rendered by a natural voice
-  (Piper's en_US-joe-medium, a VITS model; `training.teacher`), a token is the nearest of its k-means
-  centroids of the teacher's latent frames (about 86 a second), and audio comes from the teacher's decoder cut
-  out of its graph (`speech.latent_codec`). Text is read by the teacher's own phonemizer
-  (`text.piper_phonemes`) in chunks of at most `CHUNK_SYMBOLS` symbols; audio streams window by window;
-- the earlier eSpeak NG voice (no "phonemes"): k-means codes of 50 Hz log-mels, Griffin-Lim back to audio
-  (`speech.codec`), eSpeak NG's phoneme inventory (`text.SYMBOLS`), chunks of `text.CHUNK_PHONEMES`. It was the
-  shipped voice until 2026-12-05; folders in this format still load, and the format can go once none is needed.
-Either way each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol (with the `lookahead` symbols
+The voice was taught by a natural voice (Piper's en_US-joe-medium, a VITS model; `training.teacher`): a token
+is the nearest of its k-means centroids of the teacher's latent frames (about 86 a second), and audio comes from
+the teacher's decoder cut out of its graph (`speech.latent_codec`). Text is read by the teacher's own phonemizer
+(`text.piper_phonemes`) in chunks of at most `CHUNK_SYMBOLS` symbols; audio streams window by window. (The
+earlier eSpeak NG voice, k-means codes of log-mels turned back into audio by Griffin-Lim, shipped until
+2026-12-05; its folders no longer load: voice.json without "phonemes" is refused with what to do.)
+Each chunk's prompt is [BOS] + symbols + [SPEECH_START] + first symbol (with the `lookahead` symbols
 after it, two in the shipped voice); the LM writes speech tokens and NEXT markers, and the decoder inserts the
 next symbol (likewise with those after it) after each NEXT and END after the last
 (`vocab.PhonemeSchedule`), so every phoneme of the text is spoken. Chunks are joined with pauses set by their
@@ -33,13 +30,12 @@ from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
 from ..models.assets import asset_path, where_to_find
-from ..speech.codec import Codec
 from ..speech.latent_codec import LatentCodec
 from ..speech.streaming import CodecWindows, decode_windows
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from ..text.piper_phonemes import PiperPhonemes
-from .vocab import MAX_PHONEME_FRAMES, PhonemeSchedule, VocabLayout
+from .vocab import PhonemeSchedule, VocabLayout
 
 
 def default_path() -> Path:
@@ -66,29 +62,13 @@ DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=
                                 cost_ratio=0.14)
 
 
-class EspeakSymbols:
-    """The eSpeak NG voice's phonemizer: `text.phonemes` on the fixed inventory `text.SYMBOLS`."""
-
-    n_symbols = len(text_frontend.SYMBOLS)
-
-    def ids(self, text: str) -> list[int]:
-        return text_frontend.phonemes(text)
-
-    def count(self, text: str) -> int:
-        return len(text_frontend.phoneme_track(text))
-
-    def label(self, symbol: int) -> str:
-        return text_frontend.SYMBOLS[symbol]
-
-
 class EmbeddedBackend:
     """Text <-> token ids <-> audio for the embedded voice."""
 
     name = "embedded"
-    #: The weights' licence, by voice format (`licence` on an instance).
-    LICENCES = {"latent": "Apache-2.0 (weights trained by this project on speech rendered by Piper's en_US-joe-medium "
-                          "voice, dataset CC0; its decoder is the codec's)",
-                "espeak": "Apache-2.0 (weights trained by this project on eSpeak NG output)"}
+    #: The weights' licence.
+    LICENCE = ("Apache-2.0 (weights trained by this project on speech rendered by Piper's en_US-joe-medium voice, "
+               "dataset CC0; its decoder is the codec's)")
     max_text_chars = text_frontend.MAX_TEXT_CHARS
     #: In-chunk streaming: 0.5 s windows decoded with 0.25 s of context before and 0.1 s after; codes of the
     #: prior latent pass the flow too, whose convolutions see further: 0.37 s before and 0.19 s after (a real
@@ -96,7 +76,7 @@ class EmbeddedBackend:
     windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256)
     prior_windows = CodecWindows(window=43, context=32, lookahead=16, crossfade=256)
 
-    def __init__(self, layout: VocabLayout, codec: LatentCodec | Codec, phonemes: PiperPhonemes | EspeakSymbols,
+    def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
                  default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,
                  chunk_symbols: int = CHUNK_SYMBOLS, max_opening_frames: int | None = None):
         if layout.n_speech != codec.config.codebook_size:
@@ -112,10 +92,8 @@ class EmbeddedBackend:
         self.max_symbol_frames = max_symbol_frames
         self.max_opening_frames = max_opening_frames  # the chunk's first phoneme (None: max_symbol_frames)
         self.chunk_phonemes = chunk_symbols
-        latent = isinstance(codec, LatentCodec)
-        # Griffin-Lim decodes whole chunks
-        self._windows = (self.prior_windows if codec.config.latent == "prior" else self.windows) if latent else None
-        self.licence = self.LICENCES["latent" if latent else "espeak"]
+        self._windows = self.prior_windows if codec.config.latent == "prior" else self.windows
+        self.licence = self.LICENCE
         self._default = default
         self._allowed = layout.allowed_ids()
 
@@ -127,13 +105,15 @@ class EmbeddedBackend:
             raise FileNotFoundError(f"no embedded voice in {path} (missing {META_NAME})")
         meta = json.loads(meta_path.read_text())
         layout = VocabLayout.from_dict(meta["vocab"])
-        if "phonemes" in meta:  # a teacher voice's latent codec; NEXT untempered: `engine.sampling._with_untempered`
-            return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
-                       DEFAULT_CONFIG.with_(untempered_token_ids=(layout.next_phoneme_id,)),
-                       max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)),
-                       max_opening_frames=meta.get("max_opening_frames"))
-        return cls(layout, Codec.load(path / "codec"), EspeakSymbols(), max_symbol_frames=MAX_PHONEME_FRAMES,
-                   chunk_symbols=text_frontend.CHUNK_PHONEMES)
+        if "phonemes" not in meta:
+            raise ModelLoadError(f"{path} holds a voice in the earlier eSpeak NG format (no \"phonemes\" in {META_NAME}), "
+                                 "which this version no longer reads: use the shipped voice, or train one "
+                                 "(python -m ssd_demo train)")
+        # NEXT untempered: `engine.sampling._with_untempered`
+        return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
+                   DEFAULT_CONFIG.with_(untempered_token_ids=(layout.next_phoneme_id,)),
+                   max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)),
+                   max_opening_frames=meta.get("max_opening_frames"))
 
     def allowed_token_ids(self) -> list[int]:
         return list(self._allowed)
@@ -198,7 +178,7 @@ class EmbeddedBackend:
     def audio_windows(self, tokens: list[int]) -> Iterator[np.ndarray]:
         """`tokens_to_audio` in windows of `windows.window` codes, each decoded when asked for (streaming)."""
         codes = self.layout.codes(tokens)
-        if not codes or self._windows is None:
+        if not codes:
             yield self.tokens_to_audio(tokens)
             return
         for samples, _, _ in decode_windows(codes, lambda before, part: self.codec.decode(part, before),

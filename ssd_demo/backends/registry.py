@@ -316,7 +316,7 @@ def _register_builtin() -> None:
                 "en_US-joe-medium voice and decoded by that voice's own decoder: a 12-layer target and its drafts "
                 "(distilled, SSD-style layer subset, and draft heads on the target's own hidden state)."
             ),
-            licence=EmbeddedBackend.LICENCES["latent"],
+            licence=EmbeddedBackend.LICENCE,
             drafts=available_drafts(),
             default_draft=default_draft(),
             loader=load_embedded,

@@ -5,8 +5,7 @@ gives the same samples for the same seed: it consumes the same stream with whole
 Each piece says when it was ready (seconds since the stream started) and what it cost, so the time
 to first audio and the real-time factor of every piece come with the audio.
 
-The embedded voice streams one piece per text chunk (its Griffin-Lim codec decodes a chunk at once).
-A codec backend (Llasa's XCodec2) can also stream inside a chunk, window by window (`CodecWindows`):
+A backend can stream inside a chunk, window by window (`CodecWindows`; the embedded voice and Llasa's XCodec2):
 window `i` covers codes [i*W, (i+1)*W) and is decoded with `context` codes before it and `lookahead`
 codes after it (its decoder is not causal: both sides shape a window's samples); the first
 `crossfade` samples of a window are blended linearly with the previous window's lookahead, so joins

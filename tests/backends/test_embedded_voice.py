@@ -129,6 +129,18 @@ def test_unknown_draft_is_refused():
         load_synthesizer(draft="nope")
 
 
+def test_a_voice_folder_in_the_earlier_espeak_format_is_refused_with_what_to_do(tmp_path):
+    import json
+
+    from ssd_demo.errors import ModelLoadError
+
+    meta = json.loads((DEFAULT_PATH / "voice.json").read_text())
+    del meta["phonemes"]  # what the eSpeak NG voice's voice.json looked like: no teacher phonemizer
+    (tmp_path / "voice.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelLoadError, match="earlier eSpeak NG format.*python -m ssd_demo train"):
+        EmbeddedBackend.from_directory(tmp_path)
+
+
 def test_token_view_names_codec_codes():
     pytest.importorskip("ssd_demo.backends.embedded")
     from ssd_demo.backends.embedded import DEFAULT_PATH, EmbeddedBackend
