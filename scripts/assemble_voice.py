@@ -59,6 +59,7 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
                     "scales": {"noise_scale": SCALES[0], "length_scale": SCALES[1], "noise_w": SCALES[2]}},
         "data": meta["config"],
         "audio_hours": round(meta["audio_hours"], 2),
+        "supplements": meta.get("supplements", []),  # e.g. short utterances added to the corpus's training split
         "train_sentences": int(len(stored["train_prompt_offsets"]) - 1),
         "test_sentences": sorted({str(t) for t in stored["test_text"]}),
         "models": {"target": asdict(recipe.target), "distilled": asdict(recipe.distilled),
@@ -94,7 +95,8 @@ def _earlier_training(voice: Path) -> list[dict]:
     previous = json.loads(path.read_text())
     if "training" not in previous:
         return []
-    link = {k: previous.get(k) for k in ("training", "total_training_seconds", "machine", "exported", "budget")}
+    link = {k: previous.get(k) for k in ("training", "total_training_seconds", "machine", "exported", "budget",
+                                         "supplements")}
     return [*previous.get("earlier_training", []), {"from": str(voice), **link}]
 
 

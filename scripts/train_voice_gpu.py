@@ -184,6 +184,7 @@ heads.to("cpu").to(torch.float16).save(dest / "draft_heads")
 summaries["heads"]["parameters"] = sum(p.numel() for p in heads.parameters())
 summaries["curves"] = CURVES
 summaries["budget"] = budget
+summaries["dataset"] = {"chunks": len(stored["train_text"]), "supplements": meta.get("supplements", [])}
 summaries["machine"] = (f"{torch.cuda.get_device_name() if device.type == 'cuda' else cpu_name()}, "
                         f"{budget.get('threads', 2)} threads, torch {torch.__version__}")
 (dest / "training.json").write_text(json.dumps(summaries, indent=1))

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
     parser.add_argument("--corpus-size", type=int, default=None,
                         help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
+    parser.add_argument("--short-utterances", type=int, default=None,
+                        help=f"utterances of one to three words rendered besides the sentences (default "
+                             f"{Recipe.data.short_utterances}; 0: none)")
     parser.add_argument("--heads-unroll", type=int, default=None,
                         help=f"tokens the heads stage rolls the target's state forward (default {Recipe.heads_unroll})")
     parser.add_argument("--heads-inner", type=int, default=None,

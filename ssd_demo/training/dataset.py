@@ -18,7 +18,7 @@ import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,8 @@ from tqdm import tqdm
 from .. import text as text_frontend
 from ..backends.vocab import VocabLayout
 from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook
-from .corpus import CorpusConfig, build_corpus, split_corpus
+from ..errors import InputError
+from .corpus import CorpusConfig, build_corpus, short_corpus, split_corpus
 from .teacher import SCALES, Teacher, analysis_graph, extract_decoder, prior_graph, teacher_phonemes
 
 DATASET_NAME = "dataset.npz"
@@ -52,6 +53,8 @@ class DataConfig:
     lookahead: int = 2
     # The longest opening pause kept, in frames (`trim_leading_run`; None keeps them whole).
     leading_run: int | None = 5
+    # Utterances of one to three words added to the training split (`corpus.short_corpus`, `add_utterances`).
+    short_utterances: int = 0
 
 
 def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:
@@ -162,12 +165,39 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
             "test": [e for e in examples if e["sentence"] in test_ids],
             "audio_hours": sum(c["seconds"] for s in shards for c in load_shard(s)[0]) / 3600,
             "build_seconds": time.perf_counter() - start}
+    if config.short_utterances:
+        data = add_utterances(data, short_corpus(config.short_utterances, config.seed), codec, out / "short",
+                              "short utterances", log)
     save_dataset(path, data)
     (out / "split.json").write_text(json.dumps({"train": train_text, "test": test_text}, indent=1) + "\n")
     n_tokens = sum(len(e["prompt"]) + len(e["speech"]) for e in data["train"])
     log(f"dataset: {len(data['train'])} train / {len(data['test'])} test chunks, {data['audio_hours']:.2f} h of audio, "
         f"{n_tokens} train tokens, {data['build_seconds']:.0f} s")
     return data
+
+
+def add_utterances(data: dict, sentences: list[str], codec: LatentCodec, work: Path, kind: str,
+                   log=print) -> dict:
+    """`data` with `sentences` rendered by the teacher and tokenised by `codec` (the codebook the dataset was
+    made with) added to its training split, and recorded under "supplements"; the held-out split is untouched,
+    so held-out loss stays comparable with runs on the dataset before. Rendering resumes in `work`."""
+    config = DataConfig(**{k: v for k, v in data["config"].items() if k in DataConfig.__dataclass_fields__})
+    config = replace(config, scales=tuple(config.scales))
+    if codec.config.codebook_size != config.codebook_size:
+        raise InputError(f"the codec has {codec.config.codebook_size} codes but the dataset was made with "
+                         f"{config.codebook_size}")
+    start = time.perf_counter()
+    shards = render_corpus(work, sentences, config, log)
+    layout = VocabLayout.from_dict(data["layout"])
+    first = 1 + max(e["sentence"] for e in data["train"] + data["test"])  # ids after the corpus's
+    added = [{**example, "sentence": first + example["sentence"]}
+             for example in build_examples(shards, codec, layout, config.max_symbol_frames, config.leading_run)]
+    hours = sum(chunk["seconds"] for shard in shards for chunk in load_shard(shard)[0]) / 3600
+    record = {"kind": kind, "sentences": len(sentences), "chunks": len(added), "audio_hours": round(hours, 4),
+              "seconds": round(time.perf_counter() - start, 1)}
+    log(f"dataset: {len(added)} chunks of {kind} added ({hours * 60:.1f} min of audio)")
+    return {**data, "train": data["train"] + added, "audio_hours": data.get("audio_hours", 0.0) + hours,
+            "supplements": [*data.get("supplements", []), record]}
 
 
 def trim_leading_run(speech: list[int], layout: VocabLayout, keep: int) -> list[int]:
@@ -235,7 +265,8 @@ def save_dataset(path: Path, data: dict) -> None:
             arrays[f"{split}_{field}"], arrays[f"{split}_{field}_offsets"] = pack([e[field] for e in data[split]])
         arrays[f"{split}_text"] = np.array([e["text"] for e in data[split]])
         arrays[f"{split}_sentence"] = np.array([e["sentence"] for e in data[split]], dtype=np.int64)
-    meta = {k: data[k] for k in ("config", "layout", "phonemes", "audio_hours", "build_seconds")}
+    meta = {k: data[k] for k in ("config", "layout", "phonemes", "audio_hours", "build_seconds", "supplements")
+            if k in data}
     np.savez_compressed(path, meta=json.dumps(meta), **arrays)
 
 

@@ -47,7 +47,8 @@ EXAMPLES = (
 
 @dataclass(frozen=True)
 class Recipe:
-    data: DataConfig = DataConfig(corpus_size=8000, codebook_size=2048)
+    # 4,000 short utterances besides the sentences: without them the voice mumbled words said alone
+    data: DataConfig = DataConfig(corpus_size=8000, codebook_size=2048, short_utterances=4000)
     # Sized for a 2-core CPU at inference: 12 layers keep the target's decode step >= 10x the one-layer
     # draft's; 1,280 positions hold a chunk of 110 symbols (about 700 tokens) with room to spare.
     target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2, max_positions=1280)
@@ -74,7 +75,7 @@ def smoke_recipe() -> Recipe:
     tiny = ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512)
     stage = StageConfig(steps=4, lr=1e-3, warmup=2, batch_tokens=1200, checkpoint_every=2)
     return Recipe(
-        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64, workers=1),
+        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64, workers=1, short_utterances=3),
         target=tiny,
         distilled=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512),
         layers_bottom=1,
@@ -120,6 +121,10 @@ def recipe_from_flags(args: argparse.Namespace) -> Recipe:
         recipe = replace(recipe, heads=replace(recipe.heads, inner=args.heads_inner))
     if args.corpus_size is not None:
         recipe = replace(recipe, data=replace(recipe.data, corpus_size=args.corpus_size))
+    if args.short_utterances is not None:
+        if args.short_utterances < 0:
+            raise InputError(f"--short-utterances must be 0 or more, got {args.short_utterances}")
+        recipe = replace(recipe, data=replace(recipe.data, short_utterances=args.short_utterances))
     if args.max_minutes is not None:
         recipe = _all_drafts(recipe, max_minutes=args.max_minutes)
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes))
@@ -301,6 +306,7 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print, m
                                "noise_w": data["config"]["scales"][2]}},
         "data": data["config"],
         "audio_hours": round(data.get("audio_hours", 0.0), 2),
+        "supplements": data.get("supplements", []),
         "dataset_build_seconds": round(data["build_seconds"], 1),
         "train_sentences": len(data["train"]),
         "test_sentences": test_texts,

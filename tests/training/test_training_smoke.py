@@ -36,6 +36,7 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     export = out / "export"
     meta = json.loads((export / "voice.json").read_text())
     assert len(meta["test_sentences"]) == 4
+    assert meta["supplements"][0]["kind"] == "short utterances" and meta["supplements"][0]["sentences"] == 3
     from ssd_demo.backends.vocab import VocabLayout
     from ssd_demo.training.dataset import load_dataset, longest_opening, longest_symbol, pack, symbol_frame_cap
     data = load_dataset(out / "dataset.npz")
