@@ -12,6 +12,7 @@ from ssd_demo.training.corpus import SHORT_PHRASES, _BLOCKED, short_corpus
 from ssd_demo.training.dataset import DataConfig, add_utterances, load_dataset, save_dataset
 
 EVERYDAY = Path(__file__).parents[1] / "data" / "everyday_sentences.txt"
+SHORT_TEST_SET = Path(__file__).parents[1] / "data" / "short_utterances.txt"
 VOICE = Path(__file__).parents[2] / "assets" / "embedded"
 
 
@@ -28,6 +29,13 @@ def test_short_corpus_is_one_to_three_words_said_alone_and_the_same_on_every_mac
     assert len(set(corpus)) > 900  # the word draws vary
     held_out = {line.strip() for line in EVERYDAY.read_text().splitlines() if line.strip()}
     assert not set(corpus) & held_out  # the evaluation's sentences stay unheard
+
+
+def test_the_short_test_set_is_not_in_what_the_voice_trained_on():
+    lines = [line.strip() for line in SHORT_TEST_SET.read_text().splitlines()]
+    test_set = {line for line in lines if line and not line.startswith("#")}
+    assert len(test_set) >= 30 and all(1 <= len(line.split()) <= 3 for line in test_set)
+    assert not test_set & (set(short_corpus(4000, seed=0)) | set(SHORT_PHRASES))
 
 
 def _dataset(codebook_size: int) -> dict:
