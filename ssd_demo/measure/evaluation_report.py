@@ -39,6 +39,9 @@ def voice_summary(meta: dict) -> dict:
         # a run that continued an earlier voice (`scripts/assemble_voice.py`): that voice's training, first links first
         "earlier_training": [{"target_steps": link.get("training", {}).get("target", {}).get("steps"),
                               "seconds": link.get("total_training_seconds")} for link in meta.get("earlier_training", [])],
+        # utterances added to the corpus's training split (`training.dataset.add_utterances`)
+        "supplements": [{"kind": item.get("kind"), "sentences": item.get("sentences")}
+                        for item in meta.get("supplements", [])],
     }
 
 
@@ -213,6 +216,8 @@ def _voice_line(voice: dict) -> str:
     if voice.get("dataset_build_seconds") is not None:
         line += (f", plus {voice['dataset_build_seconds']:.0f} s to render and tokenise "
                  f"{voice['train_sentences']} training sentences")
+    for item in voice.get("supplements") or []:
+        line += f"; its training data held {item['sentences']:,} {item['kind']} besides the corpus's sentences"
     earlier = voice.get("earlier_training") or []
     if earlier:
         line += ("; continued from an earlier voice trained "

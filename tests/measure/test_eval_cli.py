@@ -191,3 +191,13 @@ def test_the_reports_voice_line_names_the_training_chain_of_a_continued_voice():
     # A voice trained in one run (or exported before chains were kept) says nothing of one
     assert "continued" not in _voice_line(voice_summary({**meta, "earlier_training": []}))
     assert "continued" not in _voice_line(voice_summary({k: v for k, v in meta.items() if k != "earlier_training"}))
+
+
+def test_the_reports_voice_line_names_what_was_added_to_the_corpus():
+    from ssd_demo.measure.evaluation_report import _voice_line, voice_summary
+
+    meta = {"training": {"target": {"parameters": 10_600_000, "steps": 3000, "wall_seconds": 2600.0, "test_ce": 1.03}},
+            "supplements": [{"kind": "short utterances (seed 0)", "sentences": 4000, "chunks": 4000}]}
+    assert "its training data held 4,000 short utterances (seed 0) besides the corpus's sentences" in \
+        _voice_line(voice_summary(meta))
+    assert "besides" not in _voice_line(voice_summary({**meta, "supplements": []}))
