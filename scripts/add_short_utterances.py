@@ -1,8 +1,9 @@
 """Add short utterances (one to three words, `training.corpus.short_corpus`) to a tokenised teacher corpus
 (developer tool).
 
-The corpus of sentences holds almost no utterance of a word or two, and a voice trained on it mumbles them.
-This renders COUNT of them with the teacher, tokenises them with the voice's own codebook (so a voice
+The corpus of sentences holds almost no utterance of a word or two (and the voice says them less clearly than
+sentences; adding 4,000 of them to the shipped voice's training changed nothing measurable: docs/benchmarks.md,
+"Short utterances"). This renders COUNT of them with the teacher, tokenises them with the voice's own codebook (so a voice
 trained on the dataset before can go on training on the new one) and writes the dataset with them in its
 training split; the held-out split is unchanged.
 

@@ -267,8 +267,8 @@ def build_corpus(config: CorpusConfig = CorpusConfig()) -> list[str]:
 
 
 #: What people say in one to three words: a corpus of sentences holds almost none (26 of the shipped voice's
-#: 9,407 training chunks had eight symbols or fewer), and a voice that never learned to open and close within
-#: half a second mumbles them ("Hi!" heard as "All right.").
+#: 9,407 training chunks had eight symbols or fewer), and the voice says them less clearly than sentences
+#: (docs/benchmarks.md, "Short utterances": 4,000 of them added to its training changed nothing measurable).
 SHORT_PHRASES = (
     "Hi!", "Hello.", "Hey!", "Hello!", "Yes.", "No.", "Yes!", "No!", "Yes?", "Okay.", "OK!", "Thanks!",
     "Thank you.", "Thank you!", "Sorry.", "Sorry?", "Wait!", "Stop!", "Go!", "Goodbye.", "Bye!", "Bye-bye.",
