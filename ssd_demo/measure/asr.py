@@ -173,7 +173,9 @@ class WhisperScorer(_Scoring):
     def words(self, text: str) -> list[str]:
         """`text` as the list of words WER counts, after this scorer's normalisation."""
         if self.normaliser == "whisper":
-            return self._whisper_normaliser(text).split()
+            from .judge import spoken_words
+
+            return spoken_words(self._whisper_normaliser(text))
         return seed_tts_normalise(text).split()
 
     @torch.inference_mode()

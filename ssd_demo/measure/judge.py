@@ -83,7 +83,13 @@ def _dnsmos():
 
 def normalise(text: str) -> list[str]:
     """Whisper's English normaliser, split into words."""
-    return _normaliser()(text).split()
+    return spoken_words(_normaliser()(text))
+
+
+def spoken_words(normalised: str) -> list[str]:
+    """The words of a normalised text: Whisper's normaliser leaves the dots of an ellipsis ("We're about to..."
+    -> "we are about to ."), which must not count as a word; a token with no letter or digit is dropped."""
+    return [word for word in normalised.split() if any(c.isalnum() for c in word)]
 
 
 def transcribe(audio: np.ndarray, sample_rate: int, threads: int = 1) -> str:

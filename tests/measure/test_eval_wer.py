@@ -46,6 +46,7 @@ def test_wer_equals_a_hand_count_of_substitutions_deletions_and_insertions():
 def test_whisper_normaliser_reads_numbers_alike_on_both_sides(scorer, tiny_whisper):
     whisper_style = WhisperScorer.load(str(tiny_whisper), device="cpu", normaliser="whisper")
     assert whisper_style.words("It's twenty-five dollars.") == whisper_style.words("it is $25")
+    assert whisper_style.words("We're about to...") == ["we", "are", "about", "to"]  # an ellipsis is no word
     assert scorer.words("It's twenty-five dollars.") == ["it's", "twentyfive", "dollars"]
     with pytest.raises(InputError, match="normaliser"):
         WhisperScorer(scorer.model, scorer.processor, normaliser="none")

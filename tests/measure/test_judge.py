@@ -27,6 +27,14 @@ def test_normaliser_and_word_errors_follow_whispers_english_normaliser():
     assert judge.word_errors("Hello, there!", "hello there") == (0, 2)
 
 
+def test_an_ellipsis_is_not_a_word():
+    """Whisper writes "..." after speech it heard cut off; its normaliser leaves a "." that must not count."""
+    assert judge.normalise("We're about to...") == ["we", "are", "about", "to"]
+    assert judge.normalise("Wait…") == ["wait"]
+    assert judge.word_errors("Bravo!", "We're about to...") == (4, 1)
+    assert judge.normalise("It costs 3.5 dollars.") == judge.normalise("it costs $3.5")  # a decimal point stays
+
+
 @pytest.mark.slow  # the teacher's graph, Whisper and DNSMOS loaded: about 15 s
 def test_the_teachers_rendering_is_heard_word_for_word_and_rated_as_speech(teacher_clip):
     assert teacher_clip.dtype == np.float32 and 1.5 < len(teacher_clip) / teacher_reference.SAMPLE_RATE < 5
