@@ -32,4 +32,9 @@ def main(dataset: str, codec_dir: str, count: str, out: str, seed: str = "0") ->
 if __name__ == "__main__":
     if len(sys.argv) not in (5, 6):
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    try:
+        if int(sys.argv[3]) < 1 or int(sys.argv[5] if len(sys.argv) == 6 else 0) < 0:
+            raise ValueError("COUNT must be 1 or more and SEED 0 or more")
+        main(*sys.argv[1:])
+    except (OSError, ValueError) as error:  # a missing file, a codec of another size (InputError), a bad number
+        sys.exit(f"error: {error}")

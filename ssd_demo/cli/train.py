@@ -7,8 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.dataset import DataConfig
-from ..training.voice import Recipe, STAGES, run
+from ..training.voice import Recipe, STAGES, run, smoke_recipe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="peak learning rate of the draft stages (lower it to continue trained drafts)")
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-time cap per training stage")
     parser.add_argument("--corpus-size", type=int, default=None,
-                        help=f"sentences to generate and render (default {DataConfig().corpus_size}; 100 are held out)")
+                        help=f"sentences to generate and render (default {Recipe.data.corpus_size}, the smoke recipe's "
+                             f"{smoke_recipe().data.corpus_size}; {Recipe.data.test_size} are held out)")
     parser.add_argument("--short-utterances", type=int, default=None,
                         help=f"utterances of one to three words rendered besides the sentences (default "
-                             f"{Recipe.data.short_utterances}; 0: none)")
+                             f"{Recipe.data.short_utterances}, the smoke recipe's {smoke_recipe().data.short_utterances})")
     parser.add_argument("--heads-unroll", type=int, default=None,
                         help=f"tokens the heads stage rolls the target's state forward (default {Recipe.heads_unroll})")
     parser.add_argument("--heads-inner", type=int, default=None,

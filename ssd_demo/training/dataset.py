@@ -89,7 +89,8 @@ def render_corpus(out: Path, sentences: list[str], config: DataConfig, log=print
     jobs = [(graph, path, sentences[i * SHARD : (i + 1) * SHARD], config.chunk_symbols, config.scales, i * SHARD)
             for i, path in enumerate(shards) if not path.exists()]
     if jobs:
-        log(f"render: {len(jobs)} of {len(shards)} shards of {SHARD} sentences to render with the teacher")
+        log(f"render: {sum(len(job[2]) for job in jobs)} of {len(sentences)} sentences to render with the teacher "
+            f"({len(jobs)} of {len(shards)} shards)")
         start = time.perf_counter()
         with ProcessPoolExecutor(max_workers=config.workers) as pool:
             for _ in tqdm(pool.map(_render_shard, jobs), total=len(jobs), desc="render", mininterval=10):

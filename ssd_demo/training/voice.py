@@ -241,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(recipe.data.seed)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    _check_trained_on(out, recipe.data)
     data = build_dataset(out, recipe.data, log=_log)
     train_examples = [e for e in data["train"] if len(e["prompt"]) + len(e["speech"]) <= recipe.max_sequence]
     _log(f"training on {len(train_examples)} of {len(data['train'])} sentences (at most {recipe.max_sequence} tokens)")
@@ -249,6 +250,9 @@ def run(args: argparse.Namespace) -> int:
                         data["test"][: recipe.eval_examples], args.init_from)
 
     target = state.load_or_none("target")
+    for name in ("target", "layers", "distilled", "heads"):
+        if name in stages and _model_dir(out, name).exists():
+            _log(f"{name}: trained already in {out}, kept (delete {out / name} to train it again)")
     if "target" in stages and target is None:
         target = train_target(state)
     if target is None and any(s in stages for s in ("layers", "distilled", "heads", "export")):
@@ -266,6 +270,25 @@ def run(args: argparse.Namespace) -> int:
     if "export" in stages:
         export_voice(out, args.export or out / "export", data, recipe, _log, machine=_machine(device))
     return 0
+
+
+#: What a run folder's models were trained on: the data stage's config (the corpus and what is added to it).
+TRAINED_ON = "trained_on.json"
+
+
+def _check_trained_on(out: Path, config: DataConfig) -> None:
+    """A run folder resumed with other data (another --corpus-size or --short-utterances) would rebuild its dataset,
+    keep the models trained on the first and export them as trained on the second: refused before the dataset is
+    touched. Folders made before this record are not checked."""
+    stamp = json.loads(json.dumps(asdict(config)))
+    path = out / TRAINED_ON
+    trained = [name for name in ("target", "layers", "distilled", "heads") if _model_dir(out, name).exists()]
+    if path.exists() and trained and json.loads(path.read_text()) != stamp:
+        changed = sorted(k for k in stamp if json.loads(path.read_text()).get(k) != stamp[k])
+        raise InputError(f"{out} holds models ({', '.join(trained)}) trained on other data than this command asks for "
+                         f"({', '.join(changed)} differ): use a new --out, or delete those folders to train them again")
+    if not trained:
+        path.write_text(json.dumps(stamp, indent=1) + "\n")
 
 
 def _warm_start(model, voice: Path, folder: str, layout: VocabLayout, log) -> None:

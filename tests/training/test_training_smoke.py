@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ssd_demo.cli import train as cli
+from ssd_demo.errors import InputError
 
 
 def _args(out, **overrides):
@@ -37,6 +38,11 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     meta = json.loads((export / "voice.json").read_text())
     assert len(meta["test_sentences"]) == 4
     assert meta["supplements"][0]["kind"] == "short utterances" and meta["supplements"][0]["sentences"] == 3
+    # Resumed with other data, the folder's models would be exported as trained on it: refused, dataset untouched
+    dataset = (out / "dataset.npz").read_bytes()
+    with pytest.raises(InputError, match="short_utterances differ: use a new --out"):
+        cli.main(_args(out, short_utterances=0))
+    assert (out / "dataset.npz").read_bytes() == dataset
     from ssd_demo.backends.vocab import VocabLayout
     from ssd_demo.training.dataset import load_dataset, longest_opening, longest_symbol, pack, symbol_frame_cap
     data = load_dataset(out / "dataset.npz")
