@@ -40,7 +40,7 @@ def test_smoke_recipe_trains_resumes_and_exports(tmp_path):
     assert meta["supplements"][0]["kind"] == "short utterances" and meta["supplements"][0]["sentences"] == 3
     # Resumed with other data, the folder's models would be exported as trained on it: refused, dataset untouched
     dataset = (out / "dataset.npz").read_bytes()
-    with pytest.raises(InputError, match="short_utterances differ: use a new --out"):
+    with pytest.raises(InputError, match=r"\(short_utterances differ\): use a new --out"):
         cli.main(_args(out, short_utterances=0))
     assert (out / "dataset.npz").read_bytes() == dataset
     from ssd_demo.backends.vocab import VocabLayout
