@@ -47,8 +47,8 @@ EXAMPLES = (
 
 @dataclass(frozen=True)
 class Recipe:
-    # Short utterances (--short-utterances) are not added by default: 4,000 of them, trained on by the shipped voice
-    # for 3,000 more steps, changed nothing measurable (docs/benchmarks.md, "Short utterances").
+    # Short utterances (--short-utterances) are not added by default: 4,000 of them, in 3,000 more steps of training
+    # continued from the shipped voice, changed nothing measurable (docs/benchmarks.md, "Short utterances").
     data: DataConfig = DataConfig(corpus_size=8000, codebook_size=2048)
     # Sized for a 2-core CPU at inference: 12 layers keep the target's decode step >= 10x the one-layer
     # draft's; 1,280 positions hold a chunk of 110 symbols (about 700 tokens) with room to spare.
@@ -283,8 +283,9 @@ def _check_trained_on(out: Path, config: DataConfig) -> None:
     stamp = json.loads(json.dumps(asdict(config)))
     path = out / TRAINED_ON
     trained = [name for name in ("target", "layers", "distilled", "heads") if _model_dir(out, name).exists()]
-    if path.exists() and trained and json.loads(path.read_text()) != stamp:
-        changed = sorted(k for k in stamp if json.loads(path.read_text()).get(k) != stamp[k])
+    recorded = json.loads(path.read_text()) if path.exists() else None
+    if recorded is not None and trained and recorded != stamp:
+        changed = sorted(k for k in stamp if recorded.get(k) != stamp[k])
         raise InputError(f"{out} holds models ({', '.join(trained)}) trained on other data than this command asks for "
                          f"({', '.join(changed)} differ): use a new --out, or delete those folders to train them again")
     if not trained:
