@@ -169,15 +169,16 @@ def _attention(g: GraphBuilder, shape: _Shape, qkv: str, scaling: float, i: int)
     return g.op("Reshape", [g.op("Transpose", [g.op("Reshape", [mixed, "per_head"])], perm=[1, 0, 2]), "rows_width"])
 
 
-# model -> {threads: (weights fingerprint, session)}; sessions are safe to run from several threads at once.
+# model -> {intra-op threads: (weights fingerprint, session)}; sessions are safe to run from several threads at once.
 _SESSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SESSIONS_LOCK = threading.Lock()
 
 
-def session(model):
-    """The model's ONNX Runtime session for the current torch thread count, built once (~0.3 s for 10 M
-    parameters) and rebuilt when a weight is replaced or updated in place."""
-    threads = torch.get_num_threads()
+def session(model, threads: int | None = None):
+    """The model's ONNX Runtime session with `threads` intra-op threads (default: as `choice` decided for the
+    current torch thread count), built once (~0.3 s for 10 M parameters) and rebuilt when a weight is replaced
+    or updated in place."""
+    threads = threads or choice(model).threads
     fingerprint = kernels.weights_fingerprint(model)
     cached = _SESSIONS.get(model, {}).get(threads)
     if cached is not None and cached[0] == fingerprint:
@@ -185,7 +186,7 @@ def session(model):
     with _SESSIONS_LOCK:
         cached = _SESSIONS.setdefault(model, {}).get(threads)
         if cached is None or cached[0] != fingerprint:
-            cached = (fingerprint, new_session(build_graph(model)))
+            cached = (fingerprint, new_session(build_graph(model), threads))
             _SESSIONS[model][threads] = cached
         return cached[1]
 
@@ -193,13 +194,14 @@ def session(model):
 class OnnxForward:
     """Implements `kv.CachedForward` (like `static_cache.StaticCacheLM`) through the model's ONNX Runtime session."""
 
-    def __init__(self, model, capacity: int = 512):
+    def __init__(self, model, capacity: int = 512, threads: int | None = None):
         self.model = model
         self.calls = 0
         self._pos = 0
         self.hidden: torch.Tensor | None = None
         self.hidden_from = 0
-        self._session = session(model)
+        self.threads = threads or choice(model).threads  # ONNX Runtime's intra-op threads for this model's calls
+        self._session = session(model, self.threads)
         heads, kv_heads, head_dim = attention_shape(model.config)
         self._heads, self._kv_width = heads, kv_heads * head_dim
         self._layers = len(model.model.layers)
@@ -264,10 +266,11 @@ class OnnxForward:
 
 @dataclass(frozen=True)
 class Choice:
-    """Whether this forward serves a model here, and why (for reports)."""
+    """Whether this forward serves a model here, with how many intra-op threads, and why (for reports)."""
 
     serves: bool
     why: str
+    threads: int = 1
 
 
 # model -> {threads: Choice}; timing depends on the shapes, not on the weights' values.
@@ -279,13 +282,14 @@ def choice(model) -> Choice:
     """Whether ONNX Runtime serves this model's cached forward here: as SSD_DEMO_MATMUL says ("onnxruntime":
     wherever supported; "blas" / "onednn": never), or by default timed against the lean forward once per model
     and thread count (`serves_from`, two probes that must agree; 3-5 s for the 10 M-parameter embedded target,
-    the lean forward's own kernel probe included)."""
+    the lean forward's own kernel probe included). With several torch threads, ONNX Runtime runs as many intra-op
+    threads only where the probe found them faster than one (`_probe`); a setting takes torch's count untimed."""
     setting = kernels.kernel_setting()
     unsupported = supports(model)
     if unsupported:
         return Choice(False, unsupported)
     if setting == SETTING:
-        return Choice(True, f"set by {kernels.KERNEL_ENV}")
+        return Choice(True, f"set by {kernels.KERNEL_ENV}", torch.get_num_threads())
     if setting != "auto":
         return Choice(False, f"{kernels.KERNEL_ENV}={setting}")
     if sum(p.numel() for p in model.parameters()) < PROBE_MIN_PARAMETERS:
@@ -304,20 +308,45 @@ def choice(model) -> Choice:
 
 
 def _probe(model) -> Choice:
-    first = time_forwards(model)
+    threads, pool = _probe_threads(model)
+    first = time_forwards(model, threads=threads)
     if not serves_from(first):
         return Choice(False, "timed here: " + _compare(first) + ", the lean forward is faster")
-    second = time_forwards(model)
+    second = time_forwards(model, threads=threads)
     if not serves_from(second):
         return Choice(False, "two probes disagreed (a busy machine?): the lean forward")
-    return Choice(True, "timed here twice: " + _compare(second))
+    return Choice(True, f"{pool}timed here twice: " + _compare(second), threads)
 
 
-def _compare(seconds: dict[int, tuple[float, float]]) -> str:
+def _probe_threads(model) -> tuple[int, str]:
+    """ONNX Runtime's intra-op threads for this model under torch's current count N, and why ("" for N = 1, else a
+    clause ending in "; "): N only where two probes find N threads faster than one by `serves_from`'s rule (no slower for one row, 5 % faster over all).
+
+    Why: an intra-op pool that does not spin (`onnx_graph.new_session`) wakes its threads for every parallel
+    operation of a call. On a 2-core AMD EPYC (AVX-512) that made the embedded target's one-row call slower with
+    two threads than with one (1.6 vs 1.2 ms), and the AR baseline 1.6x slower while verify calls barely
+    changed: speculative decoding then looked 2.0x faster than AR where it was 1.5x (docs/benchmarks.md)."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return 1, ""
+    for _ in range(2):
+        seconds = time_forwards(model, threads=threads, against_one_thread=True)
+        timed = _compare(seconds, f"{threads} threads", "1 thread")
+        if not serves_from(seconds):
+            return 1, f"{_threads(threads)} timed slower than 1: {timed}; "
+    return threads, f"{_threads(threads)} timed faster than 1 twice: {timed}; "
+
+
+def _threads(count: int) -> str:
+    return f"{count} intra-op thread{'s' if count > 1 else ''}"
+
+
+def _compare(seconds: dict[int, tuple[float, float]], challenger: str = "", incumbent: str = "the lean forward") -> str:
     one = seconds[1]
     totals = [sum(pair[k] for pair in seconds.values()) for k in (0, 1)]
     return (f"1 row {one[1] * 1e3:.2f} vs {one[0] * 1e3:.2f} ms, {min(seconds)}-{max(seconds)} rows "
-            f"{totals[1] * 1e3:.1f} vs {totals[0] * 1e3:.1f} ms against the lean forward")
+            f"{totals[1] * 1e3:.1f} vs {totals[0] * 1e3:.1f} ms {'with ' + challenger + ' ' if challenger else ''}"
+            f"against {incumbent}")
 
 
 def serves_from(seconds: dict[int, tuple[float, float]], margin: float = MARGIN) -> bool:
@@ -328,13 +357,17 @@ def serves_from(seconds: dict[int, tuple[float, float]], margin: float = MARGIN)
         s[0] for s in seconds.values())
 
 
-def time_forwards(model, context: int = 64, repeats: int = 7,
-                  rows: tuple[int, ...] = PROBE_ROWS) -> dict[int, tuple[float, float]]:
-    """Median seconds of a call of each row count after `context` cached tokens: {rows: (lean, ONNX Runtime)},
-    interleaved so that a machine slowing down slows both (the lean forward on the kernel chosen for it here)."""
+def time_forwards(model, context: int = 64, repeats: int = 7, rows: tuple[int, ...] = PROBE_ROWS,
+                  threads: int | None = None, against_one_thread: bool = False) -> dict[int, tuple[float, float]]:
+    """Median seconds of a call of each row count after `context` cached tokens: {rows: (lean, ONNX Runtime)}
+    with ONNX Runtime on `threads` intra-op threads (default torch's), interleaved so that a machine slowing down
+    slows both (the lean forward on the kernel chosen for it here). `against_one_thread`: ONNX Runtime on one
+    thread in place of the lean forward, {rows: (1 thread, `threads`)}."""
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (context + max(rows),), generator=torch.Generator().manual_seed(0))
-    forwards = (StaticCacheLM(model, context + max(rows)), OnnxForward(model, context + max(rows)))
+    capacity = context + max(rows)
+    incumbent = OnnxForward(model, capacity, threads=1) if against_one_thread else StaticCacheLM(model, capacity)
+    forwards = (incumbent, OnnxForward(model, capacity, threads=threads or torch.get_num_threads()))
     for forward in forwards:
         forward.forward(ids[:context])
     times: dict[tuple[int, int], list[float]] = {(n, k): [] for n in rows for k in (0, 1)}
@@ -356,5 +389,7 @@ def serves(model, static_cache: bool | None = None) -> bool:
 
 
 def describe(model) -> str:
-    return f"ONNX Runtime's graph of the whole forward, MLAS matmuls ({choice(model).why})"
+    decided = choice(model)
+    return (f"ONNX Runtime's graph of the whole forward, MLAS matmuls, {_threads(decided.threads)} "
+            f"({decided.why})")
 

@@ -71,12 +71,13 @@ class GraphBuilder:
         return proto
 
 
-def new_session(proto):
-    """An ONNX Runtime session of the graph `proto` on the CPU, with torch's current thread count."""
+def new_session(proto, threads: int | None = None):
+    """An ONNX Runtime session of the graph `proto` on the CPU, with `threads` intra-op threads (default: torch's
+    current thread count)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3  # errors only

@@ -57,7 +57,7 @@ class OnnxHeadsStep:
         return torch.from_numpy(state[0]), torch.from_numpy(logits)
 
 
-# heads -> {threads: (fingerprint of the heads, embedding and output layer, session)}
+# heads -> {intra-op threads: (fingerprint of the heads, embedding and output layer, session)}
 _SESSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
@@ -70,11 +70,11 @@ def heads_step(heads: DraftHeads, target, target_lm) -> OnnxHeadsStep | None:
     embedding = target.get_input_embeddings().weight.detach()
     output = target.get_output_embeddings()
     bias = getattr(output, "bias", None)
-    threads = torch.get_num_threads()
+    threads = target_lm.threads  # the target's forward's, which the probe chose for this machine
     fingerprint = (kernels.weights_fingerprint(heads), kernels.weights_fingerprint(target))
     with _LOCK:
         cached = _SESSIONS.setdefault(heads, {}).get(threads)
         if cached is None or cached[0] != fingerprint:
-            cached = (fingerprint, new_session(build_graph(fast_step(heads, embedding), output.weight, bias)))
+            cached = (fingerprint, new_session(build_graph(fast_step(heads, embedding), output.weight, bias), threads))
             _SESSIONS[heads][threads] = cached
         return OnnxHeadsStep(cached[1])

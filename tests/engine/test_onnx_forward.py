@@ -131,7 +131,9 @@ def test_the_probe_runs_once_per_model_and_thread_count_and_needs_two_agreeing_p
     answers = iter([{1: (5.0, 3.0)}, {1: (5.0, 3.0)}, {1: (5.0, 3.0)}, {1: (3.0, 5.0)}])
     timed = []
     monkeypatch.setattr(onnx_forward, "PROBE_MIN_PARAMETERS", 0)
-    monkeypatch.setattr(onnx_forward, "time_forwards", lambda model: timed.append(model) or next(answers))
+    monkeypatch.setattr(onnx_forward, "time_forwards",
+                        lambda model, threads=None, against_one_thread=False: timed.append(model) or next(answers))
+    monkeypatch.setattr(onnx_forward, "_probe_threads", lambda model: (1, ""))
     kernels.packed_weights(model)  # the lean forward's copy, which the probe's lean forward builds
     assert onnx_forward.choice(model).serves and len(timed) == 2
     assert model not in kernels._PACKED  # ONNX Runtime serves: the copy is let go
@@ -141,10 +143,49 @@ def test_the_probe_runs_once_per_model_and_thread_count_and_needs_two_agreeing_p
     assert not choice.serves and choice.why == "two probes disagreed (a busy machine?): the lean forward"
 
 
+def _probe_with(monkeypatch, pool: list[dict], torch_threads: int = 2):
+    """choice() under `torch_threads` where ONNX Runtime beats the lean forward and `pool` answers the probes of
+    2 intra-op threads against 1; returns the choice and the thread counts the lean-vs-ONNX probes timed."""
+    model = MODELS["grouped-query"]()
+    pool, against_lean = iter(pool), []
+
+    def timed(model, threads=None, against_one_thread=False):
+        if against_one_thread:
+            assert threads == 2
+            return next(pool)
+        against_lean.append(threads)
+        return {1: (5e-3, 3e-3), 5: (9e-3, 4e-3)}
+
+    monkeypatch.setattr(onnx_forward, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(onnx_forward, "time_forwards", timed)
+    torch.set_num_threads(torch_threads)
+    return onnx_forward.choice(model), against_lean
+
+
+def test_more_intra_op_threads_only_where_two_probes_find_them_faster(monkeypatch):
+    faster, slower = {1: (1.6e-3, 1.2e-3), 5: (2.4e-3, 1.8e-3)}, {1: (1.2e-3, 1.6e-3), 5: (2.0e-3, 2.2e-3)}
+    choice, against_lean = _probe_with(monkeypatch, [slower])
+    assert choice.serves and choice.threads == 1 and against_lean == [1, 1]  # the lean forward met the one thread
+    assert choice.why.startswith("2 intra-op threads timed slower than 1: 1 row 1.60 vs 1.20 ms")
+    choice, against_lean = _probe_with(monkeypatch, [faster, faster])
+    assert choice.threads == 2 and against_lean == [2, 2]
+    assert choice.why.startswith("2 intra-op threads timed faster than 1 twice: 1 row 1.20 vs 1.60 ms")
+    choice, _ = _probe_with(monkeypatch, [faster, slower])  # the probes disagree: one thread
+    assert choice.threads == 1
+    choice, _ = _probe_with(monkeypatch, [{1: (1.6e-3, 1.55e-3), 5: (2.4e-3, 2.35e-3)}])  # 2 % faster: noise
+    assert choice.threads == 1
+
+
+def test_one_torch_thread_times_no_pool(monkeypatch):
+    choice, against_lean = _probe_with(monkeypatch, [], torch_threads=1)  # a pool probe would find no answer
+    assert choice.serves and choice.threads == 1 and against_lean == [1, 1]
+    assert choice.why.startswith("timed here twice: 1 row 3.00 vs 5.00 ms")
 def test_the_probe_times_both_forwards_on_a_real_model():
     model = tiny_llama(seed=10, vocab=64, layers=2, width=64, heads=4, kv_heads=2)
     seconds = onnx_forward.time_forwards(model, context=8, repeats=2, rows=(1, 3))
     assert set(seconds) == {1, 3} and all(lean > 0 and onnx > 0 for lean, onnx in seconds.values())
+    seconds = onnx_forward.time_forwards(model, context=8, repeats=2, rows=(1, 3), threads=2, against_one_thread=True)
+    assert set(seconds) == {1, 3} and all(one > 0 and two > 0 for one, two in seconds.values())
 
 
 def test_a_changed_weight_rebuilds_the_session():
@@ -215,10 +256,24 @@ def test_heads_draft_the_same_tokens_on_either_runtime(monkeypatch, temperature)
     assert onnx.tokens == lean.tokens and [s.accepted for s in onnx.steps] == [s.accepted for s in lean.steps]
 
 
-def test_sessions_follow_the_thread_count():
+def test_sessions_follow_the_thread_count(monkeypatch):
     model = MODELS["grouped-query"]()
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onnxruntime")  # set, not timed: ONNX Runtime takes torch's count
     one = onnx_forward.session(model)
-    assert onnx_forward.session(model) is one
+    assert onnx_forward.session(model) is one and onnx_forward.session(model, 1) is one
     torch.set_num_threads(2)
-    assert onnx_forward.session(model) is not one
+    two = onnx_forward.session(model)
+    assert two is not one and onnx_forward.session(model, 2) is two and onnx_forward.session(model, 1) is one
+    assert OnnxForward(model, 8).threads == 2 and "2 intra-op threads (set by SSD_DEMO_MATMUL)" in kv.describe_kernels(model)
     assert kernels.weights_fingerprint(model) == kernels.weights_fingerprint(model)
+
+
+def test_the_heads_session_takes_the_target_forwards_thread_count(monkeypatch):
+    target = tiny_llama(seed=14, vocab=32, layers=2, width=16, init=0.3)
+    heads = _heads_for(target)
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onnxruntime")
+    torch.set_num_threads(2)
+    assert onnx_heads.heads_step(heads, target, OnnxForward(target, 8, threads=1)) is not None
+    assert set(onnx_heads._SESSIONS[heads]) == {1}  # one thread, as the target's forward, not torch's two
+    onnx_heads.heads_step(heads, target, OnnxForward(target, 8))
+    assert set(onnx_heads._SESSIONS[heads]) == {1, 2}
