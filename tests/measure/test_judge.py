@@ -57,3 +57,15 @@ def test_a_long_clip_is_scored_window_by_window():
     rate = 16_000
     clip = np.random.default_rng(1).standard_normal(12 * rate).astype(np.float32) * 0.1  # two 9 s windows
     assert 1.0 <= judge.dnsmos(clip, rate)["ovrl"] <= 5.0
+
+
+def test_loading_whisper_leaves_torchs_thread_count_alone():
+    """CTranslate2 sets OpenMP's thread count, torch's too, when it builds the model: an evaluation asked to
+    decode on two threads decoded on one after its first transcription (and its report said two)."""
+    import torch
+
+    judge._whisper.cache_clear()
+    torch.set_num_threads(2)
+    assert torch.get_num_threads() == 2  # read once first, as a decoder does: only then did the model reset it
+    judge._whisper(1)
+    assert torch.get_num_threads() == 2
