@@ -9,7 +9,7 @@ from pathlib import Path
 from ..measure.asr import DEFAULT_WHISPER, NORMALISERS, TINY_EN
 from ..backends.vllm import ENGINES
 from .decoding_flags import add_decoding_arguments
-from ..measure.evaluation_report import markdown
+from ..measure.evaluation_report import markdown, transcripts
 from ..measure.reporting import add_docs_argument, docs_target, write_section
 from ..measure.visitor_texts import BUCKETS
 from ..measure.evaluation import run_evaluation
@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept
     section = markdown(report, command_line(args))
-    (args.out / "eval.md").write_text(section)
+    (args.out / "eval.md").write_text(section + transcripts(report))  # the docs get the tables only
     print(section)
     if docs_target(args) is not None:
         write_section(docs_target(args), report["section"], section)

@@ -180,9 +180,35 @@ def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
             durations = row.get("duration_by_bucket", {})
             if embedded and bucket in durations:
                 values.append(_fmt(durations[bucket]))
+            elif embedded and _is_reference(row):  # the teacher's own timing, which the ratio divides by
+                values.append("1")
             cells.append(" / ".join(values))
         lines.append(f"| {row['system']} | " + " | ".join(cells) + " |")
     return lines
+
+
+def transcripts(report: dict) -> str:
+    """What the judge heard, for eval.md only (the docs keep the tables): every text some system got a word wrong
+    in, worst first, with each system's transcript; the count of texts every system got right. Empty without WER."""
+    systems = [label for label, rows in report.get("per_text", {}).items() if rows and "transcript" in rows[0]]
+    if not systems:
+        return ""
+    by_text = list(zip(report["ids"], report["texts"], *(report["per_text"][label] for label in systems)))
+    wrong = [entry for entry in by_text if any(row.get("wer") for row in entry[2:])]
+    wrong.sort(key=lambda entry: -max(row.get("wer") or 0.0 for row in entry[2:]))
+    lines = ["", "## What the judge heard", "",
+             f"{len(by_text) - len(wrong)} of {len(by_text)} texts were heard without a word wrong from every "
+             f"system; the other {len(wrong)}, worst first (WER %, then the transcript):"]
+    for item_id, text, *rows in wrong:
+        lines += ["", f"**{item_id}**: {text}", ""]
+        lines += [f"- {label} ({_fmt(_pct(row.get('wer')), 1)}): {row.get('transcript') or '(nothing heard)'}"
+                  for label, row in zip(systems, rows)]
+    return "\n".join(lines) + "\n"
+
+
+def _is_reference(row: dict) -> bool:
+    """The teacher's rendering or its codec round trip (same durations: the round trip decodes its latents)."""
+    return row["system"].startswith(("teacher (", "codec round trip of the teacher"))
 
 
 def _instruments(report: dict, metrics: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from support.tiny_whisper import build_tiny_whisper
 from ssd_demo.__main__ import main
 from ssd_demo.backends.embedded import DEFAULT_PATH
 from ssd_demo.measure import teacher_reference
+from ssd_demo.measure.evaluation_report import transcripts
 
 needs_voice = pytest.mark.skipif(not (DEFAULT_PATH / "voice.json").exists(), reason="embedded voice not shipped")
 
@@ -69,6 +70,9 @@ def test_eval_runs_a_two_line_test_set_on_the_embedded_voice_and_ignores_its_voi
     assert "## Evaluation: the embedded voice on meta.lst" in text and "Embedded voice evaluation" not in text
     assert "| WER % |" in text and "| DNSMOS OVRL |" in text and "| LM-RTF |" in text and "1-8 words" in text
     assert "--test-set" in text and "PER" not in text and "Whisper tiny.en" in text
+    assert "What the judge heard" not in text and "What the judge heard" in (out / "eval.md").read_text()
+    if teacher:  # the reference rows' duration ratio is 1 by definition, shown as such
+        assert f"| {references[0]} | " in text and " / 1 |" in text
 
 
 def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
@@ -98,6 +102,25 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     markdown = (out / "eval.md").read_text()
     assert "| WER % |" in markdown and "corpus WER %" in markdown and "| DNSMOS OVRL |" in markdown
     assert "MCD" not in markdown and "target NLL" not in markdown
+    heard = markdown[markdown.index("## What the judge heard"):]  # random weights: every text has errors
+    assert "0 of 2 texts were heard without a word wrong" in heard
+    assert all(f"- {label} (" in heard for label in rows)
+
+
+def test_the_transcripts_list_the_texts_with_errors_worst_first():
+    def row(wer, transcript):
+        return {"wer": wer, "transcript": transcript}
+
+    report = {"ids": ["a", "b", "c"], "texts": ["Is this seat taken?", "Good morning.", "The bus is late."],
+              "per_text": {"AR": [row(0.5, "is the sea taken"), row(0.0, "good morning"), row(0.25, "the bus is")],
+                           "SSD beta=0.2": [row(0.25, "is this sea taken"), row(0.0, "good morning"),
+                                            row(0.0, "")]}}
+    heard = transcripts(report)
+    assert "1 of 3 texts were heard without a word wrong from every system; the other 2" in heard
+    assert heard.index("**a**: Is this seat taken?") < heard.index("**c**: The bus is late.")  # worst first
+    assert "- AR (50.0): is the sea taken" in heard and "- SSD beta=0.2 (0.0): (nothing heard)" in heard
+    assert "Good morning." not in heard
+    assert transcripts({"ids": ["a"], "texts": ["x"], "per_text": {"AR": [{"lm_s": 1.0}]}}) == ""  # no WER measured
 
 
 @pytest.mark.parametrize("argv, message", [
