@@ -92,18 +92,21 @@ def markdown(report: dict, command: str) -> str:
     embedded = report.get("embedded", True)
     metrics = report.get("metrics", ["wer"])
     columns = _columns(report)
+    sampling = (f"temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
+                f"top-p {report['config']['top_p']}, "
+                + (f"ids {list(report['config']['untempered_token_ids'])} at temperature 1 (the phoneme-end marker), "
+                   if report["config"].get("untempered_token_ids") else "")
+                + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured "
+                   "costs)" if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}")
+                + "; SSD at beta = 0 is exact speculative sampling.")
     lines = [
         report.get("section", "## Embedded voice evaluation"),
         "",
-        f"Command: `{command}` (commit {report['commit']}, {report['date']}, {report['machine']}).",
-        _what_was_measured(report),
-        f"Sampling: temperature {report['config']['temperature']}, top-k {report['config']['top_k']}, "
-        f"top-p {report['config']['top_p']}, "
-        + (f"ids {list(report['config']['untempered_token_ids'])} at temperature 1 (the phoneme-end marker), "
-           if report["config"].get("untempered_token_ids") else "")
-        + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured costs)."
-           if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}.")
-        + " SSD at beta = 0 is exact speculative sampling.",
+        f"Command: `{command}`",
+        "",
+        f"- Run: commit {report['commit']}, {report['date']}; machine: {report['machine']}.",
+        *(f"- {line}" for line in _what_was_measured(report)),
+        f"- Sampling: {sampling}",
         "",
         "| " + " | ".join(header for header, _ in columns) + " |",
         "|" + "---|" * len(columns),
@@ -118,7 +121,8 @@ def markdown(report: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def _what_was_measured(report: dict) -> str:
+def _what_was_measured(report: dict) -> list[str]:
+    """The header's lines after the run's: the texts, the reference, the judges, what the columns mean."""
     metrics = report.get("metrics", ["wer"])
     if report.get("test_set"):
         texts = (f"{len(report['texts'])} items of the test set `{report['test_set']}` "
@@ -126,20 +130,21 @@ def _what_was_measured(report: dict) -> str:
     else:
         texts = (f"{len(report['texts'])} texts a visitor would type (`ssd_demo/measure/visitor_texts.py`, never "
                  "trained on)")
-    parts = [f"Pair: {report.get('pair', 'the embedded voice')}; {texts}"]
-    if report.get("engine") == "vllm":
-        return "; ".join(parts + _intelligibility_parts(report, metrics)) + "; " + _BATCHED
-    if report.get("embedded", True) and report.get("teacher"):
-        parts.append(f"reference = the teacher's own rendering ({report['teacher']}): the teacher row scores it, the "
+    chunks = (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes"
+              if report.get("embedded", True) and report.get("engine") != "vllm" else "")
+    lines = [f"Pair: {report.get('pair', 'the embedded voice')}; {texts}{chunks}."]
+    if report.get("engine") != "vllm" and report.get("embedded", True) and report.get("teacher"):
+        lines.append(f"Reference: the teacher's own rendering ({report['teacher']}): the teacher row scores it, the "
                      "codec round trip row its latents through the voice's codec (what perfect tokens would sound "
-                     "like)")
-    parts += _intelligibility_parts(report, metrics)
-    return ("; ".join(parts) + "; other columns are medians; times are the fastest of "
-            f"{report.get('repeats', 1)} identical runs; speedups per sampled token; LM-RTF = LM seconds / audio "
-            "seconds over all texts; c / v = a draft step / a verify call in AR target steps, and `predicted (strict)` "
-            "= (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per text, medians"
-            + (f"; text spoken in chunks of at most {report.get('chunk_phonemes')} phonemes."
-               if report.get("embedded", True) else "."))
+                     "like).")
+    lines += [part + "." for part in _intelligibility_parts(report, metrics)]
+    if report.get("engine") == "vllm":
+        return lines + ["Engine: " + _BATCHED]
+    return lines + [
+        f"Columns: those not described above are medians; times are the fastest of {report.get('repeats', 1)} identical runs; "
+        "speedups per sampled token; LM-RTF = LM seconds / audio seconds over all texts; c / v = a draft step / a "
+        "verify call in AR target steps, and `predicted (strict)` = (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per "
+        "text, medians."]
 
 
 _BATCHED = ("speech LM on the vLLM engine: each system's texts submitted at once (continuous batching; one batch "
@@ -156,10 +161,10 @@ def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
         asr = report.get("asr", {})
         model = asr.get("model")
         heard = "Whisper tiny.en (faster-whisper, int8, from the package index)" if model == "tiny.en" else f"`{model}`"
-        parts.append(f"WER = word error rate heard by {heard} ({asr.get('normaliser')} normalisation; "
+        parts.append(f"WER: word error rate heard by {heard} ({asr.get('normaliser')} normalisation; "
                      "mean over texts, and corpus WER = all errors / all reference words)")
     if "dnsmos" in metrics:
-        parts.append("DNSMOS = DNSMOS P.835's overall (OVRL) and speech (SIG) quality, 1-5, higher is better "
+        parts.append("DNSMOS: DNSMOS P.835's overall (OVRL) and speech (SIG) quality, 1-5, higher is better "
                      "(mean over texts)")
     return parts
 
