@@ -27,6 +27,7 @@ from ..comparison import Comparison, Request, compare
 from ..config import DecodingConfig
 from ..engine.calibration import best_draft_len
 from ..errors import InputError
+from ..models.cpu_threads import check_thread_count
 from ..backends.vllm import ENGINE_VARIABLE
 from ..backends.vllm.worker import require_vllm_python
 from ..speech.synthesis import SynthesisResult
@@ -141,9 +142,7 @@ def report_lines(comparison: Comparison) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     if args.threads is not None:
-        cpus = os.cpu_count() or 1
-        if not 1 <= args.threads <= cpus:
-            raise InputError(f"--threads must be between 1 and {cpus} (this machine's CPUs), got {args.threads}")
+        check_thread_count(args.threads)
         os.environ["SSD_TORCH_THREADS"] = str(args.threads)  # what the pipeline sets the CPU threads from
     settings = decoding_arguments(args, DECODING_FLAGS)
     DecodingConfig(**settings)  # refuse an impossible value before the model loads

@@ -58,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch CPU threads (default 2; ONNX Runtime's forward runs as many only where they "
+                             "time faster than one, which the report names)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default; texts one at a time, speedups per token) or "
                              "vllm (Llasa presets and custom pairs; each system's texts in one batch, throughput and "

@@ -12,6 +12,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import InputError
+from ..models.cpu_threads import check_thread_count
 from .decoding_flags import add_decoding_arguments, decoding_arguments
 from ..measure.reporting import add_docs_argument, docs_target, write_section
 from ..measure.sweep import sweep_map
@@ -31,13 +32,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per setting and sentence (same tokens); the fastest counts")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch CPU threads (default 2; ONNX Runtime's forward runs as many only where they "
+                             "time faster than one, which the report names)")
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
     add_docs_argument(parser, "speed-fidelity map (and the chart beside it)")
 
 
 def main(args: argparse.Namespace) -> int:
     decoding_arguments(args, ("cost_ratio", "seed"))  # checked before the voice loads
+    check_thread_count(args.threads)
     torch.set_num_threads(args.threads)
     drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
     if not drafts:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import soundfile as sf
 import torch
 
 from ..errors import InputError
+from ..models.cpu_threads import check_thread_count
 from ..backends import registry as presets
 from ..backends.embedded import load_synthesizer
 from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
@@ -153,9 +153,7 @@ def main(args: argparse.Namespace) -> int:
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise InputError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
-        cpus = os.cpu_count() or 1
-        if not 1 <= args.threads <= cpus:
-            raise InputError(f"--threads must be between 1 and {cpus} (this machine's CPUs), got {args.threads}")
+        check_thread_count(args.threads)
         torch.set_num_threads(args.threads)
     # decoding settings are checked before the model loads (seconds to minutes), as the backend's defaults
     # are not needed to refuse an impossible value

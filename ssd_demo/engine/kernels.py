@@ -320,11 +320,19 @@ def weight_bytes(model) -> int:
 STREAM_MAX_BYTES = 1 << 30
 
 
-def weight_stream_seconds(model, repeats: int = 15) -> float:
+def weight_stream_seconds(model, repeats: int = 15, threads: int | None = None) -> float:
     """Median time to read a buffer the size of the model's weights once (a sum over it), on the model's device
-    (on a CPU with the current thread count): the floor under a decode step, which reads every weight once (for
-    reports next to step times). Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled
+    (on a CPU with `threads` threads, default the current count: give the count the model's forward runs on, or
+    two cores' read is set against one core's step): the floor under a decode step, which reads every weight once
+    (for reports next to step times). Weights over `STREAM_MAX_BYTES` are timed on a buffer of that size and scaled
     (memory-bound: linear)."""
+    if threads is not None and threads != torch.get_num_threads():
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return weight_stream_seconds(model, repeats)
+        finally:
+            torch.set_num_threads(before)
     size = weight_bytes(model)
     device = next(model.parameters()).device
     buffer = torch.ones(min(size, STREAM_MAX_BYTES) // 4, dtype=torch.float32, device=device)

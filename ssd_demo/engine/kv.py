@@ -117,6 +117,14 @@ def prepare_kernels(*models, static_cache: bool | None = None) -> None:
             kernels.kernel_choice(model)
 
 
+def forward_threads(model, static_cache: bool | None = None) -> int:
+    """CPU threads this model's cached forward runs on here: ONNX Runtime's intra-op count where it serves (timed,
+    `onnx_forward.choice`), else torch's."""
+    if onnx_forward.serves(model, static_cache):
+        return onnx_forward.choice(model).threads
+    return torch.get_num_threads()
+
+
 def describe_kernels(model, static_cache: bool | None = None) -> str:
     """What serves this model's cached forward here, for reports: CUDA graphs, ONNX Runtime, or which matmul kernel
     serves which calls of the lean forward and why (`static_cache.describe_kernels`), or transformers' own forward."""
@@ -128,4 +136,7 @@ def describe_kernels(model, static_cache: bool | None = None) -> str:
     refused = onnx_forward.supports(model) if kernels.kernel_setting() == onnx_forward.SETTING else None
     if refused and lean_forward_serves(model, static_cache):
         return f"{lean}; {kernels.KERNEL_ENV}={onnx_forward.SETTING}, but ONNX Runtime cannot serve it: {refused}"
+    timed = onnx_forward.probed(model)  # timed against the lean forward here and refused: say so, with the times
+    if timed is not None and not timed.serves and lean_forward_serves(model, static_cache):
+        return f"{lean}; ONNX Runtime's forward not chosen ({timed.why})"
     return lean

@@ -37,11 +37,12 @@ from tqdm import tqdm
 from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from ..errors import InputError
+from ..models.cpu_threads import check_thread_count
 from ..engine.calibration import calibrated_costs
 from ..config import SETTINGS, DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
 from .reporting import cpu_name, git_commit
-from ..engine.kv import describe_kernels
+from ..engine.kv import describe_kernels, forward_threads
 from ..engine.results import compare_runs
 from ..engine.kernels import weight_bytes, weight_stream_seconds
 from ..models.hub import auto_dtype
@@ -217,8 +218,9 @@ def run_benchmark(target, draft, prompt: torch.Tensor, config: DecodingConfig, r
         timed = rep >= warmup
         order = list(methods[rep % len(methods):]) + list(methods[: rep % len(methods)])
         run_config = config.with_(seed=(config.seed or 0) + rep)
-        if timed:  # the weight-streaming floor, measured once per repetition among the methods
-            timings.stream_seconds.append(weight_stream_seconds(target, repeats=5))
+        if timed:  # the weight-streaming floor, measured once per repetition among the methods, on as many
+            # threads as the target's forward (ONNX Runtime may run one where torch has two)
+            timings.stream_seconds.append(weight_stream_seconds(target, repeats=5, threads=forward_threads(target)))
         results = {}
         for method in order:
             result, tokens, wall = _run_method(method, target, draft, prompt, run_config, calibrated)
@@ -244,7 +246,7 @@ def _benchmark_result(methods: tuple[str, ...], timings: _Timings, target, costs
         size = weight_bytes(target)
         device = next(target.parameters()).device
         result["weight_stream"] = {"bytes": size, "seconds": stream, "gigabytes_per_second": size / stream / 1e9,
-                                   "cpu": cpu_name(), "torch_threads": torch.get_num_threads(),
+                                   "cpu": cpu_name(), "threads": forward_threads(target),
                                    "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                                    "dtype": str(next(target.parameters()).dtype).removeprefix("torch.")}
     if costs is not None:
@@ -307,7 +309,7 @@ def markdown_table(result: dict) -> str:
     if stream:
         lines.append("")
         where = stream["device"] if stream.get("device") not in (None, "cpu") else (
-            f"{stream['cpu']}, {stream['torch_threads']} thread(s)")
+            f"{stream['cpu']}, {stream['threads']} thread(s), as the target's forward")
         lines.append(
             f"{where}: the target's {stream['bytes'] / 1e6:.1f} MB of weights ({stream.get('dtype', 'float32')}) "
             f"stream once in {stream['seconds'] * 1e3:.2f} ms ({stream['gigabytes_per_second']:.1f} GB/s; "
@@ -364,6 +366,7 @@ def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = 
     if repeats < 1 or warmup < 0 or prompt_len < 1:
         raise InputError("bench needs --repeats >= 1, --warmup >= 0 and --prompt-len >= 1")
     if threads:
+        check_thread_count(threads)
         torch.set_num_threads(threads)
     target_model, draft_model = load_pair(target, draft, device, dtype)
     config = DecodingConfig(**settings)

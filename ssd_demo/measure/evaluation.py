@@ -52,6 +52,7 @@ from ..backends.embedded import DEFAULT_PATH
 from ..engine.calibration import calibrated_costs
 from ..config import DecodingConfig, check_setting, given_settings
 from ..errors import InputError, InvalidSettingError
+from ..models.cpu_threads import check_thread_count
 from ..backends.vllm import use_engine
 from .evaluation_batch import check_engine, render_systems, speed_row
 from .evaluation_inputs import (EvalItem, Pair, choose_drafts, choose_metrics, choose_pair, choose_whisper,
@@ -113,6 +114,7 @@ class EvalPlan:
 def plan_evaluation(args: argparse.Namespace) -> EvalPlan:
     """The flags checked: decoding settings, betas, the pair, metrics, texts, engine and chunk budget."""
     settings = given_settings(vars(args), DECODING_FLAGS)
+    check_thread_count(args.threads)
     betas = with_exact(parse_betas(args.betas))
     pair = choose_pair(args)
     metrics = choose_metrics(args.metrics, pair)
@@ -225,8 +227,8 @@ def _run_description(plan: EvalPlan, items: list[EvalItem], notes: list[str]) ->
 def _machine_description(synth, args: argparse.Namespace, engine: str) -> dict:
     """Where and when it ran: the machine, repeats, commit and date."""
     return {
-        "machine": machine(synth, args.threads) + ("; speech LM on vLLM in its own process" if engine == "vllm"
-                                                   else ""),
+        "machine": machine(synth, torch.get_num_threads()) + ("; speech LM on vLLM in its own process"
+                                                              if engine == "vllm" else ""),
         "repeats": max(args.repeats, 1),
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -263,6 +265,8 @@ def run_one_by_one(synth, systems: list[DecodingSystem], items: list[EvalItem], 
 
 
 def machine(synth, threads: int) -> str:
+    """The CPU (or GPU), the torch threads the decodes ran on (read after them, not the flag) and what served the
+    target."""
     device = synth.device
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"

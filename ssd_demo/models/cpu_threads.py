@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from ..errors import InputError
 from ..speech.synthesis import Synthesizer
 
 #: Below this many target parameters one torch thread is used: such models are bound by
@@ -25,3 +26,11 @@ def cpu_threads_for(synthesizer: Synthesizer) -> int:
         return max(1, int(override))
     parameters = sum(p.numel() for p in synthesizer.target.parameters())
     return 1 if parameters < SMALL_MODEL_PARAMETERS else _DEFAULT_THREADS
+
+
+def check_thread_count(threads: int, flag: str = "--threads") -> None:
+    """A thread count a user asked for: between 1 and this machine's CPUs (torch refuses 0 and below with an
+    internal error; more threads than CPUs only wait for each other)."""
+    cpus = os.cpu_count() or 1
+    if not 1 <= threads <= cpus:
+        raise InputError(f"{flag} must be between 1 and {cpus} (this machine's CPUs), got {threads}")

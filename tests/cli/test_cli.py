@@ -254,6 +254,7 @@ def test_bench_answers_a_pair_it_cannot_run_in_one_line(tmp_path, capsys):
         ("--target", str(empty), "--draft", str(draft_dir)): "holds no causal LM transformers can load",
         ("--device", "gpu"): "unknown device 'gpu'",
         ("--repeats", "0"): "--repeats >= 1",
+        ("--threads", "-1"): "--threads must be between 1 and",  # torch's own refusal was an internal error
     }
     if not torch.cuda.is_available():
         cases[("--device", "cuda")] = "no CUDA device here"

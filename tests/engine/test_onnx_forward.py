@@ -124,6 +124,9 @@ def test_the_probe_decides_on_one_row_and_on_the_total():
     assert not serves_from({1: (3.0, 3.1), 5: (9.0, 4.5)})  # the AR baseline's one-row call would lose
     assert not serves_from({1: (5.0, 4.9), 5: (9.0, 9.0)})  # 1 % faster in total: within a busy machine's noise
     assert serves_from({1: (5.0, 4.9), 5: (9.0, 8.0)})
+    # one row clearly faster decides alone: the AR baseline's call must get the faster path
+    assert serves_from({1: (5.0, 4.0), 5: (9.0, 9.5)})
+    assert not serves_from({1: (5.0, 4.9), 5: (9.0, 9.5)})
 
 
 def test_the_probe_runs_once_per_model_and_thread_count_and_needs_two_agreeing_probes(monkeypatch):
@@ -166,7 +169,7 @@ def test_more_intra_op_threads_only_where_two_probes_find_them_faster(monkeypatc
     faster, slower = {1: (1.6e-3, 1.2e-3), 5: (2.4e-3, 1.8e-3)}, {1: (1.2e-3, 1.6e-3), 5: (2.0e-3, 2.2e-3)}
     choice, against_lean = _probe_with(monkeypatch, [slower])
     assert choice.serves and choice.threads == 1 and against_lean == [1, 1]  # the lean forward met the one thread
-    assert choice.why.startswith("2 intra-op threads timed slower than 1: 1 row 1.60 vs 1.20 ms")
+    assert choice.why.startswith("2 intra-op threads not faster than 1 by the probe's rule: 1 row 1.60 vs 1.20 ms")
     choice, against_lean = _probe_with(monkeypatch, [faster, faster])
     assert choice.threads == 2 and against_lean == [2, 2]
     assert choice.why.startswith("2 intra-op threads timed faster than 1 twice: 1 row 1.20 vs 1.60 ms")
@@ -277,3 +280,28 @@ def test_the_heads_session_takes_the_target_forwards_thread_count(monkeypatch):
     assert set(onnx_heads._SESSIONS[heads]) == {1}  # one thread, as the target's forward, not torch's two
     onnx_heads.heads_step(heads, target, OnnxForward(target, 8))
     assert set(onnx_heads._SESSIONS[heads]) == {1, 2}
+
+
+def test_the_setting_times_the_thread_count_of_a_model_worth_timing(monkeypatch):
+    model = MODELS["grouped-query"]()
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "onnxruntime")
+    monkeypatch.setattr(onnx_forward, "PROBE_MIN_PARAMETERS", 0)
+    slower = {1: (1.2e-3, 1.6e-3), 5: (2.0e-3, 2.2e-3)}
+    monkeypatch.setattr(onnx_forward, "time_forwards",
+                        lambda model, threads=None, against_one_thread=False: slower if against_one_thread else None)
+    torch.set_num_threads(2)
+    choice = onnx_forward.choice(model)
+    assert choice.serves and choice.threads == 1 and choice.why.endswith("set by SSD_DEMO_MATMUL")
+    monkeypatch.setenv("SSD_DEMO_MATMUL", "blas")  # another setting: not the cached choice
+    assert not onnx_forward.choice(model).serves
+
+
+def test_a_refusal_is_named_in_the_report(monkeypatch):
+    model = MODELS["grouped-query"]()
+    monkeypatch.setattr(onnx_forward, "PROBE_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(onnx_forward, "time_forwards",
+                        lambda model, threads=None, against_one_thread=False: {1: (3e-3, 5e-3), 5: (9e-3, 9e-3)})
+    assert onnx_forward.probed(model) is None  # nothing timed yet, and peeking times nothing
+    assert isinstance(kv.cached_lm(model, 16), StaticCacheLM)
+    assert onnx_forward.probed(model) is not None
+    assert "; ONNX Runtime's forward not chosen (timed here: 1 row 5.00 vs 3.00 ms" in kv.describe_kernels(model)

@@ -136,6 +136,7 @@ def test_the_transcripts_list_the_texts_with_errors_worst_first():
     (["--test-set", "TESTSET", "--metrics", "wer", "--whisper", "openai/whisper-large-v3"],
      "not in the local Hugging Face cache"),
     (["--betas", "0,x"], "beta must be a number"),
+    (["--threads", "0"], "--threads must be between 1 and"),
 ])
 def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
