@@ -395,12 +395,18 @@ def time_forwards(model, context: int = 64, repeats: int = 7, rows: tuple[int, .
     for forward in forwards:
         forward.forward(ids[:context])
     times: dict[tuple[int, int], list[float]] = {(n, k): [] for n in rows for k in (0, 1)}
+    # With several torch threads, torch's OpenMP workers spin for a while after each of its calls, on cores
+    # (on a 2-vCPU machine, hyperthreads of one core) that the next call needs: each timed call is therefore the
+    # second of two in a row, so that it meets the machine as it would in a run of such calls, not the other
+    # forward's leftovers (interleaved call by call, ONNX Runtime's one thread timed 10-30 % slower).
+    calls = 2 if torch.get_num_threads() > 1 else 1
     for repeat in range(repeats + 1):  # the first round warms up and is not kept
         for n in rows:
             for k in ((0, 1) if repeat % 2 else (1, 0)):
-                forwards[k].truncate(context)
-                started = time.perf_counter()
-                forwards[k].forward(ids[context : context + n], last_only=n == 1)
+                for _ in range(calls):
+                    forwards[k].truncate(context)
+                    started = time.perf_counter()
+                    forwards[k].forward(ids[context : context + n], last_only=n == 1)
                 if repeat:
                     times[(n, k)].append(time.perf_counter() - started)
     return {n: (statistics.median(times[(n, 0)]), statistics.median(times[(n, 1)])) for n in rows}
