@@ -337,12 +337,13 @@ def _probe(model) -> Choice:
 
 def _probe_threads(model) -> tuple[int, str]:
     """ONNX Runtime's intra-op threads for this model under torch's current count N, and why ("" for N = 1, else a
-    clause ending in "; "): N only where two probes find N threads faster than one by `serves_from`'s rule (no slower for one row, 5 % faster over all).
+    clause ending in "; "): N only where two probes find N threads faster than one by `serves_from`'s rule.
 
     Why: an intra-op pool that does not spin (`onnx_graph.new_session`) wakes its threads for every parallel
     operation of a call. On a 2-core AMD EPYC (AVX-512) that made the embedded target's one-row call slower with
-    two threads than with one (1.6 vs 1.2 ms), and the AR baseline 1.6x slower while verify calls barely
-    changed: speculative decoding then looked 2.0x faster than AR where it was 1.5x (docs/benchmarks.md)."""
+    two threads than with one (1.6-1.8 vs 1.4-1.6 ms); with the lean forward then chosen, AR was 1.4x slower while
+    verify calls barely changed, and speculative decoding looked 1.94x faster than AR where it is 1.66x
+    (docs/benchmarks.md)."""
     threads = torch.get_num_threads()
     if threads == 1:
         return 1, ""

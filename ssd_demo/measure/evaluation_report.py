@@ -141,7 +141,8 @@ def _what_was_measured(report: dict) -> list[str]:
     if report.get("engine") == "vllm":
         return lines + ["Engine: " + _BATCHED]
     return lines + [
-        f"Columns: those not described above are medians; times are the fastest of {report.get('repeats', 1)} identical runs; "
+        f"Columns: those not described above are medians; times are the fastest of {report.get('repeats', 1)} "
+        "identical runs; "
         "speedups per sampled token; LM-RTF = LM seconds / audio seconds over all texts; c / v = a draft step / a "
         "verify call in AR target steps, and `predicted (strict)` = (1 - alpha^(K+1)) / ((1 - alpha)(K c + v)) per "
         "text, medians."]

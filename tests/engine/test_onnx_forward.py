@@ -267,7 +267,8 @@ def test_sessions_follow_the_thread_count(monkeypatch):
     torch.set_num_threads(2)
     two = onnx_forward.session(model)
     assert two is not one and onnx_forward.session(model, 2) is two and onnx_forward.session(model, 1) is one
-    assert OnnxForward(model, 8).threads == 2 and "2 intra-op threads (set by SSD_DEMO_MATMUL)" in kv.describe_kernels(model)
+    assert OnnxForward(model, 8).threads == 2
+    assert "2 intra-op threads (set by SSD_DEMO_MATMUL)" in kv.describe_kernels(model)
     assert kernels.weights_fingerprint(model) == kernels.weights_fingerprint(model)
 
 
