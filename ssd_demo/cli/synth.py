@@ -18,6 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..models.cpu_threads import check_thread_count
+from ..measure.reporting import cpu_name
 from ..backends import registry as presets
 from ..backends.embedded import load_synthesizer
 from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
@@ -180,6 +181,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {result.duration_seconds:.2f} s of audio{chunks}, {stats.sampled_tokens} tokens, "
           f"LM {result.lm_seconds:.2f} s, codec {result.codec_seconds:.2f} s"
           + (f", acceptance {stats.acceptance_rate:.2f}, seed {stats.seed}" if args.mode == "speculative" else ""))
+    if synthesizer.device.type == "cpu":  # what the LM seconds were measured on
+        print(f"LM on {cpu_name()}, {torch.get_num_threads()} torch thread(s): {synthesizer.engine_description()}",
+              file=sys.stderr)
     if stats.finish_reason == "length":
         print(f"note: stopped at the length limit ({result.config.max_new_tokens} tokens) before the end token; "
               "the audio may be cut off", file=sys.stderr)
