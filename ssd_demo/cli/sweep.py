@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -32,9 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per setting and sentence (same tokens); the fastest counts")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch CPU threads (default 2; ONNX Runtime's forward runs as many only where they "
-                             "time faster than one, which the report names)")
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                        help="torch CPU threads (default 2, or 1 on a one-CPU machine; ONNX Runtime's forward runs "
+                             "as many only where they time faster than one, which the report names)")
     parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
     add_docs_argument(parser, "speed-fidelity map (and the chart beside it)")
 
