@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: whisper with {TINY_EN}, seed-tts with a checkpoint)")
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
     parser.add_argument("--repeats", type=int, default=1,
-                        help="timed runs per system and sentence (same seed, same tokens); the fastest counts")
+                        help="timed runs per system and sentence (same seed, same tokens); the fastest counts "
+                             "(default 1)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
                         help="torch CPU threads (default 2, or 1 on a one-CPU machine; ONNX Runtime's forward runs "
                              "as many only where they time faster than one, which the report names)")
@@ -81,7 +82,8 @@ def command_line(args: argparse.Namespace) -> str:
                ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens),
                ("chunk-phonemes", args.chunk_phonemes),
                ("metrics", args.metrics), ("whisper", args.whisper), ("normaliser", args.normaliser),
-               ("repeats", args.repeats), ("threads", args.threads), ("engine", args.engine)]
+               ("seed", args.seed or None), ("repeats", args.repeats), ("threads", args.threads),
+               ("engine", args.engine)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     return command + (" --adaptive-draft-len" if args.adaptive_draft_len else "")
 

@@ -115,6 +115,8 @@ def plan_evaluation(args: argparse.Namespace) -> EvalPlan:
     """The flags checked: decoding settings, betas, the pair, metrics, texts, engine and chunk budget."""
     settings = given_settings(vars(args), DECODING_FLAGS)
     check_thread_count(args.threads)
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1 (timed runs per system and text), got {args.repeats}")
     betas = with_exact(parse_betas(args.betas))
     pair = choose_pair(args)
     metrics = choose_metrics(args.metrics, pair)
@@ -160,7 +162,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
     if plan.engine == "vllm":
         per_text, speeds = render_systems(synth, systems, items, base, args.seed, scoring.clip_scores)
     else:
-        per_text, speeds = run_one_by_one(synth, systems, items, base, args.seed, max(args.repeats, 1), scoring), {}
+        per_text, speeds = run_one_by_one(synth, systems, items, base, args.seed, args.repeats, scoring), {}
     buckets = [item.bucket for item in items]
     table = scoring.reference_rows(buckets) + [
         summarise(system, per_text[system.label], per_text["AR"], buckets, plan.metrics, base.adaptive_draft_len,
@@ -174,6 +176,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "config": {k: v for k, v in base.__dict__.items() if k != "allowed_token_ids"},
         "systems": table,
         "per_text": per_text,
+        "reference_per_text": scoring.reference_per_text(),  # the teacher's, heard by the same judges
         "batches": speeds,
         **_machine_description(synth, args, plan.engine),
     }
@@ -187,6 +190,12 @@ def run_evaluation(args: argparse.Namespace) -> dict:
 def codec_latent(backend) -> str:
     """Which teacher latent the voice's codec reads ("z" for a codec without one: its round trip is skipped)."""
     return getattr(getattr(getattr(backend, "codec", None), "config", None), "latent", "z")
+
+
+def _bucket_order(bucket: str) -> tuple[int, str]:
+    """Length buckets ("1-8 words", "16-30 words", "paragraphs") by their first number; unnumbered ones last."""
+    first = bucket.split("-")[0].split()[0]
+    return (int(first), bucket) if first.isdigit() else (10**9, bucket)
 
 
 def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z", seed: int | None = None
@@ -218,7 +227,7 @@ def _run_description(plan: EvalPlan, items: list[EvalItem], notes: list[str]) ->
         "ids": [item.id for item in items],
         "texts": [item.text for item in items],
         "buckets": buckets,
-        "bucket_names": list(dict.fromkeys(buckets)),
+        "bucket_names": sorted(dict.fromkeys(buckets), key=_bucket_order),  # shortest first, as the table reads
         "voice_prompts": sum(item.voice_prompt is not None for item in items),
         "notes": notes,
     }

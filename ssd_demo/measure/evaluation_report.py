@@ -98,7 +98,8 @@ def markdown(report: dict, command: str) -> str:
                    if report["config"].get("untempered_token_ids") else "")
                 + (f"K chosen each round in 0..{report['config']['draft_len']} (adaptive, with this machine's measured "
                    "costs)" if report["config"].get("adaptive_draft_len") else f"K = {report['config']['draft_len']}")
-                + "; SSD at beta = 0 is exact speculative sampling.")
+                + f"; seed {report['config'].get('seed') or 0} (text i: seed + i; the teacher's references from the "
+                "same seed); SSD at beta = 0 is exact speculative sampling.")
     lines = [
         report.get("section", "## Embedded voice evaluation"),
         "",
@@ -194,21 +195,26 @@ def _by_length(report: dict, metrics: list[str], embedded: bool) -> list[str]:
 
 
 def transcripts(report: dict) -> str:
-    """What the judge heard, for eval.md only (the docs keep the tables): every text some system got a word wrong
-    in, worst first, with each system's transcript; the count of texts every system got right. Empty without WER."""
-    systems = [label for label, rows in report.get("per_text", {}).items() if rows and "transcript" in rows[0]]
-    if not systems:
+    """What the judge heard, for eval.md only (the docs keep the tables): every text some system (or the teacher)
+    got a word wrong in, worst first, with each one's transcript, the teacher's first, so that a word the judge
+    mishears even from the teacher is told from one the voice says wrong; the count of texts all got right. Empty
+    without WER."""
+    every = {**report.get("reference_per_text", {}), **report.get("per_text", {})}
+    labels = [label for label, rows in every.items() if rows and "transcript" in rows[0]]
+    if not labels:
         return ""
-    by_text = list(zip(report["ids"], report["texts"], *(report["per_text"][label] for label in systems)))
+    by_text = list(zip(report["ids"], report["texts"], *(every[label] for label in labels)))
     wrong = [entry for entry in by_text if any(row.get("wer") for row in entry[2:])]
     wrong.sort(key=lambda entry: -max(row.get("wer") or 0.0 for row in entry[2:]))
+    right = len(by_text) - len(wrong)
     lines = ["", "## What the judge heard", "",
-             f"{len(by_text) - len(wrong)} of {len(by_text)} texts were heard without a word wrong from every "
-             f"system; the other {len(wrong)}, worst first (WER %, then the transcript):"]
+             f"{right} of {len(by_text)} texts {'was' if right == 1 else 'were'} heard without a word wrong from "
+             f"every system{' and the teacher' if report.get('reference_per_text') else ''}; the other "
+             f"{len(wrong)}, worst first (WER %, then the transcript):"]
     for item_id, text, *rows in wrong:
         lines += ["", f"**{item_id}**: {text}", ""]
         lines += [f"- {label} ({_fmt(_pct(row.get('wer')), 1)}): {row.get('transcript') or '(nothing heard)'}"
-                  for label, row in zip(systems, rows)]
+                  for label, row in zip(labels, rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -133,14 +133,21 @@ class Scoring:
 
     def reference_rows(self, buckets: list[str]) -> list[dict]:
         """The teacher's own rendering and its codec round trip, scored as the systems are (none without it)."""
+        per_text = self.reference_per_text()
+        rows = [{"system": label, **_quality_summary(scores, buckets)} for label, scores in per_text.items()]
+        if len(rows) > 1:
+            rows[1]["mcd"] = median(self.reference.floor_mcd)
+        return rows
+
+    def reference_per_text(self) -> dict[str, list[dict]]:
+        """{label: each text's scores} of the teacher's rendering and its codec round trip (empty without them)."""
         ref = self.reference
         if ref is None or not ref.audio:
-            return []
-        rows = [{"system": f"teacher ({teacher_reference.TEACHER_NAME})", **_quality_summary(ref.teacher_scores, buckets)}]
+            return {}
+        per_text = {f"teacher ({teacher_reference.TEACHER_NAME})": ref.teacher_scores}
         if ref.round_trips:
-            rows.append({"system": "codec round trip of the teacher", "mcd": median(ref.floor_mcd),
-                         **_quality_summary(ref.round_trip_scores, buckets)})
-        return rows
+            per_text["codec round trip of the teacher"] = ref.round_trip_scores
+        return per_text
 
 
 def _quality_summary(rows: list[dict], buckets: list[str]) -> dict:

@@ -102,6 +102,7 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     markdown = (out / "eval.md").read_text()
     assert "| WER % |" in markdown and "corpus WER %" in markdown and "| DNSMOS OVRL |" in markdown
     assert "MCD" not in markdown and "target NLL" not in markdown
+    assert "seed 0 (text i: seed + i" in markdown
     heard = markdown[markdown.index("## What the judge heard"):]  # random weights: every text has errors
     assert "0 of 2 texts were heard without a word wrong" in heard
     assert all(f"- {label} (" in heard for label in rows)
@@ -116,11 +117,17 @@ def test_the_transcripts_list_the_texts_with_errors_worst_first():
                            "SSD beta=0.2": [row(0.25, "is this sea taken"), row(0.0, "good morning"),
                                             row(0.0, "")]}}
     heard = transcripts(report)
-    assert "1 of 3 texts were heard without a word wrong from every system; the other 2" in heard
+    assert "1 of 3 texts was heard without a word wrong from every system; the other 2" in heard
     assert heard.index("**a**: Is this seat taken?") < heard.index("**c**: The bus is late.")  # worst first
     assert "- AR (50.0): is the sea taken" in heard and "- SSD beta=0.2 (0.0): (nothing heard)" in heard
     assert "Good morning." not in heard
     assert transcripts({"ids": ["a"], "texts": ["x"], "per_text": {"AR": [{"lm_s": 1.0}]}}) == ""  # no WER measured
+    # the teacher's transcripts come first: a word the judge mishears from the teacher too is the judge's
+    report["reference_per_text"] = {"teacher (Piper)": [row(0.25, "is the seat taken"), row(0.0, "good morning"),
+                                                        row(0.0, "the bus is late")]}
+    heard = transcripts(report)
+    assert "1 of 3 texts was heard without a word wrong from every system and the teacher" in heard
+    assert heard.index("- teacher (Piper) (25.0): is the seat taken") < heard.index("- AR (50.0)")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -137,6 +144,7 @@ def test_the_transcripts_list_the_texts_with_errors_worst_first():
      "not in the local Hugging Face cache"),
     (["--betas", "0,x"], "beta must be a number"),
     (["--threads", "0"], "--threads must be between 1 and"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
@@ -225,3 +233,10 @@ def test_the_reports_voice_line_names_what_was_added_to_the_corpus():
     assert "its training data held 4,000 short utterances (seed 0) besides the corpus's sentences" in \
         _voice_line(voice_summary(meta))
     assert "besides" not in _voice_line(voice_summary({**meta, "supplements": []}))
+
+
+def test_length_buckets_are_reported_shortest_first():
+    from ssd_demo.measure.evaluation import _bucket_order
+
+    seen = ["9-15 words", "16-30 words", "paragraphs", "1-8 words"]  # the order a test set met them in
+    assert sorted(seen, key=_bucket_order) == ["1-8 words", "9-15 words", "16-30 words", "paragraphs"]
