@@ -55,8 +55,8 @@ from ..errors import InputError, InvalidSettingError
 from ..models.cpu_threads import check_thread_count
 from ..backends.vllm import use_engine
 from .evaluation_batch import check_engine, render_systems, speed_row
-from .evaluation_inputs import (EvalItem, Pair, choose_drafts, choose_metrics, choose_pair, choose_whisper,
-                                describe_test_set, load_pair, prepare_items, read_items)
+from .evaluation_inputs import (BUCKET_ORDER, EvalItem, Pair, choose_drafts, choose_metrics, choose_pair,
+                                choose_whisper, describe_test_set, load_pair, prepare_items, read_items)
 from .evaluation_report import voice_summary
 from .evaluation_scoring import EmbeddedReference, Scoring, summarise
 from .reporting import cpu_name, git_commit
@@ -192,12 +192,6 @@ def codec_latent(backend) -> str:
     return getattr(getattr(getattr(backend, "codec", None), "config", None), "latent", "z")
 
 
-def _bucket_order(bucket: str) -> tuple[int, str]:
-    """Length buckets ("1-8 words", "16-30 words", "paragraphs") by their first number; unnumbered ones last."""
-    first = bucket.split("-")[0].split()[0]
-    return (int(first), bucket) if first.isdigit() else (10**9, bucket)
-
-
 def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z", seed: int | None = None
              ) -> "teacher_reference.TeacherReference | None":
     """The embedded voice's teacher, where it is installed (else a note says so); None for other pairs. Seeded
@@ -227,7 +221,7 @@ def _run_description(plan: EvalPlan, items: list[EvalItem], notes: list[str]) ->
         "ids": [item.id for item in items],
         "texts": [item.text for item in items],
         "buckets": buckets,
-        "bucket_names": sorted(dict.fromkeys(buckets), key=_bucket_order),  # shortest first, as the table reads
+        "bucket_names": sorted(dict.fromkeys(buckets), key=BUCKET_ORDER.index),  # shortest first, as the table reads
         "voice_prompts": sum(item.voice_prompt is not None for item in items),
         "notes": notes,
     }
@@ -236,8 +230,7 @@ def _run_description(plan: EvalPlan, items: list[EvalItem], notes: list[str]) ->
 def _machine_description(synth, args: argparse.Namespace, engine: str) -> dict:
     """Where and when it ran: the machine, repeats, commit and date."""
     return {
-        "machine": machine(synth, torch.get_num_threads()) + ("; speech LM on vLLM in its own process"
-                                                              if engine == "vllm" else ""),
+        "machine": machine(synth) + ("; speech LM on vLLM in its own process" if engine == "vllm" else ""),
         "repeats": max(args.repeats, 1),
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -273,9 +266,10 @@ def run_one_by_one(synth, systems: list[DecodingSystem], items: list[EvalItem], 
     return per_text
 
 
-def machine(synth, threads: int) -> str:
+def machine(synth) -> str:
     """The CPU (or GPU), the torch threads the decodes ran on (read after them, not the flag) and what served the
     target."""
+    threads = torch.get_num_threads()
     device = synth.device
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"

@@ -21,6 +21,8 @@ from .visitor_texts import BUCKETS, visitor_texts
 METRICS = ("wer", "dnsmos")
 #: Length buckets of a test set's texts, by word count (the visitor texts come in their own buckets).
 TEST_SET_BUCKETS = ((8, "1-8 words"), (15, "9-15 words"), (30, "16-30 words"), (None, "31+ words"))
+#: Every length bucket a report may hold (a test set's, or the visitor texts'), shortest first.
+BUCKET_ORDER = ("1-8 words", "3-8 words", "9-15 words", "16-30 words", "31+ words", "paragraphs")
 
 
 @dataclass(frozen=True)

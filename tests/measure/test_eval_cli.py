@@ -236,7 +236,12 @@ def test_the_reports_voice_line_names_what_was_added_to_the_corpus():
 
 
 def test_length_buckets_are_reported_shortest_first():
-    from ssd_demo.measure.evaluation import _bucket_order
+    from ssd_demo.measure.evaluation_inputs import BUCKET_ORDER, TEST_SET_BUCKETS
+    from ssd_demo.measure.visitor_texts import BUCKETS
 
-    seen = ["9-15 words", "16-30 words", "paragraphs", "1-8 words"]  # the order a test set met them in
-    assert sorted(seen, key=_bucket_order) == ["1-8 words", "9-15 words", "16-30 words", "paragraphs"]
+    assert set(BUCKET_ORDER) == {name for _, name in TEST_SET_BUCKETS} | set(BUCKETS)  # every bucket has a rank
+
+    seen = ["9-15 words", "31+ words", "16-30 words", "1-8 words"]  # the order a test set met them in
+    assert sorted(seen, key=BUCKET_ORDER.index) == ["1-8 words", "9-15 words", "16-30 words", "31+ words"]
+    visitor = ["paragraphs", "16-30 words", "3-8 words", "9-15 words"]
+    assert sorted(visitor, key=BUCKET_ORDER.index) == ["3-8 words", "9-15 words", "16-30 words", "paragraphs"]
