@@ -1,4 +1,5 @@
-"""The package stays easy to change: modules and functions of a readable size, layers that README's layout names."""
+"""The package stays easy to change: modules and functions of a readable size, layers that the architecture guide's
+layout (docs/architecture.md) names."""
 
 from support.paths import REPOSITORY
 
@@ -35,9 +36,11 @@ def test_no_function_is_over_80_lines_but_the_gradio_layout_builders():
         assert any(f"def {builder}(" in p.read_text(encoding="utf-8") for p in (PACKAGE / "app").rglob("*.py")), builder
 
 
-def test_readme_layout_names_each_layer_and_every_package_folder():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Layout"):]
+def test_the_architecture_guides_layout_names_every_package_folder():
+    guide = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = guide.index("## Layout")
+    following = guide.find("\n## ", start + 1)
+    layout = guide[start:] if following < 0 else guide[start:following]
     folders = {p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py")} - {"."}
     missing = [folder for folder in sorted(folders) if f"{folder.rsplit('/', 1)[-1]}/" not in layout]
-    assert not missing, f"README's layout does not show {missing}"
+    assert not missing, f"the layout in docs/architecture.md does not show {missing}"

@@ -368,7 +368,8 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
 
     root = REPOSITORY
     readme = (root / "README.md").read_text()
-    assert f"hf download {DEFAULT_CODEC} --revision {DEFAULT_CODEC_REVISION}" in readme
+    guide = (root / "docs" / "hub-models.md").read_text()  # the Hub models' guide, linked from README
+    assert f"hf download {DEFAULT_CODEC} --revision {DEFAULT_CODEC_REVISION}" in guide
     assert f"  - {DEFAULT_CODEC}\n" in readme.split("---")[1]  # the Space's model list
     parser = argparse.ArgumentParser()
     cli_synth.add_arguments(parser)
@@ -376,7 +377,7 @@ def test_readme_ui_and_cli_name_the_same_pinned_codec():
     assert DEFAULT_CODEC in codec_help and DEFAULT_CODEC_REVISION[:7] in codec_help
     ui_source = (root / "ssd_demo" / "app" / "compare" / "tab.py").read_text()
     assert "placeholder=DEFAULT_CODEC" in ui_source
-    for path in [root / "README.md", *root.glob("ssd_demo/**/*.py")]:
+    for path in [root / "README.md", *root.glob("docs/*.md"), *root.glob("ssd_demo/**/*.py")]:
         assert "hf-audio/xcodec2" not in path.read_text(), path  # the conversion with older tensor names
 
 # -- strict loading ------------------------------------------------------------------------------
