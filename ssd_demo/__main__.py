@@ -1,4 +1,4 @@
-"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,serve,vllm-batch,train,train-draft} ...
+"""Command line: python -m ssd_demo {synth,bench,compare,eval,sweep,stimuli,study,serve,vllm-batch,train,train-draft,space} ...
 
 Each subcommand has a module in `ssd_demo.cli` (its flags and what it prints; the work is in the library)
 that provides `add_arguments(parser)` and `main(args) -> int`. Modules are imported only when
@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "vllm-batch": ("ssd_demo.cli.vllm_batch", "render a file of texts through the vLLM engine in one batch"),
     "train-draft": ("ssd_demo.cli.train_draft",
                     "train the SSD paper's layer draft for CosyVoice 2 on the target's own generations"),
+    "space": ("ssd_demo.cli.space", "push the demo to a Hugging Face Space (--dry-run: list the files it sends)"),
 }
 
 
