@@ -8,6 +8,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("SSD_DEMO_DATA_DIR", tempfile.mkdtemp(prefix="ssd-demo-test-data-"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# This machine's measured costs (ssd_demo/engine/machine_cache.py) are neither read from nor written to the user's
+# cache: every test measures as a first run would; the cache's own tests point it at a temporary folder.
+os.environ["SSD_DEMO_CACHE"] = "off"
 # Settings a developer may have exported for the app would change which code the tests run.
 for _setting in ("SSD_DEMO_MATMUL", "SSD_DEMO_STATIC_CACHE"):
     os.environ.pop(_setting, None)

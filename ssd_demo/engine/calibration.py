@@ -5,7 +5,9 @@ target steps on a CPU with AMX and 5-6 on one with AVX2 only (a 5-row matmul is 
 than five 1-row ones); the lean forward's kernel choice per row count (`kernels.kernel_threshold`)
 lowers it where oneDNN wins (1.55 -> 1.23 on an AVX-512 EPYC core), and the probe here sees the result. `measure_costs` times short real decoding runs (AR and speculative side by side
 for several K) on a random prompt; `calibrated_costs` caches that per model pair and thread count, so
-the probe (a few seconds on the embedded voice) runs once per process. With the
+the probe (a few seconds on the embedded voice) runs once per process, and keeps it on this machine
+(`machine_cache`, keyed by both models' signatures, the thread count and the forwards that serve them) so that it
+runs once per machine. With the
 costs, `adaptive.choose_draft_len` picks the K the strict formula prefers each round, K = 0 (plain AR
 steps) when no K pays.
 """
@@ -20,9 +22,12 @@ from dataclasses import dataclass
 import torch
 
 from ..config import SETTINGS, DecodingConfig
+from . import fixed_shape, kernels, machine_cache, onnx_forward
+from .draft_heads import is_heads
 from .results import predicted_speedup
 from .generate import autoregressive_generate, speculative_generate
 from .kv import describe_kernels
+from .static_cache import serves as lean_forward_serves
 
 
 @dataclass(frozen=True)
@@ -130,12 +135,62 @@ def is_calibrated(target, draft) -> bool:
 
 
 def calibrated_costs(target, draft, refresh: bool = False) -> StepCosts:
-    """`measure_costs` once per target, draft and thread count in this process (K up to `MAX_K`)."""
+    """`measure_costs` once per target, draft and thread count in this process (K up to `MAX_K`), and once per
+    machine where the costs measured in an earlier run were kept (`refresh`: measured again all the same)."""
     with _LOCK:
         per_target = _CACHE.setdefault(target, {})
         if refresh or _key(draft) not in per_target:
-            per_target[_key(draft)] = measure_costs(target, draft)
+            key = _machine_key(target, draft)
+            costs = None if refresh else _kept(key)
+            if costs is None:
+                costs = measure_costs(target, draft)
+                machine_cache.put(CACHE_KIND, *key, _as_json(costs))
+            per_target[_key(draft)] = costs
         return per_target[_key(draft)]
+
+
+#: The machine cache's name for the measured costs.
+CACHE_KIND = "costs"
+
+
+def _served_by(model) -> str:
+    """Which forward serves the model's calls here, on how many threads or with which kernels: costs measured with
+    one hold for it alone."""
+    if is_heads(model):
+        return "heads"  # its step runs where the target's forward runs, which the target's part of the key says
+    if fixed_shape.serves(model):
+        return "cuda-graphs"
+    if onnx_forward.serves(model):
+        return f"onnxruntime/{onnx_forward.choice(model).threads}"
+    if lean_forward_serves(model):
+        return f"lean/{kernels.kernel_threshold(model)}"
+    return "transformers"
+
+
+def _machine_key(target, draft) -> tuple:
+    device = next(target.parameters()).device
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return (machine_cache.signature(target), machine_cache.signature(draft), where, torch.get_num_threads(),
+            _served_by(target), _served_by(draft), MAX_K)
+
+
+def _as_json(costs: StepCosts) -> dict:
+    return {"draft": costs.draft, "verify": list(costs.verify), "target_step_seconds": costs.target_step_seconds,
+            "kernels": costs.kernels, "measured_verify": [list(pair) for pair in costs.measured_verify]}
+
+
+def _kept(key: tuple) -> StepCosts | None:
+    """The costs measured in an earlier run on this machine for this key, if they were kept and are whole."""
+    value = machine_cache.get(CACHE_KIND, *key)
+    try:
+        verify = tuple(float(v) for v in value["verify"])
+        if len(verify) != MAX_K + 1:
+            return None
+        return StepCosts(draft=float(value["draft"]), verify=verify,
+                         target_step_seconds=float(value["target_step_seconds"]), kernels=str(value["kernels"]),
+                         measured_verify=tuple((int(k), float(v)) for k, v in value["measured_verify"]))
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def predicted_with(alpha: float, costs: StepCosts, k: int) -> float:

@@ -16,10 +16,11 @@ import statistics
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from ..errors import InputError
+from . import machine_cache
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ class KernelChoice:
 
     onednn_from: int  # calls with at least this many rows use oneDNN (`NEVER`: BLAS serves every call)
     why: str
+    kept: bool = field(default=False, compare=False)  # timed in an earlier run on this machine (`machine_cache`)
+    settled: bool = field(default=True, compare=False)  # two probes agreed, or one found BLAS faster: kept
 
     def describe(self) -> str:
         if self.onednn_from == NEVER:
@@ -162,7 +165,8 @@ class KernelChoice:
             kernels = "oneDNN matmuls"
         else:
             kernels = f"BLAS matmuls below {self.onednn_from} rows, oneDNN from {self.onednn_from}"
-        return f"{kernels} ({self.why})"
+        kept = "; timed in an earlier run on this machine" if self.kept else ""
+        return f"{kernels} ({self.why}{kept})"
 
 
 # model -> {threads: probed choice}; timing depends on the shapes, not on the weights' values.
@@ -228,17 +232,40 @@ def kernel_choice(model) -> KernelChoice:
         with _PROBE_LOCK:
             per_model = _PROBED.setdefault(model, {})
             if key not in per_model:
-                try:
-                    per_model[key] = _probe(model, repeats=7 if parameters < 50_000_000 else 3)
-                except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS
-                    log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
-                    per_model[key] = KernelChoice(NEVER, "oneDNN failed here")
+                per_model[key] = _kept(model, key) or _measured(model, key, repeats=7 if parameters < 50_000_000 else 3)
             choice = per_model[key]
     if choice.onednn_from != NEVER and not onednn_copies(packed, wanted=True):
         return KernelChoice(NEVER, "oneDNN could not pack the weights here")
     if choice.onednn_from == NEVER:
         onednn_copies(packed, wanted=False)
     return choice
+
+
+#: The machine cache's name for this module's choices.
+CACHE_KIND = "kernels"
+
+
+def _kept(model, threads: int) -> KernelChoice | None:
+    """The choice timed for a model of this signature in an earlier run on this machine, if it was kept."""
+    value = machine_cache.get(CACHE_KIND, machine_cache.signature(model), threads)
+    try:
+        onednn_from = int(value["onednn_from"])
+        return KernelChoice(onednn_from, str(value["why"]), kept=True) if onednn_from >= 1 else None
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _measured(model, threads: int, repeats: int) -> KernelChoice:
+    """Time the kernels here, and keep the answer for the next run where the probes agreed."""
+    try:
+        decided = _probe(model, repeats=repeats)
+    except RuntimeError as error:  # oneDNN packed but unable to run here: BLAS
+        log.warning("oneDNN matmul failed in the kernel probe (%s): BLAS serves every call", error)
+        return KernelChoice(NEVER, "oneDNN failed here")
+    if decided.settled:
+        machine_cache.put(CACHE_KIND, machine_cache.signature(model), threads,
+                          {"onednn_from": decided.onednn_from, "why": decided.why})
+    return decided
 
 
 def _probe(model, repeats: int) -> KernelChoice:
@@ -249,7 +276,7 @@ def _probe(model, repeats: int) -> KernelChoice:
         return KernelChoice(NEVER, "the faster per row count, timed here")
     second = measure_kernel_threshold(model, repeats=repeats)
     if second == NEVER:
-        return KernelChoice(NEVER, "two probes disagreed (a busy machine?): BLAS")
+        return KernelChoice(NEVER, "two probes disagreed (a busy machine?): BLAS", settled=False)
     return KernelChoice(max(first, second), "the faster per row count, timed here twice")
 
 

@@ -23,12 +23,12 @@ import statistics
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from . import kernels
+from . import kernels, machine_cache, onnx_graph, onnx_llama
 from .onnx_graph import new_session
 from .onnx_llama import build_graph
 from .static_cache import (SILU, STATIC_ROPE_TYPES, StaticCacheLM, attention_shape, serves as lean_forward_serves,
@@ -89,9 +89,26 @@ def session(model, threads: int | None = None):
     with _SESSIONS_LOCK:
         cached = _SESSIONS.setdefault(model, {}).get(threads)
         if cached is None or cached[0] != fingerprint:
-            cached = (fingerprint, new_session(build_graph(model), threads))
+            cached = (fingerprint, new_session(graph_bytes(model), threads))
             _SESSIONS[model][threads] = cached
         return cached[1]
+
+
+# model -> (weights fingerprint, serialized graph): one build per model, whatever the thread counts of its sessions.
+_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def graph_bytes(model) -> bytes:
+    """The model's serialized graph: kept on this machine (`machine_cache.graph`, keyed by the weights' values, the
+    model's signature and the builder's source) or built (importing onnx: 1-2 s for the embedded target)."""
+    fingerprint = kernels.weights_fingerprint(model)
+    cached = _GRAPHS.get(model)
+    if cached is None or cached[0] != fingerprint:
+        key = machine_cache.digest(machine_cache.signature(model), machine_cache.source_digest(onnx_graph, onnx_llama),
+                                   *model.parameters())
+        cached = (fingerprint, machine_cache.graph(key, lambda: build_graph(model).SerializeToString()))
+        _GRAPHS[model] = cached
+    return cached[1]
 
 
 class OnnxForward:
@@ -175,6 +192,10 @@ class Choice:
     serves: bool
     why: str
     threads: int = 1
+    #: read from this machine's cache (`machine_cache`), timed in an earlier run
+    kept: bool = field(default=False, compare=False)
+    #: two probes agreed (a disagreement is not kept: the next run times again)
+    settled: bool = field(default=True, compare=False)
 
 
 # model -> {(set by the setting, torch threads): Choice}; timing depends on the shapes, not on the weights' values.
@@ -206,7 +227,7 @@ def choice(model) -> Choice:
         per_model = _CHOICES.setdefault(model, {})
         key = _choice_key()
         if key not in per_model:
-            per_model[key] = _set_by_setting(model) if setting == SETTING else _probe(model)
+            per_model[key] = _kept(model, key) or _measured(model, setting, key)
             if per_model[key].serves:
                 kernels.drop_packed_weights(model)  # the lean forward's copy, built for the probe, is not needed
         return per_model[key]
@@ -222,6 +243,31 @@ def _choice_key() -> tuple[bool, int]:
     return kernels.kernel_setting() == SETTING, torch.get_num_threads()
 
 
+#: The machine cache's name for this module's choices.
+CACHE_KIND = "onnx_forward"
+
+
+def _kept(model, key: tuple[bool, int]) -> Choice | None:
+    """The choice timed for a model of this signature in an earlier run on this machine, if it was kept."""
+    value = machine_cache.get(CACHE_KIND, machine_cache.signature(model), *key)
+    try:
+        threads = int(value["threads"])
+        if not 1 <= threads <= key[1]:
+            return None
+        return Choice(bool(value["serves"]), str(value["why"]), threads, kept=True)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _measured(model, setting: str, key: tuple[bool, int]) -> Choice:
+    """Time the choice here, and keep it for the next run where the probes agreed."""
+    decided = _set_by_setting(model) if setting == SETTING else _probe(model)
+    if decided.settled:
+        machine_cache.put(CACHE_KIND, machine_cache.signature(model), *key,
+                          {"serves": decided.serves, "why": decided.why, "threads": decided.threads})
+    return decided
+
+
 def _set_by_setting(model) -> Choice:
     threads, pool = _probe_threads(model)
     return Choice(True, f"{pool}set by {kernels.KERNEL_ENV}", threads)
@@ -234,7 +280,7 @@ def _probe(model) -> Choice:
         return Choice(False, f"{pool}timed here: " + _compare(first) + ", the lean forward is faster")
     second = time_forwards(model, threads=threads)
     if not serves_from(second):
-        return Choice(False, f"{pool}two probes disagreed (a busy machine?): the lean forward")
+        return Choice(False, f"{pool}two probes disagreed (a busy machine?): the lean forward", settled=False)
     return Choice(True, f"{pool}timed here twice: " + _compare(second), threads)
 
 
@@ -324,6 +370,7 @@ def serves(model, static_cache: bool | None = None) -> bool:
 
 def describe(model) -> str:
     decided = choice(model)
+    kept = "; timed in an earlier run on this machine" if decided.kept else ""
     return (f"ONNX Runtime's graph of the whole forward, MLAS matmuls, {_threads(decided.threads)} "
-            f"({decided.why})")
+            f"({decided.why}{kept})")
 

@@ -72,8 +72,8 @@ class GraphBuilder:
 
 
 def new_session(proto, threads: int | None = None):
-    """An ONNX Runtime session of the graph `proto` on the CPU, with `threads` intra-op threads (default: torch's
-    current thread count)."""
+    """An ONNX Runtime session of the graph `proto` (a ModelProto, or one serialized: bytes) on the CPU, with
+    `threads` intra-op threads (default: torch's current thread count)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -84,4 +84,5 @@ def new_session(proto, threads: int | None = None):
     # No busy-waiting between calls when several threads serve a call: a decoding run alternates with torch's
     # own work (sampling, acceptance) and other requests' threads, which a spinning pool would slow.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    serialized = proto if isinstance(proto, bytes) else proto.SerializeToString()
+    return onnxruntime.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])

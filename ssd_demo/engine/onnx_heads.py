@@ -10,13 +10,14 @@ logits of the new state, so a draft step is one call.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
 import numpy as np
 import torch
 
-from . import kernels
+from . import kernels, machine_cache, onnx_graph
 from .draft_heads import DraftHeads, fast_step
 from .onnx_forward import OnnxForward
 from .onnx_graph import GraphBuilder, new_session
@@ -75,6 +76,17 @@ def heads_step(heads: DraftHeads, target, target_lm) -> OnnxHeadsStep | None:
     with _LOCK:
         cached = _SESSIONS.setdefault(heads, {}).get(threads)
         if cached is None or cached[0] != fingerprint:
-            cached = (fingerprint, new_session(build_graph(fast_step(heads, embedding), output.weight, bias), threads))
+            cached = (fingerprint, new_session(_graph_bytes(heads, embedding, output.weight, bias), threads))
             _SESSIONS[heads][threads] = cached
         return OnnxHeadsStep(cached[1])
+
+
+def _graph_bytes(heads: DraftHeads, embedding: torch.Tensor, output_weight: torch.Tensor,
+                 output_bias: torch.Tensor | None) -> bytes:
+    """The heads' serialized graph, kept on this machine (`machine_cache.graph`: keyed by every value the graph
+    holds and the builders' source) or built."""
+    step = fast_step(heads, embedding)
+    tensors = [part for layer in step.layers for part in layer]  # the rearranged weights and each block's eps
+    key = machine_cache.digest(machine_cache.source_digest(onnx_graph, sys.modules[__name__]),
+                               *tensors, output_weight, output_bias)
+    return machine_cache.graph(key, lambda: build_graph(step, output_weight, output_bias).SerializeToString())
