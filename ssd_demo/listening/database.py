@@ -87,6 +87,16 @@ class SqliteDatabase:
             raise
         db.execute("COMMIT")
 
+    @contextmanager
+    def _read_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query in it sees the same committed state (WAL snapshot isolation)."""
+        db = self._connection()
+        db.execute("BEGIN")
+        try:
+            yield db
+        finally:
+            db.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -38,7 +38,9 @@ def report(name: str, *, root: Path | None = None, exclude: bool = True, csv_pat
         print("\n" + "\n".join(objective_lines(systems, agreement)))
         extra["objective"] = objective_summary(systems, agreement)
     if csv_path:
-        print(f"wrote {len(results.rows)} ratings to {write_long_csv(results.rows, _private(csv_path))}")
+        others = results.other_versions_left_out
+        others = f" and {others} of other stimulus versions" if others else ""
+        print(f"wrote {len(results.rows)} ratings{others} to {write_long_csv(results, _private(csv_path))}")
     if json_path:
         print(f"wrote the summary to {write_summary_json(results, _private(json_path), extra)}")
     if figure_path:
@@ -68,7 +70,7 @@ def format_results(results: StudyResults, exclude: bool = True) -> list[str]:
     lines = [f"Study {results.study}: {stats.raters} raters ({view})"]
     if results.stimulus_version is not None:
         lines.append(f"Stimulus version {results.stimulus_version[:12]} (the current one) only; "
-                     f"{results.other_versions_left_out} ratings of earlier versions left out (--all-versions)")
+                     f"{results.other_versions_left_out} ratings of other versions left out (--all-versions)")
     lines.append("")
     lines.append(f"Screening: {len(results.excluded_raters)} of {len(results.raters)} raters excluded")
     lines += [f"  {e.rater}: {e.rule} ({e.detail})" for e in results.exclusions]

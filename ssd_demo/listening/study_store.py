@@ -26,6 +26,7 @@ from .errors import (AlreadyVotedError, InvalidVoteError, ListeningError, NotFet
 from .records import (SESSION_COLUMNS, AnswerOutcome, AnswerRecord, ConditionRecord, RatingRow,  # noqa: F401
                       SessionProgress, SessionRecord, StudyTrialRecord, normalize_rater_id)
 from .study_plan import PlannedStudyTrial
+from .study_queries import StudyQueries
 
 MAX_REASON_CHARS = 500
 
@@ -219,50 +220,6 @@ class StudyTables:
         rows = db.execute("SELECT * FROM study_trials WHERE session_id = ? ORDER BY trial_index", (session_id,)).fetchall()
         return [_trial_record(db, row) for row in rows]
 
-    def study_ratings(self, study: str) -> list[RatingRow]:
-        """Every rating in the study, in the order stored."""
-        rows = self._connection().execute(
-            """SELECT s.study, s.session_id, s.rater_id, t.trial_index, r.kind, t.item_id, t.attention_check, r.label,
-                      r.system, r.other_system, r.score, r.plays, a.trial_seconds, a.submitted_at,
-                      s.stimulus_set_sha256
-               FROM ratings r JOIN answers a ON a.answer_id = r.answer_id
-               JOIN study_trials t ON t.trial_id = r.trial_id JOIN sessions s ON s.session_id = a.session_id
-               WHERE s.study = ? ORDER BY r.rating_id""", (study,)).fetchall()
-        return [RatingRow(**{**dict(row), "attention_check": bool(row["attention_check"])}) for row in rows]
-
-    def study_answer_count(self, study: str) -> int:
-        """How many answers the study's sessions have given, whatever their stimulus version."""
-        return int(self._connection().execute(
-            "SELECT COUNT(*) FROM answers a JOIN sessions s ON s.session_id = a.session_id WHERE s.study = ?",
-            (study,)).fetchone()[0])
-
-    def study_sessions(self, study: str) -> list[SessionRecord]:
-        rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))
-        return [SessionRecord(**dict(row)) for row in rows]
-
-    def study_progress_table(self, study: str) -> list[SessionProgress]:
-        """Live progress of every session in the study, oldest first (the experimenter's view)."""
-        rows = self._connection().execute(
-            """SELECT s.session_id, s.rater_id, s.n_trials, s.created_at,
-                      (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered,
-                      (SELECT MAX(submitted_at) FROM answers a WHERE a.session_id = s.session_id) AS last_answer_at,
-                      (SELECT reason FROM invalidations i WHERE i.session_id = s.session_id) AS invalidated
-               FROM sessions s WHERE s.study = ? ORDER BY s.created_at""", (study,)).fetchall()
-        return [SessionProgress(**dict(row)) for row in rows]
-
-    def study_versions(self, study: str) -> list[tuple[str, str, int]]:
-        """(stimulus set name, manifest sha256, answers) for every stimulus version of the study's sessions,
-        most recently answered first (versions without answers last)."""
-        rows = self._connection().execute(
-            """SELECT s.stimulus_set, s.stimulus_set_sha256, COUNT(a.answer_id) AS n, MAX(a.answer_id) AS last
-               FROM sessions s LEFT JOIN answers a ON a.session_id = s.session_id WHERE s.study = ?
-               GROUP BY s.stimulus_set, s.stimulus_set_sha256 ORDER BY last IS NULL, last DESC""", (study,)).fetchall()
-        return [(row["stimulus_set"], row["stimulus_set_sha256"], int(row["n"])) for row in rows]
-
-    def studies_with_sessions(self) -> list[str]:
-        rows = self._connection().execute("SELECT DISTINCT study FROM sessions WHERE study IS NOT NULL ORDER BY study")
-        return [row[0] for row in rows]
-
     # -- completion codes
 
     def completion_code(self, session_id: str) -> str | None:
@@ -300,13 +257,10 @@ class StudyTables:
         with self._transaction() as db:
             return db.execute("DELETE FROM invalidations WHERE session_id = ?", (session_id,)).rowcount > 0
 
-    def invalidations(self) -> dict[str, str]:
-        """{session id: reason} for every invalidated session."""
-        return {row[0]: row[1] for row in self._connection().execute("SELECT session_id, reason FROM invalidations")}
 
-
-class ListeningStore(StudyTables, SqliteDatabase):
-    """The listening database: the studies' tables (`StudyTables`) on one SQLite file (`SqliteDatabase`)."""
+class ListeningStore(StudyTables, StudyQueries, SqliteDatabase):
+    """The listening database: the studies' tables (`StudyTables`) and the experimenter's reads of them
+    (`StudyQueries`) on one SQLite file (`SqliteDatabase`)."""
 
 
 def _looks_like_id(value: object) -> bool:

@@ -265,7 +265,10 @@ def test_creating_a_study_again_after_answers_needs_discard_and_splits_by_stimul
     assert {r.stimulus_version for r in pooled.rows} == {first.manifest_sha256, second.manifest_sha256}
     out_csv = tmp_path / "r.csv"
     assert cli(["study", "results", "tones", "--data-dir", str(data), "--csv", str(out_csv), "--no-objective"]) == 0
-    assert {r.rater for r in read_long_csv(out_csv)} == {"bob"}
+    exported = read_long_csv(out_csv)  # every version's ratings (re-analysis needs both), in the order stored
+    assert tuple(exported) == current.export_rows
+    assert {(r.rater, r.stimulus_version) for r in exported} == {("alice", first.manifest_sha256),
+                                                                 ("bob", second.manifest_sha256)}
     assert "stimulus_version" in out_csv.read_text().splitlines()[0]
     assert oct(out_csv.stat().st_mode & 0o777) == "0o600"  # private, like the database
 

@@ -294,7 +294,7 @@ class ListeningApp:
         rows = self.store.study_ratings(TAB_STUDY)
         results = study_results(self.store, rated_study(rows))
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = write_long_csv(results.rows, _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
+        path = write_long_csv(results, _private_file(_export_dir() / f"listening_votes_{stamp}.csv"))
         prune_exports(_export_dir(), keep=EXPORTS_KEPT)
         return path
 

@@ -19,7 +19,8 @@ from matplotlib.figure import Figure
 from ...listening.errors import ListeningError, UnknownStudyError
 from ...listening.figures import mushra_boxplot
 from ...listening.study_store import ListeningStore
-from ...listening.study_results import StudyResults, study_results, summary, write_long_csv, write_summary_json
+from ...listening.results_cache import ResultsCache
+from ...listening.study_results import StudyResults, summary, write_long_csv, write_summary_json
 from ...listening.study_sessions import list_studies, load_study_and_stimuli
 from ...listening.study_setup import create_study
 from ...listening.study_report import format_results
@@ -44,6 +45,7 @@ class StudyExperimenter:
     def __init__(self, store: ListeningStore, data_dir: Path):
         self.store = store
         self.data_dir = data_dir
+        self.cache = ResultsCache(store)  # a view computes the statistics again only after new answers
 
     def studies(self, token: str | None) -> list[str]:
         check_results_token(token)
@@ -73,7 +75,7 @@ class StudyExperimenter:
     def results(self, token: str | None, name: str | None, exclude: bool = True) -> tuple[StudyResults, StudyReport]:
         check_results_token(token)
         study = self._study(name)
-        results = study_results(self.store, study, self._current_version(study.name))
+        results = self.cache.results(study, self._current_version(study.name))
         text = "```text\n" + "\n".join(format_results(results, exclude)) + "\n```"
         if not results.rows:
             text = f"No answers to study **{study.name}** yet.\n\n" + text
@@ -81,11 +83,12 @@ class StudyExperimenter:
                                     summary=summary(results))
 
     def export(self, token: str | None, name: str | None) -> tuple[Path, Path]:
-        """The study's long CSV (one row per rating) and JSON summary, as private files."""
+        """The study's long CSV (one row per rating, every stimulus version's: the current one's first) and JSON
+        summary, as private files."""
         results, _ = self.results(token, name)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         folder = _export_dir()
-        csv_path = write_long_csv(results.rows, _private_file(folder / f"study_{results.study}_ratings_{stamp}.csv"))
+        csv_path = write_long_csv(results, _private_file(folder / f"study_{results.study}_ratings_{stamp}.csv"))
         json_path = write_summary_json(results, _private_file(folder / f"study_{results.study}_summary_{stamp}.json"))
         for kind in ("ratings_*.csv", "summary_*.json"):
             prune_exports(folder, keep=EXPORTS_KEPT, pattern=f"study_{results.study}_{kind}")
