@@ -13,6 +13,8 @@ speculative sampling, is always among them). Reported per system:
   is their offline option). Mean over texts and corpus-wide, per length bucket, paired difference from AR.
 - DNSMOS P.835 OVRL and SIG (`measure.judge.dnsmos`, 1-5, higher is better; `--metrics dnsmos`, on by default
   for the embedded voice, usable for any pair): mean over texts, per length bucket, paired difference from AR.
+- Cut endings (`measure.endings`, any pair, from the audio alone): the share of clips whose sound stops at full
+  loudness (the last 30 ms of sound above a third of the loudest frame's RMS), the teacher's row beside them.
 - Embedded voice only: mean target NLL, -log q(token) per generated token under the target's temperature-1
   distribution renormalised over the speech vocabulary (how typical the output is for the target); and, where
   the teacher voice is installed (`measure.teacher_reference`), against the teacher's own rendering of each

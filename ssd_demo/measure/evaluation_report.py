@@ -7,6 +7,8 @@ with its teacher installed (they need the teacher's rendering of each text).
 
 from __future__ import annotations
 
+from .endings import FRAME_MS, TAIL_MS
+
 
 def _fmt(value, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and value != value):
@@ -58,6 +60,7 @@ def _columns(report: dict) -> list[tuple[str, callable]]:
                     ("OVRL - AR (95% CI)", lambda r: _ci(r.get("dnsmos_ovrl_vs_ar"), 1, 2)),
                     ("DNSMOS SIG", lambda r: _fmt(r.get("dnsmos_sig"))),
                     ("SIG - AR (95% CI)", lambda r: _ci(r.get("dnsmos_sig_vs_ar"), 1, 2))]
+    columns += [("cut endings % (clips)", _cut_endings)]
     if embedded and report.get("teacher"):
         columns += [("MCD-DTW dB", lambda r: _fmt(r.get("mcd")))]
     if embedded:
@@ -82,6 +85,13 @@ def _columns(report: dict) -> list[tuple[str, callable]]:
         ("end-to-end speedup", lambda r: _fmt(r.get("e2e_speedup"))),
     ]
     return columns
+
+
+def _cut_endings(row: dict) -> str:
+    share = row.get("cut_endings")
+    if share is None or share != share:
+        return ""
+    return f"{share * 100:.1f} ({row.get('cut_endings_count', 0)})"
 
 
 def _pct(value):
@@ -168,6 +178,9 @@ def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
     if "dnsmos" in metrics:
         parts.append("DNSMOS: DNSMOS P.835's overall (OVRL) and speech (SIG) quality, 1-5, higher is better "
                      "(mean over texts)")
+    parts.append(f"cut endings: the share (and number) of clips whose sound stops at full loudness, its last "
+                 f"{TAIL_MS} ms of sound above a third of the loudest {FRAME_MS} ms frame's RMS (`measure.endings`; "
+                 "sound ends at the last frame above 1 % of it)")
     return parts
 
 

@@ -15,6 +15,7 @@ import torch
 from ..engine.results import compare_runs
 from ..speech.system import DecodingSystem
 from . import judge, teacher_reference
+from .endings import cut_share, ending
 from .evaluation_inputs import EvalItem
 from .mcd import mcd_dtw
 from .reporting import median, paired_difference
@@ -120,8 +121,10 @@ class Scoring:
         return row
 
     def clip_scores(self, audio, sample_rate: int, text: str) -> dict:
-        """WER and/or DNSMOS of one clip, whichever this run scores."""
-        row = {}
+        """WER and/or DNSMOS of one clip, whichever this run scores, and how it ends (`measure.endings`: always,
+        from the audio alone)."""
+        end = ending(audio, sample_rate)
+        row = {"tail_level": end.tail_level, "cut_ending": end.cut}
         if self.whisper:
             scored = self.whisper.score(audio, sample_rate, text)
             row.update(wer=scored.wer, word_errors=round(scored.wer * len(scored.reference_words)),
@@ -151,8 +154,8 @@ class Scoring:
 
 
 def _quality_summary(rows: list[dict], buckets: list[str]) -> dict:
-    """The WER and DNSMOS columns of a set of per-text rows (those it has)."""
-    summary = {}
+    """The WER, DNSMOS and cut-ending columns of a set of per-text rows (those it has)."""
+    summary = _endings_summary(rows)
     if rows and "wer" in rows[0]:
         summary.update(_wer_summary(rows, buckets))
     if rows and "dnsmos_ovrl" in rows[0]:
@@ -175,6 +178,7 @@ def summarise(system: DecodingSystem, rows: list[dict], ar_rows: list[dict], buc
         if speculative:
             for key in ("dnsmos_ovrl", "dnsmos_sig"):
                 row[f"{key}_vs_ar"] = paired_difference([x[key] for x in rows], [x[key] for x in ar_rows])
+    row.update(_endings_summary(rows))
     if "nll" in rows[0]:  # the embedded voice
         row["nll"] = median([x["nll"] for x in rows])
     if "mcd" in rows[0]:  # the embedded voice, against the teacher's rendering
@@ -206,6 +210,14 @@ def speed_summary(system: DecodingSystem, rows: list[dict], ar_rows: list[dict])
         "audio_s": median([x["audio_s"] for x in rows]),
         "eos_rate": sum(x["finish"] == "eos" for x in rows) / len(rows),
     }
+
+
+def _endings_summary(rows: list[dict]) -> dict:
+    """The share (and count) of clips whose ending is cut at full loudness (none for rows scored before it)."""
+    if not rows or "cut_ending" not in rows[0]:
+        return {}
+    flags = [x["cut_ending"] for x in rows]
+    return {"cut_endings": cut_share(flags), "cut_endings_count": sum(flags)}
 
 
 def _wer_summary(rows: list[dict], buckets: list[str]) -> dict:
