@@ -19,7 +19,6 @@ Everything loads offline on a CPU.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
 from ..models.assets import asset_path, where_to_find
 from ..speech.latent_codec import LatentCodec
-from ..speech.streaming import CodecWindows, decode_windows
+from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from ..text.piper_phonemes import PiperPhonemes
@@ -73,8 +72,10 @@ class EmbeddedBackend:
     #: In-chunk streaming: 0.5 s windows decoded with 0.25 s of context before and 0.1 s after; codes of the
     #: prior latent pass the flow too, whose convolutions see further: 0.37 s before and 0.19 s after (a real
     #: utterance's windows then differ from its whole decode by 53 dB SNR; with the shorter ones, 20 dB).
-    windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256)
-    prior_windows = CodecWindows(window=43, context=32, lookahead=16, crossfade=256)
+    #: Windows grow from 0.5 s to 2 s: the first audio waits for 0.5 s of codes, and later windows decode their
+    #: context and lookahead twice less often (with 0.5 s windows the codec did about twice a whole decode's work).
+    windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256, max_window=172)
+    prior_windows = CodecWindows(window=43, context=32, lookahead=16, crossfade=256, max_window=172)
 
     def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
                  default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,
@@ -175,15 +176,12 @@ class EmbeddedBackend:
             return np.zeros(self.sample_rate // 10, dtype=np.float32)  # 0.1 s of silence
         return self.codec.decode(codes)
 
-    def audio_windows(self, tokens: list[int]) -> Iterator[np.ndarray]:
-        """`tokens_to_audio` in windows of `windows.window` codes, each decoded when asked for (streaming)."""
-        codes = self.layout.codes(tokens)
-        if not codes:
-            yield self.tokens_to_audio(tokens)
-            return
-        for samples, _, _ in decode_windows(codes, lambda before, part: self.codec.decode(part, before),
-                                            self.codec.hop_length, self._windows):
-            yield samples
+    def window_codec(self, prompt_ids: list[int] | None = None) -> WindowCodec:
+        """The codec as streaming decodes it: windows of codes decoded as the tokens come (`WindowFeed`)."""
+        return WindowCodec(self.layout.codes, lambda before, part: self.codec.decode(part, before),
+                           self.codec.hop_length, self._windows)
+
+
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:
     """The drafts a voice folder has, in the order the UI lists them."""
     root = Path(path) if path is not None else default_path()

@@ -21,7 +21,6 @@ config when the backend is built, so tiny test models with the same token names 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +30,7 @@ import torchaudio
 from ..config import DecodingConfig
 from .. import text as text_frontend
 from ..errors import InputError, ModelLoadError, TextError
-from ..speech.streaming import CodecWindows, decode_windows
+from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import TextChunk, VoicePrompt
 
 USER_PREFIX = "Convert the text to speech:"
@@ -258,16 +257,12 @@ class LlasaBackend:
         context = self.prompt_codes(prompt_ids) if prompt_ids is not None else []
         return self.codes_to_audio(self.tokens_to_codes(tokens), context)
 
-    def audio_windows(self, tokens: list[int], prompt_ids: list[int] | None = None) -> Iterator[np.ndarray]:
-        """`tokens_to_audio` in pieces of `windows.window` codes, each decoded when asked for (streaming)."""
-        context = self.prompt_codes(prompt_ids) if prompt_ids is not None else []
-        codes = self.tokens_to_codes(tokens)
-        if not codes:
-            yield np.zeros(0, dtype=np.float32)
-            return
-        for samples, _, _ in decode_windows(codes, lambda before, part: self.codes_to_audio(part, before),
-                                            self.hop_length, self.windows, prompt_codes=context):
-            yield samples
+    def window_codec(self, prompt_ids: list[int] | None = None) -> WindowCodec:
+        """XCodec2 as streaming decodes it: windows of codes decoded as the tokens come (`WindowFeed`); a voice
+        prompt's codes are the first window's context."""
+        context = tuple(self.prompt_codes(prompt_ids)) if prompt_ids is not None else ()
+        return WindowCodec(self.tokens_to_codes, lambda before, part: self.codes_to_audio(part, before),
+                           self.hop_length, self.windows, context)
 
     # -- voice cloning ----------------------------------------------------------------
 

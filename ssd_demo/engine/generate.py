@@ -50,6 +50,10 @@ from .sampling import sample
 #: on_round(tokens generated so far, target calls so far): called after every round (AR: every token),
 #: from the decoding thread, so that a page can count live; it must not touch the decoding state.
 RoundCallback = Callable[[int, int], None]
+#: on_commit(record): called after every round with its `RoundRecord` (the tokens it committed, what was drafted and
+#: accepted), from the decoding thread: what a stream feeds its codec from as tokens come. It must not touch the
+#: decoding state (the record is the round's own).
+CommitCallback = Callable[[RoundRecord], None]
 
 
 @torch.inference_mode()
@@ -62,11 +66,13 @@ def autoregressive_generate(
     forced: ForcedTokens | None = None,
     should_stop: StopCheck | None = None,
     on_round: RoundCallback | None = None,
+    on_commit: CommitCallback | None = None,
     prefix_distribution: PrefixDistribution | None = None,
 ) -> GenerationResult:
     """Plain decoding: one target call per sampled token, with the same sampling and forward as the
     speculative path (forced tokens ride along with the next call's input). `should_stop` is asked
-    before every step; when it says so, `Cancelled` is raised. `on_round` hears the counts after each."""
+    before every step; when it says so, `Cancelled` is raised. `on_round` hears the counts after each, `on_commit`
+    the step's record."""
     device, vocab = check_inputs(input_ids, target)
     run = Run(config, device, vocab, input_ids[0].tolist(), seed=resolve_seed(config), forced=forced,
               prefix_distribution=prefix_distribution)
@@ -99,8 +105,7 @@ def autoregressive_generate(
                     committed=run.committed[before:],
                 )
             )
-            if on_round is not None:
-                on_round(len(run.new_tokens), lm.calls)
+            _tell(run.steps[-1], len(run.new_tokens), lm.calls, on_round, on_commit)
         return run_result(run, "ar", prefill_seconds, clock.now(), target_calls=lm.calls, draft_calls=0)
     finally:
         lm.close()  # a CUDA-graphed forward goes back to its model's idle list
@@ -118,6 +123,7 @@ def speculative_generate(
     rule: AcceptanceRule | None = None,
     should_stop: StopCheck | None = None,
     on_round: RoundCallback | None = None,
+    on_commit: CommitCallback | None = None,
     prefix_distribution: PrefixDistribution | None = None,
 ) -> GenerationResult:
     """Speculative decoding with the acceptance rule named in `config` (exact at beta = 0).
@@ -132,7 +138,7 @@ def speculative_generate(
     embedding table (pcg). A voice whose backend has its own table (the embedded voice groups by
     codec centroids) builds it with `Synthesizer.rule(config)`. `should_stop` is asked before every
     round; when it says so, `Cancelled` is raised (the caller stopped the run). `on_round` hears the
-    token and target-call counts after every round. `prefix_distribution` replaces the sampling
+    token and target-call counts after every round, `on_commit` its record. `prefix_distribution` replaces the sampling
     distribution by one that depends on the generated tokens (CosyVoice 2's repetition-aware
     sampling, `ssd_demo.engine.repetition_aware`), applied to draft and target rows alike: still exact.
     """
@@ -167,8 +173,7 @@ def speculative_generate(
             record, done = _speculative_round(run, rule, target_lm, drafter, draft_len, clock)
             draft_lengths.record(record.expected_acceptance)
             run.steps.append(record)
-            if on_round is not None:
-                on_round(len(run.new_tokens), target_lm.calls)
+            _tell(record, len(run.new_tokens), target_lm.calls, on_round, on_commit)
         # (before closing: a closed CUDA-graphed forward may be leased, and its counts reset, by another thread)
         return run_result(
             run, "speculative", prefill_seconds, clock.now(), target_calls=target_lm.calls, draft_calls=drafter.calls
@@ -176,6 +181,15 @@ def speculative_generate(
     finally:
         target_lm.close()
         drafter.close()
+
+
+def _tell(record: RoundRecord, tokens: int, calls: int, on_round: RoundCallback | None,
+          on_commit: CommitCallback | None) -> None:
+    """A round is committed: its record to `on_commit` (a stream's codec), then the counts to `on_round`."""
+    if on_commit is not None:
+        on_commit(record)
+    if on_round is not None:
+        on_round(tokens, calls)
 
 
 def _speculative_round(run: Run, rule: AcceptanceRule, target_lm: CachedForward, drafter: Drafter,

@@ -6,11 +6,13 @@ Each piece says when it was ready (seconds since the stream started) and what it
 to first audio and the real-time factor of every piece come with the audio.
 
 A backend can stream inside a chunk, window by window (`CodecWindows`; the embedded voice and Llasa's XCodec2):
-window `i` covers codes [i*W, (i+1)*W) and is decoded with `context` codes before it and `lookahead`
-codes after it (its decoder is not causal: both sides shape a window's samples); the first
-`crossfade` samples of a window are blended linearly with the previous window's lookahead, so joins
-carry no click. Windowed samples differ from one whole-chunk decode by a small amount that the tests
-bound (`tests/speech/test_streaming.py`); the tokens are identical.
+a window is decoded with `context` codes before it and `lookahead` codes after it (its decoder is not causal:
+both sides shape a window's samples); the first `crossfade` samples of a window are blended linearly with the
+previous window's lookahead, so joins carry no click. Windows may grow (`max_window`): the first is short, so that
+first audio comes early, and later ones are longer, so that the context and lookahead decoded twice cost less.
+Windowed samples differ from one whole-chunk decode by a small amount that the tests bound
+(`tests/speech/test_streaming.py`); the tokens are identical. `WindowFeed` decodes the windows of a chunk whose
+codes are still being generated: fed each round's tokens, it decodes every window whose lookahead has arrived.
 """
 
 from __future__ import annotations
@@ -135,17 +137,30 @@ class CodecWindows:
     """How a codec backend decodes a growing list of codes window by window (see the module notes).
 
     window, context, lookahead: in codes (XCodec2: 50 codes per second, 320 samples each);
-    crossfade: samples, at most lookahead * hop.
+    crossfade: samples, at most lookahead * hop; max_window: codes, when windows grow (None: every window is
+    `window` long). Growing windows start at W and grow by half of what came before, up to `max_window` (the
+    window starting at code s is max(W, s // 2) long): the first audio waits for W + lookahead codes, the next
+    windows are about as short, so that each is ready before the one before it has played, and later windows
+    decode their context and lookahead less often.
     """
 
     window: int = 50  # 1 s of speech per piece
     context: int = 25  # 0.5 s decoded before a window (cut off)
     lookahead: int = 10  # 0.2 s decoded after it: the first audio waits for W + lookahead codes
     crossfade: int = 640  # 40 ms at 16 kHz
+    max_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.context < 0 or self.lookahead < 0 or self.crossfade < 0:
             raise ValueError(f"codec windows need window >= 1 and non-negative context, lookahead, crossfade: {self}")
+        if self.max_window is not None and self.max_window < self.window:
+            raise ValueError(f"codec windows need max_window >= window: {self}")
+
+    def length_at(self, start: int) -> int:
+        """How many codes the window that starts at code `start` covers."""
+        if self.max_window is None:
+            return self.window
+        return min(max(self.window, start // 2), self.max_window)
 
 
 def decode_windows(codes: list[int], decode: Callable[[list[int], list[int]], np.ndarray], hop: int,
@@ -162,7 +177,7 @@ def decode_windows(codes: list[int], decode: Callable[[list[int], list[int]], np
     n = len(codes)
     prompt_codes = list(prompt_codes)
     while start < n:
-        end = min(start + spec.window, n)
+        end = min(start + spec.length_at(start), n)
         if end + spec.lookahead > n and not final:
             return
         ahead = min(end + spec.lookahead, n)
@@ -179,3 +194,35 @@ def decode_windows(codes: list[int], decode: Callable[[list[int], list[int]], np
         tail = after[: spec.crossfade]
         start = end
         yield body.astype(np.float32), tail, start
+
+
+@dataclass(frozen=True)
+class WindowCodec:
+    """A backend's codec as window decoding needs it (`Backend.window_codec`)."""
+
+    codes: Callable[[list[int]], list[int]]  # generated ids -> codec codes, id by id (markers and the end dropped)
+    decode: Callable[[list[int], list[int]], np.ndarray]  # (context codes, codes) -> the samples of codes
+    hop: int  # samples per code
+    spec: CodecWindows
+    prompt_codes: tuple[int, ...] = ()  # a voice prompt's codes: the first window's context
+
+
+class WindowFeed:
+    """One chunk's codec windows, decoded while its tokens are still being generated: `feed` each round's
+    committed tokens and it yields the samples of every window whose lookahead has arrived (all that is left
+    when `final`). Joined, the samples are `decode_windows` over all the codes at once."""
+
+    def __init__(self, codec: WindowCodec) -> None:
+        self.codec = codec
+        self.codes: list[int] = []
+        self.start = 0  # the next window's first code
+        self.tail: np.ndarray | None = None  # the last window's lookahead samples, for the crossfade
+
+    def feed(self, tokens: list[int], final: bool = False) -> Iterator[np.ndarray]:
+        self.codes.extend(self.codec.codes(list(tokens)))
+        spec = self.codec.spec
+        if not final and len(self.codes) < self.start + spec.length_at(self.start) + spec.lookahead:
+            return  # the next window's lookahead is not there yet (the common case: checked before any work)
+        for samples, self.tail, self.start in decode_windows(self.codes, self.codec.decode, self.codec.hop, spec,
+                                                             self.codec.prompt_codes, final, self.start, self.tail):
+            yield samples

@@ -4,14 +4,16 @@ The engine only knows token ids. A `Backend` knows one model family: how to turn
 text into prompt ids, which ids are speech tokens, and how generated ids become a
 waveform. `Synthesizer` joins a backend, a target, a draft and the engine, and
 times the language model and the codec separately. `Synthesizer.stream()` yields the audio
-piece by piece as it is decoded (`ssd_demo.speech.streaming`); `synthesize()` is that stream, consumed.
+piece by piece as it is decoded (`ssd_demo.speech.streaming`; with a windowed codec, window by window while
+the LM goes on: `ssd_demo.speech.overlap`); `synthesize()` is the same chunks decoded at once, consumed.
+What it takes and gives back (`VoicePrompt`, `Script`, `SynthesisResult`, ...) is `ssd_demo.speech.results`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from collections.abc import Generator
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -20,13 +22,15 @@ import torch
 from ..engine.cancellation import StopCheck, check as check_stop
 from ..engine.draft_heads import is_heads
 from ..config import DecodingConfig, resolve_seed
-from ..engine.generate import RoundCallback, autoregressive_generate, speculative_generate
+from ..engine.generate import CommitCallback, RoundCallback, autoregressive_generate, speculative_generate
 from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
 from ..engine.kv import describe_kernels
 from ..engine.kv import prepare_kernels
-from .streaming import AudioPiece, SynthesisStream
+from .overlap import overlapped_chunk
+from .results import ChunkResult, Script, SynthesisResult, TextChunk, VoicePrompt
+from .streaming import AudioPiece, SynthesisStream, WindowFeed
 
 
 @runtime_checkable
@@ -55,74 +59,6 @@ class Backend(Protocol):
         which `Synthesizer` passes when a voice prompt was given: their codecs decode the
         generated speech after the prompt's.
         """
-
-
-@dataclass
-class VoicePrompt:
-    """A reference clip to imitate (backends that support voice cloning)."""
-
-    audio: np.ndarray  # float32 mono
-    sample_rate: int
-    transcript: str
-
-
-@dataclass(frozen=True)
-class TextChunk:
-    """A piece of the text decoded on its own, and the silence that follows it in the audio."""
-
-    text: str
-    pause_after_ms: int = 0
-
-
-@dataclass(frozen=True)
-class Script:
-    """A text as its backend speaks it: the chunks, and each chunk's prompt ids (voice prompt included).
-    Built once (`Synthesizer.script`), it can be decoded any number of times: AR and speculative alike."""
-
-    chunks: list[TextChunk]
-    prompts: list[list[int]]
-
-
-@dataclass
-class ChunkResult:
-    text: str
-    generation: GenerationResult
-    config: DecodingConfig  # as decoded: the chunk's seed, the length limit cut to the model's context
-    start_sample: int  # where this chunk's audio starts in the joined audio
-    end_sample: int
-    lm_seconds: float
-    codec_seconds: float
-
-    @property
-    def seed(self) -> int:
-        """This chunk's decoding seed: the run's seed + the chunk's index."""
-        return self.config.seed
-
-
-@dataclass
-class SynthesisResult:
-    text: str
-    mode: str  # "ar" | "speculative" | "draft" (the draft model alone)
-    audio: np.ndarray  # float32 mono in [-1, 1]
-    sample_rate: int
-    generation: GenerationResult  # all chunks combined (see results.combine)
-    config: DecodingConfig
-    lm_seconds: float
-    codec_seconds: float
-    chunks: list[ChunkResult] = field(default_factory=list)
-
-    @property
-    def duration_seconds(self) -> float:
-        return len(self.audio) / self.sample_rate if self.sample_rate else 0.0
-
-    @property
-    def total_seconds(self) -> float:
-        return self.lm_seconds + self.codec_seconds
-
-    @property
-    def real_time_factor(self) -> float:
-        """Processing seconds per second of audio (< 1 is faster than real time)."""
-        return self.total_seconds / self.duration_seconds if self.duration_seconds > 0 else float("inf")
 
 
 class Synthesizer:
@@ -209,12 +145,15 @@ class Synthesizer:
         windows: bool = True,
         on_progress: RoundCallback | None = None,
         script: Script | None = None,
+        on_commit: CommitCallback | None = None,
     ) -> SynthesisStream:
         """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
-        chunk, or (`windows`, for a backend with `audio_windows`, e.g. Llasa's codec) one per codec
-        window. Joined, the pieces are the clip; after the last one `stream.result` holds the whole
-        `SynthesisResult`. The tokens are those of `synthesize` for the same seed; so are the samples,
-        except that codec windows blend at their joins (`ssd_demo.speech.streaming`).
+        chunk, or (`windows`, for a backend with `window_codec`: the embedded voice, Llasa) one per codec
+        window, decoded while the LM goes on (in a thread of its own) as soon as the window's codes are
+        committed: the first audio waits for one window, and the codec's time overlaps the LM's. Joined, the
+        pieces are the clip; after the last one `stream.result` holds the whole `SynthesisResult`. The tokens
+        are those of `synthesize` for the same seed; so are the samples, except that codec windows blend at
+        their joins (`ssd_demo.speech.streaming`). `on_commit(record)` hears every round's `RoundRecord`.
 
         Text and settings are checked here, before the first piece is asked for. `script`: the text
         already split and prompted (`script()`, with the same voice prompt), so that runs of the same
@@ -232,7 +171,7 @@ class Synthesizer:
         if script is None:
             script = self.script(text, voice_prompt)
         pieces = self._pieces(text, mode, config, draft_name, voice_prompt, should_stop, on_progress, windows,
-                              script.chunks, script.prompts, started)
+                              script.chunks, script.prompts, started, on_commit)
         return SynthesisStream(pieces)
 
     def solo_draft(self, name: str | None = None) -> str:
@@ -262,38 +201,51 @@ class Synthesizer:
 
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
                 should_stop: StopCheck | None, on_progress: RoundCallback | None, windows: bool,
-                chunks: list[TextChunk], prompts: list[list[int]], started: float) -> Generator[AudioPiece, None, SynthesisResult]:
+                chunks: list[TextChunk], prompts: list[list[int]], started: float,
+                on_commit: CommitCallback | None = None) -> Generator[AudioPiece, None, SynthesisResult]:
         base_seed = resolve_seed(config.seed)  # None: a fresh one, reported in the result's stats
-        windowed = getattr(self.backend, "audio_windows", None) if windows else None
+        window_codec = getattr(self.backend, "window_codec", None) if windows else None
         results: list[ChunkResult] = []
         played: list[np.ndarray] = []
         tokens = calls = position = 0
+        last_ready = 0.0  # when the last piece was ready (seconds since `started`)
         for index, (chunk, prompt) in enumerate(zip(chunks, prompts)):
             check_stop(should_stop)
             seed = (base_seed + index) % 2**63
             on_round = None if on_progress is None else (  # the chunk's counts on top of the earlier chunks'
                 lambda chunk_tokens, chunk_calls, before=(tokens, calls):
                     on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
-            generation, chunk_config, lm_seconds = self._generate(prompt, mode, config.with_(seed=seed), draft_name,
-                                                                  should_stop, on_round, voice_prompt)
-            tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
             context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
-            if windowed is not None:
-                parts = windowed(generation.tokens, **context)
+            decoding = (config.with_(seed=seed), draft_name, should_stop, on_round, voice_prompt)
+            if window_codec is not None:
+                # Token-level streaming: the LM decodes in its own thread while this one decodes each codec
+                # window as soon as its codes exist, so first audio waits for one window, not the whole chunk.
+                parts = self._overlapped(prompt, mode, *decoding, on_commit, WindowFeed(window_codec(**context)))
             else:
-                parts = iter([lambda: self.backend.tokens_to_audio(generation.tokens, **context)])
-            chunk_start = position
-            codec_seconds, cost = 0.0, lm_seconds  # the LM's time is charged to the chunk's first piece
-            for audio, seconds in _timed(parts):
+                parts = self._whole_chunk(prompt, mode, *decoding, on_commit, context)
+            chunk_start, codec_seconds = position, 0.0
+            while True:
+                try:
+                    audio, seconds, lm_charged, (chunk_tokens, chunk_calls) = next(parts)
+                except StopIteration as done:
+                    generation, chunk_config, lm_seconds = done.value
+                    break
                 codec_seconds += seconds
-                yield self._piece(len(played), index, chunk.text, audio, position, started, cost + seconds, tokens,
-                                  calls)
+                ready = time.perf_counter() - started
+                # Decoded after the LM, a piece costs its codec seconds (the chunk's first also the LM's); overlapped,
+                # the wall time since the last piece, so that together they are the run's wall time.
+                cost = seconds + lm_charged if window_codec is None else ready - last_ready
+                yield self._piece(len(played), index, chunk.text, audio, position, ready, cost, tokens + chunk_tokens,
+                                  calls + chunk_calls)
+                last_ready = ready
                 played.append(audio)
-                position, cost = position + len(audio), 0.0
+                position += len(audio)
+            tokens, calls = tokens + len(generation.tokens), calls + generation.stats.target_calls
             speech_end = position
             if index < len(chunks) - 1 and chunk.pause_after_ms:  # the pause is a piece of its own
                 pause = np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000), dtype=np.float32)
-                yield self._piece(len(played), index, "", pause, position, started, 0.0, tokens, calls)
+                yield self._piece(len(played), index, "", pause, position, time.perf_counter() - started, 0.0,
+                                  tokens, calls)
                 played.append(pause)
                 position += len(pause)
             results.append(ChunkResult(chunk.text, generation, chunk_config, chunk_start, speech_end, lm_seconds,
@@ -311,18 +263,40 @@ class Synthesizer:
             lm_seconds=sum(r.lm_seconds for r in results),
             codec_seconds=sum(r.codec_seconds for r in results),
             chunks=results,
+            wall_seconds=last_ready if window_codec is not None else None,
         )
 
-    def _piece(self, index: int, chunk_index: int, text: str, audio: np.ndarray, start_sample: int, started: float,
+    def _piece(self, index: int, chunk_index: int, text: str, audio: np.ndarray, start_sample: int, ready: float,
                seconds: float, tokens: int, calls: int) -> AudioPiece:
         return AudioPiece(index=index, chunk_index=chunk_index, text=text, audio=audio,
-                          sample_rate=self.backend.sample_rate, start_sample=start_sample,
-                          ready_seconds=time.perf_counter() - started, processing_seconds=seconds,
-                          tokens_so_far=tokens, target_calls_so_far=calls)
+                          sample_rate=self.backend.sample_rate, start_sample=start_sample, ready_seconds=ready,
+                          processing_seconds=seconds, tokens_so_far=tokens, target_calls_so_far=calls)
+
+    def _whole_chunk(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
+                     should_stop: StopCheck | None, on_round: RoundCallback | None, voice_prompt: VoicePrompt | None,
+                     on_commit: CommitCallback | None, context: dict) -> Generator[tuple, None, tuple]:
+        """A chunk decoded, then its codes decoded at once: yields (samples, codec seconds, LM seconds charged,
+        (the chunk's tokens, its target calls)) and returns what `_generate` returns."""
+        decoded = self._generate(prompt, mode, config, draft_name, should_stop, on_round, voice_prompt, on_commit)
+        start = time.perf_counter()
+        audio = np.asarray(self.backend.tokens_to_audio(decoded[0].tokens, **context), dtype=np.float32)
+        counts = (len(decoded[0].tokens), decoded[0].stats.target_calls)
+        yield audio, time.perf_counter() - start, decoded[2], counts
+        return decoded
+
+    def _overlapped(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
+                    should_stop: StopCheck | None, on_round: RoundCallback | None, voice_prompt: VoicePrompt | None,
+                    on_commit: CommitCallback | None, feed: WindowFeed) -> Generator[tuple, None, tuple]:
+        """`overlap.overlapped_chunk` of this chunk: its LM in a thread, its codec windows here."""
+        def generate(stop: StopCheck, counted: RoundCallback, commit: CommitCallback) -> tuple:
+            return self._generate(prompt, mode, config, draft_name, stop, counted, voice_prompt, commit)
+
+        return overlapped_chunk(generate, feed, self.backend.tokens_to_audio, should_stop, on_round, on_commit)
 
     def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
                   should_stop: StopCheck | None, on_round: RoundCallback | None = None,
-                  voice_prompt: VoicePrompt | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
+                  voice_prompt: VoicePrompt | None = None,
+                  on_commit: CommitCallback | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
         """One chunk's tokens, the config as decoded, and the LM seconds."""
         # A backend may bound the length by the prompt and sample its own way (CosyVoice 2: 2-20 speech
         # tokens per text token, repetition-aware sampling), for both decoders alike.
@@ -347,26 +321,13 @@ class Synthesizer:
         start = time.perf_counter()
         if mode != "speculative":
             generation = autoregressive_generate(model, input_ids, config, forced=forced,
-                                                 should_stop=should_stop, on_round=on_round,
+                                                 should_stop=should_stop, on_round=on_round, on_commit=on_commit,
                                                  prefix_distribution=distribution)
         else:
             generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
                                               rule=self.rule(config), should_stop=should_stop, on_round=on_round,
-                                              prefix_distribution=distribution)
+                                              on_commit=on_commit, prefix_distribution=distribution)
         return generation, config, time.perf_counter() - start
-
-
-def _timed(parts: Iterator) -> Iterator[tuple[np.ndarray, float]]:
-    """(float32 samples, seconds it took to produce them) for each part; a part is an array from a
-    generator that decodes as it is asked, or a function that returns one."""
-    while True:
-        start = time.perf_counter()
-        try:
-            part = next(parts)
-        except StopIteration:
-            return
-        audio = part() if callable(part) else part
-        yield np.asarray(audio, dtype=np.float32), time.perf_counter() - start
 
 
 @dataclass

@@ -54,9 +54,14 @@ def test_decode_length_determinism_and_context(backend):
 
 
 def _streamed_snr(backend, codes) -> float:
+    from ssd_demo.speech.streaming import WindowFeed
+
     tokens = backend.layout.speech_ids(codes)
     whole = backend.tokens_to_audio(tokens)
-    streamed = np.concatenate(list(backend.audio_windows(tokens)))
+    feed = WindowFeed(backend.window_codec())
+    # Fed a few tokens at a time, as a stream's rounds commit them.
+    streamed = np.concatenate([samples for start in range(0, len(tokens), 3)
+                               for samples in feed.feed(tokens[start:start + 3], final=start + 3 >= len(tokens))])
     assert len(streamed) == len(whole)
     error = streamed - whole
     return 10 * np.log10(np.sum(whole ** 2) / max(np.sum(error ** 2), 1e-20))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssd_demo.speech.streaming import AudioPiece, CodecWindows, decode_windows, measured_timeline, playback_schedule
+from ssd_demo.speech.streaming import (AudioPiece, CodecWindows, WindowCodec, WindowFeed, decode_windows,
+                                      measured_timeline, playback_schedule)
 from ssd_demo.speech.synthesis import Synthesizer  # noqa: E402
 from support.chunking import PAUSE_MS, TEXT, ChunkingToy  # noqa: E402
 from support.toy_backend import build_toy_synthesizer  # noqa: E402
@@ -137,6 +138,40 @@ def test_windows_wait_for_their_lookahead_unless_final():
     samples, tail, start = partial[-1]
     rest = list(decode_windows(codes + [9, 10, 11], decode, hop, spec, start=start, tail=tail))
     assert sum(len(s) for s, _, _ in partial + rest) == 12 * hop
+
+
+def test_growing_windows_start_short_and_grow_by_half_of_what_came_before():
+    spec = CodecWindows(window=4, context=2, lookahead=2, crossfade=2, max_window=10)
+    starts, start = [], 0
+    while start < 60:
+        starts.append((start, spec.length_at(start)))
+        start += spec.length_at(start)
+    assert starts[:6] == [(0, 4), (4, 4), (8, 4), (12, 6), (18, 9), (27, 10)]
+    with pytest.raises(ValueError):
+        CodecWindows(window=4, max_window=3)
+
+
+@pytest.mark.parametrize("max_window", [None, 12])
+def test_a_feed_of_rounds_gives_the_samples_of_all_codes_at_once(max_window):
+    """Fed each round's tokens as they are committed, the windows are those of one `decode_windows` over all the
+    codes: the same windows, the same samples; a window waits for its lookahead."""
+    hop = 3
+    _, decode = _smoothing_codec(radius=2, hop=hop)
+    spec = CodecWindows(window=4, context=3, lookahead=3, crossfade=4, max_window=max_window)
+    rng = np.random.default_rng(2)
+    tokens = [int(x) for x in rng.integers(-3, 40, 61)]  # negative ids: markers, which carry no code
+    codec = WindowCodec(lambda ids: [t for t in ids if t >= 0], decode, hop, spec)
+    codes = codec.codes(tokens)
+    at_once = np.concatenate([samples for samples, _, _ in decode_windows(codes, decode, hop, spec)])
+    feed, pieces, position = WindowFeed(codec), [], 0
+    while position < len(tokens):
+        size = int(rng.integers(1, 6))  # rounds commit one token (AR) or a block (speculative)
+        chunk, position = tokens[position:position + size], position + size
+        new = list(feed.feed(chunk, final=position >= len(tokens)))
+        decoded = sum(len(p) for p in pieces + new) // hop
+        assert position >= len(tokens) or decoded == 0 or decoded + spec.lookahead <= len(feed.codes)  # lookahead first
+        pieces += new
+    np.testing.assert_array_equal(np.concatenate(pieces), at_once)
 
 
 @pytest.fixture(scope="module")
