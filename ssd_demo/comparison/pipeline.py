@@ -4,10 +4,12 @@
 `prepare` does every step a comparison needs, each once and in this order: load the preset, check the
 text, resolve the seed, the settings, the draft and the voice prompt, split the text into its chunks
 and prompts (the `Script` both runs decode), then, on the machine that decodes, check the GPU memory,
-set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes
-autoregressively and then speculatively with what was prepared and returns the `Comparison`; given a
-`LaneSink` it streams each decoder's audio pieces and round counts to it. `compare` (the `/synthesize`
-path) and the race (`/race`) are both `run(prepare(...))`, one model job at a time (`model_turn`).
+set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes both runs
+with what was prepared and returns the `Comparison`; given a `LaneSink` (the race) it streams each decoder's
+audio pieces and round counts to it, and where the machine allows (`lanes.concurrent_lanes`) both decode at
+once, each in a worker process on a core of its own; elsewhere, and for `compare`, autoregressive first, then
+speculative. `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model
+job at a time (`model_turn`).
 
 On a Hugging Face ZeroGPU Space the models reach a GPU only inside one decorated call, in a worker
 process that nothing can stream out of: there the device steps and both timed runs happen in that one
@@ -33,12 +35,11 @@ from ..backends.registry import MODEL_JOB_LOCK, Preset, load_preset
 from ..engine.results import SpeedupReport, compare_runs
 from ..speech.streaming import AudioPiece
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
+from .lanes import LANES, concurrent_lanes, decode_lane, lane_workers
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
 from .request import (TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft,
                       resolve_voice_prompt)
 
-#: The two runs of a comparison, in the order they decode.
-LANES = ("autoregressive", "speculative")
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Comparison:
     requested_draft: str | None = None  # what the request named, when the preset has no such draft
     left_out: str = ""  # characters of the text the voice does not speak (e.g. another script)
     token_label: Callable[[int], str] = str  # the backend's names for token ids
+    #: Why the two runs decoded one after the other ("": at once, each on a core of its own)
+    apart: str = ""
 
 
 class LaneSink(Protocol):
@@ -63,8 +66,8 @@ class LaneSink(Protocol):
 
     def started(self, lane: str) -> None: ...
 
-    def counted(self, lane: str, tokens: int, calls: int) -> None:
-        """After every decoding round: tokens committed and target calls made so far."""
+    def counted(self, lane: str, tokens: int, calls: int, rejected: int = 0) -> None:
+        """After decoding rounds: tokens committed, target calls made and drafted tokens rejected so far."""
 
     def piece(self, lane: str, piece: AudioPiece) -> None: ...
 
@@ -96,6 +99,8 @@ class Prepared:
     seed: int
     requested_draft: str | None  # what the request named, when the preset has no such draft
     costs: StepCosts | None  # this machine's costs; None where the GPU worker measures them (ZeroGPU)
+    #: Why a race decodes its lanes one after the other ("": at once, each in a worker process on its own core)
+    apart: str = ""
 
 
 def _no_progress(*args, **kwargs) -> None:
@@ -143,7 +148,8 @@ def prepare(request: Request, progress: ProgressFn | None = None,
     if not decodes_in_gpu_worker():
         job, costs = get_ready(synthesizer, job, progress or _no_progress)
     return Prepared(preset, synthesizer, job, seed,
-                    requested_draft=request.draft if request.draft and request.draft != draft else None, costs=costs)
+                    requested_draft=request.draft if request.draft and request.draft != draft else None, costs=costs,
+                    apart=concurrent_lanes(synthesizer, preset, decodes_in_gpu_worker()))
 
 
 def get_ready(synthesizer: Synthesizer, job: Job, progress: ProgressFn) -> tuple[Job, StepCosts]:
@@ -187,8 +193,15 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         ar, spec, costs = _decode_on_gpu(prepared.job)
         if lanes is not None:
             replay(lanes, ar, spec)
+        apart = "one GPU runs one decoder at a time"
     else:
-        ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
+        apart = ((prepared.apart or _workers_started(prepared, progress)) if lanes is not None
+                 else "a comparison decodes one run after the other")
+        if not apart:
+            progress(0.25, desc=f"Both decoding at once, each on its own core (draft '{prepared.job.draft}')")
+            ar, spec = lane_workers(prepared.preset.key).decode(prepared.job, lanes, should_stop)
+        else:
+            ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
         costs = prepared.costs
     job, synthesizer = prepared.job, prepared.synthesizer
     return Comparison(
@@ -204,6 +217,7 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         costs=costs,
         requested_draft=prepared.requested_draft,
         left_out=synthesizer.left_out(job.text),
+        apart=apart,
     )
 
 
@@ -216,31 +230,23 @@ def compare(request: Request, progress: ProgressFn | None = None, should_stop: S
         return run(prepare(request, progress, load_progress=progress), progress, should_stop)
 
 
+def _workers_started(prepared: Prepared, progress: ProgressFn) -> str:
+    """"" once the lane workers for this preset are up (started and waited for here when not yet), else why
+    not: the race then decodes one lane after the other."""
+    workers = lane_workers(prepared.preset.key)
+    if workers.wait_ready(report=lambda doing: progress(0.2, desc=doing)):
+        return ""
+    return workers.error or "the lanes' decoders did not start in time"
+
+
 def decode_both(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should_stop: StopCheck | None = None,
                 lanes: LaneSink | None = None) -> tuple[SynthesisResult, SynthesisResult]:
     """Both timed runs, AR first; the synthesizer must be ready (`get_ready`)."""
     progress(0.25, desc="Autoregressive decoding (one target call per token)")
-    ar = _decode(synthesizer, job, "autoregressive", should_stop, lanes)
+    ar = decode_lane(synthesizer, job, "autoregressive", should_stop, lanes)
     progress(0.6, desc=f"Speculative decoding (draft '{job.draft}', K = {job.config.draft_len})")
-    spec = _decode(synthesizer, job, "speculative", should_stop, lanes)
+    spec = decode_lane(synthesizer, job, "speculative", should_stop, lanes)
     return ar, spec
-
-
-def _decode(synthesizer: Synthesizer, job: Job, lane: str, should_stop: StopCheck | None,
-            lanes: LaneSink | None) -> SynthesisResult:
-    """One lane's run: decoded at once, or streamed piece by piece to `lanes`."""
-    mode = "ar" if lane == "autoregressive" else "speculative"
-    common = dict(mode=mode, config=job.config, draft=job.draft, voice_prompt=job.voice_prompt,
-                  should_stop=should_stop, script=job.script)
-    if lanes is None:
-        return synthesizer.synthesize(job.text, **common)
-    lanes.started(lane)
-    stream = synthesizer.stream(job.text, **common,
-                                on_progress=lambda tokens, calls: lanes.counted(lane, tokens, calls))
-    for piece in stream:
-        lanes.piece(lane, piece)
-    lanes.finished(lane, stream.result, stream.result.total_seconds)
-    return stream.result
 
 
 def decode_job(job: Job) -> tuple[SynthesisResult, SynthesisResult, StepCosts]:

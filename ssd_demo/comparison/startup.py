@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .lanes import concurrent_lanes, lane_workers
 from .models import load
 from .pipeline import decodes_in_gpu_worker, model_turn, ready_machine
 from .request import resolve_draft
@@ -90,7 +91,13 @@ def _get_ready(readiness: Readiness) -> None:
     try:
         with model_turn(readiness.report, doing=DOING):
             preset, synthesizer = load(readiness.preset, readiness.report)
+            # The race's two lane workers load and warm up in their own processes meanwhile (`lanes`).
+            racing = not concurrent_lanes(synthesizer, preset, decodes_in_gpu_worker())
+            if racing:
+                lane_workers(preset.key)
             ready_machine(synthesizer, resolve_draft(preset, synthesizer, None), readiness.report)
+            if racing:
+                lane_workers(preset.key).wait_ready(report=lambda doing: readiness.report(desc=doing))
         readiness.stage = "Ready"
     except Exception as error:  # noqa: BLE001 - the first race does these steps itself and reports any error
         log.warning("start-up measurement failed: %s", error)
