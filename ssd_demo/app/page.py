@@ -47,11 +47,14 @@ body.ssd-presenter .ssd-lane h3 { font-size: 1.6rem; }
 body.ssd-presenter .ssd-lane, body.ssd-presenter #ssd-status { font-size: 1.25rem; }
 body.ssd-presenter #ssd-text textarea { font-size: 1.3rem; height: 3.2rem !important; min-height: 0 !important; }
 body.ssd-presenter #ssd-headline h1 { margin-bottom: 0.2rem; }
-/* ... and, to fit the replay row too: the toggle moves up into the tab bar, the text box loses its label. */
-body.ssd-presenter .ssd-topbar { position: absolute; top: -3.3rem; right: 0; width: auto; z-index: 10; }
+/* ... and, to fit the replay row too: the text box loses its label. */
 body.ssd-presenter #ssd-text [data-testid="block-info"] { display: none; }
-body.ssd-presenter #ssd-ar-stream [data-testid="block-label"],
-body.ssd-presenter #ssd-spec-stream [data-testid="block-label"] { display: none; }
+/* The live voices' component only carries data for the browser's player: nothing to see. */
+#ssd-live-audio { display: none !important; }
+#ssd-race-chart svg { max-height: 130px; display: block; }
+#ssd-intro h1 { margin-bottom: 0.1rem; }
+.ssd-lane h3 { margin: 0 0 0.2rem 0; }
+body.ssd-presenter #ssd-race-chart svg { max-height: 170px; }
 """
 
 
@@ -88,9 +91,8 @@ def build_demo(default_preset: str | None = None, load_default: bool = True) -> 
                    delete_cache=(3600, 3600)) as demo:
         gr.Markdown(
             "# Speech speculative decoding\n"
-            "Type a sentence and hear the target model decode it **autoregressively** and with "
-            "**speculative decoding** (a draft proposes, the target verifies), racing: each one's audio "
-            "plays as it is decoded, then what was accepted in every round and where the time went.",
+            "Type a sentence: the target model decodes it **autoregressively** and with **speculative decoding** "
+            "(a draft proposes, the target verifies) at the same time, and you hear whichever has audio first.",
             elem_id="ssd-intro",
         )
         with gr.Tabs():

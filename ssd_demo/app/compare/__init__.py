@@ -2,7 +2,8 @@
 
     settings     the page's controls (`COMPARE_SETTINGS`: the config's own settings, in /synthesize order),
                  how each looks, and voice-prompt uploads; a click is the library's `Request`
-    race         the same, streamed into a `Race`: each decoder's audio pieces and live counters
+    race         the same, streamed into a `Race`: each decoder's audio pieces and live counters on one clock
+    race_chart   both lanes drawn live on that clock (SVG)
     events       the race as events (`race_events`: started, piece, tick, done, failed, stopped) for a front end
     views        the statistics table, JSON details, per-round token view and charts of a `Comparison`
     audio_files  both clips as named 16-bit WAV files
@@ -19,8 +20,9 @@ from .audio_files import audio_directory, to_int16, write_audio_files, write_wav
 from .preset_info import (PresetDefaults, device_note, example_texts, preset_defaults, preset_markdown, EXAMPLE_TEXTS,
                           MAX_EXAMPLES)
 from .events import Done, Event, Failed, Piece, Started, Stopped, Tick, race_events
-from .race import (Race, RaceLane, empty_wav, headline, lane_markdown, piece_wav, race_details, run_race,
-                   slow_motion_from_files, slow_motion_of, write_replay_files)
+from .race import (Race, RaceLane, headline, lane_markdown, piece_pcm_base64, race_details, run_race,
+                   slow_motion_from_files, slow_motion_of, together_note, write_replay_files)
+from .race_chart import race_chart_svg
 from ...comparison.slow_motion import SlowMotion
 from ...comparison import (LANES, Comparison, Job, LaneSink, Prepared, Request, build_config, check_text, compare, load,
                            preferred_device, prepare, replayed_pieces, resolve_draft, resolve_voice_prompt, run,
@@ -33,7 +35,8 @@ from .views import (TOKEN_COLOURS, comparison_token_view, details, end_to_end_sp
                     stats_markdown, stats_rows, token_view)
 
 __all__ = [
-    "LANES", "Race", "RaceLane", "empty_wav", "headline", "lane_markdown", "piece_wav", "race_details", "run_race",
+    "LANES", "Race", "RaceLane", "headline", "lane_markdown", "piece_pcm_base64", "race_chart_svg", "race_details",
+    "run_race", "together_note",
     "write_replay_files", "slow_motion_of", "slow_motion_from_files", "SlowMotion",
     "Done", "Event", "Failed", "Piece", "Started", "Stopped", "Tick", "race_events",
     "Job", "LaneSink", "Prepared", "prepare", "replayed_pieces", "run",

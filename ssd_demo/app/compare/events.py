@@ -83,8 +83,8 @@ class _Relay:
         self.race.started(lane)
         self.events.put(Started(lane))
 
-    def counted(self, lane: str, tokens: int, calls: int) -> None:
-        self.race.counted(lane, tokens, calls)
+    def counted(self, lane: str, tokens: int, calls: int, rejected: int = 0) -> None:
+        self.race.counted(lane, tokens, calls, rejected)
 
     def piece(self, lane: str, piece: AudioPiece) -> None:
         self.race.piece(lane, piece)

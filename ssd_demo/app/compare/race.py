@@ -1,17 +1,17 @@
-"""The race: both decoders streamed one after the other, with what the page shows while they run.
+"""The race: both decoders streamed from the click, with what the page shows while they run.
 
-One machine cannot run the two decoders fairly at the same time, so `run_race` streams the
-autoregressive run first and the speculative run second, each on its own clock (the
-`ssd_demo.comparison` pipeline, as `compare`, with a `LaneSink`). `Race` is the live state the pipeline
-streams into: what the page is doing, and per decoder (`RaceLane`) the rounds so far, tokens and time to first
-audio, updated from the decoding thread; the page reads it to show live counters. Once both are done
-the result is the same `Comparison` that `compare` returns, so the statistics, token view and charts
-are the usual ones. Pure logic, no Gradio.
+`run_race` runs the `ssd_demo.comparison` pipeline with a `LaneSink`: where the machine has a core for each
+decoder, both start at the click, each in a worker process of its own (`comparison.lanes`); elsewhere (one
+core, one GPU) the autoregressive run goes first and the speculative one after it, and the page says so.
+`Race` is the live state the pipeline streams into: what the page is doing, and per decoder (`RaceLane`) the
+tokens, target calls and rejected drafts after every round on one clock from the click, and its audio pieces;
+the page reads it to draw both lanes live. Once both are done the result is the same `Comparison` that
+`compare` returns, so the statistics, token view and charts are the usual ones. Pure logic, no Gradio.
 """
 
 from __future__ import annotations
 
-import io
+import base64
 import math
 import threading
 import time
@@ -39,17 +39,18 @@ class RaceLane:
     name: str  # "autoregressive" | "speculative"
     rounds: int = 0  # target model calls so far (prefills included), updated after every round
     tokens: int = 0  # tokens committed so far (forced ones included), updated after every round
+    rejected: int = 0  # drafted tokens the target rejected so far
     pieces: list[AudioPiece] = field(default_factory=list)
     started: float | None = None  # time.perf_counter() when its run began
-    seconds: float | None = None  # its whole run, once done
+    seconds: float | None = None  # its whole run until its last audio (wall seconds), once done
     stopped: float | None = None  # how long it had run when the race was stopped (None: not stopped)
+    #: (seconds since the click, tokens, rejected drafts) after rounds: what the live chart draws
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
 
     @property
     def time_to_first_audio(self) -> float | None:
-        """LM + codec seconds until the first piece: the clock "done" (`seconds`, the comparison's LM +
-        codec seconds) is on, so first audio <= done always. (The pieces' `ready_seconds`, wall seconds
-        that include the text front end and a busy machine's waits, time the slow-motion replay.)"""
-        return self.pieces[0].processing_seconds if self.pieces else None
+        """Seconds from the start of its run to its first piece, on the clock "done" (`seconds`) is on."""
+        return self.pieces[0].ready_seconds if self.pieces else None
 
     def elapsed(self) -> float:
         if self.seconds is not None:
@@ -67,6 +68,11 @@ class Race:
     stage: str = "Starting the race"
     lanes: dict[str, RaceLane] = field(default_factory=lambda: {name: RaceLane(name) for name in LANES})
     sample_rate: int | None = None  # the voice's, once its models are ready (the live players open with it)
+    clicked: float = field(default_factory=time.perf_counter)  # the one clock both lanes are drawn on
+    apart: str | None = None  # why the lanes decode one after the other ("": at once; None: not known yet)
+
+    def since_click(self) -> float:
+        return time.perf_counter() - self.clicked
 
     def report(self, fraction: float = 0.0, desc: str | None = None) -> None:
         if desc is not None:
@@ -75,8 +81,10 @@ class Race:
     def started(self, lane: str) -> None:
         self.lanes[lane].started = time.perf_counter()
 
-    def counted(self, lane: str, tokens: int, calls: int) -> None:
-        self.lanes[lane].tokens, self.lanes[lane].rounds = tokens, calls
+    def counted(self, lane: str, tokens: int, calls: int, rejected: int = 0) -> None:
+        state = self.lanes[lane]
+        state.tokens, state.rounds, state.rejected = tokens, calls, rejected
+        state.timeline.append((self.since_click(), tokens, rejected))
 
     def piece(self, lane: str, piece: AudioPiece) -> None:
         self.lanes[lane].tokens = piece.tokens_so_far
@@ -86,6 +94,7 @@ class Race:
         state = self.lanes[lane]
         state.seconds = seconds
         state.rounds, state.tokens = result.generation.stats.target_calls, len(result.generation.tokens)
+        state.timeline.append((self.since_click(), state.tokens, state.rejected))
 
     def stop(self) -> None:
         """The race was stopped: a lane still running keeps the time it had run (its clock stops)."""
@@ -98,53 +107,64 @@ class Race:
 def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
              lanes: LaneSink | None = None) -> Comparison:
     """The comparison of `compare`, each decoder's audio streamed to `race` (and to `lanes`, which
-    should pass everything on to `race`, when given) as it is decoded: AR first, then speculative.
+    should pass everything on to `race`, when given) as it is decoded: both at once where the machine allows
+    (`race.apart` is "" then), else AR first, then speculative.
 
     Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so."""
     with model_turn(race.report):
         check(should_stop)  # stopped while it waited for the model
         prepared = prepare(request, race.report)
         race.sample_rate = prepared.synthesizer.backend.sample_rate
+        race.apart = prepared.apart
         check(should_stop)  # stopped while the model loaded and warmed up
         comparison = run(prepared, race.report, should_stop, lanes or race)
+        race.apart = comparison.apart
     race.stage = "Both runs done: drawing the charts"
     return comparison
 
 
 # --- what the page shows ----------------------------------------------------------------------------
 
-#: The status once both runs are decoded. With live audio the speculative voice is still to play then:
-#: the page's players take turns, so it waits for the autoregressive voice to finish, and a new race
-#: started before it plays would replace it unheard.
-DONE_LIVE = "Done decoding: the speculative voice plays next"
-DONE_CLIPS = "Done"
+#: The status once both runs are decoded (the voices may still be playing: the page plays one after the other).
+DONE = "Done"
 
 
-def done_stage(live_audio: bool) -> str:
-    """What the status line says when the race is over (`DONE_LIVE` while a voice may still be queued)."""
-    return DONE_LIVE if live_audio else DONE_CLIPS
+def done_stage() -> str:
+    """What the status line says when the race is over."""
+    return DONE
+
+
+def together_note(race: Race) -> str:
+    """After the status: how the two lanes decode (at once, each on its own core, or one after the other and why)."""
+    if race.apart is None:
+        return ""
+    if not race.apart:
+        return " · both decoders run at once, each on its own core"
+    return f" · one after the other ({race.apart})"
+
 
 def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
 
 def lane_markdown(lane: RaceLane, label: str) -> str:
-    """One decoder's live counters: tokens, rounds (target calls), run time, time to first audio (LM + codec
-    seconds) and the seconds of speech decoded so far. The page's voice rule reads the last two words of the
-    state ("done") and the speech seconds: a lane's voice has finished only when its player has played them."""
+    """One decoder's live counters: tokens, rounds (target calls), rejected drafts, its state and run time, time to
+    first audio and the seconds of speech decoded so far (the page's player writes when it was heard after them)."""
     state = ("done" if lane.seconds is not None else "stopped" if lane.stopped is not None
              else "running" if lane.started is not None else "waiting")
     speech = sum(len(piece.audio) / piece.sample_rate for piece in lane.pieces)
     return (f"### {label}\n"
-            f"**{lane.tokens}** tokens · **{lane.rounds}** target calls · {state} {_seconds(lane.elapsed())}  \n"
+            f"**{lane.tokens}** tokens · **{lane.rounds}** target calls"
+            f"{f' · {lane.rejected} drafts rejected' if lane.rejected else ''} · {state} {_seconds(lane.elapsed())}  \n"
             f"First audio after **{_seconds(lane.time_to_first_audio)}** · {speech:.2f} s of speech")
 
 
-#: A race whose slower run took less than this (LM + codec seconds) is too short for a bold claim: one
+#: A race whose slower run took less than this (seconds until its last audio) is too short for a bold claim: one
 #: busy moment on the machine can move its speedup a lot.
 SHORT_RUN_SECONDS = 3.0
-
-
+#: Speech shorter than this (seconds, the longer of the two clips) is too short for speculation to show: a word or
+#: two is a handful of rounds, and fixed costs (the prompt, the first codec window) dominate both runs.
+SHORT_SPEECH_SECONDS = 1.5
 #: Races with the same settings on one page before the headline states their median instead of one run.
 MEDIAN_AFTER = 3
 
@@ -153,12 +173,11 @@ def verdict_lines(speedups: Sequence[float], run_seconds: float) -> list[str]:
     """The headline's claim and its basis. `speedups`: this page's races with these settings, this race
     last. From `MEDIAN_AFTER` races on it states their median and range (bold for a median of at least 1);
     before that it says it was one run, that a busy machine moves it, and how many more races give a median."""
-    basis = "LM + codec seconds per second of audio, on this machine"
     this = speedups[-1]
     if len(speedups) >= MEDIAN_AFTER:
         middle = float(np.median(speedups))
         spread = (f"median of {len(speedups)} races with these settings on this page (range "
-                  f"{min(speedups):.1f}–{max(speedups):.1f}×; this one {this:.1f}×); {basis}")
+                  f"{min(speedups):.1f}–{max(speedups):.1f}×; this one {this:.1f}×)")
         return [f"{'#' if middle >= 1 else '##'} Speculative is {_ratio_words(middle)}", spread]
     more = MEDIAN_AFTER - len(speedups)
     why = f"One short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "One run"
@@ -173,19 +192,35 @@ def _ratio_words(speedup: float) -> str:
     return f"{factor:.1f}× {'faster' if speedup >= 1 else 'slower'}"
 
 
+def lm_speedup(comparison: Comparison) -> float:
+    """Language-model seconds per second of speech, AR over speculative (the decoders alone, codec left out)."""
+    ar, spec = comparison.ar, comparison.spec
+    if min(ar.duration_seconds, spec.duration_seconds, ar.lm_seconds, spec.lm_seconds) <= 0:
+        return float("nan")
+    return (ar.lm_seconds / ar.duration_seconds) / (spec.lm_seconds / spec.duration_seconds)
+
+
 def headline(comparison: Comparison, race: Race | None = None, earlier: Sequence[float] = ()) -> str:
-    """The big readout: end-to-end speedup per second of audio (`verdict_lines`, with the `earlier` speedups
-    of this page's races with the same settings), and both times to first audio."""
+    """The big readout: the end-to-end speedup per second of speech (`verdict_lines`, with the `earlier` speedups
+    of this page's races with the same settings), then both ratios, each labelled, and both times to first audio.
+    A text too short for speculation to show says so instead of a verdict that flips between races."""
     speedup = end_to_end_speedup(comparison)
     if not math.isfinite(speedup) or speedup <= 0:
         return ""
-    run_seconds = max(comparison.ar.total_seconds, comparison.spec.total_seconds)
-    lines = verdict_lines([*earlier, speedup], run_seconds)
+    run_seconds = max(comparison.ar.elapsed_seconds, comparison.spec.elapsed_seconds)
+    basis = (f"Language model **{lm_speedup(comparison):.2f}×** (its seconds per second of speech) · end to end "
+             f"**{speedup:.2f}×** (until the last audio, codec included)")
     if race is not None:
         ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
         if ar is not None and spec is not None:
-            lines[-1] += f"; first audio after {spec:.2f} s (speculative) vs {ar:.2f} s (autoregressive)"
-    return "\n".join(lines)
+            basis += f" · first audio after {spec:.2f} s (speculative) vs {ar:.2f} s (autoregressive)"
+    speech = max(comparison.ar.duration_seconds, comparison.spec.duration_seconds)
+    if speech < SHORT_SPEECH_SECONDS:
+        return "\n".join(["## Too short for speculation to show",
+                           f"{speech:.1f} s of speech is a few decoding rounds, and fixed costs dominate both runs: "
+                           "speculation pays from a sentence on. This run: " + basis])
+    lines = verdict_lines([*earlier, speedup], run_seconds)
+    return "\n".join([lines[0], basis + "  ", lines[1]])
 
 
 class RaceHistory:
@@ -259,19 +294,6 @@ def write_replay_files(replay: SlowMotion, sample_rate: int, directory: Path | N
     return paths[0], paths[1]
 
 
-def piece_wav(piece: AudioPiece, lead_in: float = 0.0) -> bytes:
-    """A piece as 16-bit WAV bytes with the clip's one fixed gain (what a streaming player is fed), after
-    `lead_in` seconds of silence."""
-    silence = np.zeros(round(lead_in * piece.sample_rate), dtype=np.float32)
-    return _wav_bytes(np.concatenate([silence, piece.audio]), piece.sample_rate)
-
-
-def empty_wav(sample_rate: int = 16_000, seconds: float = 0.0) -> bytes:
-    """A WAV of silence (by default no samples: a streamed chunk that adds nothing to the audio)."""
-    return _wav_bytes(np.zeros(round(seconds * sample_rate), dtype=np.float32), sample_rate)
-
-
-def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
-    buffer = io.BytesIO()
-    soundfile.write(buffer, to_int16(audio), sample_rate, subtype="PCM_16", format="WAV")
-    return buffer.getvalue()
+def piece_pcm_base64(piece: AudioPiece) -> str:
+    """A piece's samples as base64 16-bit PCM with the clip's one fixed gain (what the page's player decodes)."""
+    return base64.b64encode(to_int16(piece.audio).astype("<i2").tobytes()).decode("ascii")

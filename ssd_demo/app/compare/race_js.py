@@ -1,9 +1,7 @@
-"""The race's scripts and presenter-mode CSS, run in the browser: the rule that never plays two voices at once
-and plays each live voice to its end (`VOICES_JS`), what a race's start, "Replay both" and a race's end do
-to the players, and presenter mode. Plain strings; `race_view` installs them on the page.
+"""The race's scripts and presenter-mode CSS, run in the browser: the live player of both lanes' voices
+(`PLAYER_JS`, Web Audio), what a race's start, Stop and "Replay both" do to it, Enter in the text box, and
+presenter mode. Plain strings; `race_view` and the tab install them on the page.
 """
-
-from .race import DONE_LIVE
 
 #: Presenter mode's layout on a 1280x720 projector: added to the page's own CSS (`app.page.CSS`) by
 #: `build_race_view`, so that every state of the race (idle, racing, done, refused, stopped) fits.
@@ -19,204 +17,207 @@ body.ssd-presenter #ssd-replay-note p, body.ssd-presenter #ssd-status p, body.ss
 body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
 #ssd-stage-css { display: none; }
 """
-#: Never two voices at once, and each live voice to its end: a voice that would start while another is sounding waits
-#: for its turn. A live player that runs out of audio ('waiting') keeps its turn while its lane still owes speech:
-#: still decoding, or done with more seconds of speech than the player has played (plus the AAC encoder's priming,
-#: `PRIMING_S`), a finished lane for at most four seconds (`STALL_LIMIT_MS`). A finished lane that has played its
-#: speech is held once it gives up its turn: the server pads each finished lane with silence
-#: (`race_view.TAIL_PADDING`), so what its stream still holds is silence, and the encoder's last frames, handed out
-#: when the race ends, never take a turn after the next voice. Every live stream begins with `LEAD_IN_S` of silence
-#: (`race_view.LEAD_IN`, sent once the voice's models are ready so that the players listen before the first piece):
-#: the rule and the clock below count from its end. The click-to-sound wall clock of each live player (the click to
-#: its first audible sample) is kept in `window.ssdHeard` and written after its lane's "First audio after" figure.
-#: Installed once per page (by the first race or replay). A streamed player is "playing" from the race's start while
-#: it waits for audio, so the rule looks at sound ('playing'), not at the play button: when one of the race's players
-#: starts sounding while another one is, it is paused and queued, and it plays when the other stops sounding (its
-#: audio ran out, it ended or was paused); the speculative voice also waits until the autoregressive one has had its
-#: whole turn, whichever player starts first. Because the lanes decode one after the other, the speculative lane's
-#: live audio, often ready while the autoregressive lane's is still playing, is heard in full right after it. A
-#: player clicked by hand plays at once and pauses the others; `hold` pauses a player and keeps it quiet (no turn, no
-#: restart when its stream sends more audio) until it is clicked or the next race starts. Once the last voice has
-#: had its turn, the status line's "the speculative voice plays next" (`race.DONE_LIVE`) says both voices played.
-VOICES_JS = """
-if (!window.ssdVoices) {
-  const ids = ['ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-ar', 'ssd-replay-spec'];
-  const lanes = {'ssd-ar-stream': 'ssd-ar-live', 'ssd-spec-stream': 'ssd-spec-live'};
-  const STALL_LIMIT_MS = 4000, PRIMING_S = 0.07, LEAD_IN_S = 0.2, PLAYS_NEXT = '""" + DONE_LIVE.split(": ", 1)[1] + """';
-  const audio = (id) => document.querySelector('#' + id + ' audio');
-  const idOf = (e) => ids.find((i) => e.target.closest && e.target.closest('#' + i));
-  const held = new Set(), sounding = new Set(), played = new Set(), stalled = {};
-  let queue = [], touched = {id: null, at: 0};
+#: The race's live voices, played by the browser's Web Audio API from the pieces the server sends as they are
+#: decoded (`race_view.LiveAudio.payload`: 16-bit PCM in base64, each lane's pieces numbered from 0, and each
+#: lane's state and tokens so far). The rule: the first lane with audio plays first, each piece scheduled right
+#: after the one before it (a piece that comes late leaves a gap: a stall the room hears); the other lane waits,
+#: and starts `GAP_S` after the first lane's last piece ends, once that lane is done; never both at once. Except
+#: for a near tie: when the lane with audio has fewer tokens than the other (which is ahead, and about to have
+#: audio too), the player holds the first voice up to `HOLD_S` for the leader's first piece, so that the voice the
+#: room hears first is the one that will finish first. Stop silences both at once. `window.ssdHeard` keeps, per
+#: lane, the seconds from the click to its first audible sample (written after the lane's "First audio after"),
+#: and `window.ssdAudioLog` every scheduled start, end and stop, and each lane's first piece's arrival, in
+#: milliseconds since the click (the browser test reads both). The replays (`ssd-replay-ar`, `ssd-replay-spec`)
+#: are ordinary players: one starting pauses the other and silences the live voices. Installed once per page.
+PLAYER_JS = """
+if (!window.ssdPlayer) {
+  const GAP_S = 0.12, LEAD_S = 0.05, HOLD_S = 0.3;
+  const laneIds = {autoregressive: 'ssd-ar-live', speculative: 'ssd-spec-live'};
+  const replays = ['ssd-replay-ar', 'ssd-replay-spec'];
+  let ctx = null, race = null, order = [], lanes = {}, sources = [], silenced = false, firstAt = null;
   window.ssdHeard = window.ssdHeard || {};
-  const laneText = (id) => { const el = lanes[id] && document.querySelector('#' + lanes[id]); return el ? el.innerText : ''; };
-  const owes = (id) => {
-    if (!lanes[id]) { return false; }
-    const text = laneText(id);
-    if (/\\bstopped\\b/.test(text)) { return false; }
-    if (!/\\bdone\\b/.test(text)) { return /\\brunning\\b/.test(text); }
-    const speech = text.match(/([0-9.]+) s of speech/), a = audio(id);
-    return !!(speech && a && a.currentTime < parseFloat(speech[1]) + LEAD_IN_S + PRIMING_S);
+  window.ssdAudioLog = window.ssdAudioLog || [];
+  const sinceClick = () => performance.now() - (window.ssdClick || 0);
+  const log = (lane, kind, atMs) => window.ssdAudioLog.push({race, lane, kind, at: atMs});
+  const context = () => {
+    if (!ctx) { ctx = new (window.AudioContext || window.webkitAudioContext)(); }
+    if (ctx.state === 'suspended') { ctx.resume(); }
+    return ctx;
   };
-  const finished = (id) => !!lanes[id] && /\\b(done|stopped)\\b/.test(laneText(id));
-  // The lanes' order: a live voice waits for every voice before it to have had its whole turn (`played`), even
-  // when its own player happens to start sounding first (both players can pick up their streams at once).
-  const ORDER = ['ssd-ar-stream', 'ssd-spec-stream'];
-  const waitsFor = (id) => {
-    const at = ORDER.indexOf(id);
-    const pending = (before) => !played.has(before) && !/\\bstopped\\b/.test(laneText(before));
-    return at > 0 && ORDER.slice(0, at).some(pending);
-  };
-  const showHeard = (id) => {
-    const el = lanes[id] && document.querySelector('#' + lanes[id]);
-    if (!el || !(id in window.ssdHeard) || el.querySelector('.ssd-heard')) { return; }
+  const toMs = (when) => sinceClick() + (when - ctx.currentTime) * 1000;  // a context time, on the click's clock
+  const showHeard = (lane) => {
+    const el = document.querySelector('#' + laneIds[lane]);
+    if (!el || !(lane in window.ssdHeard) || el.querySelector('.ssd-heard')) { return; }
     const target = [...el.querySelectorAll('p')].pop() || el;
     const span = document.createElement('span');
     span.className = 'ssd-heard';
-    span.textContent = ' · heard ' + window.ssdHeard[id].toFixed(2) + ' s after the click';
+    span.textContent = ' · heard ' + window.ssdHeard[lane].toFixed(2) + ' s after the click';
     target.appendChild(span);
   };
-  for (const id of Object.keys(lanes)) {
-    const el = document.querySelector('#' + lanes[id]);
-    if (el) { new MutationObserver(() => showHeard(id)).observe(el, {childList: true, subtree: true}); }
+  for (const lane of Object.keys(laneIds)) {
+    const el = document.querySelector('#' + laneIds[lane]);
+    if (el) { new MutationObserver(() => showHeard(lane)).observe(el, {childList: true, subtree: true}); }
   }
-  document.addEventListener('timeupdate', (e) => {
-    const id = idOf(e);
-    const t = e.target.currentTime - LEAD_IN_S;  // every live stream begins with the lead-in's silence
-    if (!lanes[id] || id in window.ssdHeard || window.ssdClick === undefined || t < 0.02) { return; }
-    window.ssdHeard[id] = (performance.now() - window.ssdClick) / 1000 - t;
-    showHeard(id);
-  }, true);
-  const byHand = (id) => touched.id === id && performance.now() - touched.at < 2000;
-  const quiet = (id) => { const a = audio(id); if (a && !a.paused) { a.pause(); } };
-  const hold = (id) => { held.add(id); sounding.delete(id); queue = queue.filter((q) => q !== id); quiet(id); };
-  document.addEventListener('pointerdown', (e) => { const id = idOf(e); if (id) { touched = {id, at: performance.now()}; } },
-                            true);
-  document.addEventListener('play', (e) => {
-    const id = idOf(e);
-    if (id && held.has(id)) { if (byHand(id)) { held.delete(id); } else { e.target.pause(); } }
-    // A voice whose turn is not due is paused before it can sound at all ('playing' comes only after the
-    // first tens of milliseconds are out): it is queued and started when the voice before it is done.
-    else if (id && !byHand(id) && waitsFor(id)) {
-      e.target.pause();
-      if (!queue.includes(id)) { queue.push(id); }
-    }
-  }, true);
-  document.addEventListener('playing', (e) => {
-    const id = idOf(e);
-    if (!id) { return; }
-    if (byHand(id)) {
-      held.delete(id);
-      queue = queue.filter((q) => q !== id);
-      for (const other of [...sounding]) { if (other !== id) { hold(other); } }
-    } else if (held.has(id) || waitsFor(id) || [...sounding].some((other) => other !== id)) {
-      e.target.pause();
-      if (!held.has(id) && !queue.includes(id)) { queue.push(id); }
-      return;
-    }
-    sounding.add(id);
-  }, true);
-  const release = (id) => {
-    if (!sounding.delete(id) || sounding.size) { return; }
-    const next = queue.shift();
-    if (next) { const a = audio(next); if (a) { a.play(); } }
+  const decode = (piece, rate) => {
+    const bytes = Uint8Array.from(atob(piece.pcm), (c) => c.charCodeAt(0));
+    const samples = new Int16Array(bytes.buffer, 0, bytes.length >> 1);
+    const buffer = context().createBuffer(1, Math.max(samples.length, 1), rate);
+    const channel = buffer.getChannelData(0);
+    for (let i = 0; i < samples.length; i++) { channel[i] = samples[i] / 32768; }
+    return buffer;
   };
-  // A voice has had its whole turn. Once the last one has, the status line stops saying it plays next.
-  const settle = (id) => {
-    played.add(id);
-    const status = document.querySelector('#ssd-status');
-    if (id !== ORDER[ORDER.length - 1] || !status) { return; }
-    const walker = document.createTreeWalker(status, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      node.nodeValue = node.nodeValue.replace(PLAYS_NEXT, 'both voices played');
-    }
+  // Whether the first voice waits for the other lane: it is ahead in tokens and has no audio yet (`HOLD_S` at most).
+  const holding = () => {
+    if (order.length !== 1 || firstAt === null) { return false; }
+    const first = lanes[order[0]];
+    const other = Object.keys(lanes).find((name) => name !== order[0]);
+    if (!other || lanes[other].done || (lanes[other].tokens || 0) <= (first.tokens || 0)) { return false; }
+    const left = HOLD_S * 1000 - (performance.now() - firstAt);
+    if (left <= 0) { return false; }
+    setTimeout(pump, left + 5);
+    return true;
   };
-  for (const name of ['pause', 'ended', 'waiting', 'emptied']) {
-    document.addEventListener(name, (e) => {
-      const id = idOf(e);
-      // At its end a player fires 'pause' (already `ended`), then 'ended': either way its voice has had its turn.
-      const atEnd = name === 'ended' || (name === 'pause' && e.target.ended);
-      if (id && atEnd && finished(id)) { settle(id); }
-      if (!id || !sounding.has(id)) { return; }
-      if (name === 'waiting' && owes(id)) {  // out of audio, but its lane owes more: it keeps its turn
-        const mark = stalled[id] = performance.now();
-        // A finished lane's tail that never comes is given up: the player is held (its remainder never plays
-        // after the next voice). A lane still decoding keeps its turn: no other live voice exists yet.
-        const giveUp = () => {
-          if (stalled[id] !== mark || e.target.readyState >= 3) { return; }
-          if (!finished(id)) { setTimeout(giveUp, STALL_LIMIT_MS); return; }
-          settle(id); release(id); hold(id);
-        };
-        setTimeout(giveUp, STALL_LIMIT_MS);
-        return;
+  // Schedule what can play now: the playing lane's next pieces, then, once it is done and all its pieces are
+  // out, the next lane's.
+  const pump = () => {
+    if (silenced || holding()) { return; }
+    for (const name of order) {
+      const lane = lanes[name];
+      while (lane.buffers.has(lane.next)) {
+        const buffer = lane.buffers.get(lane.next);
+        lane.buffers.delete(lane.next);
+        const now = ctx.currentTime + LEAD_S;
+        const when = Math.max(now, lane.end ?? now);
+        const source = ctx.createBufferSource();
+        source.buffer = buffer;
+        source.connect(ctx.destination);
+        source.start(when);
+        sources.push(source);
+        if (lane.next === 0) {
+          window.ssdHeard[name] = toMs(when) / 1000;
+          showHeard(name);
+        }
+        log(name, 'start', toMs(when));
+        source.onended = () => { if (!silenced) { log(name, 'end', sinceClick()); } };
+        lane.end = when + buffer.duration;
+        lane.next += 1;
       }
-      if (name === 'waiting' && finished(id)) { settle(id); }
-      release(id);
-      // A finished live voice that has played its speech is held: what its stream still holds is the
-      // encoder's silent tail, handed out when the race ends, and must not take a turn after the next voice.
-      if ((name === 'waiting' || atEnd) && finished(id)) { hold(id); }
-    }, true);
-  }
-  document.addEventListener('playing', (e) => { const id = idOf(e); if (id) { delete stalled[id]; } }, true);
-  window.ssdVoices = {
-    owes, hold: (...which) => which.forEach(hold),
-    play: (id) => { held.delete(id); queue = queue.filter((q) => q !== id); const a = audio(id);
-                    if (a) { a.currentTime = 0; return a.play(); } },
-    // A race starts from a clean slate: no turn, queue or stall timer of the last race carries over.
-    audio, reset: () => { held.clear(); sounding.clear(); played.clear(); queue = [];
-                          for (const id in stalled) { delete stalled[id]; } },
+      const finished = lane.done && lane.next >= lane.total;
+      if (!finished) { return; }  // the next lane waits for this one's end
+      const following = order[order.indexOf(name) + 1];
+      if (following && lanes[following].end === undefined) {
+        lanes[following].end = (lane.end ?? ctx.currentTime) + GAP_S;
+      }
+    }
   };
+  const lane = (name) => lanes[name] || (lanes[name] = {buffers: new Map(), next: 0, total: 0, done: false, tokens: 0});
+  window.ssdPlayer = {
+    // A race starts (in the click's own handler, so that the audio context may start): nothing of the last plays.
+    start: () => { window.ssdPlayer.silence(); silenced = false; race = null; order = []; lanes = {}; firstAt = null;
+                   context(); },
+    feed: (text) => {
+      if (!text) { return; }
+      let data;
+      try { data = JSON.parse(text); } catch (error) { return; }
+      if (data.race !== race) {
+        if (race !== null && data.race < race) { return; }  // a late word from an earlier race
+        window.ssdPlayer.silence(); silenced = false; race = data.race; order = []; lanes = {}; firstAt = null;
+      }
+      if (silenced) { return; }
+      for (const [name, state] of Object.entries(data.lanes || {})) {
+        const l = lane(name);
+        l.total = Math.max(l.total, state.pieces); l.done = l.done || state.done;
+        l.tokens = Math.max(l.tokens, state.tokens || 0);
+        if (state.stopped) { l.done = true; l.total = Math.min(l.total, l.next + l.buffers.size); }
+      }
+      for (const piece of data.pieces || []) {
+        const l = lane(piece.lane);
+        if (piece.index < l.next || l.buffers.has(piece.index)) { continue; }  // sent again: already here
+        l.buffers.set(piece.index, decode(piece, data.rate));
+        if (!order.includes(piece.lane)) {  // first with audio plays first (but see `holding`)
+          order.push(piece.lane);
+          log(piece.lane, 'ready', sinceClick());
+          if (firstAt === null) { firstAt = performance.now(); }
+          if (order.length === 2 && lanes[order[0]].next === 0 && lanes[order[1]].tokens > lanes[order[0]].tokens) {
+            order.reverse();  // the leader's audio came while the first voice was held: it plays first
+          }
+        }
+      }
+      for (const name of Object.keys(lanes)) { if (!order.includes(name) && lanes[name].done) { order.push(name); } }
+      pump();
+    },
+    silence: () => {
+      silenced = true;
+      for (const source of sources) { try { source.stop(); } catch (error) { /* not started yet */ } }
+      if (sources.length) { log(null, 'stop', sinceClick()); }
+      sources = [];
+    },
+    playing: () => !!ctx && Object.values(lanes).some((l) => l.end !== undefined && l.end > ctx.currentTime),
+  };
+  // A replay starting silences the live voices and the other replay.
+  document.addEventListener('play', (e) => {
+    const id = replays.find((r) => e.target.closest && e.target.closest('#' + r));
+    if (!id) { return; }
+    window.ssdPlayer.silence();
+    for (const other of replays) {
+      const audio = document.querySelector('#' + other + ' audio');
+      if (other !== id && audio && !audio.paused) { audio.pause(); }
+    }
+  }, true);
 }
 """
+#: The live-audio component's own script (`race_view`): installs the player and feeds it every value the server
+#: sends (`watch` runs after each update of the component's value).
+PLAYER_ON_LOAD_JS = PLAYER_JS + """
+watch('value', () => window.ssdPlayer.feed(props.value));
+"""
 #: A race starts: its buttons are disabled at once in the browser (a double click must not reach the server
-#: twice before the server disables them), the voice rule is in place, nothing is held, the replays and the
-#: last race's live players are silent and the toasts of earlier races are gone.
-RACE_START_JS = "() => {" + VOICES_JS + """
+#: twice before the server disables them), the click clock starts, the live player is ready (its audio context
+#: started by the click itself) and silent, the replays pause and the toasts of earlier races are gone.
+RACE_START_JS = "() => {" + PLAYER_JS + """
   for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
-  window.ssdVoices.reset();
   window.ssdClick = performance.now();  // the click-to-sound clock starts here
   window.ssdHeard = {};
   for (const span of document.querySelectorAll('.ssd-heard')) { span.remove(); }
-  window.ssdVoices.hold('ssd-replay-ar', 'ssd-replay-spec');
-  for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {  // the last race's voices; the lead-ins replace them
-    const audio = window.ssdVoices.audio(id);
+  window.ssdPlayer.start();
+  for (const id of ['ssd-replay-ar', 'ssd-replay-spec']) {
+    const audio = document.querySelector('#' + id + ' audio');
     if (audio && !audio.paused) { audio.pause(); }
   }
   for (const button of document.querySelectorAll('.toast-close')) { button.click(); }
   return [];
 }"""
-#: "Replay both": the live players stop, then the autoregressive replay plays and, when it ends, the
-#: speculative one (an audience follows one voice at a time). Clicking again starts over.
-PLAY_BOTH_JS = "() => {" + VOICES_JS + """
-  const voices = window.ssdVoices;
-  voices.hold('ssd-ar-stream', 'ssd-spec-stream', 'ssd-replay-spec');
-  const first = voices.audio('ssd-replay-ar');
-  if (!first) { return; }
-  const turn = (window.ssdReplayTurn = (window.ssdReplayTurn || 0) + 1);
-  first.addEventListener('ended', () => { if (window.ssdReplayTurn === turn) { voices.play('ssd-replay-spec'); } },
-                         {once: true});
-  voices.play('ssd-replay-ar');
+#: Stop: both live voices fall silent at once, in the browser (the server stops the decoding within a round).
+STOP_JS = "() => {" + PLAYER_JS + """
+  window.ssdPlayer.silence();
+  return [];
 }"""
-#: After a race: a stopped or refused race leaves its live players paused (Gradio's streamed player keeps
-#: "playing" an ended stream at 0:00 otherwise); a finished one lets them play to the end.
-#: The player may only pick up its emptied stream a moment later and start again, so the pause is repeated
-#: for a second and a half while the page still says the race stopped or was not run, and no new race has started
-#: (a race started within that time, before its first frame replaced the status, would otherwise be held silent).
-IDLE_PLAYERS_JS = """(...inputs) => {
-  const race = window.ssdClick;  // set by each race's start (RACE_START_JS)
-  const pause = () => {
-    if (window.ssdClick !== race) { return; }
-    const status = document.querySelector('#ssd-status');
-    const text = status ? status.innerText.trim() : '';
-    if (!(text.startsWith('Stopped') || text.startsWith('Not run'))) { return; }
-    if (window.ssdVoices) { window.ssdVoices.hold('ssd-ar-stream', 'ssd-spec-stream'); }
-    for (const id of ['ssd-ar-stream', 'ssd-spec-stream']) {
-      const audio = document.querySelector('#' + id + ' audio');
-      if (audio) { audio.pause(); }
-    }
-  };
-  pause();
-  for (const ms of [100, 300, 700, 1500]) { setTimeout(pause, ms); }
-  return inputs;
+#: "Replay both": the live voices stop, then the autoregressive replay plays and, when it ends, the
+#: speculative one (an audience follows one voice at a time). Clicking again starts over.
+PLAY_BOTH_JS = "() => {" + PLAYER_JS + """
+  window.ssdPlayer.silence();
+  const audio = (id) => document.querySelector('#' + id + ' audio');
+  const first = audio('ssd-replay-ar'), second = audio('ssd-replay-spec');
+  if (!first) { return; }
+  if (second && !second.paused) { second.pause(); }
+  const turn = (window.ssdReplayTurn = (window.ssdReplayTurn || 0) + 1);
+  first.addEventListener('ended', () => {
+    if (window.ssdReplayTurn === turn && second) { second.currentTime = 0; second.play(); }
+  }, {once: true});
+  first.currentTime = 0;
+  first.play();
+}"""
+#: Enter in the text box races (Shift+Enter starts a new line), as a chat box does.
+ENTER_RACES_JS = """() => {
+  if (window.ssdEnterRaces) { return; }
+  window.ssdEnterRaces = true;
+  document.addEventListener('keydown', (e) => {
+    const box = e.target.closest && e.target.closest('#ssd-text textarea');
+    if (!box || e.key !== 'Enter' || e.shiftKey || e.isComposing) { return; }
+    e.preventDefault();
+    const run = document.querySelector('#ssd-run');
+    if (run && !run.disabled) { run.click(); }
+  }, true);
 }"""
 #: Presenter mode is a class on the page: CSS (app.page.CSS) enlarges the race and hides developer detail.
 PRESENTER_JS = """(on) => {

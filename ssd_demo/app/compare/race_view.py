@@ -1,17 +1,19 @@
 """The Compare tab's race: a thin Gradio layer over the race's events (`compare.race_events`).
 
-`build_race_view` lays out both decoders' lanes (live counters and a streaming player each) and the
-slow-motion replay (`comparison.slow_motion`; `slow_motion_handler` renders it again at a typed factor); `race_handler` returns the `/race` event's generator, which maps each event
-to updates of the page: an audio piece to its streaming player as it is decoded, a tick to the live
-counters, then the results of `/synthesize` (charts last). The page's players follow one rule, never two
-voices at once and each live voice to its end (`race_js.VOICES_JS`). Presenter mode is a class on the
+`build_race_view` lays out both decoders' lanes (live counters each), the live chart of both on one clock
+(`race_chart`), the live voices (one hidden component whose value carries each new audio piece; the browser
+plays them with Web Audio, `race_js.PLAYER_JS`: the first lane with audio first, the other right after it, never
+both at once), and `build_replay_row` the "as on a slower machine" replay (`comparison.slow_motion`;
+`slow_motion_handler` renders it again at a typed factor). `race_handler` returns the `/race` event's
+generator, which maps each event to updates of the page: a piece to the live voices as it is decoded, a tick to
+the counters and the chart, then the results of `/synthesize` (charts last). Presenter mode is a class on the
 page (`race_js.PRESENTER_JS`; its CSS is `race_js.STAGE_CSS` beside `ssd_demo.app.page.CSS`).
 """
 
 from __future__ import annotations
 
 import inspect
-import shutil
+import json
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -23,43 +25,27 @@ from .. import compare, jobs
 from . import arguments
 from ...comparison.slow_motion import MAX_REPLAY_SECONDS, parse_factor
 from .race import RaceHistory, done_stage, settings_key
-from .race_js import PLAY_BOTH_JS, STAGE_CSS
+from .race_js import PLAY_BOTH_JS, PLAYER_ON_LOAD_JS, STAGE_CSS
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
-    "**Slow-motion replay.** The two runs above went one after the other (one machine cannot run both fairly "
-    "at once), and on a fast machine both make speech faster than it plays, so both sound the same. These "
-    "replays stretch both measured timelines by one factor (as if the same models ran that many times slower: "
-    "their speed ratio is kept) and play each piece of audio when it would have arrived, with silence while "
-    "the decoder was still working on it. The automatic factor is the largest at which the speculative run "
-    "keeps flowing while the autoregressive one audibly stalls (when no factor does, the line says why); pick or type another factor to "
-    "hear it at that one (1 = as measured; a factor that would make a replay longer than a minute is "
-    "lowered to one that does not). \"Replay both\" plays them one after the other, never at once."
+    "**As on a slower machine.** On this machine both decoders make speech faster than it plays, so both "
+    "voices flow and only the numbers differ. These replays stretch both measured timelines by one factor (as if "
+    "the same models ran that many times slower: their speed ratio is kept) and play each piece of audio when it "
+    "would have arrived, with silence while the decoder was still working on it. The automatic factor is the "
+    "largest at which the speculative run keeps flowing while the autoregressive one audibly stalls (when no "
+    "factor does, the line says why); pick or type another factor to hear it at that one (1 = as measured; a "
+    "factor that would make a replay longer than a minute is lowered to one that does not). \"Replay both\" "
+    "plays them one after the other, never at once."
 )
-#: What the slow-motion factor box offers (any other number can be typed, read by `parse_factor`); "auto":
-#: `automatic_factor`. Its label holds a 0 so that a typed 0 filters to it first (0 means automatic).
+#: What the factor box offers (any other number can be typed, read by `parse_factor`); "auto": `automatic_factor`.
 AUTO_FACTOR = "auto"
-FACTOR_CHOICES = (("auto (0)", AUTO_FACTOR), *((str(n), str(n)) for n in (1, 2, 3, 5, 10, 20)))
+FACTOR_CHOICES = (("auto", AUTO_FACTOR), *((f"×{n}", str(n)) for n in (1, 2, 3, 5, 10, 20)))
 #: Before a race: the replay row's one line, updated with the factor when a race is done.
-REPLAY_WAITING = "**Slow-motion replay** (after a race; pick a factor or leave it on auto)"
+REPLAY_WAITING = "**As on a slower machine** (after a race; the factor is chosen from the race's measured pace)"
 #: The browser's own player (an <audio> element the "replay both" button can start).
 NATIVE_PLAYER = gr.WaveformOptions(show_recording_waveform=False)
 LANE_LABELS = ("Autoregressive", "Speculative")
-#: Gradio encodes streamed audio with FFmpeg; without it the live players stay silent and the full clips
-#: (and the replay) arrive when both runs are done.
-LIVE_AUDIO = shutil.which("ffmpeg") is not None
-#: For how long after a piece its stream is sent empty chunks that push the encoder's tail out (seconds).
-FLUSH_FOR = 2.0
-EMPTY_WAV = compare.empty_wav()
-#: Silence sent once a lane is done (seconds). The encoder keeps the last ~0.08 s of its input (a frame of
-#: look-ahead and the part of a frame not yet full) until more audio comes or the race ends; without this
-#: the end of the first voice would reach its player only after the second voice has played.
-TAIL_PADDING = 0.3
-#: Silence each live stream starts with (seconds), sent as soon as the voice's models are ready: the stream
-#: and its browser player are open and listening before the lane's first piece (a player that opens on the
-#: first piece waits seconds for it; a stream opened empty is a playlist without segments, an HLS error).
-#: The page knows every live stream begins with it (`race_js.LEAD_IN_S`).
-LEAD_IN = 0.2
 #: The status line once the Stop button stopped a race.
 STOPPED_STATUS = "**Stopped.** Start a race again when ready."
 
@@ -72,35 +58,37 @@ class RaceView:
     headline: gr.Markdown
     ar_live: gr.Markdown
     spec_live: gr.Markdown
-    ar_stream: gr.Audio
-    spec_stream: gr.Audio
-    replay_ar: gr.Audio
-    replay_spec: gr.Audio
-    replay_both: gr.Button
-    replay_note: gr.Markdown  # the slow-motion factor and both lanes' paces at it
-    factor: gr.Number  # the speaker's slow-motion factor (empty or 0: automatic)
+    live_audio: gr.HTML  # the pieces for the browser's player (JSON; `LiveAudio.payload`)
+    chart: gr.HTML  # both lanes on one clock (SVG; `race_chart.race_chart_svg`)
+    replay_ar: gr.Audio | None = None
+    replay_spec: gr.Audio | None = None
+    replay_both: gr.Button | None = None
+    replay_note: gr.Markdown | None = None  # the slow-motion factor and both lanes' paces at it
+    factor: gr.Dropdown | None = None  # the speaker's slow-motion factor (empty or 0: automatic)
 
     @property
     def outputs(self) -> list[gr.Component]:
-        return [self.status, self.ar_live, self.spec_live, self.ar_stream, self.spec_stream, self.headline,
+        return [self.status, self.ar_live, self.spec_live, self.live_audio, self.chart, self.headline,
                 self.replay_ar, self.replay_spec, self.replay_note]
 
 
 def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
-    """Both lanes side by side, then the replay row (inside the caller's layout)."""
+    """Both lanes' counters side by side, the live chart under them and the live voices' player (inside the
+    caller's layout: under the race button, so that the whole race fits a 1280x720 screen)."""
     empty = compare.Race()
-    gr.HTML(f"<style>{STAGE_CSS}</style>", elem_id="ssd-stage-css", container=False, padding=False)
+    gr.HTML(f"<style>{STAGE_CSS}</style>", elem_id="ssd-stage-css", container=False, padding=False, js_on_load=None)
     with gr.Row(elem_id="ssd-race"):
-        with gr.Column():
-            ar_live = gr.Markdown(compare.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
-                                  elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
-            ar_stream = gr.Audio(label="Autoregressive, live", streaming=True, autoplay=True, interactive=False,
-                                 buttons=[], elem_id="ssd-ar-stream")
-        with gr.Column():
-            spec_live = gr.Markdown(compare.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
-                                    elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
-            spec_stream = gr.Audio(label="Speculative, live", streaming=True, autoplay=True, interactive=False,
-                                   buttons=[], elem_id="ssd-spec-stream")
+        ar_live = gr.Markdown(compare.lane_markdown(empty.lanes["autoregressive"], LANE_LABELS[0]),
+                              elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
+        spec_live = gr.Markdown(compare.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
+                                elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
+    chart = gr.HTML(compare.race_chart_svg(empty), elem_id="ssd-race-chart", js_on_load=None)
+    live_audio = gr.HTML("", html_template="<span></span>", js_on_load=PLAYER_ON_LOAD_JS, elem_id="ssd-live-audio")
+    return RaceView(status, headline, ar_live, spec_live, live_audio, chart)
+
+
+def build_replay_row(view: RaceView) -> RaceView:
+    """The "as on a slower machine" replay row (after the tab's columns), filled into `view`."""
     with gr.Row(elem_id="ssd-replay"):
         with gr.Column(scale=2, min_width=240):
             gr.Markdown(REPLAY_NOTE, elem_classes=["ssd-dev"])
@@ -110,27 +98,29 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
                                         scale=3)
                 factor = gr.Dropdown(choices=list(FACTOR_CHOICES), value=AUTO_FACTOR, allow_custom_value=True,
                                      label="Slow motion ×", show_label=False, container=False, elem_id="ssd-factor",
-                                     scale=1, min_width=90)
-        replay_ar = gr.Audio(label="Slow motion: autoregressive", type="filepath", interactive=False,
+                                     scale=1, min_width=120)
+        replay_ar = gr.Audio(label="Slower machine: autoregressive", type="filepath", interactive=False,
                              buttons=[], elem_id="ssd-replay-ar", scale=2, waveform_options=NATIVE_PLAYER)
-        replay_spec = gr.Audio(label="Slow motion: speculative", type="filepath", interactive=False,
+        replay_spec = gr.Audio(label="Slower machine: speculative", type="filepath", interactive=False,
                                buttons=[], elem_id="ssd-replay-spec", scale=2, waveform_options=NATIVE_PLAYER)
     replay_both.click(None, js=PLAY_BOTH_JS, api_visibility="private")
-    return RaceView(status, headline, ar_live, spec_live, ar_stream, spec_stream, replay_ar, replay_spec, replay_both,
-                    replay_note, factor)
+    view.replay_ar, view.replay_spec, view.replay_both = replay_ar, replay_spec, replay_both
+    view.replay_note, view.factor = replay_note, factor
+    return view
 
 
-def replay_note(replay: compare.SlowMotion) -> str:
-    """The replay row's line: the factor, and how long one second of speech took each lane at it."""
-    how = "automatic" if replay.automatic else "chosen"
+def replay_note(replay: compare.SlowMotion, typed: float | None = None) -> str:
+    """The replay row's line: the factor and why, and how long one second of speech took each lane at it."""
+    how = "automatic: the autoregressive voice stalls, the speculative one flows" if replay.automatic else "chosen"
     if replay.why_no_factor:
         how = replay.why_no_factor
     if replay.capped_from is not None:
-        how = (f"×{replay.capped_from:g} would make a replay longer than {MAX_REPLAY_SECONDS:.0f} s: "
+        asked = typed if typed is not None else replay.capped_from
+        how = (f"×{asked:g} would make a replay longer than {MAX_REPLAY_SECONDS:.0f} s: "
                f"lowered to ×{replay.factor:.1f}")
-    return (f"**Slow motion ×{replay.factor:.1f}** ({how}): 1 s of speech took "
+    return (f"**As on a {replay.factor:.1f}× slower machine** ({how}): 1 s of speech took "
             f"**{replay.ar_real_time_factor:.2f} s** (autoregressive) vs "
-            f"**{replay.spec_real_time_factor:.2f} s** (speculative) on average")
+            f"**{replay.spec_real_time_factor:.2f} s** (speculative)")
 
 
 def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio, details: gr.JSON) -> Callable:
@@ -145,9 +135,19 @@ def slow_motion_handler(view: RaceView, ar_audio: gr.Audio, spec_audio: gr.Audio
             paths = compare.write_replay_files(replay, shown["autoregressive"]["sample_rate"])
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             raise to_gradio_error(error) from None
+        if replay.capped_from is not None:  # the line says what was asked and what was used
+            return str(paths[0]), str(paths[1]), replay_note(replay, typed_number(factor))
         return str(paths[0]), str(paths[1]), replay_note(replay) + (f" · *{message}*" if message else "")
 
     return rerender
+
+
+def typed_number(typed: object) -> float | None:
+    """The number typed in the factor box, as typed (None: not a number)."""
+    try:
+        return float(str(typed).strip().lower().lstrip("×x").strip())
+    except ValueError:
+        return None
 
 
 def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
@@ -157,63 +157,44 @@ def warn_if_draft_replaced(comparison: compare.Comparison) -> None:
                    f"'{comparison.draft}'.")
 
 
-class LiveStreams:
-    """What one race sends its two live streams: each lane's pieces, the `LEAD_IN` every stream begins with,
-    `TAIL_PADDING` after a finished lane, and empty chunks that collect the frames the encoder hands out late."""
+class LiveAudio:
+    """What one race sends the browser's player: each lane's audio pieces numbered from 0 as 16-bit PCM (the clip's
+    one fixed gain) and each lane's state. A payload carries the pieces taken since the one before it and those of
+    the one before that again (two updates that reach the page at once show only the last; the player drops what
+    it already has)."""
 
-    def __init__(self, streams: dict[str, gr.Audio]) -> None:
-        self.streams = streams
-        self.last_sent: dict[str, float] = {}  # lane -> when its stream last got audio
-        self.opened: set[str] = set()  # lanes whose stream has its lead-in
-        self.padded: set[str] = set()  # finished lanes whose tail went out
+    def __init__(self) -> None:
+        self.race = int(time.time() * 1000)  # the player starts over on a new race's number
+        self.taken = {lane: 0 for lane in compare.LANES}  # pieces of each lane seen (silent ones included)
+        self.sent = {lane: 0 for lane in compare.LANES}  # pieces of each lane numbered for the player
+        self.fresh: list[dict] = []
+        self.previous: list[dict] = []
 
-    def _sent(self, lane: str) -> None:
-        self.last_sent[lane] = time.perf_counter()  # the empty chunks after it collect the frames
+    def piece(self, event: compare.Piece) -> None:
+        self.taken[event.lane] += 1
+        if len(event.piece.audio):
+            self.fresh.append({"lane": event.lane, "index": self.sent[event.lane],
+                               "pcm": compare.piece_pcm_base64(event.piece)})
+            self.sent[event.lane] += 1
 
-    def piece(self, event: compare.Piece) -> dict:
-        """A piece on its lane's stream; a stream's first chunk begins with the lead-in, as every one does."""
-        lead_in = 0.0 if event.lane in self.opened else LEAD_IN
-        self.opened.add(event.lane)
-        self._sent(event.lane)
-        return {self.streams[event.lane]: compare.piece_wav(event.piece, lead_in)}
-
-    def silences(self, race: compare.Race) -> dict:
-        """The lead-in on each stream not yet opened, once the voice's sample rate is known, and the tail
-        padding once on each finished lane's stream: its real last samples go out now."""
-        if race.sample_rate is None or not LIVE_AUDIO:
-            return {}
-        chunks = {}
-        for lane in compare.LANES:
-            if lane not in self.opened:
-                self.opened.add(lane)
-                chunks[self.streams[lane]] = compare.empty_wav(race.sample_rate, LEAD_IN)
-            elif race.lanes[lane].seconds is not None and lane not in self.padded:
-                self.padded.add(lane)
-                chunks[self.streams[lane]] = compare.empty_wav(race.sample_rate, TAIL_PADDING)
-            else:
-                continue
-            self._sent(lane)
-        return chunks
-
-    def flushes(self) -> dict:
-        """An empty chunk for each stream that got audio lately: Gradio's AAC encoder hands out the frames
-        of a chunk's tail only when the next chunk arrives, so without these the end of every piece
-        would wait for the next piece (or the end of the race)."""
-        now = time.perf_counter()
-        return {self.streams[lane]: EMPTY_WAV for lane, sent in self.last_sent.items() if now - sent < FLUSH_FOR}
+    def payload(self, race: compare.Race) -> str:
+        """The next update's value. A lane is done once its run ended and every piece of it was taken."""
+        lanes = {name: {"pieces": self.sent[name], "stopped": lane.stopped is not None, "tokens": lane.tokens,
+                        "done": lane.seconds is not None and self.taken[name] == len(lane.pieces)}
+                 for name, lane in race.lanes.items()}
+        pieces, self.previous, self.fresh = self.previous + self.fresh, self.fresh, []
+        return json.dumps({"race": self.race, "rate": race.sample_rate, "lanes": lanes, "pieces": pieces})
 
 
 class RaceFrames:
     """The race's events (`events.race_events`) as updates of the page. `results` names the `/synthesize`
-    outputs (ar_audio, ..., seed_used). A refused or failed race ends with a frame whose status line says why
-    and whose live players are empty; with `raise_refusals` (the API's `/race`) it then raises the error for
-    the client, while the page's own race ends there (its status line is the one message: no toast, no error
-    badge)."""
+    outputs (ar_audio, ..., seed_used). A refused or failed race ends with a frame whose status line says why;
+    with `raise_refusals` (the API's `/race`) it then raises the error for the client, while the page's own race
+    ends there (its status line is the one message: no toast, no error badge)."""
 
     def __init__(self, view: RaceView, results: dict[str, gr.Component], raise_refusals: bool = True) -> None:
         self.view, self.results, self.raise_refusals = view, results, raise_refusals
         self.outputs = [*view.outputs, *results.values()]
-        self.streams = {"autoregressive": view.ar_stream, "speculative": view.spec_stream}
         self.lives = {"autoregressive": view.ar_live, "speculative": view.spec_live}
         self.history = RaceHistory()  # each page's speedups per settings: the headline's median
 
@@ -222,27 +203,25 @@ class RaceFrames:
         return tuple(changes.get(component, gr.skip()) for component in self.outputs)
 
     def live(self, race: compare.Race) -> dict:
-        note = "" if LIVE_AUDIO else " (live audio needs FFmpeg on the server; the clips come when both runs end)"
-        return {self.view.status: f"**Now:** {race.stage}{note}",
+        """The status line, both lanes' counters and the chart, as they are now."""
+        return {self.view.status: f"**Now:** {race.stage}{compare.together_note(race)}",
+                self.view.chart: compare.race_chart_svg(race),
                 **{self.lives[name]: compare.lane_markdown(race.lanes[name], label)
                    for name, label in zip(compare.LANES, LANE_LABELS)}}
 
-    def silent(self) -> dict:
-        """Both live players empty (a race ends or starts)."""
-        return {self.view.ar_stream: None, self.view.spec_stream: None}
-
     def refused(self, error: BaseException):
         """The status line says why nothing runs (it would keep its last stage otherwise; the next race
-        replaces it) and both live players go back to empty; then the error, for an API client."""
+        replaces it); then the error, for an API client."""
         message = to_gradio_error(error)
-        yield self.frame({self.view.status: f"**Not run:** {message.message}", **self.silent()})
+        yield self.frame({self.view.status: f"**Not run:** {message.message}"})
         if self.raise_refusals:
             raise message from None
 
-    def stopped(self, race: compare.Race):
-        """The final frame of a stopped race: the counters where each run stopped, both live players
-        stopped, and the status line says so."""
-        yield self.frame({**self.live(race), self.view.status: STOPPED_STATUS, **self.silent()})
+    def stopped(self, race: compare.Race, audio: LiveAudio):
+        """The final frame of a stopped race: the counters where each run stopped, the player told both lanes
+        stopped (the page's Stop silenced it already), and the status line says so."""
+        yield self.frame({**self.live(race), self.view.status: STOPPED_STATUS,
+                          self.view.live_audio: audio.payload(race)})
 
     def shown_results(self, comparison: compare.Comparison, race: compare.Race, page: str | None, key) -> dict:
         """Audio, numbers, the headline (over this `page`'s races with these settings, `key`) and the replay
@@ -259,54 +238,49 @@ class RaceFrames:
                 results["stats"]: compare.stats_markdown(comparison), results["seed_used"]: comparison.seed,
                 results["details"]: {**compare.details(comparison), "race": compare.race_details(race)}}
 
-    def finish(self, comparison: compare.Comparison, race: compare.Race, page: str | None, key):
+    def finish(self, comparison: compare.Comparison, race: compare.Race, page: str | None, key, audio: LiveAudio):
         """Audio, numbers and the headline first; the charts only after them. The last update holds every
-        value (what an API client's result is); None ends both streams."""
+        value (what an API client's result is)."""
         warn_if_draft_replaced(comparison)
         results = self.results
         try:
             race.stage = "Both runs done: drawing the charts and the token view"
             shown = self.shown_results(comparison, race, page, key)
-            yield self.frame({**self.live(race), **shown})
+            yield self.frame({**self.live(race), **shown, self.view.live_audio: audio.payload(race)})
             figures = compare.figures(comparison)
         except Exception as error:  # noqa: BLE001 - a message, never a traceback
             yield from self.refused(error)
             return
-        race.stage = done_stage(LIVE_AUDIO)
+        race.stage = done_stage()
         yield self.frame({**self.live(race), **shown, results["tokens"]: compare.comparison_token_view(comparison),
                           results["tokens_vs_time"]: figures["tokens_vs_time"],
                           results["breakdown"]: figures["timing_breakdown"],
                           results["accepted_length"]: figures["accepted_length"],
-                          results["by_position"]: figures["acceptance_by_position"], **self.silent()})
+                          results["by_position"]: figures["acceptance_by_position"],
+                          self.view.live_audio: audio.payload(race)})
 
     def run(self, request, stop_check: Callable[[], bool], page: str | None = None):
-        """Race both decoders: each one's audio streams as it is decoded (AR first, then speculative), with
-        live counters; then the replay at measured speed, the statistics and, last, the charts."""
+        """Race both decoders: each one's audio goes to the page's player as it is decoded, with live counters
+        and the chart; then the replay, the statistics and, last, the charts."""
         view = self.view
-        race, started = compare.Race(), time.perf_counter()
-        streams = LiveStreams(self.streams)
+        race, started, audio = compare.Race(), time.perf_counter(), LiveAudio()
         # Closing this generator (a closed page, a cancel) closes the events, which stops the decoding.
         with closing(compare.race_events(request, stop_check, race)) as events:
-            # The live players are left to the lead-ins (`LiveStreams`): None here would open both streams empty.
             yield self.frame({**self.live(race), view.headline: "", view.replay_ar: None,
                               view.replay_spec: None, view.replay_note: REPLAY_WAITING})
             for event in events:
                 if isinstance(event, compare.Tick):
-                    yield self.frame({**self.live(race), **streams.flushes(), **streams.silences(race)})
+                    yield self.frame({**self.live(race), view.live_audio: audio.payload(race)})
                 elif isinstance(event, compare.Piece):
-                    if len(event.piece.audio) and LIVE_AUDIO:
-                        piece = streams.piece(event)  # first: a stream it opens needs no lead-in of its own
-                        yield self.frame({**self.live(race), **streams.silences(race), **piece})
+                    audio.piece(event)
+                    yield self.frame({**self.live(race), view.live_audio: audio.payload(race)})
                 elif isinstance(event, compare.Stopped):
-                    yield from self.stopped(race)
+                    yield from self.stopped(race, audio)
                 elif isinstance(event, compare.Failed):
                     yield from self.refused(event.error)
                 elif isinstance(event, compare.Done):
                     jobs.CLOCK.record(time.perf_counter() - started)
-                    tails = streams.silences(race)
-                    if tails:
-                        yield self.frame({**self.live(race), **tails})
-                    yield from self.finish(event.comparison, race, page, settings_key(request))
+                    yield from self.finish(event.comparison, race, page, settings_key(request), audio)
 
 
 def race_handler(view: RaceView, results: dict[str, gr.Component], signature: inspect.Signature,

@@ -22,49 +22,12 @@ from ...config import DecodingConfig, SettingSpec
 from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
 from ...engine.cancellation import Cancelled
-from .race_js import IDLE_PLAYERS_JS, PRESENTER_JS, RACE_START_JS
-from .race_view import (AUTO_FACTOR, build_race_view, race_handler,
+from .explainers import HOW_IT_WORKS, TOKENS_LEGEND
+from .race_js import ENTER_RACES_JS, PRESENTER_JS, RACE_START_JS, STOP_JS
+from .race_view import (AUTO_FACTOR, build_race_view, build_replay_row, race_handler,
                         slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
-
-HOW_IT_WORKS = """
-**Speculative decoding** (Leviathan et al. 2023; Chen et al. 2023) makes an autoregressive model
-faster without retraining it. Each round, a small **draft** model proposes *K* speech tokens one
-by one; the large **target** model then scores all of them in **one** forward pass. Drafted tokens
-are kept left to right while they pass an acceptance test; at the first failure the target samples
-a **replacement** from the leftover probability mass, and if all *K* pass it adds a **bonus** token
-for free. Every round therefore yields between 1 and *K*+1 tokens for a single target call.
-
-Write **q** for the target's distribution and **p** for the draft's (both after temperature, top-k
-and top-p, so the test uses exactly what was sampled). With the exact rule (β = 0) a drafted token *x*
-is accepted with probability min(1, q(x)/p(x)), and the output has exactly the target's distribution. **Speech speculative decoding** (SSD; Lin et al.,
-*Accelerating Autoregressive Speech Synthesis Inference With Speech Speculative Decoding*,
-Interspeech 2025, [arXiv 2505.15380](https://arxiv.org/abs/2505.15380)) adds a tolerance **β**:
-accept if r < min(1, q/p) + β. Speech tokens are redundant (many codes sound alike), so a larger
-β accepts more drafted tokens, i.e. more speed, at the cost of drifting from the target's
-distribution (the paper: 1.4× on the LM at β = 0.4, with WER rising from 3.67 % to 5.70 % and naturalness MOS unchanged). The expected speedup is
-(1 − α^(K+1)) / ((1 − α)(K·c + 1)), where α is the per-token acceptance and c the cost of a draft
-step relative to a target step: a draft only helps when α > c.
-
-Other rules: **topk** accepts a drafted token that is among the target's top-k; **pcg** accepts at
-the level of groups of acoustically similar tokens (arXiv 2511.13732). **Adaptive K** picks each
-round's draft length from the running acceptance rate.
-
-**Drafts of the embedded voice.** *heads* (the default): two small blocks that read the target's own last
-hidden state, from its verify call, and roll it forward one token at a time through the target's own
-embedding and output layer, so a round costs one target call plus a few cheap steps; *distilled*: a
-one-layer model trained to imitate the target; *layers*: the paper's kind of draft, a few of the target's
-own layers. At β = 0 all three leave the output distribution exactly the target's; they differ in speed.
-"""
-
-TOKENS_LEGEND = (
-    "**Every speculative round** (rounds separated by `|`): drafted tokens the target "
-    "*accepted*, the first *rejected* one with the target's *replacement* (→), drafted "
-    "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block. "
-    "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
-    "phoneme, *inserted* by the decoder (never sampled, so never rejected)."
-)
 
 PRESENTER_EXAMPLES = 3
 #: The status line before any race, once the machine is ready.
@@ -188,25 +151,22 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     presenter-mode toggle (the page sets it from the URL)."""
     presets = list_presets()
     config = defaults.config
-    with gr.Row(elem_classes=["ssd-topbar"]):
-        with gr.Accordion("How it works", open=False, elem_classes=["ssd-dev"]):
-            gr.Markdown(HOW_IT_WORKS)
-        presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle", scale=0,
-                                min_width=160, container=False)
     with gr.Row():
         with gr.Column(scale=3):
-            text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters)",
-                              placeholder="Type an English sentence…", lines=3,
+            # Enter races, Shift+Enter starts a new line (`ENTER_RACES_JS`).
+            text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters; Enter races, Shift+Enter: "
+                                    "new line)",
+                              placeholder="Type an English sentence…", lines=2,
                               elem_id="ssd-text")  # no max_length: the browser would cut a paste silently;
                               # the server refuses a longer text with a message, and the text stays here
-            with gr.Column(elem_classes=["ssd-dev"]):
-                gr.Examples(examples=[[t] for t in compare.example_texts()], inputs=[text], cache_examples=False)
             with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
                 example_buttons = [(gr.Button(t, size="sm", elem_classes=["ssd-example"]), t)
                                    for t in compare.example_texts()[:PRESENTER_EXAMPLES]]
-            with gr.Row():
-                run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run")
-                stop = gr.Button("Stop", variant="stop")
+            with gr.Row(equal_height=True):
+                run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run", scale=3)
+                stop = gr.Button("Stop", variant="stop", elem_id="ssd-stop", scale=2)
+                presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle",
+                                        scale=1, min_width=150, container=False)
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
@@ -214,9 +174,15 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # While the machine gets ready in the background (`comparison.startup`), the status line says so.
             readiness_timer = gr.Timer(1.0, active=True)
             headline = gr.Markdown(elem_id="ssd-headline")
+            # The race right under its button: both lanes, the chart and the live voices fit a 1280x720 screen.
+            race_view = build_race_view(status, headline)
+            with gr.Column(elem_classes=["ssd-dev"]):
+                gr.Examples(examples=[[t] for t in compare.example_texts()], inputs=[text], cache_examples=False)
             gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
                         elem_classes=["ssd-dev"])
         with gr.Column(scale=2, elem_classes=["ssd-dev"]):
+            with gr.Accordion("How it works", open=False):
+                gr.Markdown(HOW_IT_WORKS)
             # Custom pairs are added per session, so the choices differ between visitors; the key is
             # checked server-side (an unknown or another session's key gets a clear "unknown preset").
             preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
@@ -240,7 +206,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             with gr.Accordion("Sampling", open=False):
                 controls |= setting_controls("sampling", config)
 
-    race_view = build_race_view(status, headline)
+    build_replay_row(race_view)
     with gr.Row(elem_classes=["ssd-dev"]):
         ar_audio = gr.Audio(label="Autoregressive (target alone)", type="filepath", interactive=False,
                             buttons=["download"], elem_id="ssd-ar-audio")
@@ -354,17 +320,14 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     def locked(*values):
         return (*values, *(gr.update(interactive=False) for _ in starters))
 
-    def unlocked(shown: str):
-        """The race ended: its buttons work again; after a refusal the live players are emptied (the
-        race's own last frame can only end their streams, which leaves them at 0:00 with a pause icon)."""
-        cleared = (None, None) if str(shown or "").startswith("**Not run:**") else (gr.skip(), gr.skip())
-        return (*(gr.update(interactive=True) for _ in starters), *cleared)
+    def unlocked():
+        """The race ended: its buttons work again."""
+        return tuple(gr.update(interactive=True) for _ in starters)
 
     # The page's race says why it did not run in its status line and ends there; `/race` (for API clients,
     # on a hidden button like /synthesize) raises the error as well.
     race_api_button.click(race_api, api_name="race", **(race_options | {"inputs": api_inputs}))
-    ended = dict(inputs=[status], outputs=[*starters, race_view.ar_stream, race_view.spec_stream], js=IDLE_PLAYERS_JS,
-                 **private)
+    ended = dict(outputs=starters, **private)
     # The replays at the speaker's factor, when one is typed (the race renders them at the automatic one).
     rerender = slow_motion_handler(race_view, ar_audio, spec_audio, details)
     replay_inputs = dict(inputs=[ar_audio, spec_audio, details, race_view.factor],
@@ -385,10 +348,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
     gr.on(triggers=None, fn=_initial_status, outputs=[status], **quiet)
     readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **quiet)
     presenter.change(None, inputs=[presenter], js=PRESENTER_JS, api_visibility="private")
+    gr.on(triggers=None, fn=None, js=ENTER_RACES_JS, api_visibility="private")
     # A real (empty) function, so that /stop exists in the API. A race notices within one round and ends
     # with its own final frame ("Stopped"), so Gradio does not cancel it (a cancelled event sends nothing
     # more); /synthesize has nothing to show for a stop and is cancelled.
-    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False)
+    stop.click(stop_run, cancels=[run_event], api_name="stop", queue=False, js=STOP_JS)
     preset.input(select_preset, inputs=[preset],
                  outputs=[preset_info, draft, text, *[controls[s.name] for s in COMPARE_SETTINGS if is_decoding_setting(s)]],
                  api_name="select_preset", concurrency_limit=1, concurrency_id=concurrency_id)
