@@ -24,14 +24,9 @@ from ..models.memory import (MEMORY_ESTIMATES, MemoryEstimate, check_memory, mem
                              parameter_count)
 from ..models.policy import MAX_DOWNLOAD_ENV
 from ..speech.synthesis import Synthesizer
+from .llasa_codec import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from .llasa import CONTROL_TOKENS, LlasaBackend, missing_llasa_tokens, speech_token
 
-#: XCodec2 in transformers' native format: the checkpoint transformers' own Xcodec2 docs name, with the
-#: tensor names of its Xcodec2Model (HKUSTAudio/xcodec2 itself needs remote code, and a conversion made
-#: before transformers merged the model carries older tensor names, which would load as random weights).
-DEFAULT_CODEC = "HKUSTAudio/xcodec2-hf"
-#: The codec's pinned commit: its 811 tensors are the names and shapes of Xcodec2Model(Xcodec2Config()).
-DEFAULT_CODEC_REVISION = "64bd034d12d441299cdd535b15c33efd6ccdf252"
 pin_revision(DEFAULT_CODEC, DEFAULT_CODEC_REVISION)  # loaded at that commit unless a revision is asked for
 
 

@@ -16,13 +16,15 @@ import time
 from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import ModelLoadError, UnknownPresetError
 from ..models.policy import check_hub_allowed, check_hub_only, local_models_allowed, max_download_bytes, valid_repo_id
 from ..models.hub import DEFAULT_REVISION, LoadOptions, download_command, is_cached, short_name
-from ..models.weights import free_models
 from .vllm import environment_engine
-from ..speech.synthesis import Synthesizer
+
+if TYPE_CHECKING:  # the models' code loads with the presets (deferred below), not with this module (a command's flags)
+    from ..speech.synthesis import Synthesizer
 
 # The backends are imported inside the functions that use them ("deferred" below): they load the
 # text front end (eSpeak, scipy.signal: about 0.4 s), which `import ssd_demo` alone does not need.
@@ -258,6 +260,8 @@ def _drop_resident() -> None:
         for synthesizer in _resident.values():  # a voice on vLLM: its engine processes end with it
             getattr(synthesizer, "close", lambda: None)()
         _resident.clear()
+        from ..models.weights import free_models
+
         free_models()
 
 

@@ -6,10 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from .decoding_flags import add_decoding_arguments, decoding_arguments
-from ..measure.bench import DECODING_DEFAULTS, DTYPES, DECODING_FLAGS, METHODS, benchmark, markdown_table, parse_methods
+from ..measure.bench_options import DECODING_DEFAULTS, DECODING_FLAGS, DTYPE_NAMES, METHODS, parse_methods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,16 +19,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed repetitions first (default: 1)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: 0, torch's own choice)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda or cuda:N (default: cuda where there is one, else cpu)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="auto",
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda where there is one, else cpu)")
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
                         help="the models' dtype (default: auto, the app's choice: bfloat16 on a GPU, float32 on a CPU, "
                         "where half precision is slow)")
     parser.add_argument("--json", type=Path, help="write the results here")
 
 
 def main(args: argparse.Namespace) -> int:
+    import torch  # deferred, as the benchmark: --help stays quick
+
+    from ..measure.bench import benchmark, markdown_table
+
     settings = decoding_arguments(args, DECODING_FLAGS)  # checked before the models load
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     result = benchmark(settings, parse_methods(args.methods), target=args.target, draft=args.draft,
                        device=args.device, dtype=args.dtype, prompt_len=args.prompt_len, repeats=args.repeats, warmup=args.warmup,
                        threads=args.threads)

@@ -19,19 +19,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import soundfile as sf
+from typing import TYPE_CHECKING
 
 from ..backends import registry as presets
-from ..comparison import Comparison, Request, compare
 from ..config import DecodingConfig
-from ..engine.calibration import best_draft_len
 from ..errors import InputError
 from ..models.cpu_threads import check_thread_count
 from ..backends.vllm import ENGINE_VARIABLE
 from ..backends.vllm.worker import require_vllm_python
-from ..speech.synthesis import SynthesisResult
 from .decoding_flags import add_decoding_arguments, decoding_arguments
+from .synth import PRESETS_HELP
+
+if TYPE_CHECKING:  # the pipeline (torch, the models' code) loads when the command runs, not for its --help
+    from ..comparison import Comparison
+    from ..speech.synthesis import SynthesisResult
 
 #: The decoding settings compare takes as flags (the preset supplies the rest).
 DECODING_FLAGS = ("draft_len", "beta", "acceptance", "topk_tolerance", "pcg_theta", "temperature", "top_k", "top_p",
@@ -43,8 +44,7 @@ WAV_NAMES = {"autoregressive": "ar.wav", "speculative": "speculative.wav"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="English text to speak (as typed into the app)")
-    parser.add_argument("--preset", default="embedded",
-                        help=f"model preset: {', '.join(p.key for p in presets.list_presets())} (default embedded)")
+    parser.add_argument("--preset", default="embedded", help=f"model preset: {PRESETS_HELP}")
     parser.add_argument("--draft", default=None,
                         help="draft name within the preset (default: the preset's; embedded: heads, distilled, layers)")
     add_decoding_arguments(parser, DECODING_FLAGS)
@@ -85,6 +85,9 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _write_wav(path: Path, result: SynthesisResult) -> None:
+    import numpy as np
+    import soundfile as sf
+
     pcm = (np.clip(result.audio, -1.0, 1.0) * 32767).astype(np.int16)
     try:
         sf.write(str(path), pcm, result.sample_rate, format="WAV", subtype="PCM_16")
@@ -104,6 +107,8 @@ def summary(comparison: Comparison) -> dict:
                 "real_time_factor": result.real_time_factor, "chunks": max(len(result.chunks), 1),
                 "tokens": stats.sampled_tokens, "target_calls": stats.target_calls, "draft_calls": stats.draft_calls,
                 "acceptance_rate": stats.acceptance_rate, "finish_reason": stats.finish_reason}
+
+    from ..engine.calibration import best_draft_len
 
     report, costs = comparison.report, comparison.costs
     calibration = None
@@ -141,6 +146,8 @@ def report_lines(comparison: Comparison) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..comparison import Request, compare
+
     if args.threads is not None:
         check_thread_count(args.threads)
         os.environ["SSD_TORCH_THREADS"] = str(args.threads)  # what the pipeline sets the CPU threads from

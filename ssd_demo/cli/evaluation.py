@@ -13,7 +13,6 @@ from .decoding_flags import add_decoding_arguments
 from ..measure.evaluation_report import markdown, transcripts
 from ..measure.reporting import add_docs_argument, docs_target, write_section
 from ..measure.visitor_texts import BUCKETS
-from ..measure.evaluation import run_evaluation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +88,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..measure.evaluation import run_evaluation  # deferred (torch, the models' code): --help stays quick
+
     report = run_evaluation(args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept

@@ -18,15 +18,12 @@ import time
 import httpx
 
 from ..backends.vllm import ENGINES, engine_choice, use_engine
-from ..comparison.models import preferred_device
 from ..config import SETTINGS
 from ..backends.vllm.worker import require_vllm_python
 from ..errors import InputError
 from ..measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, write_section
 from ..measure.serve_load import load_table, run_load
 from ..measure.visitor_texts import visitor_texts
-from ..server.openai_api import build_speech_api
-from ..server.service import SpeechService
 from .synth import _load
 
 #: The systems `--bench` compares, as request fields; on vLLM also mode "auto" (speculative where it pays).
@@ -128,6 +125,8 @@ def _voice(args: argparse.Namespace):
     engine = engine_choice(args.engine)
     if engine == "vllm":
         require_vllm_python()
+    from ..comparison.models import preferred_device
+
     args.voice = None  # what synth's loader reads besides the model flags
     if args.device == "auto" and preferred_device() == "cuda":
         args.device = "cuda"  # as the app: a GPU when there is one
@@ -224,7 +223,10 @@ def bench(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.bench:
         return bench(args)
-    import uvicorn  # deferred: --help stays fast
+    import uvicorn  # deferred, as the server and the models' code: --help stays fast
+
+    from ..server.openai_api import build_speech_api
+    from ..server.service import SpeechService
 
     fixed = _fixed(args)  # the syntax checked before the models load
     synthesizer = _voice(args)

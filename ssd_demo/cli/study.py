@@ -7,8 +7,6 @@ import argparse
 from pathlib import Path
 
 from ..listening.study_sessions import database_path, list_studies, load_study_and_stimuli, studies_root
-from ..listening.stimuli import tone_renderer
-from ..listening.study_setup import create_study
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     root = args.data_dir.resolve() if args.data_dir else None
     if args.action == "create":
+        # rendering loads the models' code (torch): only here, not for --help, list or results
+        from ..listening.stimuli import tone_renderer
+        from ..listening.study_setup import create_study
+
         render = tone_renderer(seconds=1.0) if args.tones else None
         study, stimulus_set = create_study(args.file, root=root, render=render, device=args.device,
                                            overwrite=args.overwrite, discard_answers=args.discard_answers,

@@ -9,15 +9,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from ..errors import InputError
 from ..models.cpu_threads import check_thread_count
 from .decoding_flags import add_decoding_arguments, decoding_arguments
 from ..measure.reporting import add_docs_argument, docs_target, write_section
-from ..measure.sweep import sweep_map
-from ..measure.sweep_report import SECTION, markdown, pareto_figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import torch  # deferred, as the sweep and its report: --help stays quick
+
+    from ..measure.sweep import sweep_map
+    from ..measure.sweep_report import SECTION, markdown, pareto_figure
+
     decoding_arguments(args, ("cost_ratio", "seed"))  # checked before the voice loads
     check_thread_count(args.threads)
     torch.set_num_threads(args.threads)

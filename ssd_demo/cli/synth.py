@@ -12,21 +12,17 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-import soundfile as sf
-import torch
-
 from ..errors import InputError
-from ..models.cpu_threads import check_thread_count
-from ..measure.reporting import cpu_name
 from ..backends import registry as presets
-from ..backends.embedded import load_synthesizer
-from ..backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from ..backends.llasa_codec import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ..config import DecodingConfig
 from ..backends.vllm import ENGINES, engine_choice, use_engine
 from ..backends.vllm.worker import require_vllm_python
-from ..speech.synthesis import VoicePrompt
+from ..models.cpu_threads import check_thread_count
 from .decoding_flags import add_decoding_arguments, decoding_arguments
+
+#: The presets --help names (a test checks that they are the registry's: listing them loads every backend).
+PRESETS_HELP = "embedded (default), llasa-1b-3b, llasa-1b-8b or cosyvoice2-paper"
 
 
 #: The decoding settings synth takes as flags (the preset supplies the rest).
@@ -41,8 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output WAV file (16-bit PCM; default out.wav in the current folder)")
     parser.add_argument("--mode", choices=("ar", "speculative"), default="speculative",
                         help="decoder (default speculative; ar ignores --draft)")
-    parser.add_argument("--preset", default="embedded",
-                        help=f"model preset: {', '.join(p.key for p in presets.list_presets())} (default embedded)")
+    parser.add_argument("--preset", default="embedded", help=f"model preset: {PRESETS_HELP}")
     parser.add_argument("--draft", default=None,
                         help="draft name within the preset (embedded: heads (default), distilled or layers)")
     parser.add_argument("--target-model", help="custom pair: target repo id or local folder (with --draft-model)")
@@ -91,6 +86,10 @@ def _decoding_overrides(args: argparse.Namespace) -> dict:
 
 
 def _load(args: argparse.Namespace):
+    import torch
+
+    from ..backends.embedded import load_synthesizer
+
     device = None if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: this machine has no usable CUDA GPU (or torch was built without CUDA); "
@@ -134,6 +133,13 @@ def _check_writable(out: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    from ..measure.reporting import cpu_name
+    from ..speech.synthesis import VoicePrompt
+
     if (args.text is None) == (args.text_file is None):
         raise InputError("give the text either as an argument or with --text-file (one of them)")
     if args.text_file is not None:

@@ -32,7 +32,6 @@ from . import anchors, attention
 from ..backends.registry import MODEL_JOB_LOCK, load_preset
 from ..backends.vllm import engine_choice, use_engine
 from ..backends.vllm.worker import require_vllm_python
-from ..speech.synthesis import Synthesizer
 from ..speech.system import DecodingSystem, parse_system
 from .stimulus_sets import (MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, SET_NAME, StimulusSet, load_stimulus_set,
                             stimuli_root)
@@ -279,6 +278,7 @@ def batch_renderer(synthesizer, texts: Sequence[str], base_seed: int = 0,
     engine process ends before the next system's starts (engines hold their models). The draft alone and texts outside
     `texts` (spoken attention checks) render one clip at a time on our engine, with the same models."""
     from ..measure.vllm_batch import summary, summary_line  # deferred: it loads the CLI's model flags
+    from ..speech.synthesis import Synthesizer  # deferred: torch loads to render, not for `stimuli --help`
 
     texts = [t.strip() for t in texts]
     batches: dict[str, Any] = {}

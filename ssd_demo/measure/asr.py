@@ -30,8 +30,6 @@ import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-import torchaudio
 
 from ..errors import InputError
 from ..models.hub import LoadOptions, auto_device, resolve
@@ -59,6 +57,8 @@ def _is_punctuation(char: str) -> bool:
 
 def word_errors(reference: list[str], hypothesis: list[str]) -> int:
     """Substitutions + deletions + insertions turning `reference` into `hypothesis` (word Levenshtein)."""
+    import torchaudio  # deferred, as torch below: the command line's flags read this module's names
+
     return int(torchaudio.functional.edit_distance(reference, hypothesis))
 
 
@@ -163,6 +163,7 @@ class WhisperScorer(_Scoring):
     def load(cls, ref: str = DEFAULT_WHISPER, device: str | None = None, normaliser: str = "seed-tts",
              revision: str | None = None, offline: bool | None = None) -> "WhisperScorer":
         """Load `ref` (Hub repo id or local folder) on `device` (default: CUDA when available), float32."""
+        import torch
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
         folder = resolve(ref, revision, LoadOptions(offline=offline), patterns=WHISPER_FILES)
@@ -178,9 +179,17 @@ class WhisperScorer(_Scoring):
             return spoken_words(self._whisper_normaliser(text))
         return seed_tts_normalise(text).split()
 
-    @torch.inference_mode()
     def transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
         """English transcript of a mono clip at any sample rate."""
+        import torch
+
+        with torch.inference_mode():
+            return self._transcribe(audio, sample_rate)
+
+    def _transcribe(self, audio: np.ndarray, sample_rate: int) -> str:
+        import torch
+        import torchaudio
+
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if sample_rate != WHISPER_RATE:
             audio = torchaudio.functional.resample(torch.from_numpy(audio), sample_rate, WHISPER_RATE).numpy()

@@ -39,7 +39,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Ll
 from ..errors import InputError
 from ..models.cpu_threads import check_thread_count
 from ..engine.calibration import calibrated_costs
-from ..config import SETTINGS, DecodingConfig
+from ..config import DecodingConfig
 from ..engine.generate import autoregressive_generate, speculative_generate
 from .reporting import cpu_name, git_commit
 from ..engine.kv import describe_kernels, forward_threads
@@ -47,8 +47,9 @@ from ..engine.results import compare_runs
 from ..engine.kernels import weight_bytes, weight_stream_seconds
 from ..models.hub import auto_dtype
 
-METHODS = ("ar", "speculative", "speculative_calibrated", "hf_assisted", "hf_assisted_default", "hf_generate", "ar_transformers",
-           "speculative_transformers")
+from .bench_options import (BENCH_MAX_NEW_TOKENS, DECODING_DEFAULTS, DECODING_FLAGS, DTYPE_NAMES, METHODS,  # noqa: F401
+                            parse_methods)
+
 _ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
@@ -71,8 +72,8 @@ def random_pair(vocab: int = 1024, seed: int = 0):
     return build(12, 512, 8, 0), build(2, 256, 4, 1)
 
 
-#: `bench --dtype` names; "auto" is the app's choice (`models.hub.auto_dtype`: bfloat16 on a GPU, float32 on a CPU).
-DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: `bench --dtype` names (`bench_options.DTYPE_NAMES`) and their dtypes; "auto" is the app's choice.
+DTYPES = dict(zip(DTYPE_NAMES, (None, torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 
 def check_device(device: str) -> torch.device:
@@ -340,22 +341,6 @@ def markdown_table(result: dict) -> str:
         if machine.get("device") == "cpu" and machine.get("dtype", "float32") != "float32":
             lines.append(f"note: {machine['dtype']} on a CPU runs slow matmul paths here; the app uses float32 on a CPU")
     return "\n".join(lines)
-
-
-#: The decoding settings bench takes as flags, and its defaults: the settings' own (`config.SETTINGS`), with a
-#: shorter generation to time.
-DECODING_FLAGS = ("draft_len", "beta", "acceptance", "temperature", "top_k", "top_p", "max_new_tokens", "seed")
-BENCH_MAX_NEW_TOKENS = 128
-DECODING_DEFAULTS = {**{name: SETTINGS[name].default for name in DECODING_FLAGS}, "max_new_tokens": BENCH_MAX_NEW_TOKENS}
-
-
-def parse_methods(text: str) -> tuple[str, ...]:
-    """A comma-separated subset of METHODS; InputError naming the unknown ones."""
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise InputError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
-    return methods
 
 
 def benchmark(settings: dict, methods: tuple[str, ...], *, target: str | None = None, draft: str | None = None,

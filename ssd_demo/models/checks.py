@@ -8,9 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformers import CONFIG_MAPPING, AutoTokenizer
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
 from ..errors import ModelLoadError, ModelNotFoundError, NotACausalLMError
 
 
@@ -26,6 +23,10 @@ def read_config(folder: Path, ref: str) -> dict:
 
 def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> None:
     """Raise NotACausalLMError unless transformers can build a causal LM from `config` natively."""
+    # transformers loads here, where a model is checked, not where the list of presets is (a command's --help)
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     model_type = config.get("model_type")
     architectures = config.get("architectures") or []
     if model_type not in CONFIG_MAPPING:
@@ -46,6 +47,8 @@ def check_causal_lm(config: dict, ref: str, trust_remote_code: bool = False) -> 
 
 
 def load_tokenizer(folder: Path, ref: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..speech.synthesis import Synthesizer
+
+if TYPE_CHECKING:  # torch and the models' code load with a model, not with a command's flags (--threads)
+    from ..speech.synthesis import Synthesizer
 
 #: Below this many target parameters one torch thread is used: such models are bound by
 #: per-call overhead, and a second thread only adds synchronisation (and, on a shared or
@@ -18,6 +19,8 @@ _DEFAULT_THREADS = None
 
 def cpu_threads_for(synthesizer: Synthesizer) -> int:
     """Torch CPU threads for this model: $SSD_TORCH_THREADS, else 1 for small models, else torch's default."""
+    import torch
+
     global _DEFAULT_THREADS
     if _DEFAULT_THREADS is None:
         _DEFAULT_THREADS = torch.get_num_threads()

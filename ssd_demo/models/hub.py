@@ -25,8 +25,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from huggingface_hub import constants, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (
                                     GatedRepoError,
@@ -40,6 +40,9 @@ from tqdm.auto import tqdm
 from ..errors import ModelNotFoundError, ModelUnavailableError
 from .checks import read_config
 from .policy import check_hub_only, valid_repo_id
+
+if TYPE_CHECKING:  # torch loads where a device is chosen: the command line's flags and --help stay quick
+    import torch
 
 #: progress(fraction in [0, 1], message); Gradio users can pass `lambda f, m: progress(f, desc=m)`.
 ProgressCallback = Callable[[float, str], None]
@@ -111,12 +114,16 @@ def on_zerogpu() -> bool:
 
 
 def auto_device(device: str | torch.device | None = None) -> torch.device:
+    import torch
+
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def auto_dtype(device: torch.device, dtype: torch.dtype | None = None) -> torch.dtype:
+    import torch
+
     if dtype is not None:
         return dtype
     if device.type == "cuda":
