@@ -70,6 +70,8 @@ class SqliteDatabase:
             connection.execute("PRAGMA synchronous = FULL")  # a vote acknowledged is a vote on disk
             connection.execute("PRAGMA foreign_keys = ON")
             connection.execute("PRAGMA busy_timeout = 30000")
+            # Rater ids are compared case-insensitively (Unicode case folding; SQLite's lower() knows ASCII only).
+            connection.create_function("casefold", 1, _casefold, deterministic=True)
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
@@ -118,6 +120,10 @@ class SqliteDatabase:
     def journal_mode(self) -> str:
         return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
 
+
+
+def _casefold(value: object) -> object:
+    return value.casefold() if isinstance(value, str) else value
 
 
 # SQLite's side files of a database: its WAL, the WAL index, a rollback journal.

@@ -70,6 +70,15 @@ class StudyQueries:
         rows = self._connection().execute("SELECT * FROM sessions WHERE study = ? ORDER BY created_at", (study,))
         return [SessionRecord(**dict(row)) for row in rows]
 
+    def rater_sessions(self, study: str, rater_id: str | None) -> set[str]:
+        """The ids of the study's sessions of this rater id, compared case-insensitively as the store compares
+        them ("Alice" is "alice"); none for no rater id."""
+        if not isinstance(rater_id, str) or not rater_id.strip():
+            return set()
+        rows = self._connection().execute("SELECT session_id FROM sessions WHERE study = ? AND casefold(rater_id) = ?",
+                                          (study, rater_id.strip().casefold()))
+        return {row[0] for row in rows}
+
     def study_progress_table(self, study: str) -> list[SessionProgress]:
         """Live progress of every session in the study, oldest first (the experimenter's view)."""
         rows = self._connection().execute(

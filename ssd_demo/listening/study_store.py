@@ -48,8 +48,9 @@ class StudyTables:
                              stimulus_set_sha256: str, seed: int, rater_id: str | None = None) -> SessionRecord:
         """Store a session in `study` with its planned trials and their conditions, in one transaction.
 
-        One session per rater id and study: a rater id with a finished session is refused
-        (RaterFinishedError), and one with an unfinished session of the same stimuli gets that session back."""
+        One session per rater id (compared case-insensitively) and study: a rater id with a finished session is
+        refused (RaterFinishedError), and one with an unfinished session of the same stimuli gets that session
+        back."""
         if not trials:
             raise ListeningError("This study has no trials to offer.")
         session = SessionRecord(
@@ -268,11 +269,13 @@ def _looks_like_id(value: object) -> bool:
 
 
 def _rater_session(db: sqlite3.Connection, study: str, rater_id: str, stimulus_set_sha256: str) -> SessionRecord | None:
-    """The rater's unfinished session of these stimuli, to resume; refused if the rater finished the study."""
+    """The rater's unfinished session of these stimuli, to resume; refused if the rater finished the study.
+    Rater ids are compared case-insensitively ("Alice" is "alice": a person retyping an id is the same rater),
+    and stored as given."""
     rows = db.execute(
         """SELECT s.*, (SELECT COUNT(*) FROM answers a WHERE a.session_id = s.session_id) AS answered
-           FROM sessions s WHERE s.study = ? AND s.rater_id = ? ORDER BY s.created_at DESC""",
-        (study, rater_id)).fetchall()
+           FROM sessions s WHERE s.study = ? AND casefold(s.rater_id) = ? ORDER BY s.created_at DESC""",
+        (study, rater_id.casefold())).fetchall()
     if any(row["answered"] >= row["n_trials"] for row in rows):
         raise RaterFinishedError(f"Rater id {quote(rater_id)} has already taken this study; each rater takes it once. "
                                  "If this is not you, check the id you were given.")
