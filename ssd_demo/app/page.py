@@ -51,10 +51,9 @@ body.ssd-presenter #ssd-headline h1 { margin-bottom: 0.2rem; }
 body.ssd-presenter #ssd-text [data-testid="block-info"] { display: none; }
 /* The live voices' component only carries data for the browser's player: nothing to see. */
 #ssd-live-audio { display: none !important; }
-#ssd-race-chart svg { max-height: 130px; display: block; }
+#ssd-race-chart svg { display: block; }
 #ssd-intro h1 { margin-bottom: 0.1rem; }
 .ssd-lane h3 { margin: 0 0 0.2rem 0; }
-body.ssd-presenter #ssd-race-chart svg { max-height: 170px; }
 """
 
 

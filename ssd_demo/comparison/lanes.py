@@ -1,9 +1,9 @@
-"""Both decoders at once, each on a core of its own: one worker process per lane.
+"""Both decoders at once, one worker process per lane, each with a core to itself.
 
 Why processes, not threads: between its small model calls the decoding loop is Python, and two threads of one
 process wait for each other's interpreter lock (on a 2-core AMD EPYC, racing in two threads made each decoder
 1.8-3.4x slower than alone; in two processes pinned to their own cores, within a few per cent on an idle
-machine). Each worker loads the preset itself (the embedded voice is small), pins itself to its core, warms up
+machine). Each worker loads the preset itself (the embedded voice is small), warms up
 once, then decodes the lane it is sent (`decode_lane`, the same code as a lane decoded in the app): its
 start, round counts, audio pieces and result come back over one queue, in the order they were made, to the
 `LaneSink` of `LaneWorkers.decode`. A stop reaches both workers through one shared event, asked every round.
@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -91,7 +92,7 @@ def decode_lane(synthesizer, job, lane: str, should_stop: StopCheck | None, lane
 
 
 class LaneWorkers:
-    """Two worker processes with `preset_key` loaded, one per lane, pinned to their own cores."""
+    """Two worker processes with `preset_key` loaded, one per lane (pinned to their own cores with $SSD_RACE_PIN=1)."""
 
     def __init__(self, preset_key: str) -> None:
         self.preset_key = preset_key
@@ -103,7 +104,12 @@ class LaneWorkers:
         self._error = ""
         self._lock = threading.Lock()  # one race at a time through these workers
         self._ids = itertools.count(1)
-        cores = race_cores()
+        self.slowdown: dict[str, float] = {}  # per lane, beside the other against alone (`measure_together`)
+        # Pinned only when asked ($SSD_RACE_PIN=1): two busy workers on two cores each keep one to themselves anyway,
+        # and unpinned, the page's own work (the server, a browser on the same machine) is shared by both lanes
+        # instead of slowing whichever lane's core it lands on (browser runs of five races on a 2-core AMD EPYC:
+        # the speculative voice heard first in 4 of 4 finished races unpinned, 2 of 4 pinned).
+        cores = race_cores() if os.environ.get("SSD_RACE_PIN") == "1" else []
         self._processes = [context.Process(target=_serve, name=f"ssd-lane-{lane}", daemon=True,
                                            args=(lane, preset_key, cores[index] if cores else None,
                                                  self._inboxes[index], self._out, self._stop))
@@ -149,14 +155,19 @@ class LaneWorkers:
         """Both lanes of `job` at once, streamed to `sink` (a `LaneSink`, called from this thread); returns
         (autoregressive, speculative). Raises the first lane's error (`Cancelled` when stopped): the other lane
         is stopped too, and both are waited for, so that no message of this race reaches the next."""
+        results = self._run(job, sink, should_stop, LANES)
+        return results[LANES[0]], results[LANES[1]]
+
+    def _run(self, job, sink, should_stop: StopCheck | None, lanes: tuple[str, ...]) -> dict[str, SynthesisResult]:
         with self._lock:
             race = next(self._ids)
             self._stop.clear()
-            for inbox in self._inboxes:
-                inbox.put((race, job))
+            for lane, inbox in zip(LANES, self._inboxes):
+                if lane in lanes:
+                    inbox.put((race, job))
             results: dict[str, SynthesisResult] = {}
             errors: list[BaseException] = []
-            pending = set(LANES)
+            pending = set(lanes)
             while pending:
                 if should_stop is not None and should_stop():
                     self._stop.set()
@@ -181,7 +192,21 @@ class LaneWorkers:
                     getattr(sink, kind)(lane, *payload)
             if errors:
                 raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
-            return results[LANES[0]], results[LANES[1]]
+            return results
+
+    def measure_together(self, job, repeats: int = 2) -> dict[str, float]:
+        """How much slower each lane's language model runs beside the other than alone, on `job` (0.1: 10 %
+        slower), the median of `repeats` rounds of: each lane alone, then both at once."""
+        alone: dict[str, list[float]] = {lane: [] for lane in LANES}
+        together: dict[str, list[float]] = {lane: [] for lane in LANES}
+        for _ in range(repeats):
+            for lane in LANES:
+                alone[lane].append(self._run(job, _NoSink(), None, (lane,))[lane].lm_seconds)
+            for lane, result in self._run(job, _NoSink(), None, LANES).items():
+                together[lane].append(result.lm_seconds)
+        self.slowdown = {lane: statistics.median(together[lane]) / statistics.median(alone[lane]) - 1
+                         for lane in LANES}
+        return self.slowdown
 
     def close(self) -> None:
         for inbox in self._inboxes:
@@ -220,6 +245,13 @@ def lane_workers(preset_key: str) -> LaneWorkers:
         if workers is None or workers.error:
             workers = _workers[preset_key] = LaneWorkers(preset_key)
         return workers
+
+
+class _NoSink:
+    """A `LaneSink` that keeps nothing (a measurement needs only the results)."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
 
 
 # --- in the worker process ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -59,6 +59,9 @@ class Comparison:
     token_label: Callable[[int], str] = str  # the backend's names for token ids
     #: Why the two runs decoded one after the other ("": at once, each on a core of its own)
     apart: str = ""
+    #: Racing at once: how much slower each lane's language model ran beside the other than alone on this machine
+    #: (measured at start-up, `lanes.LaneWorkers.measure_together`; empty when not measured)
+    slowdown: dict[str, float] = field(default_factory=dict)
 
 
 class LaneSink(Protocol):
@@ -185,6 +188,7 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
     settings; streamed to `lanes` when given. `should_stop` is asked between chunks and rounds of both
     runs: `Cancelled` ends the work within one round."""
     progress = progress or _no_progress
+    slowdown: dict[str, float] = {}
     if decodes_in_gpu_worker():
         # Progress and stop checks cannot cross into the GPU worker process; report the stage before it
         # (a stopped ZeroGPU run ends when its GPU allocation does).
@@ -199,7 +203,9 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
                  else "a comparison decodes one run after the other")
         if not apart:
             progress(0.25, desc=f"Both decoding at once, each on its own core (draft '{prepared.job.draft}')")
-            ar, spec = lane_workers(prepared.preset.key).decode(prepared.job, lanes, should_stop)
+            workers = lane_workers(prepared.preset.key)
+            ar, spec = workers.decode(prepared.job, lanes, should_stop)
+            slowdown = dict(workers.slowdown)
         else:
             ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
         costs = prepared.costs
@@ -218,6 +224,7 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         requested_draft=prepared.requested_draft,
         left_out=synthesizer.left_out(job.text),
         apart=apart,
+        slowdown=slowdown,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .lanes import concurrent_lanes, lane_workers
 from .models import load
-from .pipeline import decodes_in_gpu_worker, model_turn, ready_machine
+from .pipeline import Job, decodes_in_gpu_worker, model_turn, ready_machine
 from .request import resolve_draft
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,17 @@ def get_ready_in_background(preset_key: str) -> Readiness | None:
         return readiness
 
 
+#: What the lanes decode to time themselves alone and at once (a sentence: long enough to time, quick to decode).
+INTERFERENCE_TEXT = "Both decoders run at once, each on a core of its own, and here is how much that slows them down."
+
+
+def interference_job(synthesizer, preset_key: str) -> Job:
+    """The job `LaneWorkers.measure_together` times: the preset's defaults, a fixed seed, the default draft."""
+    config = synthesizer.config(seed=1)
+    return Job(preset_key, None, INTERFERENCE_TEXT, config, synthesizer.draft_name, None,
+               synthesizer.script(INTERFERENCE_TEXT))
+
+
 def _get_ready(readiness: Readiness) -> None:
     try:
         with model_turn(readiness.report, doing=DOING):
@@ -97,7 +108,10 @@ def _get_ready(readiness: Readiness) -> None:
                 lane_workers(preset.key)
             ready_machine(synthesizer, resolve_draft(preset, synthesizer, None), readiness.report)
             if racing:
-                lane_workers(preset.key).wait_ready(report=lambda doing: readiness.report(desc=doing))
+                workers = lane_workers(preset.key)
+                if workers.wait_ready(report=lambda doing: readiness.report(desc=doing)):
+                    readiness.report(desc="Timing both decoders alone and at once, each on its own core")
+                    workers.measure_together(interference_job(synthesizer, preset.key), repeats=1)
         readiness.stage = "Ready"
     except Exception as error:  # noqa: BLE001 - the first race does these steps itself and reports any error
         log.warning("start-up measurement failed: %s", error)

@@ -25,6 +25,7 @@ import soundfile
 
 from ...engine.cancellation import StopCheck, check
 from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, run
+from ...comparison.lanes import lane_workers
 from ...comparison.slow_motion import SlowMotion, TimedPiece, pieces_from_timing, slow_motion
 from ...speech.streaming import AudioPiece, stream_timing
 from ...speech.synthesis import SynthesisResult
@@ -49,8 +50,12 @@ class RaceLane:
 
     @property
     def time_to_first_audio(self) -> float | None:
-        """Seconds from the start of its run to its first piece, on the clock "done" (`seconds`) is on."""
-        return self.pieces[0].ready_seconds if self.pieces else None
+        """Seconds from the start of its run to its first piece, on the clock "done" (`seconds`, the result's
+        `elapsed_seconds`) is on, so first audio <= done always: a stream whose codec windows overlap its LM is
+        timed by the wall (its first piece's `processing_seconds` is its `ready_seconds`); a whole-chunk codec's
+        run by its LM + codec seconds (its first piece's `processing_seconds`), not by the wall, which also
+        holds the text front end and a busy machine's waits."""
+        return self.pieces[0].processing_seconds if self.pieces else None
 
     def elapsed(self) -> float:
         if self.seconds is not None:
@@ -70,6 +75,7 @@ class Race:
     sample_rate: int | None = None  # the voice's, once its models are ready (the live players open with it)
     clicked: float = field(default_factory=time.perf_counter)  # the one clock both lanes are drawn on
     apart: str | None = None  # why the lanes decode one after the other ("": at once; None: not known yet)
+    slowdown: dict[str, float] = field(default_factory=dict)  # at once against alone, per lane (start-up's timing)
 
     def since_click(self) -> float:
         return time.perf_counter() - self.clicked
@@ -116,9 +122,11 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
         prepared = prepare(request, race.report)
         race.sample_rate = prepared.synthesizer.backend.sample_rate
         race.apart = prepared.apart
+        if not prepared.apart:  # what start-up measured of racing at once (the status line says it above 10 %)
+            race.slowdown = dict(lane_workers(prepared.preset.key).slowdown)
         check(should_stop)  # stopped while the model loaded and warmed up
         comparison = run(prepared, race.report, should_stop, lanes or race)
-        race.apart = comparison.apart
+        race.apart, race.slowdown = comparison.apart, comparison.slowdown
     race.stage = "Both runs done: drawing the charts"
     return comparison
 
@@ -134,12 +142,20 @@ def done_stage() -> str:
     return DONE
 
 
+#: Above this, how much slower a lane ran beside the other than alone is said on the page.
+SHOWN_SLOWDOWN = 0.10
+
+
 def together_note(race: Race) -> str:
     """After the status: how the two lanes decode (at once, each on its own core, or one after the other and why)."""
     if race.apart is None:
         return ""
     if not race.apart:
-        return " · both decoders run at once, each on its own core"
+        # Shown when running together cost a lane more than `SHOWN_SLOWDOWN` against running alone.
+        slower = {lane: value for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN}
+        cost = "".join(f"; beside the other, {lane} ran {value:.0%} slower than alone (timed at start-up)"
+                       for lane, value in slower.items())
+        return f" · both decoders run at once, each on its own core{cost}"
     return f" · one after the other ({race.apart})"
 
 
@@ -155,8 +171,8 @@ def lane_markdown(lane: RaceLane, label: str) -> str:
     speech = sum(len(piece.audio) / piece.sample_rate for piece in lane.pieces)
     return (f"### {label}\n"
             f"**{lane.tokens}** tokens · **{lane.rounds}** target calls"
-            f"{f' · {lane.rejected} drafts rejected' if lane.rejected else ''} · {state} {_seconds(lane.elapsed())}  \n"
-            f"First audio after **{_seconds(lane.time_to_first_audio)}** · {speech:.2f} s of speech")
+            f"{f' · {lane.rejected} rejected' if lane.rejected else ''} · {state} {_seconds(lane.elapsed())}  \n"
+            f"First audio after **{_seconds(lane.time_to_first_audio)}** · {speech:.1f} s of speech")
 
 
 #: A race whose slower run took less than this (seconds until its last audio) is too short for a bold claim: one
@@ -182,7 +198,7 @@ def verdict_lines(speedups: Sequence[float], run_seconds: float) -> list[str]:
     more = MEDIAN_AFTER - len(speedups)
     why = f"One short run ({run_seconds:.1f} s)" if run_seconds < SHORT_RUN_SECONDS else "One run"
     return [f"## Speculative was {_ratio_words(this)} on this run",
-            f"{why}: a busy machine moves it a lot; race again ({more} more with these settings give a median)"]
+            f"{why}, which a busy machine moves: {more} more with these settings give a median"]
 
 
 def _ratio_words(speedup: float) -> str:
@@ -208,12 +224,12 @@ def headline(comparison: Comparison, race: Race | None = None, earlier: Sequence
     if not math.isfinite(speedup) or speedup <= 0:
         return ""
     run_seconds = max(comparison.ar.elapsed_seconds, comparison.spec.elapsed_seconds)
-    basis = (f"Language model **{lm_speedup(comparison):.2f}×** (its seconds per second of speech) · end to end "
-             f"**{speedup:.2f}×** (until the last audio, codec included)")
+    # Both per second of speech: the language model's seconds alone, and the seconds until the last audio.
+    basis = f"Language model **{lm_speedup(comparison):.2f}×** · end to end **{speedup:.2f}×** (to the last audio)"
     if race is not None:
         ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
         if ar is not None and spec is not None:
-            basis += f" · first audio after {spec:.2f} s (speculative) vs {ar:.2f} s (autoregressive)"
+            basis += f" · first audio {spec:.2f} s vs {ar:.2f} s"
     speech = max(comparison.ar.duration_seconds, comparison.spec.duration_seconds)
     if speech < SHORT_SPEECH_SECONDS:
         return "\n".join(["## Too short for speculation to show",

@@ -13,8 +13,8 @@ from html import escape
 
 from .race import Race, RaceLane
 
-WIDTH, HEIGHT = 720, 130
-LEFT, RIGHT, TOP, BOTTOM = 44, 170, 12, 24  # margins: the axis labels, the lanes' end labels
+WIDTH, HEIGHT = 520, 200
+LEFT, RIGHT, TOP, BOTTOM = 44, 150, 12, 24  # margins: the axis labels, the lanes' end labels
 COLOURS = {"autoregressive": "#64748b", "speculative": "#16a34a"}
 LABELS = {"autoregressive": "Autoregressive", "speculative": "Speculative"}
 REJECTED = "#dc2626"

@@ -23,15 +23,16 @@ body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; 
 #: after the one before it (a piece that comes late leaves a gap: a stall the room hears); the other lane waits,
 #: and starts `GAP_S` after the first lane's last piece ends, once that lane is done; never both at once. Except
 #: for a near tie: when the lane with audio has fewer tokens than the other (which is ahead, and about to have
-#: audio too), the player holds the first voice up to `HOLD_S` for the leader's first piece, so that the voice the
-#: room hears first is the one that will finish first. Stop silences both at once. `window.ssdHeard` keeps, per
-#: lane, the seconds from the click to its first audible sample (written after the lane's "First audio after"),
-#: and `window.ssdAudioLog` every scheduled start, end and stop, and each lane's first piece's arrival, in
-#: milliseconds since the click (the browser test reads both). The replays (`ssd-replay-ar`, `ssd-replay-spec`)
-#: are ordinary players: one starting pauses the other and silences the live voices. Installed once per page.
+#: audio too), the player holds the first voice up to `HOLD_S` for the leader's first piece, so that the voice
+#: the room hears first is the one that will finish first. Stop silences both at once. `window.ssdHeard` keeps,
+#: per lane, the seconds from the click to its first audible sample (written after the lane's "First audio
+#: after"), and `window.ssdAudioLog` every piece's start and end (on the audio clock), each stop and each lane's
+#: first piece's arrival, in milliseconds since the click (the browser benchmark reads both). The replays
+#: (`ssd-replay-ar`, `ssd-replay-spec`) are ordinary players: one starting pauses the other and silences the live
+#: voices. Installed once per page.
 PLAYER_JS = """
 if (!window.ssdPlayer) {
-  const GAP_S = 0.12, LEAD_S = 0.05, HOLD_S = 0.3;
+  const GAP_S = 0.12, LEAD_S = 0.05, HOLD_S = 0.6;
   const laneIds = {autoregressive: 'ssd-ar-live', speculative: 'ssd-spec-live'};
   const replays = ['ssd-replay-ar', 'ssd-replay-spec'];
   let ctx = null, race = null, order = [], lanes = {}, sources = [], silenced = false, firstAt = null;
@@ -93,12 +94,15 @@ if (!window.ssdPlayer) {
         source.connect(ctx.destination);
         source.start(when);
         sources.push(source);
-        if (lane.next === 0) {
-          window.ssdHeard[name] = toMs(when) / 1000;
-          showHeard(name);
-        }
-        log(name, 'start', toMs(when));
-        source.onended = () => { if (!silenced) { log(name, 'end', sinceClick()); } };
+        // Logged when it starts sounding, with its end on the same audio clock: a time far ahead on the audio
+        // clock, extrapolated now, would drift, and an 'ended' event comes late when the page is busy.
+        const first = lane.next === 0, scheduledIn = race, until = when + buffer.duration;
+        setTimeout(() => {
+          if (race !== scheduledIn || !sources.includes(source)) { return; }  // silenced meanwhile
+          log(name, 'start', toMs(when));
+          log(name, 'end', toMs(until));
+          if (first) { window.ssdHeard[name] = toMs(when) / 1000; showHeard(name); }
+        }, Math.max(0, (when - ctx.currentTime) * 1000 - 20));
         lane.end = when + buffer.duration;
         lane.next += 1;
       }

@@ -59,7 +59,7 @@ class RaceView:
     ar_live: gr.Markdown
     spec_live: gr.Markdown
     live_audio: gr.HTML  # the pieces for the browser's player (JSON; `LiveAudio.payload`)
-    chart: gr.HTML  # both lanes on one clock (SVG; `race_chart.race_chart_svg`)
+    chart: gr.HTML | None = None  # both lanes on one clock (SVG; `race_chart.race_chart_svg`): `build_race_chart`
     replay_ar: gr.Audio | None = None
     replay_spec: gr.Audio | None = None
     replay_both: gr.Button | None = None
@@ -73,8 +73,8 @@ class RaceView:
 
 
 def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
-    """Both lanes' counters side by side, the live chart under them and the live voices' player (inside the
-    caller's layout: under the race button, so that the whole race fits a 1280x720 screen)."""
+    """Both lanes' counters side by side and the live voices' player (inside the caller's layout: under the race
+    button, so that the whole race fits a 1280x720 screen); the chart goes beside them (`build_race_chart`)."""
     empty = compare.Race()
     gr.HTML(f"<style>{STAGE_CSS}</style>", elem_id="ssd-stage-css", container=False, padding=False, js_on_load=None)
     with gr.Row(elem_id="ssd-race"):
@@ -82,9 +82,14 @@ def build_race_view(status: gr.Markdown, headline: gr.Markdown) -> RaceView:
                               elem_id="ssd-ar-live", elem_classes=["ssd-lane"])
         spec_live = gr.Markdown(compare.lane_markdown(empty.lanes["speculative"], LANE_LABELS[1]),
                                 elem_id="ssd-spec-live", elem_classes=["ssd-lane"])
-    chart = gr.HTML(compare.race_chart_svg(empty), elem_id="ssd-race-chart", js_on_load=None)
     live_audio = gr.HTML("", html_template="<span></span>", js_on_load=PLAYER_ON_LOAD_JS, elem_id="ssd-live-audio")
-    return RaceView(status, headline, ar_live, spec_live, live_audio, chart)
+    return RaceView(status, headline, ar_live, spec_live, live_audio)
+
+
+def build_race_chart(view: RaceView) -> RaceView:
+    """The live chart of both lanes on one clock (inside the caller's layout), filled into `view`."""
+    view.chart = gr.HTML(compare.race_chart_svg(compare.Race()), elem_id="ssd-race-chart", js_on_load=None)
+    return view
 
 
 def build_replay_row(view: RaceView) -> RaceView:

@@ -24,7 +24,7 @@ from .. import jobs
 from ...engine.cancellation import Cancelled
 from .explainers import HOW_IT_WORKS, TOKENS_LEGEND
 from .race_js import ENTER_RACES_JS, PRESENTER_JS, RACE_START_JS, STOP_JS
-from .race_view import (AUTO_FACTOR, build_race_view, build_replay_row, race_handler,
+from .race_view import (AUTO_FACTOR, build_race_chart, build_race_view, build_replay_row, race_handler,
                         slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
 from ..errors import to_gradio_error
@@ -156,7 +156,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # Enter races, Shift+Enter starts a new line (`ENTER_RACES_JS`).
             text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters; Enter races, Shift+Enter: "
                                     "new line)",
-                              placeholder="Type an English sentence…", lines=2,
+                              placeholder="Type an English sentence…", lines=1, max_lines=6,
                               elem_id="ssd-text")  # no max_length: the browser would cut a paste silently;
                               # the server refuses a longer text with a message, and the text stays here
             with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
@@ -180,31 +180,33 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                 gr.Examples(examples=[[t] for t in compare.example_texts()], inputs=[text], cache_examples=False)
             gr.Markdown(compare.device_note() + (f"  \n{startup_problem}" if startup_problem else ""),
                         elem_classes=["ssd-dev"])
-        with gr.Column(scale=2, elem_classes=["ssd-dev"]):
-            with gr.Accordion("How it works", open=False):
-                gr.Markdown(HOW_IT_WORKS)
-            # Custom pairs are added per session, so the choices differ between visitors; the key is
-            # checked server-side (an unknown or another session's key gets a clear "unknown preset").
-            preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
-                                 label="Model preset", allow_custom_value=True)
-            preset_info = gr.Markdown(compare.preset_markdown(get_preset(defaults.key)), label="Preset")
-            with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
-                custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
-                custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
-                custom_codec = gr.Textbox(label="Codec (optional)", placeholder=DEFAULT_CODEC,
-                                          info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}")
-                add_pair = gr.Button("Add pair to the presets", size="sm")
-            with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
-                # A path, not samples: the clip is read only after its header passes the length check.
-                voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
-                                       type="filepath", format=None)
-                voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
-            draft = gr.Dropdown(choices=list(defaults.drafts), value=defaults.default_draft, label="Draft model",
-                                info="the small model that proposes tokens",
-                                allow_custom_value=True)  # choices change with the preset; checked server-side
-            controls = setting_controls("speculation", config)
-            with gr.Accordion("Sampling", open=False):
-                controls |= setting_controls("sampling", config)
+        with gr.Column(scale=2):
+            build_race_chart(race_view)  # beside the race, in both modes
+            with gr.Column(elem_classes=["ssd-dev"]):
+                with gr.Accordion("How it works", open=False):
+                    gr.Markdown(HOW_IT_WORKS)
+                # Custom pairs are added per session, so the choices differ between visitors; the key is
+                # checked server-side (an unknown or another session's key gets a clear "unknown preset").
+                preset = gr.Dropdown(choices=[(p.label, p.key) for p in presets], value=defaults.key,
+                                     label="Model preset", allow_custom_value=True)
+                preset_info = gr.Markdown(compare.preset_markdown(get_preset(defaults.key)), label="Preset")
+                with gr.Accordion("Custom pair (two Hub repo ids or local folders)", open=False):
+                    custom_target = gr.Textbox(label="Target", placeholder="HKUSTAudio/Llasa-3B or /path/to/model")
+                    custom_draft = gr.Textbox(label="Draft", placeholder="HKUSTAudio/Llasa-1B")
+                    custom_codec = gr.Textbox(label="Codec (optional)", placeholder=DEFAULT_CODEC,
+                                              info=f"default: {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]}")
+                    add_pair = gr.Button("Add pair to the presets", size="sm")
+                with gr.Accordion("Voice prompt (voice cloning, Llasa presets)", open=False):
+                    # A path, not samples: the clip is read only after its header passes the length check.
+                    voice_audio = gr.Audio(label="Clip to imitate (0.5-10 s)", sources=["upload", "microphone"],
+                                           type="filepath", format=None)
+                    voice_transcript = gr.Textbox(label="Transcript of the clip", value="", lines=2)
+                draft = gr.Dropdown(choices=list(defaults.drafts), value=defaults.default_draft, label="Draft model",
+                                    info="the small model that proposes tokens",
+                                    allow_custom_value=True)  # choices change with the preset; checked server-side
+                controls = setting_controls("speculation", config)
+                with gr.Accordion("Sampling", open=False):
+                    controls |= setting_controls("sampling", config)
 
     build_replay_row(race_view)
     with gr.Row(elem_classes=["ssd-dev"]):
