@@ -148,4 +148,4 @@ def test_config_and_the_listening_stores_import_without_torch():
 
 def test_developer_scripts_stay_outside_the_package():
     names = {p.stem for p in PACKAGE.rglob("*.py")}
-    assert not names & {"click_timing", "stream_bench", "smoke"} and not any(n.startswith("parity") for n in names)
+    assert not names & {"click_timing", "race_bench", "smoke"} and not any(n.startswith("parity") for n in names)

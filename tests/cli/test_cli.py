@@ -299,7 +299,7 @@ def _script_function(script: str, name: str):
     return _script_globals(script)[name]
 
 
-@pytest.mark.parametrize("command", ["eval", "sweep", "scripts.click_timing", "scripts.stream_bench"])
+@pytest.mark.parametrize("command", ["eval", "sweep", "scripts.click_timing"])
 def test_commands_rewrite_docs_only_when_asked(command):
     # A run on another machine or with other settings must not replace the recorded numbers by accident.
     import argparse
