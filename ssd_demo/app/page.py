@@ -54,6 +54,7 @@ body.ssd-presenter #ssd-text [data-testid="block-info"] { display: none; }
 #ssd-race-chart svg { display: block; }
 #ssd-intro h1 { margin-bottom: 0.1rem; }
 .ssd-lane h3 { margin: 0 0 0.2rem 0; }
+body:not(.ssd-presenter) .ssd-lane p { font-size: 0.9rem; }
 """
 
 

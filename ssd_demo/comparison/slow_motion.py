@@ -9,9 +9,11 @@ the autoregressive one audibly stalls; when there is none (one piece only, or a 
 this run) the replay says so and plays as measured.
 
 Each lane's replay plays every piece as it would have arrived: a piece starts at its stretched ready
-time or when the piece before it ends, whichever is later, with silence (a stall) before it. The audio
-itself is never stretched, only the time it waited for. Pure functions: numbers and arrays in, numbers
-and arrays out.
+time or when the piece before it ends, whichever is later, with silence (a stall) before it. A lane may start
+`buffer` seconds after its first piece, as a streaming player buffers (the page: `PLAYER_BUFFER`, the same for
+both lanes): jitter of a fraction of a second is then not heard as a stall, while a lane slower than real time
+still stalls. The audio itself is never stretched, only the time it waited for. Pure functions: numbers and
+arrays in, numbers and arrays out.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ AUDIBLE_STALL = 0.3
 _GRID_STEPS = 400
 #: Factors are kept in this range (a typed 0 or a huge number would make no sense to a listener).
 MIN_FACTOR, MAX_FACTOR = 1.0, 200.0
+#: What a streaming player buffers before it starts a lane (seconds): the page's replays start each lane this long
+#: after its first piece (between pieces a speculative lane's arrival jitters by up to about 0.2 s on a busy
+#: 2-core machine, which a listener would hear as hiccups where the lane is in fact ahead of real time).
+PLAYER_BUFFER = 0.3
 #: No replay runs longer than this (seconds) at a factor above 1: a talk can spend a minute on it, not the
 #: 54 minutes a paragraph took at x200. A clip longer than this as measured plays at x1.
 MAX_REPLAY_SECONDS = 60.0
@@ -46,11 +52,13 @@ class TimedPiece:
     ready_seconds: float
 
 
-def stretched_schedule(pieces: Sequence[TimedPiece], sample_rate: int, factor: float) -> list[tuple[float, float]]:
+def stretched_schedule(pieces: Sequence[TimedPiece], sample_rate: int, factor: float,
+                       buffer: float = 0.0) -> list[tuple[float, float]]:
     """(start, end) seconds at which each piece plays when the lane's production is `factor` times
     slower: it starts at `factor` x its ready time, or when the previous piece ends if that is later
-    (the listener never hears a piece before it exists, and pieces never overlap)."""
-    schedule, clock = [], 0.0
+    (the listener never hears a piece before it exists, and pieces never overlap); the first piece `buffer`
+    seconds after it is ready."""
+    schedule, clock = [], pieces[0].ready_seconds * factor + buffer if pieces else 0.0
     for piece in pieces:
         start = max(piece.ready_seconds * factor, clock)
         clock = start + (piece.end_sample - piece.start_sample) / sample_rate
@@ -59,10 +67,10 @@ def stretched_schedule(pieces: Sequence[TimedPiece], sample_rate: int, factor: f
 
 
 def slow_motion_track(audio: np.ndarray, pieces: Sequence[TimedPiece], sample_rate: int, factor: float,
-                      length: int | None = None) -> np.ndarray:
+                      length: int | None = None, buffer: float = 0.0) -> np.ndarray:
     """The lane as a listener would hear it at `factor`: silence until each piece's stretched start,
     then the piece (`stretched_schedule`); padded with silence to `length` samples when given."""
-    schedule = stretched_schedule(pieces, sample_rate, factor)
+    schedule = stretched_schedule(pieces, sample_rate, factor, buffer)
     end = int(round(schedule[-1][1] * sample_rate)) if schedule else 0
     track = np.zeros(max(end, length or 0), dtype=np.float32)
     for piece, (start, _) in zip(pieces, schedule):
@@ -72,25 +80,26 @@ def slow_motion_track(audio: np.ndarray, pieces: Sequence[TimedPiece], sample_ra
     return track
 
 
-def longest_stall(pieces: Sequence[TimedPiece], sample_rate: int, factor: float) -> float:
+def longest_stall(pieces: Sequence[TimedPiece], sample_rate: int, factor: float, buffer: float = 0.0) -> float:
     """The longest silence (seconds) between two pieces at `factor` (the wait before the first piece is
     not a stall: nothing has been said yet); 0 for one piece."""
-    schedule = stretched_schedule(pieces, sample_rate, factor)
+    schedule = stretched_schedule(pieces, sample_rate, factor, buffer)
     return max((start - end for (_, end), (start, _) in zip(schedule, schedule[1:])), default=0.0)
 
 
-def replay_seconds(pieces: Sequence[TimedPiece], sample_rate: int, factor: float) -> float:
+def replay_seconds(pieces: Sequence[TimedPiece], sample_rate: int, factor: float, buffer: float = 0.0) -> float:
     """How long the lane's replay lasts at `factor` (its last piece's end; never shorter at a larger factor)."""
-    schedule = stretched_schedule(pieces, sample_rate, factor)
+    schedule = stretched_schedule(pieces, sample_rate, factor, buffer)
     return schedule[-1][1] if schedule else 0.0
 
 
 def factor_ceiling(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece], sample_rate: int,
-                   limit: float = MAX_REPLAY_SECONDS) -> float:
+                   limit: float = MAX_REPLAY_SECONDS, buffer: float = 0.0) -> float:
     """The largest factor (<= MAX_FACTOR) at which neither replay lasts longer than `limit` seconds, to within
     0.1%; MIN_FACTOR when even the clips as measured are longer (the length only grows with the factor)."""
     def fits(factor: float) -> bool:
-        return max(replay_seconds(ar_pieces, sample_rate, factor), replay_seconds(spec_pieces, sample_rate, factor)) <= limit
+        return max(replay_seconds(ar_pieces, sample_rate, factor, buffer),
+                   replay_seconds(spec_pieces, sample_rate, factor, buffer)) <= limit
 
     if fits(MAX_FACTOR):
         return MAX_FACTOR
@@ -109,7 +118,7 @@ NOT_FAST_ENOUGH = "the speculative run was not fast enough on this run to show t
 
 
 def automatic_factor(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[TimedPiece],
-                     sample_rate: int, ceiling: float = MAX_FACTOR) -> tuple[float, str | None]:
+                     sample_rate: int, ceiling: float = MAX_FACTOR, buffer: float = 0.0) -> tuple[float, str | None]:
     """The factor that shows the difference, from the measured timelines themselves: the largest factor at
     which the speculative lane has no stall longer than `GAP_TOLERANCE` while the autoregressive lane has
     one of `AUDIBLE_STALL` at least. None such (too few pieces, or a speedup too small on this run, as
@@ -120,8 +129,8 @@ def automatic_factor(ar_pieces: Sequence[TimedPiece], spec_pieces: Sequence[Time
     for factor in np.geomspace(MAX_FACTOR, MIN_FACTOR, _GRID_STEPS):
         if factor > ceiling:
             continue
-        if (longest_stall(spec_pieces, sample_rate, factor) <= GAP_TOLERANCE
-                and longest_stall(ar_pieces, sample_rate, factor) >= AUDIBLE_STALL):
+        if (longest_stall(spec_pieces, sample_rate, factor, buffer) <= GAP_TOLERANCE
+                and longest_stall(ar_pieces, sample_rate, factor, buffer) >= AUDIBLE_STALL):
             return float(factor), None
     return MIN_FACTOR, NOT_FAST_ENOUGH
 
@@ -170,17 +179,18 @@ class SlowMotion:
 
 def slow_motion(ar_audio: np.ndarray, ar_pieces: Sequence[TimedPiece], ar_real_time_factor: float,
                 spec_audio: np.ndarray, spec_pieces: Sequence[TimedPiece], spec_real_time_factor: float,
-                sample_rate: int, factor: float | None = None) -> SlowMotion:
+                sample_rate: int, factor: float | None = None, buffer: float = 0.0) -> SlowMotion:
     """Both lanes' slow-motion tracks, at `factor` or (None) the `automatic_factor` of their measured
-    timelines; the real-time factors (LM + codec seconds per second of audio) are the paces it prints."""
+    timelines, each lane starting `buffer` seconds after its first piece; the real-time factors (seconds per
+    second of audio) are the paces it prints."""
     automatic = factor is None or not factor > 0
-    ceiling = factor_ceiling(ar_pieces, spec_pieces, sample_rate)
-    chosen, why = (automatic_factor(ar_pieces, spec_pieces, sample_rate, ceiling) if automatic
+    ceiling = factor_ceiling(ar_pieces, spec_pieces, sample_rate, buffer=buffer)
+    chosen, why = (automatic_factor(ar_pieces, spec_pieces, sample_rate, ceiling, buffer) if automatic
                    else (clamp_factor(factor), None))
     capped_from = chosen if chosen > ceiling else None
     chosen = min(chosen, ceiling)
-    ar = slow_motion_track(ar_audio, ar_pieces, sample_rate, chosen)
-    spec = slow_motion_track(spec_audio, spec_pieces, sample_rate, chosen)
+    ar = slow_motion_track(ar_audio, ar_pieces, sample_rate, chosen, buffer=buffer)
+    spec = slow_motion_track(spec_audio, spec_pieces, sample_rate, chosen, buffer=buffer)
     length = max(len(ar), len(spec))
     return SlowMotion(chosen, automatic, np.pad(ar, (0, length - len(ar))), np.pad(spec, (0, length - len(spec))),
                       chosen * ar_real_time_factor, chosen * spec_real_time_factor, why, capped_from)

@@ -26,7 +26,7 @@ import soundfile
 from ...engine.cancellation import StopCheck, check
 from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, run
 from ...comparison.lanes import lane_workers
-from ...comparison.slow_motion import SlowMotion, TimedPiece, pieces_from_timing, slow_motion
+from ...comparison.slow_motion import PLAYER_BUFFER, SlowMotion, TimedPiece, pieces_from_timing, slow_motion
 from ...speech.streaming import AudioPiece, stream_timing
 from ...speech.synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
@@ -155,7 +155,7 @@ def together_note(race: Race) -> str:
         slower = {lane: value for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN}
         cost = "".join(f"; beside the other, {lane} ran {value:.0%} slower than alone (timed at start-up)"
                        for lane, value in slower.items())
-        return f" · both decoders run at once, each on its own core{cost}"
+        return f" · both at once, each on its own core{cost}"
     return f" · one after the other ({race.apart})"
 
 
@@ -169,10 +169,10 @@ def lane_markdown(lane: RaceLane, label: str) -> str:
     state = ("done" if lane.seconds is not None else "stopped" if lane.stopped is not None
              else "running" if lane.started is not None else "waiting")
     speech = sum(len(piece.audio) / piece.sample_rate for piece in lane.pieces)
-    return (f"### {label}\n"
+    return (f"### {label} · {state} {_seconds(lane.elapsed())}\n"
             f"**{lane.tokens}** tokens · **{lane.rounds}** target calls"
-            f"{f' · {lane.rejected} rejected' if lane.rejected else ''} · {state} {_seconds(lane.elapsed())}  \n"
-            f"First audio after **{_seconds(lane.time_to_first_audio)}** · {speech:.1f} s of speech")
+            f"{f' · {lane.rejected} rejected' if lane.rejected else ''} · {speech:.1f} s of speech  \n"
+            f"First audio after **{_seconds(lane.time_to_first_audio)}**")
 
 
 #: A race whose slower run took less than this (seconds until its last audio) is too short for a bold claim: one
@@ -285,7 +285,7 @@ def slow_motion_of(race: Race, comparison: Comparison, factor: float | None = No
 
     ar, spec = comparison.ar, comparison.spec
     return slow_motion(ar.audio, timed("autoregressive"), ar.real_time_factor, spec.audio, timed("speculative"),
-                       spec.real_time_factor, ar.sample_rate, factor)
+                       spec.real_time_factor, ar.sample_rate, factor, buffer=PLAYER_BUFFER)
 
 
 def slow_motion_from_files(ar_path: str | Path, spec_path: str | Path, details: dict,
@@ -296,7 +296,8 @@ def slow_motion_from_files(ar_path: str | Path, spec_path: str | Path, details: 
     (ar_audio, rate), (spec_audio, _) = clips
     timings = [pieces_from_timing(details["race"][name], rate) for name in LANES]
     ar_rtf, spec_rtf = (details[name]["real_time_factor"] for name in LANES)
-    return slow_motion(ar_audio, timings[0], ar_rtf, spec_audio, timings[1], spec_rtf, rate, factor)
+    return slow_motion(ar_audio, timings[0], ar_rtf, spec_audio, timings[1], spec_rtf, rate, factor,
+                       buffer=PLAYER_BUFFER)
 
 
 def write_replay_files(replay: SlowMotion, sample_rate: int, directory: Path | None = None) -> tuple[Path, Path]:

@@ -156,7 +156,9 @@ if (!window.ssdPlayer) {
       if (sources.length) { log(null, 'stop', sinceClick()); }
       sources = [];
     },
-    playing: () => !!ctx && Object.values(lanes).some((l) => l.end !== undefined && l.end > ctx.currentTime),
+    // Whether a voice is still to end (not once silenced: the stopped voices' scheduled ends mean nothing).
+    playing: () => !silenced && !!ctx &&
+      Object.values(lanes).some((l) => l.end !== undefined && l.end > ctx.currentTime),
   };
   // A replay starting silences the live voices and the other replay.
   document.addEventListener('play', (e) => {

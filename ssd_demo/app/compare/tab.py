@@ -156,7 +156,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # Enter races, Shift+Enter starts a new line (`ENTER_RACES_JS`).
             text = gr.Textbox(label=f"Text (up to {defaults.max_text_chars} characters; Enter races, Shift+Enter: "
                                     "new line)",
-                              placeholder="Type an English sentence…", lines=1, max_lines=6,
+                              placeholder="Type an English sentence…", lines=1, max_lines=3,
                               elem_id="ssd-text")  # no max_length: the browser would cut a paste silently;
                               # the server refuses a longer text with a message, and the text stays here
             with gr.Row(elem_classes=["ssd-presenter-only"]):  # one click: the sentence, then the race
