@@ -176,3 +176,15 @@ def test_the_typed_factor_is_read_and_anything_not_taken_as_typed_is_said(typed,
     chosen, message = parse_factor(typed)
     assert chosen == factor
     assert (message is None) if says is None else (says in message)
+
+
+def test_a_players_buffer_absorbs_jitter_but_not_a_lane_slower_than_real_time():
+    # Pieces of 0.5 s: a lane whose second piece comes 0.2 s late (jitter), and one that falls behind.
+    jittery = [TimedPiece(0, RATE // 2, 0.3), TimedPiece(RATE // 2, RATE, 1.0), TimedPiece(RATE, 3 * RATE // 2, 1.3)]
+    behind = [TimedPiece(i * RATE // 2, (i + 1) * RATE // 2, 0.3 + 0.8 * i) for i in range(6)]
+    assert longest_stall(jittery, RATE, 1.0) == pytest.approx(0.2)
+    assert longest_stall(jittery, RATE, 1.0, buffer=0.3) == 0.0
+    assert longest_stall(behind, RATE, 1.0, buffer=0.3) >= AUDIBLE_STALL
+    # The buffer delays the first piece, and only the first, by its length when nothing else is late.
+    on_time = [TimedPiece(0, RATE // 2, 0.3), TimedPiece(RATE // 2, RATE, 0.5)]
+    assert [start for start, _ in stretched_schedule(on_time, RATE, 2.0, buffer=0.3)] == pytest.approx([0.9, 1.4])
