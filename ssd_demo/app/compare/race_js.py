@@ -10,10 +10,12 @@ body.ssd-presenter .ssd-example { white-space: normal; font-size: 0.85rem; line-
 body.ssd-presenter #ssd-headline h1 { font-size: 2.4rem; margin: 0; }
 body.ssd-presenter .ssd-lane h3 { margin: 0 0 0.2rem 0; }
 body.ssd-presenter #ssd-replay-note p { margin: 0; }
-/* A long status, replay or headline basis line (a paragraph's race, a median's range) keeps two lines on the projector;
-   the whole text stays in the page (selectable, read by screen readers) and in the API's outputs. */
-body.ssd-presenter #ssd-replay-note p, body.ssd-presenter #ssd-status p, body.ssd-presenter #ssd-headline p {
+/* A long status or headline basis line (a median's range) keeps two lines on the projector; the whole text stays
+   in the page (selectable, read by screen readers) and in the API's outputs. The replay line is never cut: its
+   numbers are the point (it wraps, smaller). */
+body.ssd-presenter #ssd-status p, body.ssd-presenter #ssd-headline p {
   display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
+body.ssd-presenter #ssd-replay-note p { font-size: 0.95rem; }
 body.ssd-presenter #ssd-replay [data-testid="block-label"] { font-size: 0.8rem; }
 #ssd-stage-css { display: none; }
 """
