@@ -13,7 +13,7 @@ from ssd_demo.listening.stimuli import create_stimulus_set, tone_renderer
 SYSTEMS = ("AR", "SSD beta=0.3 K=4", "exact speculative")
 TEXTS = tuple(f"Sentence number {n}, read aloud." for n in range(1, 10))  # 9 sentences x 3 pairs = 27 A/B trials
 REVEALING = re.compile(r"\bAR\b|SSD|beta|exact|speculative", re.IGNORECASE)
-START, SUBMIT = "/listening_start", "/listening_submit"
+START, SUBMIT, CLIPS = "/listening_start", "/listening_submit", "/listening_clips"
 PLAYED = ("/listening_played_a", "/listening_played_b")
 TOKEN = "experimenter-token"
 DONE, SAVED = 9, 10  # indices of the closing message and the browser's saved session among the trial outputs
@@ -33,11 +33,13 @@ def client(url: str) -> Client:
 
 
 def is_ab(out) -> bool:
-    """Whether the trial shown is an A/B trial (two clips) rather than a MOS trial (one clip, A)."""
-    return out[5] is not None
+    """Whether the trial shown is an A/B trial (two clips, a choice) rather than a MOS trial (one clip, A)."""
+    return bool(out[6]["visible"])
 
 
 def play(api: Client, session_id: str, trial_id: str, ab: bool) -> None:
+    """The trial's clips fetched (a play counts only for a clip the session fetched), then played to the end."""
+    api.predict(session_id, trial_id, api_name=CLIPS)
     for endpoint in PLAYED if ab else PLAYED[:1]:
         api.predict(session_id, trial_id, api_name=endpoint)
 

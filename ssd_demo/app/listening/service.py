@@ -14,7 +14,6 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +30,9 @@ from ...listening.stimulus_sets import (StimulusSet, current_stimulus_set, data_
 from ...listening.study_results import study_results, write_long_csv
 from ...listening.study_sessions import StudyRunner, StudyTrialView
 from ...listening.study_store import ListeningStore
+from .experimenter_access import (EXPERIMENTER_OFF, _export_dir, _private_file, check_build_allowed,  # noqa: F401
+                                  check_results_token, prune_exports, results_token_configured)
+from .session_limits import SessionStarts
 
 CURRENT_SET = "current"  # the results selector's value for "the set now served"
 EXPORTS_KEPT = 5  # CSV exports kept in the export folder; older ones are deleted
@@ -85,16 +87,6 @@ def browser_secret(db_path: Path) -> str:
     return secret
 
 
-def check_build_allowed(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse to build stimulus sets on a Space without a results token: anyone could keep the model busy."""
-    env = os.environ if environ is None else environ
-    if env.get("SPACE_ID") and not env.get("SSD_DEMO_RESULTS_TOKEN", ""):
-        raise ListeningError(
-            "Building stimulus sets is disabled on this Space because no results token is configured: "
-            "set the SSD_DEMO_RESULTS_TOKEN secret in the Space settings, restart, and enter the token here."
-        )
-
-
 @dataclass
 class ListeningSettings:
     data_dir: Path
@@ -119,10 +111,11 @@ CLIP_READ_ERRORS = (OSError, ValueError, sf.SoundFileError)
 
 @dataclass(frozen=True)
 class TabTrial:
-    """A trial as the tab shows it: the study's view and each clip's samples, in the view's order."""
+    """A trial as the tab shows it: the study's view, and each clip's samples in the view's order once the page
+    fetched them (`ListeningApp.clips`; a trial is shown without them)."""
 
     view: StudyTrialView
-    audio: tuple[tuple[int, np.ndarray], ...]  # (sample rate, int16 samples): the file's exact level
+    audio: tuple[tuple[int, np.ndarray], ...] = ()  # (sample rate, int16 samples): the file's exact level
 
     @property
     def kind(self) -> str:
@@ -140,6 +133,7 @@ class ListeningApp:
         self._runner: StudyRunner | None = None
         self._by_set: dict[SetKey, StudyRunner] = {}  # every set a session here has used
         self._lock = threading.Lock()
+        self.starts = SessionStarts()  # new sessions per network address, as the study server counts them
 
     def close(self) -> None:
         self.store.close()
@@ -204,9 +198,12 @@ class ListeningApp:
         with self._lock:
             return self._by_set.setdefault(key, runner)
 
-    def start(self, rater_id: str | None) -> TabTrial | None:
+    def start(self, rater_id: str | None, address: str | None = None) -> TabTrial | None:
+        """Start a session (a rater id with an open one gets it back); `address` (the client's) may start a
+        bounded number of new sessions an hour (`session_limits`)."""
         runner = self.runner()
-        session = runner.start_session(rater_id=rater_id)
+        session = self.starts.start(self.store, TAB_STUDY, rater_id, address,
+                                    lambda: runner.start_session(rater_id=rater_id))
         return self._shown(runner, runner.next_view(session.session_id))
 
     def submit(self, session_id: str, trial_id: str, choice: str | None, score_a, score_b) -> TabTrial | None:
@@ -214,11 +211,7 @@ class ListeningApp:
         runner = self.session_runner(session_id)
         trial = self.store.get_study_trial(session_id, trial_id)
         view = runner.submit(session_id, trial_id, tab_answer(trial.kind, choice, score_a, score_b))
-        try:
-            return self._shown(runner, view)
-        except ListeningError as error:
-            # The answer is stored: the rater must not think it was lost and answer again elsewhere.
-            raise ListeningError(f"Your vote was saved, but the next trial cannot be shown: {error}") from None
+        return self._shown(runner, view)
 
     def record_play(self, session_id: str, trial_id: str, clip: str) -> tuple[str, frozenset[str]]:
         """Record that a clip played to the end; (the trial's kind, its clips played so far)."""
@@ -245,12 +238,18 @@ class ListeningApp:
         runner = self.session_runner(session_id)
         return self._shown(runner, runner.next_view(session_id))
 
-    def _shown(self, runner: StudyRunner, view: StudyTrialView | None) -> TabTrial | None:
-        if view is None:
-            return None
-        # The tab sends every clip's audio with its trial: they are all fetched now.
-        runner.fetch_clip(view.session_id, view.trial_id, *(c.label for c in view.conditions))
+    def clips(self, session_id: str, trial_id: str) -> TabTrial:
+        """The trial's clips, handed to the session now and recorded as fetched: a play counts only for a clip
+        its session fetched, at least 90% of the clip's length earlier (the study server's rule), so a client
+        cannot report plays of audio it never asked for."""
+        runner = self.session_runner(session_id)
+        trial = self.store.get_study_trial(session_id, trial_id)
+        view = runner.fetch_clip(session_id, trial_id, *(c.label for c in trial.conditions))
         return TabTrial(view, tuple(_read_clip(runner.stimulus_set, c.clip) for c in view.conditions))
+
+    def _shown(self, runner: StudyRunner, view: StudyTrialView | None) -> TabTrial | None:
+        # A trial is shown without its clips: the page fetches them next (`clips`).
+        return None if view is None else TabTrial(view)
 
     def results_key(self, selected: str | None) -> SetKey | None:
         """The set the results show: `selected` ("name:sha256" or "name"), else the served set,
@@ -337,58 +336,7 @@ def _key(stimulus_set: StimulusSet) -> SetKey:
     return (stimulus_set.name, stimulus_set.manifest_sha256)
 
 
-def prune_exports(folder: Path | str, keep: int = 5, pattern: str = "listening_votes_*.csv") -> list[Path]:
-    """Delete all but the `keep` newest exports in `folder` (names sort by UTC timestamp); return those deleted."""
-    if keep < 0:
-        raise ValueError(f"keep must be zero or more, got {keep}")
-    exports = sorted(Path(folder).glob(pattern), key=lambda p: p.name, reverse=True)
-    removed = exports[keep:]
-    for old in removed:
-        old.unlink(missing_ok=True)
-    return removed
-
-
-EXPERIMENTER_OFF = (
-    "The experimenter's view (results, export, building a stimulus set) is off: no results token is configured. "
-    "Set SSD_DEMO_RESULTS_TOKEN on the server (a Space secret on Hugging Face), restart, and enter it here."
-)
-
-
-def results_token_configured() -> bool:
-    return bool(os.environ.get("SSD_DEMO_RESULTS_TOKEN", ""))
-
-
-def check_results_token(token: str | None) -> None:
-    """Refuse unless SSD_DEMO_RESULTS_TOKEN is set and `token` matches it (constant-time compare).
-    Without a configured token the experimenter's view is off, so raters never reach the results."""
-    expected = os.environ.get("SSD_DEMO_RESULTS_TOKEN", "")
-    if not expected:
-        raise ListeningError(EXPERIMENTER_OFF)
-    if not hmac.compare_digest((token or "").encode(), expected.encode()):
-        raise ListeningError("Results are protected: enter the results token.")
-
-
 _APPS: list[ListeningApp] = []
-_EXPORTS: list[Path] = []
-
-
-def _export_dir() -> Path:
-    """One private temporary folder per process for CSV exports (Gradio serves a copy from its cache)."""
-    if not _EXPORTS:
-        _EXPORTS.append(Path(tempfile.mkdtemp(prefix="listening-export-")))
-    return _EXPORTS[0]
-
-
-def _private_file(path: Path) -> Path:
-    """`path` created empty with mode 0600 (or set to it), so what is written into it next is private."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    return path
-
-
 def register_app(app: ListeningApp) -> None:
     """Keep a tab's app so that `close_listening_apps` can close its database connections."""
     _APPS.append(app)

@@ -11,7 +11,8 @@ import gradio as gr
 
 from ...errors import UserError
 from .refusals import refused
-from .service import EXPERIMENTER_OFF, public_message, results_token_configured
+from .experimenter_access import EXPERIMENTER_OFF, results_token_configured
+from .service import public_message
 from .study_experimenter import PROGRESS_COLUMNS, StudyExperimenter
 
 REFRESH_SECONDS = 10  # live progress: how often the table refreshes while the page is open

@@ -25,7 +25,7 @@ from ...listening.study_sessions import list_studies, load_study_and_stimuli
 from ...listening.study_setup import create_study
 from ...listening.study_report import format_results
 from ...listening.stimuli import tone_renderer
-from .service import _export_dir, _private_file, check_build_allowed, check_results_token, prune_exports
+from .experimenter_access import _export_dir, _private_file, check_build_allowed, check_results_token, prune_exports
 
 PROGRESS_COLUMNS = ["rater", "session", "started (UTC)", "answered", "of", "last answer (UTC)", "completed",
                     "invalidated"]

@@ -28,6 +28,7 @@ from .. import jobs
 from .service import register_app
 from .study_admin import build_study_admin
 from .study_player import CSS, JS, TEMPLATE
+from .session_limits import client_address
 from .study_service import StudyService, StudySettings
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,8 @@ def build_rater_page(service: StudyService) -> gr.HTML:
 
 
 def _address(client: gr.Request | None) -> str | None:
-    """The client's network address (None when unknown): the peer's, or the last X-Forwarded-For hop only
-    behind a trusted proxy (`jobs.client_address`), so that a rater cannot claim a new address per session."""
-    host = jobs.client_address(client) if client is not None else None
-    return host if isinstance(host, str) and host else None
+    """The client's network address (`session_limits.client_address`), as the sessions per address count it."""
+    return client_address(client)
 
 
 def _text(value: object) -> str:

@@ -35,7 +35,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,18 +48,13 @@ from ...listening.stimulus_sets import SET_NAME, data_dir
 from ...listening.study_store import ListeningStore
 from ...listening.study_sessions import StudyRegistry, StudyRunner, StudyTrialView, database_path
 from .service import browser_secret, public_message
+from .session_limits import SessionStarts
 
 STUDY_ENV = "SSD_DEMO_STUDY"
 COPY_SECONDS = 3600  # how long a condition's copy stays in the service's folder
 #: The copies' folder is kept under this many bytes: the oldest copies go first (a copy is made again, the
 #: same, when its trial is shown again), so a flood of sessions cannot fill the disk.
 MAX_COPY_BYTES = 256 * 1024 * 1024
-#: New sessions one network address may start per hour (a rater needs one; a resumed session is not new);
-#: $SSD_DEMO_SESSIONS_PER_ADDRESS changes it (0: no limit), e.g. behind a proxy that hides raters' addresses.
-SESSIONS_PER_ADDRESS = 60
-SESSION_WINDOW_SECONDS = 3600
-TOO_MANY_SESSIONS = ("Too many new sessions from your network address in the last hour. If you have started "
-                     "this study, continue it in the same browser; otherwise try again later.")
 
 
 def served_studies(argv: Sequence[str] | None = None, environ: dict | None = None) -> tuple[str, ...]:
@@ -105,8 +99,7 @@ class StudyService:
         self._copies = Path(tempfile.mkdtemp(prefix="study-clips-"))
         self._pruned_at = time.monotonic()
         self._copy_bytes = 0  # written since the folder was last measured
-        self._starts: dict[str, list[float]] = {}  # address -> when its new sessions started
-        self._starts_lock = threading.Lock()
+        self.starts = SessionStarts()  # new sessions per network address
         # Ctrl-C and a normal exit run this; `app.py` turns SIGTERM into a normal exit too.
         atexit.register(shutil.rmtree, self._copies, True)
 
@@ -218,31 +211,14 @@ class StudyService:
 
     def start(self, study: str | None, rater_id: str | None, address: str | None = None) -> dict:
         """Start (or, for a rater id with an open session, resume) a session; `address` (the client's) may
-        start at most SESSIONS_PER_ADDRESS new sessions an hour."""
+        start a bounded number of new sessions an hour (`session_limits`)."""
         try:
             runner = self.runner(study)
-            limit = sessions_per_address()
-            known = bool(rater_id and rater_id.strip() in {s.rater_id for s in self.store.study_sessions(runner.study.name)})
-            if address and limit and not known and self._recent_starts(address) >= limit:  # a known id resumes
-                return {"state": "start", "refused": TOO_MANY_SESSIONS}
-            before = {s.session_id for s in self.store.study_sessions(runner.study.name)} if address else set()
-            session = runner.start_session(rater_id=rater_id or None)
-            if address and session.session_id not in before:
-                with self._starts_lock:
-                    self._starts.setdefault(address, []).append(time.monotonic())
+            session = self.starts.start(self.store, runner.study.name, rater_id, address,
+                                        lambda: runner.start_session(rater_id=rater_id or None))
             return self._next(runner, session.session_id)
         except ListeningError as error:
             return {"state": "start", "refused": public_message(error)}
-
-    def _recent_starts(self, address: str) -> int:
-        cutoff = time.monotonic() - SESSION_WINDOW_SECONDS
-        with self._starts_lock:
-            recent = [t for t in self._starts.get(address, []) if t > cutoff]
-            if recent:
-                self._starts[address] = recent
-            else:
-                self._starts.pop(address, None)
-            return len(recent)
 
     def played(self, session_id: str, trial_id: str, label: str) -> dict:
         """A clip played to the end: {"played": labels} once the server counts it, else {"refused": why}."""
@@ -293,12 +269,6 @@ class StudyService:
             # No clip here: the page fetches each through `clip`, which is what lets its plays count.
             "conditions": [{"label": c.label, "rated": c.rated, "must_play": c.must_play} for c in view.conditions],
         }
-
-
-def sessions_per_address(environ: dict | None = None) -> int:
-    """SESSIONS_PER_ADDRESS, or $SSD_DEMO_SESSIONS_PER_ADDRESS when set to a whole number (0: no limit)."""
-    value = (os.environ if environ is None else environ).get("SSD_DEMO_SESSIONS_PER_ADDRESS", "").strip()
-    return int(value) if value.isdigit() else SESSIONS_PER_ADDRESS
 
 
 def dithered_wav(source: Path, seed: int) -> bytes:

@@ -35,6 +35,7 @@ from .service import (CURRENT_SET, EXPERIMENTER_OFF, ListeningApp, ListeningSett
     register_app, results_token_configured)
 from .charts import results_figure
 from .refusals import refused
+from .session_limits import client_address
 from ...listening.ab_mos import set_label, summary_dict, summary_markdown
 from ...listening.errors import InvalidAnswerError, ListeningError, NotListenedError
 from ...listening.stimulus_sets import storage_warning
@@ -102,6 +103,11 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
     # Kept in the page's localStorage by plain JavaScript: a gr.BrowserState inside a tab that is not
     # shown when the page loads is not read on load, so a reload started over at the start screen.
     saved_session = gr.Textbox(visible=False, label="saved session")
+    # A trial is shown without its clips; the page then asks for them (`listening_clips`), which the server
+    # records as fetched: a play counts only for a clip the session fetched. `loaded`: the trial whose clips
+    # the page holds, so that a refused submission (the same trial) does not load them again.
+    loaded = gr.State("")
+    clips_button = gr.Button(visible=False)  # carries the API endpoint `listening_clips` for scripted raters
 
     trial_outputs = [
         session_box,
@@ -151,8 +157,8 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             view.trial_id,
             f"**{view.progress_label}**",
             f"Sentence: *{view.text}*",
-            trial.audio[0],
-            trial.audio[1] if ab else None,
+            None,  # the clips come next, fetched (`listening_clips`)
+            None,
             gr.Radio(value=None, visible=ab, interactive=ab and {"A", "B"} <= view.played),
             gr.Radio(value=None, visible=not ab, interactive=not ab and "A" in view.played),
             gr.Radio(value=None, visible=False, interactive=False),
@@ -164,9 +170,9 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             "",
         )
 
-    def start(rater_id: str | None) -> tuple:
+    def start(rater_id: str | None, request: gr.Request = None) -> tuple:
         try:
-            view = app.start(rater_id)
+            view = app.start(rater_id, client_address(request))
         except ListeningError as error:
             raise refused(error) from None
         return show(view, view.view.session_id if view else "")
@@ -208,6 +214,22 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
 
         return handler
 
+    def clips(session_id: str, trial_id: str) -> tuple:
+        """The shown trial's clips (A, and B in an A/B trial), recorded as fetched by the session."""
+        try:
+            audio = app.clips(session_id, trial_id).audio
+        except ListeningError as error:
+            raise refused(error) from None
+        return audio[0], audio[1] if len(audio) > 1 else None
+
+    def load_clips(session_id: str, trial_id: str, holding: str) -> tuple:
+        """After a trial is shown: its clips, unless the page holds them already (a refused submission)."""
+        if trial_id == holding:
+            return gr.skip(), gr.skip(), gr.skip()
+        if not session_id or not trial_id:
+            return None, None, ""
+        return (*clips(session_id, trial_id), trial_id)  # a clip that cannot be read is the error shown
+
     def resume(saved: str | None) -> tuple | dict:
         """On page load: continue the session this browser was in (its signed id from localStorage)."""
         session_id = app.session_from_token(saved)
@@ -219,17 +241,22 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
             return gr.skip()  # unknown or replaced session: the rater simply starts a new one
         return show(view, session_id)  # a finished session shows its closing message and completion code again
 
+    clip_io = ([session_box, trial_box, loaded], [audio_a, audio_b, loaded])
+    clips_button.click(clips, [session_box, trial_box], [audio_a, audio_b], api_name="listening_clips",
+                       concurrency_limit=16)
     root = gr.context.Context.root_block
     if root is not None:
         root.load(resume, [saved_session], trial_outputs, api_name="listening_resume", concurrency_limit=16,
-                  js=f"() => {{ try {{ return localStorage.getItem({STORAGE_KEY!r}) || ''; }} catch (e) {{ return ''; }} }}")
+                  js=f"() => {{ try {{ return localStorage.getItem({STORAGE_KEY!r}) || ''; }} catch (e) {{ return ''; }} }}"
+                  ).then(load_clips, *clip_io, api_visibility="private", concurrency_limit=16)
 
     # trigger_mode="once": clicks while a submission is in flight are dropped; the store's
     # UNIQUE(trial_id) makes a second submission harmless anyway.
     remember = f"(token) => {{ try {{ if (token) localStorage.setItem({STORAGE_KEY!r}, token); }} catch (e) {{}} }}"
     start_button.click(
         start, [rater_box], trial_outputs, api_name="listening_start", trigger_mode="once", concurrency_limit=16
-    ).then(None, [saved_session], None, js=remember, api_visibility="private")
+    ).then(None, [saved_session], None, js=remember, api_visibility="private").then(
+        load_clips, *clip_io, api_visibility="private", concurrency_limit=16)
     for clip, audio in (("A", audio_a), ("B", audio_b)):
         # `stop` fires when the player reaches the end of the clip (`pause` fires on any stop).
         audio.stop(played(clip), [session_box, trial_box], [score_a_radio, choice_radio, status_text],
@@ -241,7 +268,8 @@ def build_listening_tab(data_root: Path | None = None, concurrency_id: str | Non
         api_name="listening_submit",
         trigger_mode="once",
         concurrency_limit=16,
-    ).then(None, [saved_session], None, js=remember, api_visibility="private")
+    ).then(None, [saved_session], None, js=remember, api_visibility="private").then(
+        load_clips, *clip_io, api_visibility="private", concurrency_limit=16)
 
     with gr.Accordion("Results (for the experimenter)", open=False):
         if not results_token_configured():

@@ -25,8 +25,8 @@ from ssd_demo.listening.study_store import ListeningStore
 from ssd_demo.app.listening.service import close_listening_apps
 from ssd_demo.app.listening.tab import build_listening_tab
 from ssd_demo.app.page import QUEUE_MAX_SIZE
-from support.listening_tab import (AB_TRIALS, DONE, PLAYED, REVEALING, SAVED, START, SUBMIT, SYSTEMS, TEXTS, TOKEN,  # noqa: F401
-                                   TRIALS, answer, client, is_ab, make_data, play)
+from support.listening_tab import (AB_TRIALS, CLIPS, DONE, PLAYED, REVEALING, SAVED, START, SUBMIT, SYSTEMS, TEXTS,  # noqa: F401
+                                   TOKEN, TRIALS, answer, client, is_ab, make_data, play)
 
 @contextmanager
 def serve(root: Path) -> Iterator[str]:
@@ -171,7 +171,10 @@ def test_rater_view_hides_systems_and_serves_recorded_positions(data):
                 text = json.dumps(out)
                 assert not REVEALING.search(text), text
                 trial = store.get_study_trial(out[0], out[1])
-                served = [sf.read(out[k]["path"], dtype="int16")[0] for k in (4, 5) if out[k] is not None]
+                assert out[4] is None and out[5] is None  # a trial is shown without its clips: they are fetched
+                clips = api.predict(out[0], out[1], api_name=CLIPS)
+                assert not REVEALING.search(json.dumps(clips)), clips
+                served = [sf.read(clip["path"], dtype="int16")[0] for clip in clips if clip is not None]
                 # The audio served as A (and B) is exactly the recorded systems' clips, in the recorded positions.
                 item = stimulus_set.item(trial.item_id)
                 assert len(served) == len(trial.conditions) == (2 if trial.kind == "ab" else 1)
@@ -301,6 +304,7 @@ def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
         # No play reported: the vote is refused, the trial stays as it was, the rater is told why.
         refused = api.predict(session_id, trial_id, "A", None, None, api_name=SUBMIT)
         assert "Listen to samples A, B to the end" in refused[-1]
+        api.predict(session_id, trial_id, api_name=CLIPS)  # what the page does after showing a trial
         # A play reported sooner than the clip could have been heard does not count.
         early = api.predict(session_id, trial_id, api_name=PLAYED[0])
         assert "cannot have been played to the end" in early[-1]
@@ -321,6 +325,49 @@ def test_votes_without_listening_are_refused_with_a_message(data, monkeypatch):
     [stored] = stored_answers(data)
     assert stored.trial_id == trial_id and stored.trial_seconds == 2.0  # on the test's clock
     assert sorted((r.label, r.plays) for r in stored_ratings(data)) == [("A", 1), ("B", 1)]
+
+
+@pytest.mark.server
+def test_a_play_counts_only_for_a_clip_the_session_fetched(data, monkeypatch):
+    from ssd_demo.listening import database
+    from support.clock import ManualClock
+
+    monkeypatch.setattr(sessions_module, "LISTEN_FRACTION", 0.9)
+    clock = ManualClock()
+    monkeypatch.setattr(database, "system_clock", clock)
+    monkeypatch.setenv("SSD_DEMO_LISTENING_TRIALS", "1")
+    with serve(data) as url:
+        api = client(url)
+        out = api.predict("", api_name=START)
+        assert out[4] is None and out[5] is None  # showing a trial hands out no clip
+        clock.advance(5.0)  # however long after the trial was shown: a clip never fetched was never heard
+        for endpoint in PLAYED:
+            assert "was never loaded" in api.predict(out[0], out[1], api_name=endpoint)[-1]
+        api.predict(out[0], out[1], api_name=CLIPS)
+        assert "cannot have been played to the end" in api.predict(out[0], out[1], api_name=PLAYED[0])[-1]
+        clock.advance(1.0)  # the clips are about 0.1 s long
+        for endpoint in PLAYED:
+            api.predict(out[0], out[1], api_name=endpoint)
+        after = api.predict(out[0], out[1], "B", None, None, api_name=SUBMIT)
+        assert after[2] == "**Trial 2 of 6**", after[-1]
+    with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
+        assert [label for _, label, _ in store.clip_fetches(out[0])] == ["A", "B"]
+        assert len(store.study_plays(out[0])) == 2
+
+
+@pytest.mark.server
+def test_one_address_starts_a_bounded_number_of_new_sessions_and_rater_ids_ignore_case(data, monkeypatch):
+    monkeypatch.setenv("SSD_DEMO_SESSIONS_PER_ADDRESS", "2")
+    with serve(data) as url:
+        api = client(url)
+        first = api.predict("Alice", api_name=START)
+        assert api.predict("", api_name=START)[0] != first[0]
+        with pytest.raises(AppError, match="Too many new sessions from your network address"):
+            api.predict("", api_name=START)  # a third new session from 127.0.0.1 within the hour
+        again = api.predict("ALICE", api_name=START)  # the same rater typed otherwise: resumed, even at the limit
+        assert again[:2] == first[:2]
+    with ListeningStore(data / "listening.sqlite3", app_version="reader") as store:
+        assert sorted(s.rater_id or "" for s in store.study_sessions(TAB_STUDY)) == ["", "Alice"]  # as given
 
 
 @pytest.mark.server

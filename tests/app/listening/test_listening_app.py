@@ -70,7 +70,8 @@ def handler(demo: gr.Blocks, api_name: str):
 
 
 def listen(app: ListeningApp, trial) -> None:
-    """Every clip of the shown trial played to the end."""
+    """Every clip of the shown trial fetched, then played to the end."""
+    app.clips(trial.view.session_id, trial.view.trial_id)
     for condition in trial.view.conditions:
         app.record_play(trial.view.session_id, trial.view.trial_id, condition.label)
 
@@ -80,6 +81,7 @@ def answers(store: ListeningStore) -> list:
 
 
 def listen_in_tab(demo: gr.Blocks, session_id: str, trial_id: str) -> None:
+    handler(demo, "listening_clips").fn(session_id, trial_id)
     for name in ("listening_played_a", "listening_played_b"):
         handler(demo, name).fn(session_id, trial_id)
 
@@ -100,7 +102,9 @@ def test_running_sessions_keep_their_set_when_another_is_served(tmp_path):
         assert (session.stimulus_set, session.stimulus_set_sha256) == ("first", first.manifest_sha256)
         trial = app.store.get_study_trial(view.view.session_id, view.view.trial_id)
         clip = first.clip_path(trial.conditions[0].clip)
-        assert np.array_equal(view.audio[0][1], sf.read(clip, dtype="int16")[0])
+        assert view.audio == ()  # shown without its clips, which the page fetches next
+        assert np.array_equal(app.clips(view.view.session_id, view.view.trial_id).audio[0][1],
+                              sf.read(clip, dtype="int16")[0])
         # A page reload resumes it too, and new sessions get the new set.
         assert app.resume(old_view.view.session_id).view.trial_id == view.view.trial_id
         new_view = app.start(None)
@@ -303,27 +307,30 @@ def test_messages_name_files_not_server_folders(tmp_path, monkeypatch):
     assert str(tmp_path) not in message
 
 
-def test_a_rater_is_told_the_vote_was_saved_when_the_next_clip_is_missing(tmp_path):
+def test_a_rater_is_told_when_the_next_clip_is_missing_and_the_vote_is_saved(tmp_path):
     stimulus_set = make_set(tmp_path, "tones")
     demo = build(tmp_path)
-    start, submit = (handler(demo, n).fn for n in ("listening_start", "listening_submit"))
+    start, submit, clips = (handler(demo, n).fn for n in ("listening_start", "listening_submit", "listening_clips"))
     out = start("")
     listen_in_tab(demo, out[0], out[1])
     other = new_app(tmp_path)  # a second server process, its stimulus set loaded before the clips went
     assert other.resume(out[0]).view.trial_id == out[1]
     for clip in (stimulus_set.root / "clips").glob("*.wav"):
         clip.unlink()
-    with pytest.raises(gr.Error, match="vote was saved") as caught:
-        submit(out[0], out[1], "B", None, None)
+    after = submit(out[0], out[1], "B", None, None)  # the vote is stored and the next trial shown...
+    assert after[1] != out[1] and after[2].startswith("**Trial 2 of ")
+    with pytest.raises(gr.Error, match="cannot be read") as caught:  # ...whose clips the page cannot get
+        clips(after[0], after[1])
     message = caught.value.message
     assert str(tmp_path) not in message and "/" not in message
     assert re.search(r"clip [0-9a-f]+\.wav of stimulus set 'tones' cannot be read", message), message
     with ListeningStore(tmp_path / "listening.sqlite3", app_version="reader") as store:
         assert [a.trial_id for a in answers(store)] == [out[1]]
-    # The same on a reload: the rater is told, without the server's folders.
+    # The same after a reload: the rater is told, without the server's folders.
     try:
+        assert other.resume(out[0]).view.trial_id == after[1]
         with pytest.raises(ListeningError, match="cannot be read") as caught:
-            other.resume(out[0])
+            other.clips(after[0], after[1])
         assert "/" not in str(caught.value)
     finally:
         other.close()

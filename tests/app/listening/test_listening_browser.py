@@ -84,6 +84,8 @@ def test_rater_completes_a_session_with_clicks(app_url):
             # 3 A/B trials (one sentence, three pairs of systems), then the 3 systems' MOS trials.
             sync_api.expect(progress).to_contain_text("Trial 1 of 6", timeout=20_000)
             assert not REVEALING.search(page.inner_text("body"))
+            # The trial comes first, then its clips, which the page fetches (the server records each fetch).
+            sync_api.expect(page.locator("#listening-audio-b audio").first).to_be_attached(timeout=20_000)
             assert page.locator("audio").count() >= 2
             # No download or share button on a rater's clip.
             assert page.locator("#listening-audio-a").get_by_label("Download").count() == 0
@@ -143,6 +145,9 @@ def test_rater_completes_a_session_with_clicks(app_url):
         answers = store.study_answers(session.session_id)
         ratings = store.study_ratings(TAB_STUDY)
         assert store.completion_code(session.session_id) == code
+        first_trial = store.study_trials(session.session_id)[0].trial_id
+        fetched = [label for trial, label, _ in store.clip_fetches(session.session_id) if trial == first_trial]
+    assert fetched == ["A", "B"]  # each clip fetched once: the refused submission did not load them again
     assert session.rater_id == "browser-rater"
     assert [a.answer for a in answers] == [{"choice": "A"}, {"choice": "B"}, {"choice": "none"},
                                            {"score": 4}, {"score": 2}, {"score": 5}]

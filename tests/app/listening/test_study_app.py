@@ -348,6 +348,7 @@ def test_one_address_starts_a_bounded_number_of_new_sessions(service, monkeypatc
     assert service.start("first", "", "10.0.0.1")["state"] == "trial"
     assert service.start("first", "named", "10.0.0.1")["state"] == "trial"
     assert service.start("first", "named", "10.0.0.1")["state"] == "trial"  # resumed, even at the limit
+    assert service.start("first", "NAMED", "10.0.0.1")["state"] == "trial"  # the same rater id, in capitals
     refused = service.start("first", "", "10.0.0.1")
     assert refused["state"] == "start" and "Too many new sessions" in refused["refused"]
     assert service.start("second", "", "10.0.0.1")["state"] == "start"  # per address, across studies
