@@ -4,7 +4,7 @@ without listening. A study chooses one kind (`[attention] kind`):
 - `noise`: the reference buried in white noise 6 dB above its level (`attention noise`, `anchors.attention_noise`),
   in MOS and A/B blocks. Failed by a MOS score above 2, or by not choosing the clean clip in A/B.
 - `spoken`: a clip in which the study's voice (the reference's decoding) says an instruction with a target,
-  in MUSHRA, MOS and A/B blocks (`attention spoken mushra|mos|ab`, one clip per sentence):
+  in MUSHRA, MOS and A/B blocks (`attention spoken mushra|mos|ab`, one clip per target of the kind):
   - MUSHRA: "This is an attention check. For this sample, move the slider to twenty. Again: twenty." The clip
     is one more rated sample in a MUSHRA trial of the sentence; failed when its score is more than 10 from the
     target.
@@ -12,17 +12,19 @@ without listening. A study chooses one kind (`[attention] kind`):
   - A/B: "... Please choose the first sample. Again: the first sample, A." The clip sits beside the reference,
     on either side; failed by choosing the other sample or no preference.
 
-A spoken clip's target is drawn from the sentence's seed (`spoken_target`), so it changes from sentence to
-sentence and cannot be learned; the manifest records the instruction's text and target. A check trial stores
-its clip under the system name `attention spoken KIND target=T` (`check_system`), so the ratings (and their
-CSV export) alone tell whether a check was passed (`failed`).
+Every target of a kind is rendered once per stimulus set (`render_spoken`), each clip under the system name
+`attention spoken KIND target=T` (`check_system`), and each check's target is drawn per rater (from the
+session's seed, `study_plan`): two raters of the same sentence hear different words, so a target cannot be
+passed on or learned. A stimulus set rendered before this holds one clip per sentence and kind under
+`attention spoken KIND`, its target drawn from the sentence's seed; it is still served, with that target
+(`spoken_clips`). The manifest records each clip's instruction and target; a check trial stores its clip under
+`check_system`, so the ratings (and their CSV export) alone tell whether a check was passed (`failed`).
 """
 
 from __future__ import annotations
 
-import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -53,11 +55,6 @@ def spoken_system(kind: str) -> str:
     return f"attention spoken {kind}"
 
 
-def spoken_target(kind: str, seed: int) -> int | str:
-    """The target a sentence's spoken check names, drawn from the sentence's seed."""
-    return random.Random(f"spoken-attention:{kind}:{seed}").choice(SPOKEN_TARGETS[kind])
-
-
 def instruction(kind: str, target: int | str) -> str:
     """What the clip says: numbers in words, so every voice reads them alike, and the target said twice, so a
     small voice's unclear word is heard again (Whisper tiny.en missed a single "five" of the embedded voice)."""
@@ -68,6 +65,12 @@ def instruction(kind: str, target: int | str) -> str:
         return f"{opening} Please give this sample a score of {_WORDS[int(target)]}. Again: {_WORDS[int(target)]}."
     position = "first" if target == "A" else "second"
     return f"{opening} Please choose the {position} sample. Again: the {position} sample, {target}."
+
+
+def parse_spoken_system(system: str) -> str | None:
+    """The trial kind of a stimulus set's spoken check system (`spoken_system`); None for any other system."""
+    words = system.split()
+    return words[2] if len(words) == 3 and words[:2] == ["attention", "spoken"] else None
 
 
 def check_system(kind: str, target: int | str) -> str:
@@ -101,12 +104,36 @@ def failed(kind: str, label: str, system: str, score: float) -> bool | None:
     return not target_chosen
 
 
-def render_spoken(system: DecodingSystem, voice: DecodingSystem, render: Render,
-                  seed: int) -> tuple[np.ndarray, int, dict[str, Any]]:
-    """A sentence's spoken check clip: the instruction rendered with the voice's (the reference's) decoding."""
+def spoken_clips(clips: Mapping[str, Any], kind: str) -> dict[int | str, Any]:
+    """{target: clip} of a sentence's spoken checks of one trial kind, from its clips by system name: one per
+    target (`check_system`), or, in a set rendered before targets were drawn per rater, the sentence's one clip
+    (`spoken_system`) with the target its manifest entry records."""
+    found = {}
+    for system, clip in clips.items():
+        parsed = parse_check(system)
+        if parsed is not None and parsed[0] == kind:
+            found[parsed[1]] = clip
+    single = clips.get(spoken_system(kind))
+    if not found and single is not None and single.settings.get("target") in SPOKEN_TARGETS[kind]:
+        found[single.settings["target"]] = single
+    return found
+
+
+def render_spoken(system: DecodingSystem, voice: DecodingSystem, render: Render, seed: int,
+                  rendered: dict[str, tuple] | None = None) -> list[tuple[str, np.ndarray, int, dict[str, Any]]]:
+    """(system name, audio, rate, settings) of the spoken check clips of `system`'s trial kind, one per target,
+    each instruction rendered with the voice's (the reference's) decoding and `seed`. `rendered` keeps them
+    between the sentences of a set: the clips do not depend on the sentence, so each is rendered once."""
     kind = system.overrides["spoken"]
-    target = spoken_target(kind, seed)
-    text = instruction(kind, target)
-    audio, sample_rate, decoding = render(text, voice, seed)
-    return audio, sample_rate, {"mode": "attention", "check": "spoken", "trial_kind": kind, "target": target,
-                                "instruction": text, "voice": voice.label, "decoding": decoding}
+    rendered = {} if rendered is None else rendered
+    clips = []
+    for target in SPOKEN_TARGETS[kind]:
+        name = check_system(kind, target)
+        if name not in rendered:
+            text = instruction(kind, target)
+            audio, sample_rate, decoding = render(text, voice, seed)
+            rendered[name] = (name, audio, sample_rate, {
+                "mode": "attention", "check": "spoken", "trial_kind": kind, "target": target, "instruction": text,
+                "voice": voice.label, "decoding": decoding})
+        clips.append(rendered[name])
+    return clips

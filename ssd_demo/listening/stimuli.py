@@ -118,11 +118,12 @@ def create_stimulus_set(
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=destination.parent))
     try:
         (staging / "clips").mkdir()
-        items = []
+        items, spoken = [], {}  # spoken checks: rendered for the first sentence, the same clips for every other
         for index, text in enumerate(texts):  # the same seed for every system: only the decoding differs
             position = f"[{index + 1}/{len(texts)}]"
-            items.append(_render_item(staging, f"s{index + 1:03d}", text, chosen, render, base_seed + index,
-                                      reference, progress and (lambda line, at=position: progress(f"{at} {line}"))))
+            items.append(_render_item(staging, f"s{index + 1:03d}", text, chosen, render, (base_seed + index, base_seed),
+                                      reference, progress and (lambda line, at=position: progress(f"{at} {line}")),
+                                      spoken))
         manifest = {
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_VERSION,
@@ -166,27 +167,31 @@ def _checked_texts(texts: Sequence[str]) -> list[str]:
     return texts
 
 
-def _render_item(staging: Path, item_id: str, text: str, systems: list[DecodingSystem], render: Renderer, seed: int,
-                 reference: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
-    """One sentence under every system, its clips written into `staging`: the item's manifest entry."""
-    clips, rendered = [], {}
+def _render_item(staging: Path, item_id: str, text: str, systems: list[DecodingSystem], render: Renderer,
+                 seeds: tuple[int, int], reference: str, progress: Callable[[str], None] | None,
+                 spoken: dict) -> dict[str, Any]:
+    """One sentence under every system, its clips written into `staging`: the item's manifest entry. `seeds`: the
+    sentence's, and the set's for the spoken checks (one clip per target, `spoken` keeps them between sentences)."""
+    (seed, set_seed), clips, rendered = seeds, [], {}
     voice = next((s for s in systems if s.label == reference), None)  # a spoken check's voice
     for system in sorted(systems, key=lambda s: s.derived):  # the reference before what is made from it
         if progress:
             progress(f"{system.label}: {text}")
         if system.derived and "spoken" in system.overrides:
-            audio, sample_rate, settings = attention.render_spoken(system, voice, render, seed)
-        elif system.derived:
+            for name, audio, sample_rate, settings in attention.render_spoken(system, voice, render, set_seed, spoken):
+                clips.append(_write_clip(staging, name, audio, sample_rate, set_seed, settings))
+            continue
+        if system.derived:
             reference_audio, sample_rate = rendered[reference]
             audio, settings = derive_clip(system, reference_audio, sample_rate, seed, reference)
         else:
             audio, sample_rate, settings = render(text, system, seed)
             rendered[system.label] = (audio, sample_rate)
-        clips.append(_write_clip(staging, system, audio, sample_rate, seed, settings))
+        clips.append(_write_clip(staging, system.label, audio, sample_rate, seed, settings))
     return {"item_id": item_id, "text": text, "clips": clips}
 
 
-def _write_clip(staging: Path, system: DecodingSystem, audio: np.ndarray, sample_rate: int, seed: int,
+def _write_clip(staging: Path, system: str, audio: np.ndarray, sample_rate: int, seed: int,
                 settings: dict[str, Any]) -> dict[str, Any]:
     """The clip's WAV under its content hash, and its manifest entry."""
     data = _wav_bytes(audio, sample_rate)
@@ -194,7 +199,7 @@ def _write_clip(staging: Path, system: DecodingSystem, audio: np.ndarray, sample
     relative = f"clips/{digest[:24]}.wav"
     (staging / relative).write_bytes(data)
     return {
-        "system": system.label,
+        "system": system,
         "path": relative,
         "sha256": digest,
         "duration_seconds": round(len(audio) / sample_rate, 4),

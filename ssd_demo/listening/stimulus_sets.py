@@ -148,7 +148,7 @@ def load_stimulus_set(path: Path | str, verify: bool = True) -> StimulusSet:
                     seed=int(c["seed"]),
                     settings=dict(c.get("settings", {})),
                 )
-                if clip.system not in systems:
+                if clip.system not in systems and _variant_of(clip.system) not in systems:
                     raise ValueError(f"item {entry['item_id']!r} has a clip of unlisted system {clip.system!r}")
                 clips[clip.system] = clip
             items.append(StimulusItem(item_id=str(entry["item_id"]), text=str(entry["text"]), clips=clips))
@@ -174,6 +174,13 @@ def load_stimulus_set(path: Path | str, verify: bool = True) -> StimulusSet:
                         f"stimulus set {stimulus_set.name!r}: clip {clip.path} does not match its checksum"
                     )
     return stimulus_set
+
+
+def _variant_of(system: str) -> str:
+    """The listed system a clip renders one target of: `attention spoken KIND target=T` is one of the spoken
+    check `attention spoken KIND`'s clips (`attention.check_system`); any other name is its own system."""
+    head, _, target = system.rpartition(" target=")
+    return head if head.startswith("attention spoken ") and target else system
 
 
 def list_stimulus_sets(root: Path | None = None) -> list[Path]:

@@ -15,8 +15,8 @@ own copy under its own URL: `app/listening/study_service.py`).
 - Attention checks (`attention.py`), `per_block` in each block of the kinds they are made for, placed at random
   among the block's trials, each on a sentence drawn at random from the rater's. Noise checks (MOS, A/B): the
   reference buried in loud noise (`study.ATTENTION_SYSTEM`) as the MOS clip or one side of the A/B pair. Spoken
-  checks: the sentence's instruction clip as one more rated sample of a MUSHRA trial, as the MOS clip, or as one
-  side of an A/B pair beside the reference; the condition's system names the target
+  checks: an instruction clip, its target drawn for the rater, as one more rated sample of a MUSHRA trial, as the
+  MOS clip, or as one side of an A/B pair beside the reference; the condition's system names the target
   (`attention.check_system`).
 """
 
@@ -61,7 +61,7 @@ def labels(n: int) -> tuple[str, ...]:
 
 def plan_study(study: Study, stimulus_set: StimulusSet, seed: int) -> list[PlannedStudyTrial]:
     rng = random.Random(seed)
-    usable = [item for item in stimulus_set.items if all(s in item.clips for s in study.rendered_systems())]
+    usable = [item for item in stimulus_set.items if all(_has_clip(item, s) for s in study.rendered_systems())]
     if len(usable) < study.items_per_rater:
         raise ListeningError(f"Study {study.name!r} needs {study.items_per_rater} sentences rendered under every "
                              f"system; its stimulus set has {len(usable)}. Create the study again.")
@@ -116,13 +116,20 @@ def _attention_trial(kind: str, item: StimulusItem, reference: str, rng: random.
     return _trial("ab", item, _positions((reference, ATTENTION_SYSTEM), rng), attention=True)
 
 
+def _has_clip(item: StimulusItem, system: str) -> bool:
+    spoken = checks.parse_spoken_system(system)
+    return bool(checks.spoken_clips(item.clips, spoken)) if spoken else system in item.clips
+
+
 def _spoken_check(block: Block, item: StimulusItem, reference: str, rng: random.Random) -> PlannedStudyTrial:
-    """A check trial whose spoken clip names its target; the clip's condition is stored under `check_system`."""
-    clip_system = checks.spoken_system(block.kind)
-    target = item.clips[clip_system].settings.get("target")
-    if target not in checks.SPOKEN_TARGETS[block.kind]:
+    """A check trial whose spoken clip names its target, drawn for this rater (the session's seed): raters of
+    the same sentence hear different targets. The clip's condition is stored under `check_system`."""
+    choices = checks.spoken_clips(item.clips, block.kind)
+    if not choices:
         raise ListeningError(f"The spoken attention check of {item.item_id} names no target a rater could give; "
                              "create the study again.")
+    target = rng.choice(sorted(choices, key=str))
+    clip_system = choices[target].system  # the target's own clip, or an older set's one clip of the sentence
     if block.kind == "mushra":
         trial = _mushra_trial(item, (*block.systems, clip_system), reference, rng)
     elif block.kind == "mos":

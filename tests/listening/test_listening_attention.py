@@ -1,10 +1,13 @@
 """Spoken attention checks ("This is an attention check. For this sample, move the slider to twenty. Again:
-twenty."): the instruction rendered by the study's voice, planned into MUSHRA, MOS and A/B blocks with a target
-that varies from sentence to sentence, and screened with a rule per trial kind; the noise check stays available."""
+twenty."): every target's instruction rendered once by the study's voice, planned into MUSHRA, MOS and A/B blocks
+with a target drawn per rater (raters of the same sentence hear different words), a set rendered before that
+still served, and screened with a rule per trial kind; the noise check stays available."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import pytest
 
@@ -46,15 +49,11 @@ def root(tmp_path, monkeypatch) -> Path:
     return data
 
 
-def test_the_instruction_names_its_target_in_words_and_the_target_varies_with_the_seed():
+def test_the_instruction_names_its_target_in_words():
     assert attention.instruction("mushra", 20) == ("This is an attention check. For this sample, move the slider "
                                                    "to twenty. Again: twenty.")
     assert attention.instruction("mos", 1).endswith("Please give this sample a score of one. Again: one.")
     assert attention.instruction("ab", "B").endswith("Please choose the second sample. Again: the second sample, B.")
-    for kind, targets in attention.SPOKEN_TARGETS.items():
-        drawn = [attention.spoken_target(kind, seed) for seed in range(40)]
-        assert set(drawn) == set(targets)  # every target occurs: a rater cannot learn one
-        assert drawn == [attention.spoken_target(kind, seed) for seed in range(40)]  # and the draw is seeded
     assert 50 not in attention.SPOKEN_TARGETS["mushra"] and 3 not in attention.SPOKEN_TARGETS["mos"]
 
 
@@ -121,17 +120,21 @@ def test_the_study_file_chooses_the_kind_of_check():
         parse_study(crowded)  # 1 + 10 systems + the anchor + the spoken clip: 13 on one screen
 
 
-def test_creating_the_study_renders_each_sentences_instruction_with_the_voice_and_records_it(root):
+def test_creating_the_study_renders_every_targets_instruction_once_with_the_voice_and_records_it(root):
     study, stimulus_set = study_sessions.load_study_and_stimuli("spoken", root)
-    targets = set()
-    for index, item in enumerate(stimulus_set.items):
-        for kind in ("mushra", "mos", "ab"):
-            settings = item.clips[attention.spoken_system(kind)].settings
-            assert settings["instruction"] == attention.instruction(kind, settings["target"])
-            assert settings["target"] == attention.spoken_target(kind, study.seed + index)
-            assert settings["voice"] == "AR" and settings["decoding"]["renderer"] == "tone"
-            targets.add((kind, settings["target"]))
-    assert len({t for k, t in targets if k == "mushra"}) > 1  # the target changes from sentence to sentence
+    first = stimulus_set.items[0]
+    for item in stimulus_set.items:
+        for kind, targets in attention.SPOKEN_TARGETS.items():
+            clips = attention.spoken_clips(item.clips, kind)
+            assert sorted(clips, key=str) == sorted(targets, key=str)  # every target, for every sentence
+            for target, clip in clips.items():
+                assert clip.system == attention.check_system(kind, target)
+                assert clip.settings["instruction"] == attention.instruction(kind, target)
+                assert clip.settings["target"] == target and clip.seed == study.seed
+                assert clip.settings["voice"] == "AR" and clip.settings["decoding"]["renderer"] == "tone"
+                assert clip.path == first.clips[clip.system].path  # rendered once: the words do not depend on it
+    assert attention.spoken_system("mushra") in stimulus_set.systems  # the set lists the check, not its targets
+    assert not any(attention.parse_check(system) for system in stimulus_set.systems)
 
 
 def test_every_block_gets_its_spoken_check_with_the_target_in_the_stored_system(root):
@@ -144,12 +147,50 @@ def test_every_block_gets_its_spoken_check_with_the_target_in_the_stored_system(
         assert len(spoken) == 1 and spoken[0].role == "rated"
         assert len(mushra.conditions) == 5  # labelled reference; hidden reference, system, anchor, spoken clip
         item = stimulus_set.item(mushra.item_id)
-        target = item.clips["attention spoken mushra"].settings["target"]
-        assert spoken[0].system == attention.check_system("mushra", target)
-        assert spoken[0].clip == item.clips["attention spoken mushra"].path
-        assert [c.system for c in mos.conditions] == [attention.check_system(
-            "mos", stimulus_set.item(mos.item_id).clips["attention spoken mos"].settings["target"])]
+        assert spoken[0].clip == item.clips[spoken[0].system].path  # the stored system names the clip's target
+        [mos_clip] = mos.conditions
+        assert mos_clip.clip == stimulus_set.item(mos.item_id).clips[mos_clip.system].path
+        assert attention.parse_check(mos_clip.system)[0] == "mos"
         assert sorted(c.system.split()[0] for c in ab.conditions) == ["AR", "attention"]
+
+
+def test_each_rater_draws_the_targets_so_raters_of_one_sentence_hear_different_words(root):
+    study, stimulus_set = study_sessions.load_study_and_stimuli("spoken", root)
+    heard: dict[tuple[str, str], set] = {}
+    for seed in range(40):  # 40 raters' sessions
+        for trial in plan_study(study, stimulus_set, seed):
+            for condition in trial.conditions:
+                check = attention.parse_check(condition.system)
+                if check is not None:
+                    heard.setdefault((trial.kind, trial.item_id), set()).add(check[1])
+    assert max(len(targets) for targets in heard.values()) > 1  # one sentence, several raters, several targets
+    for kind, targets in attention.SPOKEN_TARGETS.items():  # every target is drawn: none can be learned
+        assert set().union(*(t for (k, _), t in heard.items() if k == kind)) == set(targets)
+    assert plan_study(study, stimulus_set, 7) == plan_study(study, stimulus_set, 7)  # the draw is the session's seed
+
+
+def test_a_set_rendered_before_targets_were_drawn_per_rater_is_served_with_its_sentences_target(root):
+    """Such a set holds one clip per sentence and kind, `attention spoken KIND`, with the target in its manifest
+    entry; it is planned as before, with that target."""
+    study, stimulus_set = study_sessions.load_study_and_stimuli("spoken", root)
+    manifest_path = stimulus_set.root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    chosen = {"mushra": 30, "mos": 4, "ab": "B"}
+    for item in manifest["items"]:
+        kept = []
+        for clip in item["clips"]:
+            check = attention.parse_check(clip["system"])
+            if check is None:
+                kept.append(clip)
+            elif check[1] == chosen[check[0]]:  # the one clip the sentence had, under the check's own name
+                kept.append({**clip, "system": attention.spoken_system(check[0])})
+        item["clips"] = kept
+    manifest_path.write_text(json.dumps(manifest))
+    old = study_sessions.load_stimulus_set(stimulus_set.root)
+    assert all(attention.spoken_system(k) in item.clips for item in old.items for k in chosen)
+    for seed in range(5):
+        checks = [c for t in plan_study(study, old, seed) for c in t.conditions if attention.parse_check(c.system)]
+        assert sorted(c.system for c in checks) == sorted(attention.check_system(k, t) for k, t in chosen.items())
 
 
 def take_session(registry: StudyRegistry, rater: str, attentive: bool) -> str:

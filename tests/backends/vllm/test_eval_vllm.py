@@ -170,7 +170,7 @@ def test_stimuli_on_vllm_render_a_spoken_check_and_the_draft_alone_one_clip_at_a
     clips = stimulus_set.items[0].clips
     assert clips["AR"].settings["engine"] == "vllm"
     assert "engine" not in clips["anchor draft"].settings and clips["anchor draft"].settings["draft"] == "small"
-    spoken = clips["attention spoken mos"].settings
+    spoken = clips["attention spoken mos target=2"].settings  # every target of the check is rendered
     assert "engine" not in spoken["decoding"] and spoken["instruction"].startswith("This is an attention check.")
 
 
