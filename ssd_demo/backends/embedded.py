@@ -29,6 +29,7 @@ from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
 from ..models.assets import asset_path, where_to_find
+from ..speech.backend import Backend
 from ..speech.latent_codec import LatentCodec
 from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
@@ -61,7 +62,7 @@ DEFAULT_CONFIG = DecodingConfig(temperature=0.3, top_k=50, top_p=1.0, draft_len=
                                 cost_ratio=0.14)
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(Backend):
     """Text <-> token ids <-> audio for the embedded voice."""
 
     name = "embedded"
