@@ -11,11 +11,14 @@ the environment:
     SSD_DEMO_RESULTS_TOKEN     results, export and building a set require it; unset, they are off
     SSD_DEMO_BROWSER_SECRET    key that signs the session id kept in the rater's browser (default:
                                a random key kept in a file next to the database; never sent to the browser)
+    SSD_DEMO_SESSIONS_PER_ADDRESS  new sessions one network address may start an hour (default 60; 0: no limit)
 
 Every event has an api_name, so the test can be run from `gradio_client` as well as the
 browser. The handlers are thin: all checks live in the study system (`StudyRunner`, `ListeningStore`),
 whose constraints refuse a bad or repeated answer whatever the client sends. The rater's view carries
-the sentence, its clips (as samples, so no file name or URL names a system) and opaque ids. An A/B
+the sentence, its clips (as samples, so no file name or URL names a system) and opaque ids. A trial is
+shown without its clips: the page fetches them next (`listening_clips(session, trial)`), and a play counts
+only for a clip the session fetched, at least 90% of its length earlier, as on the study server. An A/B
 trial takes the choice (`listening_submit(session, trial, choice, None, None)`), a MOS trial the score
 of its one clip, A (`listening_submit(session, trial, None, score, None)`).
 
