@@ -30,6 +30,7 @@ import torchaudio
 from ..config import DecodingConfig
 from .. import text as text_frontend
 from ..errors import InputError, ModelLoadError, TextError
+from ..speech.backend import Backend
 from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import TextChunk, VoicePrompt
 
@@ -123,8 +124,8 @@ def to_mono_float(audio: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class LlasaBackend:
-    """Llasa prompt format, speech-token mask and XCodec2 codec (the `Backend` protocol)."""
+class LlasaBackend(Backend):
+    """Llasa prompt format, speech-token mask and XCodec2 codec (a `Backend`)."""
 
     tokenizer: object
     codec: object  # transformers.Xcodec2Model
@@ -158,7 +159,7 @@ class LlasaBackend:
         if getattr(self.tokenizer, "chat_template", None) is None:
             raise ModelLoadError("the Llasa tokenizer has no chat template; the prompt format cannot be built")
 
-    # -- Backend protocol -------------------------------------------------------------
+    # -- Backend --------------------------------------------------------------------
 
     @property
     def sample_rate(self) -> int:

@@ -76,7 +76,7 @@ def _check_text_normalizer(args: argparse.Namespace) -> None:
 
 
 def _use_text_normalizer(synthesizer, mode: str | None) -> None:
-    if mode is not None and hasattr(synthesizer.backend, "text_normalizer"):
+    if mode is not None and synthesizer.backend.text_normalizers:
         synthesizer.backend.text_normalizer = mode
 
 

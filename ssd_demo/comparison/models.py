@@ -65,6 +65,5 @@ def warm_up(synthesizer: Synthesizer, draft: str) -> bool:
 
 
 def token_label_for(synthesizer: Synthesizer) -> Callable[[int], str]:
-    """The backend's own token names when it has them (e.g. codec code numbers), else the ids."""
-    label = getattr(synthesizer.backend, "token_label", None)
-    return label if callable(label) else str
+    """The backend's own token names (e.g. codec code numbers, phonemes; by default the ids)."""
+    return synthesizer.backend.token_label

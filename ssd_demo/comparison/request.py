@@ -87,7 +87,7 @@ def resolve_voice_prompt(synthesizer: Synthesizer, voice: VoicePrompt | VoiceSou
     """The voice prompt to decode with: refused before reading when the preset speaks in its own voice."""
     if voice is None:
         return None
-    if not getattr(synthesizer.backend, "supports_voice_prompt", False):
+    if not synthesizer.backend.supports_voice_prompt:
         raise UserError("This preset speaks in its own voice and takes no voice prompt: remove the clip, or choose "
                         "a preset that clones voices (Llasa, CosyVoice 2).")
     if isinstance(voice, VoicePrompt):
@@ -130,7 +130,6 @@ def check_text(synthesizer: Synthesizer, text: str | None) -> str:
         raise TextError(f"The text is {len(text)} characters long; this voice accepts at most {limit}.")
     # The backend's own checks (characters it cannot read, ...) before any model runs; a backend that
     # speaks long text in chunks checks the text as it will split it.
-    split = getattr(synthesizer.backend, "split_text", None)
-    for chunk in split(text) if split is not None else [text]:
-        synthesizer.backend.prompt_ids(getattr(chunk, "text", chunk))
+    for chunk in synthesizer.backend.split_text(text):
+        synthesizer.backend.prompt_ids(chunk.text)
     return text

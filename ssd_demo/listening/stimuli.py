@@ -229,10 +229,9 @@ def tone_renderer(sample_rate: int = 16000, seconds: float = 0.3) -> Renderer:
 def model_revision(synthesizer) -> str:
     """A short fingerprint of the weights: a declared revision if the model has one, else a hash of the
     local folders the target and drafts were loaded from; "unknown" for models built in memory."""
-    for owner in (synthesizer, getattr(synthesizer, "backend", None)):
-        revision = getattr(owner, "revision", None)
-        if revision:
-            return str(revision)
+    revision = getattr(synthesizer, "revision", None)  # a synthesizer that declares its weights' revision
+    if revision:
+        return str(revision)
     models = [getattr(synthesizer, "target", None), *getattr(synthesizer, "drafts", {}).values()]
     folders = []
     for model in models:

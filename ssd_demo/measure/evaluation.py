@@ -50,7 +50,7 @@ from tqdm import tqdm
 
 from . import judge, teacher_reference
 from .asr import default_normaliser, load_scorer
-from ..backends.embedded import DEFAULT_PATH
+from ..backends.embedded import DEFAULT_PATH, EmbeddedBackend
 from ..engine.calibration import calibrated_costs
 from ..config import DecodingConfig, check_setting, given_settings
 from ..errors import InputError, InvalidSettingError
@@ -64,6 +64,7 @@ from .evaluation_scoring import EmbeddedReference, Scoring, summarise
 from .reporting import cpu_name, git_commit
 from .test_sets import TestSet
 from ..engine.kv import describe_kernels
+from ..speech.latent_codec import LatentCodec
 from ..speech.synthesis import synthesize_fastest
 from ..speech.system import DecodingSystem
 
@@ -190,8 +191,10 @@ def run_evaluation(args: argparse.Namespace) -> dict:
 
 
 def codec_latent(backend) -> str:
-    """Which teacher latent the voice's codec reads ("z" for a codec without one: its round trip is skipped)."""
-    return getattr(getattr(getattr(backend, "codec", None), "config", None), "latent", "z")
+    """Which teacher latent the voice's codec reads ("z" for a voice without a latent codec: its round trip is
+    skipped)."""
+    codec = backend.codec if isinstance(backend, EmbeddedBackend) else None
+    return codec.config.latent if isinstance(codec, LatentCodec) else "z"
 
 
 def _teacher(pair: Pair, threads: int, notes: list[str], latent: str = "z", seed: int | None = None

@@ -154,7 +154,7 @@ def prepare_items(synth: Synthesizer, test_set: TestSet | None, rows: list[tuple
                   notes: list[str]) -> list[EvalItem]:
     """Each text with its voice prompt (read from the test set's wavs when the backend clones voices) and its
     prompt built once: a text or clip the backend refuses fails here, naming the item, before any timing."""
-    clones = bool(getattr(synth.backend, "supports_voice_prompt", False))
+    clones = synth.backend.supports_voice_prompt
     by_id = {item.id: item for item in test_set.items} if test_set is not None else {}
     if test_set is not None and test_set.has_voice_prompts and not clones:
         notes.append(f"the test set's voice prompts are ignored: {synth.backend.name} speaks in its own voice and "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..engine.results import compare_runs
+from ..speech.latent_codec import LatentCodec
 from ..speech.system import DecodingSystem
 from . import judge, teacher_reference
 from .endings import cut_share, ending
@@ -57,7 +58,7 @@ class EmbeddedReference:
             rendered = [teacher.render(text) for text in self.texts]
             self.audio = [teacher_reference.resample(r.audio, teacher_reference.SAMPLE_RATE, self.rate)
                           for r in rendered]
-            if hasattr(backend.codec, "encode_latents"):  # a codec of the teacher's latent space
+            if isinstance(backend.codec, LatentCodec):  # a codec of the teacher's latent space
                 self.round_trips = [teacher_reference.resample(teacher_reference.codec_round_trip(backend.codec, r),
                                                                backend.codec.sample_rate, self.rate) for r in rendered]
         self.floor_mcd = [mcd_dtw(rt, r, self.rate) for rt, r in zip(self.round_trips, self.audio)]

@@ -2,8 +2,9 @@
 
 The engine only knows token ids. A `Backend` knows one model family: how to turn
 text into prompt ids, which ids are speech tokens, and how generated ids become a
-waveform. `Synthesizer` joins a backend, a target, a draft and the engine, and
-times the language model and the codec separately. `Synthesizer.stream()` yields the audio
+waveform (the contract, every hook with its default: `ssd_demo.speech.backend`). `Synthesizer` joins a
+backend, a target, drafts and a chunk generator (ours, or the vLLM engine's: `ssd_demo.speech.chunk_generator`),
+and times the language model and the codec separately. `Synthesizer.stream()` yields the audio
 piece by piece as it is decoded (`ssd_demo.speech.streaming`; with a windowed codec, window by window while
 the LM goes on: `ssd_demo.speech.overlap`); `synthesize()` is the same chunks decoded at once, consumed.
 What it takes and gives back (`VoicePrompt`, `Script`, `SynthesisResult`, ...) is `ssd_demo.speech.results`.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from collections.abc import Generator
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -22,52 +22,30 @@ import torch
 from ..engine.cancellation import StopCheck, check as check_stop
 from ..engine.draft_heads import is_heads
 from ..config import DecodingConfig, resolve_seed
-from ..engine.generate import CommitCallback, RoundCallback, autoregressive_generate, speculative_generate
+from ..engine.generate import CommitCallback, RoundCallback
 from ..errors import InputError, InvalidSettingError, TextError
 from ..engine.results import GenerationResult, combine
 from ..rules import RULES, AcceptanceRule, make_rule
-from ..engine.kv import describe_kernels
-from ..engine.kv import prepare_kernels
+from .backend import Backend
+from .chunk_generator import OUR_ENGINE, ChunkGenerator
 from .overlap import overlapped_chunk
 from .results import ChunkResult, Script, SynthesisResult, TextChunk, VoicePrompt
 from .streaming import AudioPiece, SynthesisStream, WindowFeed
 
-
-@runtime_checkable
-class Backend(Protocol):
-    """What a model family must provide. One module per family in `ssd_demo.backends`."""
-
-    name: str
-    sample_rate: int
-    max_text_chars: int
-    eos_token_id: int | tuple[int, ...]  # the id(s) that end an utterance
-    licence: str
-
-    def allowed_token_ids(self) -> list[int]:
-        """Ids the LM may generate: speech tokens plus end of speech."""
-
-    def default_config(self) -> DecodingConfig:
-        """Sampling settings the model was trained/published with."""
-
-    def prompt_ids(self, text: str, voice_prompt: "VoicePrompt | None" = None) -> list[int]:
-        """Prompt token ids for `text`; raises TextError for text it cannot speak."""
-
-    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
-        """Generated ids (end token allowed) -> float32 mono waveform at `sample_rate`.
-
-        Backends with voice cloning also take `prompt_ids=` (the prompt, voice prompt included),
-        which `Synthesizer` passes when a voice prompt was given: their codecs decode the
-        generated speech after the prompt's.
-        """
+__all__ = ["Backend", "ChunkGenerator", "Script", "SynthesisResult", "Synthesizer", "TextChunk", "TextError",
+           "TimedSynthesis", "VoicePrompt", "synthesize_fastest"]
 
 
 class Synthesizer:
-    """A backend with its target and drafts, ready to speak."""
+    """A backend with its target and drafts, ready to speak. `chunk_generator`: how each chunk's tokens are
+    generated (`ChunkGenerator`; ours unless another is handed in, e.g. the vLLM engine's)."""
 
-    def __init__(self, backend: Backend, target, drafts: dict, default_draft: str | None = None):
+    def __init__(self, backend: Backend, target, drafts: dict, default_draft: str | None = None,
+                 chunk_generator: ChunkGenerator | None = None):
         if not drafts:
             raise ValueError("a Synthesizer needs at least one draft model")
         self.backend, self.target, self.drafts = backend, target, dict(drafts)
+        self.chunk_generator = chunk_generator or OUR_ENGINE
         self.draft_name = default_draft or next(iter(self.drafts))
         self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
@@ -78,11 +56,12 @@ class Synthesizer:
         return next(self.target.parameters()).device
 
     def engine_description(self) -> str:
-        """What runs the LM here, for speed reports: our engine and the target's matmul kernels."""
-        return f"our engine, {describe_kernels(self.target)}"
+        """What runs the LM here, for speed reports: our engine and the target's matmul kernels, or vLLM's."""
+        return self.chunk_generator.describe(self)
 
     def check_decoding(self, mode: str, config: DecodingConfig) -> None:
-        """An InputError for what this engine cannot decode in `mode` (ours: none; vLLM's is narrower)."""
+        """An InputError for what the chunk generator cannot decode in `mode` (ours: none; vLLM's is narrower)."""
+        self.chunk_generator.check(mode, config)
 
     def speculation_pays(self, decoding: int) -> bool:
         """Whether speculation beats AR with `decoding` requests at once (the server's mode "auto"): ours decodes
@@ -98,18 +77,16 @@ class Synthesizer:
     def grouping_embeddings(self) -> torch.Tensor:
         """[V, d] table the pcg rule groups tokens by: the backend's acoustic embeddings when it has
         them (e.g. codec centroids), else the target's input embeddings (the PCG paper's choice)."""
-        vocab = self.target.get_input_embeddings().weight.shape[0]
-        acoustic = getattr(self.backend, "acoustic_embeddings", None)
-        if acoustic is not None:
-            if self._acoustic is None:
-                self._acoustic = acoustic(vocab).to(self.device)
-            return self._acoustic
-        return self.target.get_input_embeddings().weight.detach()
+        if self._acoustic is None:
+            acoustic = self.backend.acoustic_embeddings(self.target.get_input_embeddings().weight.shape[0])
+            if acoustic is None:
+                return self.target.get_input_embeddings().weight.detach()
+            self._acoustic = acoustic.to(self.device)
+        return self._acoustic
 
     def left_out(self, text: str) -> str:
         """What of `text` the voice will not speak, where its backend can tell ("" otherwise)."""
-        tell = getattr(self.backend, "left_out", None)  # optional, like `acoustic_embeddings`
-        return tell(text) if tell is not None else ""
+        return self.backend.left_out(text)
 
     def rule(self, config: DecodingConfig) -> AcceptanceRule:
         """The acceptance rule `config` names, built with this voice's grouping table when it needs one."""
@@ -148,10 +125,10 @@ class Synthesizer:
         on_commit: CommitCallback | None = None,
     ) -> SynthesisStream:
         """`synthesize` as a stream of `AudioPiece`s, each yielded as soon as it is decoded: one per text
-        chunk, or (`windows`, for a backend with `window_codec`: the embedded voice, Llasa) one per codec
-        window, decoded while the LM goes on (in a thread of its own) as soon as the window's codes are
-        committed: the first audio waits for one window, and the codec's time overlaps the LM's. Joined, the
-        pieces are the clip; after the last one `stream.result` holds the whole `SynthesisResult`. The tokens
+        chunk, or (`windows`, for a backend with a `window_codec`, the embedded voice and Llasa, on a chunk
+        generator that `commits_rounds`, ours) one per codec window, decoded while the LM goes on (in a thread of
+        its own) as soon as the window's codes are committed: the first audio waits for one window, and the
+        codec's time overlaps the LM's. Joined, the pieces are the clip; after the last one `stream.result` holds the whole `SynthesisResult`. The tokens
         are those of `synthesize` for the same seed; so are the samples, except that codec windows blend at
         their joins (`ssd_demo.speech.streaming`). `on_commit(record)` hears every round's `RoundRecord`.
 
@@ -189,14 +166,14 @@ class Synthesizer:
         """`text` split into the backend's chunks, with every chunk's prompt built first: a chunk that
         cannot be spoken fails (TextError) before any decoding. `text_normalizer`: how a backend with
         normaliser modes (CosyVoice 2) reads this text, None for its own setting; "default" for any other."""
-        split = getattr(self.backend, "split_text", None)
-        if text_normalizer not in (None, "default") and not hasattr(self.backend, "text_normalizer"):
+        modes = self.backend.text_normalizers
+        if text_normalizer not in (None, "default") and not modes:
             raise InvalidSettingError(f"the {text_normalizer!r} text normaliser is CosyVoice 2's; this voice reads "
                                       "text its own way (choose default)")
-        if text_normalizer is not None and hasattr(self.backend, "text_normalizer"):
-            chunks = split(text, text_normalizer=text_normalizer)
+        if text_normalizer is not None and modes:
+            chunks = self.backend.split_text(text, text_normalizer=text_normalizer)
         else:
-            chunks = split(text) if split is not None else [TextChunk(text)]
+            chunks = self.backend.split_text(text)
         return Script(list(chunks), [self.backend.prompt_ids(chunk.text, voice_prompt) for chunk in chunks])
 
     def _pieces(self, text: str, mode: str, config: DecodingConfig, draft_name: str, voice_prompt: VoicePrompt | None,
@@ -204,7 +181,8 @@ class Synthesizer:
                 chunks: list[TextChunk], prompts: list[list[int]], started: float,
                 on_commit: CommitCallback | None = None) -> Generator[AudioPiece, None, SynthesisResult]:
         base_seed = resolve_seed(config.seed)  # None: a fresh one, reported in the result's stats
-        window_codec = getattr(self.backend, "window_codec", None) if windows else None
+        streams = windows and self.chunk_generator.commits_rounds  # codec windows need each round's commits
+        overlapped = False  # whether a chunk's codec ran beside its LM (the run's wall time is then the pieces')
         results: list[ChunkResult] = []
         played: list[np.ndarray] = []
         tokens = calls = position = 0
@@ -217,10 +195,12 @@ class Synthesizer:
                     on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
             context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
             decoding = (config.with_(seed=seed), draft_name, should_stop, on_round, voice_prompt)
+            window_codec = self.backend.window_codec(**context) if streams else None
             if window_codec is not None:
                 # Token-level streaming: the LM decodes in its own thread while this one decodes each codec
                 # window as soon as its codes exist, so first audio waits for one window, not the whole chunk.
-                parts = self._overlapped(prompt, mode, *decoding, on_commit, WindowFeed(window_codec(**context)))
+                overlapped = True
+                parts = self._overlapped(prompt, mode, *decoding, on_commit, WindowFeed(window_codec))
             else:
                 parts = self._whole_chunk(prompt, mode, *decoding, on_commit, context)
             chunk_start, codec_seconds = position, 0.0
@@ -263,7 +243,7 @@ class Synthesizer:
             lm_seconds=sum(r.lm_seconds for r in results),
             codec_seconds=sum(r.codec_seconds for r in results),
             chunks=results,
-            wall_seconds=last_ready if window_codec is not None else None,
+            wall_seconds=last_ready if overlapped else None,
         )
 
     def _piece(self, index: int, chunk_index: int, text: str, audio: np.ndarray, start_sample: int, ready: float,
@@ -297,37 +277,23 @@ class Synthesizer:
                   should_stop: StopCheck | None, on_round: RoundCallback | None = None,
                   voice_prompt: VoicePrompt | None = None,
                   on_commit: CommitCallback | None = None) -> tuple[GenerationResult, DecodingConfig, float]:
-        """One chunk's tokens, the config as decoded, and the LM seconds."""
+        """One chunk's tokens, the config as decoded, and the LM seconds: the chunk planned here (the backend's
+        plan, the cut to its context, its forced tokens), its tokens generated by the chunk generator."""
         # A backend may bound the length by the prompt and sample its own way (CosyVoice 2: 2-20 speech
         # tokens per text token, repetition-aware sampling), for both decoders alike.
-        plan = getattr(self.backend, "plan_generation", None)
-        distribution = None
-        if plan is not None:
-            config, distribution = plan(prompt, config, voice_prompt)
+        config, distribution = self.backend.plan_generation(prompt, config, voice_prompt)
         # A backend may declare the context its model was trained on (Llasa: 2048 tokens);
         # generating past it gives audio of unknown quality, so the length limit is cut to fit.
-        max_context = getattr(self.backend, "max_context", None)
+        max_context = self.backend.max_context
         if max_context is not None and len(prompt) + config.max_new_tokens > max_context:
             room = max_context - len(prompt)
             if room < 1:
                 raise TextError(f"the prompt takes {len(prompt)} of the model's {max_context} tokens: shorten the text")
             config = config.with_(max_new_tokens=room)
-        make_forced = getattr(self.backend, "forced_tokens", None)
-        forced = make_forced(prompt) if make_forced is not None else None
-        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        # the first call's kernel probe is not LM time
-        model = self.drafts[draft_name] if mode == "draft" else self.target  # "draft": the draft decodes alone
-        prepare_kernels(model, *([self.drafts[draft_name]] if mode == "speculative" else []))
-        start = time.perf_counter()
-        if mode != "speculative":
-            generation = autoregressive_generate(model, input_ids, config, forced=forced,
-                                                 should_stop=should_stop, on_round=on_round, on_commit=on_commit,
-                                                 prefix_distribution=distribution)
-        else:
-            generation = speculative_generate(self.target, self.drafts[draft_name], input_ids, config, forced=forced,
-                                              rule=self.rule(config), should_stop=should_stop, on_round=on_round,
-                                              on_commit=on_commit, prefix_distribution=distribution)
-        return generation, config, time.perf_counter() - start
+        generation, seconds = self.chunk_generator.generate_chunk(
+            self, prompt, mode, config, draft_name, forced=self.backend.forced_tokens(prompt),
+            prefix_distribution=distribution, should_stop=should_stop, on_round=on_round, on_commit=on_commit)
+        return generation, config, seconds
 
 
 @dataclass

@@ -15,6 +15,7 @@ from transformers import LlamaForCausalLM
 
 from ssd_demo.config import DecodingConfig
 from ssd_demo.backends.registry import Preset, register
+from ssd_demo.speech.backend import Backend
 from ssd_demo.speech.synthesis import Synthesizer, TextError
 
 FIRST_CHAR = 32  # printable ASCII ' '..'~' -> ids 0..94
@@ -28,8 +29,8 @@ TOKEN_SECONDS = 0.04
 TOY_KEY = "toy"
 
 
-class ToyBackend:
-    """Characters in, one 40 ms tone per speech token out."""
+class ToyBackend(Backend):
+    """Characters in, one 40 ms tone per speech token out (every hook at its default)."""
 
     name = "toy"
     sample_rate = 16_000

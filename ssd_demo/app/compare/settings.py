@@ -96,8 +96,8 @@ class VoiceUpload:
 
     def read_for(self, synthesizer: Synthesizer) -> VoicePrompt:
         """The clip as a VoicePrompt, refused from its header when longer than the backend takes."""
-        limit = float(getattr(synthesizer.backend, "max_prompt_seconds", MAX_UPLOAD_SECONDS))
-        return read_voice_upload(self, max_seconds=min(limit, MAX_UPLOAD_SECONDS))
+        limit = synthesizer.backend.max_prompt_seconds or MAX_UPLOAD_SECONDS  # None: the upload cap alone
+        return read_voice_upload(self, max_seconds=min(float(limit), MAX_UPLOAD_SECONDS))
 
 
 def voice_upload(path: str | None, transcript: str | None) -> VoiceUpload | None:

@@ -22,6 +22,7 @@ import torch
 from ...config import DecodingConfig
 from ...errors import InvalidSettingError, ModelLoadError, TextError
 from ...engine.repetition_aware import RepetitionAwareSampling
+from ...speech.backend import Backend
 from ...speech.synthesis import TextChunk, VoicePrompt
 from .frontend import PromptEncoders, VoiceFeatures, text_tokens
 from .llm import SpeechVocabLayout
@@ -78,7 +79,7 @@ DEFAULT_VOICE_KEY = "default"
 
 
 @dataclass
-class CosyVoice2Backend:
+class CosyVoice2Backend(Backend):
     tokenizer: object
     layout: SpeechVocabLayout
     flow: object  # flow.CosyVoice2Flow
@@ -101,6 +102,7 @@ class CosyVoice2Backend:
     #: official procedure, `wetext` for English too, for reproducing published numbers). Chinese goes through
     #: `wetext` in both; the default reads prices without trailing zeros and keeps a space before a Latin word.
     text_normalizer: str = "default"
+    text_normalizers = NORMALISER_MODES  # a class attribute, not a field
     #: Clips kept encoded, and prompts whose voice is remembered for token2wav (least recently used go).
     max_voices: int = 16
     max_prompts: int = 256
@@ -117,7 +119,7 @@ class CosyVoice2Backend:
             raise InvalidSettingError(f"CosyVoice 2 sampling rules must be one of {', '.join(SAMPLING_RULES)}; got {self.rules!r}")
         check_mode(self.text_normalizer)
 
-    # -- Backend protocol -------------------------------------------------------------
+    # -- Backend --------------------------------------------------------------------
 
     @property
     def eos_token_id(self) -> tuple[int, ...]:

@@ -46,6 +46,6 @@ def use_engine(synthesizer, engine: str | None = None):
 def environment_engine(synthesizer):
     """SSD_DEMO_ENGINE applied where it can be: with `vllm`, a voice vLLM serves moves there (the library's
     loaders call this, so the app needs no change); other voices stay on ours."""
-    if engine_choice() == "vllm" and getattr(synthesizer.backend, "name", "") in VLLM_BACKENDS:
+    if engine_choice() == "vllm" and synthesizer.backend.name in VLLM_BACKENDS:
         return use_engine(synthesizer, "vllm")
     return synthesizer

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ssd_demo.backends.vllm import synthesizer as vllm_synthesizer
+from ssd_demo.backends.vllm import engines as vllm_engines
 from ssd_demo.backends.vllm.synthesizer import VllmSynthesizer
 from ssd_demo.backends.vllm.worker import SpecCounts, WorkerBatch
 from ssd_demo.config import DecodingConfig
@@ -64,7 +64,7 @@ def _model(folder: str) -> torch.nn.Module:
 @pytest.fixture
 def voice(monkeypatch):
     FakeEngine.live, FakeEngine.started, FakeEngine.calls, FakeEngine.gate = [], [], [], None
-    monkeypatch.setattr(vllm_synthesizer.VllmWorker, "start", FakeEngine.start)
+    monkeypatch.setattr(vllm_engines.VllmWorker, "start", FakeEngine.start)
     backend = SimpleNamespace(name="llasa", max_context=256, eos_token_id=1, allowed_token_ids=lambda: None,
                               default_config=lambda: DecodingConfig(max_new_tokens=8, temperature=1.0, top_k=0))
     plain = Synthesizer(backend, _model("target"), {"small": _model("draft-small"), "tiny": _model("draft-tiny")})
@@ -75,7 +75,7 @@ def voice(monkeypatch):
 
 def _run(voice, mode="speculative", draft="small", **settings):
     config = voice.config(**settings)
-    result, _, _ = voice._generate([0, 2, 3], mode, config, draft, should_stop=None)
+    result, _ = voice.chunk_generator.generate_chunk(voice, [0, 2, 3], mode, config, draft)  # one chunk's tokens
     return result
 
 
@@ -103,7 +103,7 @@ def test_a_request_for_another_k_is_served_in_its_turn_not_after_later_ones(voic
     first.start()
     while not FakeEngine.calls:  # the first request is inside the K 4 engine
         time.sleep(0.01)
-    line = voice._line["speculative"]
+    line = voice.chunk_generator._line["speculative"]
     other = threading.Thread(target=_run, args=(voice,), kwargs={"draft_len": 6})
     other.start()
     while len(line) < 1:  # the K 6 request waits for the engine to be free

@@ -1,0 +1,86 @@
+"""How one chunk's tokens are generated: the `ChunkGenerator` a `Synthesizer` is handed (ours unless told).
+
+The Synthesizer does all the rest: the backend's chunks and prompts, each chunk's plan (the backend's length
+bounds and sampling, the cut to the model's context, its forced tokens), seeds, the codec and streaming. For
+each chunk it asks its chunk generator for the tokens. `OurEngine` runs the engine's decoders in this process;
+the vLLM engine's (`ssd_demo.backends.vllm.engines.VllmEngines`) sends the chunk to a vLLM engine process. As
+transformers' candidate generator is to `generate`: a strategy handed in (`Synthesizer(...,
+chunk_generator=...)`), not a method overridden.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from ..config import DecodingConfig
+from ..engine.cancellation import StopCheck
+from ..engine.generate import CommitCallback, RoundCallback, autoregressive_generate, speculative_generate
+from ..engine.kv import describe_kernels, prepare_kernels
+from ..engine.results import GenerationResult
+from ..engine.run_state import ForcedTokens
+
+if TYPE_CHECKING:
+    from .synthesis import Synthesizer
+
+
+class ChunkGenerator(Protocol):
+    """Generates one chunk's tokens for a `Synthesizer`, which hands itself in (its target, drafts, rule)."""
+
+    #: Whether `on_commit` hears each round as it is committed: a backend's codec windows then decode while the LM
+    #: goes on (`Synthesizer.stream`). False: the tokens come at once, and the chunk's audio is decoded then.
+    commits_rounds: bool
+
+    def describe(self, synthesizer: Synthesizer) -> str:
+        """What runs the LM, for speed reports."""
+
+    def check(self, mode: str, config: DecodingConfig) -> None:
+        """An InputError (naming the setting) for what it cannot decode in `mode`; None when it can."""
+
+    def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
+                       draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,
+                       should_stop: StopCheck | None = None, on_round: RoundCallback | None = None,
+                       on_commit: CommitCallback | None = None) -> tuple[GenerationResult, float]:
+        """The tokens after `prompt` in `mode` ("ar", "speculative" with `draft_name`, or "draft": that draft
+        alone) under `config` as planned (seeded, length cut to fit), and the LM's seconds. `forced` and
+        `prefix_distribution` are the backend's (`Backend.forced_tokens`, `Backend.plan_generation`); one that
+        cannot apply them raises InputError. `should_stop` is asked once per round (`Cancelled`), `on_round(tokens,
+        target calls)` and `on_commit(record)` hear each round where the generator reports rounds."""
+
+
+class OurEngine:
+    """Our engine: `autoregressive_generate` or `speculative_generate` in this process, every round reported."""
+
+    commits_rounds = True
+
+    def describe(self, synthesizer: Synthesizer) -> str:
+        return f"our engine, {describe_kernels(synthesizer.target)}"
+
+    def check(self, mode: str, config: DecodingConfig) -> None:
+        return None  # every rule and setting runs here
+
+    def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
+                       draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,
+                       should_stop: StopCheck | None = None, on_round: RoundCallback | None = None,
+                       on_commit: CommitCallback | None = None) -> tuple[GenerationResult, float]:
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=synthesizer.device)
+        draft = synthesizer.drafts[draft_name] if mode != "ar" else None
+        model = draft if mode == "draft" else synthesizer.target  # "draft": the draft decodes alone
+        prepare_kernels(model, *([draft] if mode == "speculative" else []))  # the first call's probe is not LM time
+        start = time.perf_counter()
+        if mode != "speculative":
+            generation = autoregressive_generate(model, input_ids, config, forced=forced, should_stop=should_stop,
+                                                 on_round=on_round, on_commit=on_commit,
+                                                 prefix_distribution=prefix_distribution)
+        else:
+            generation = speculative_generate(synthesizer.target, draft, input_ids, config, forced=forced,
+                                              rule=synthesizer.rule(config), should_stop=should_stop,
+                                              on_round=on_round, on_commit=on_commit,
+                                              prefix_distribution=prefix_distribution)
+        return generation, time.perf_counter() - start
+
+
+#: The chunk generator a Synthesizer gets unless handed another (it keeps no state: one serves every voice).
+OUR_ENGINE = OurEngine()
