@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import resample_poly  # exact rational ratio, far cheaper than a sinc resampler
 from ..errors import InputError
 
 SAMPLE_RATE = 16_000
@@ -128,6 +127,9 @@ def _resample(audio: np.ndarray, rate: int) -> np.ndarray:
     if rate == SAMPLE_RATE or audio.size == 0:
         return audio
     gcd = math.gcd(rate, SAMPLE_RATE)
+    # deferred: scipy.signal takes 0.3-0.5 s to import, and reading text never resamples audio
+    from scipy.signal import resample_poly  # exact rational ratio, far cheaper than a sinc resampler
+
     return resample_poly(audio, SAMPLE_RATE // gcd, rate // gcd).astype(np.float32)
 
 
