@@ -43,7 +43,7 @@ body.ssd-presenter .ssd-dev { display: none !important; }
 body.ssd-presenter #ssd-headline p { margin: 0; }
 body.ssd-presenter #ssd-intro { display: none !important; }
 body.ssd-presenter #ssd-headline h1 { font-size: 3rem; line-height: 1.1; }
-body.ssd-presenter .ssd-lane h3 { font-size: 1.6rem; }
+body.ssd-presenter .ssd-lane h3 { font-size: 1.3rem; white-space: nowrap; }
 body.ssd-presenter .ssd-lane, body.ssd-presenter #ssd-status { font-size: 1.25rem; }
 body.ssd-presenter #ssd-text textarea { font-size: 1.3rem; height: 3.2rem !important; min-height: 0 !important; }
 body.ssd-presenter #ssd-headline h1 { margin-bottom: 0.2rem; }

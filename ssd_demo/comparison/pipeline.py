@@ -202,7 +202,7 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         apart = ((prepared.apart or _workers_started(prepared, progress)) if lanes is not None
                  else "a comparison decodes one run after the other")
         if not apart:
-            progress(0.25, desc=f"Both decoding at once, each on its own core (draft '{prepared.job.draft}')")
+            progress(0.25, desc=f"Decoding (draft '{prepared.job.draft}')")  # the page adds how the lanes share the machine
             workers = lane_workers(prepared.preset.key)
             ar, spec = workers.decode(prepared.job, lanes, should_stop)
             slowdown = dict(workers.slowdown)

@@ -229,7 +229,7 @@ def headline(comparison: Comparison, race: Race | None = None, earlier: Sequence
     if race is not None:
         ar, spec = (race.lanes[name].time_to_first_audio for name in LANES)
         if ar is not None and spec is not None:
-            basis += f" · first audio {spec:.2f} s vs {ar:.2f} s"
+            basis += f" · first audio: speculative {spec:.2f} s, autoregressive {ar:.2f} s"
     speech = max(comparison.ar.duration_seconds, comparison.spec.duration_seconds)
     if speech < SHORT_SPEECH_SECONDS:
         return "\n".join(["## Too short for speculation to show",

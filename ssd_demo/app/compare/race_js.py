@@ -57,10 +57,18 @@ if (!window.ssdPlayer) {
     span.textContent = ' · heard ' + window.ssdHeard[lane].toFixed(2) + ' s after the click';
     target.appendChild(span);
   };
-  for (const lane of Object.keys(laneIds)) {
-    const el = document.querySelector('#' + laneIds[lane]);
-    if (el) { new MutationObserver(() => showHeard(lane)).observe(el, {childList: true, subtree: true}); }
-  }
+  // Each lane's counters are redrawn by the server on every update: the "heard" label is written again each time.
+  // Watched from the first race (the player may be installed before the lanes are on the page).
+  const watched = new Set();
+  const watchLanes = () => {
+    for (const lane of Object.keys(laneIds)) {
+      const el = document.querySelector('#' + laneIds[lane]);
+      if (el && !watched.has(el)) {
+        watched.add(el);
+        new MutationObserver(() => showHeard(lane)).observe(el, {childList: true, subtree: true, characterData: true});
+      }
+    }
+  };
   const decode = (piece, rate) => {
     const bytes = Uint8Array.from(atob(piece.pcm), (c) => c.charCodeAt(0));
     const samples = new Int16Array(bytes.buffer, 0, bytes.length >> 1);
@@ -119,8 +127,8 @@ if (!window.ssdPlayer) {
   const lane = (name) => lanes[name] || (lanes[name] = {buffers: new Map(), next: 0, total: 0, done: false, tokens: 0});
   window.ssdPlayer = {
     // A race starts (in the click's own handler, so that the audio context may start): nothing of the last plays.
-    start: () => { window.ssdPlayer.silence(); silenced = false; race = null; order = []; lanes = {}; firstAt = null;
-                   context(); },
+    start: () => { window.ssdPlayer.silence(false); silenced = false; race = null; order = []; lanes = {};
+                   firstAt = null; watchLanes(); context(); },
     feed: (text) => {
       if (!text) { return; }
       let data;
@@ -152,10 +160,10 @@ if (!window.ssdPlayer) {
       for (const name of Object.keys(lanes)) { if (!order.includes(name) && lanes[name].done) { order.push(name); } }
       pump();
     },
-    silence: () => {
+    silence: (logged = true) => {  // a new race's start silences the last one unlogged
       silenced = true;
       for (const source of sources) { try { source.stop(); } catch (error) { /* not started yet */ } }
-      if (sources.length) { log(null, 'stop', sinceClick()); }
+      if (sources.length && logged) { log(null, 'stop', sinceClick()); }
       sources = [];
     },
     // Whether a voice is still to end (not once silenced: the stopped voices' scheduled ends mean nothing).

@@ -29,8 +29,8 @@ from .race_js import PLAY_BOTH_JS, PLAYER_ON_LOAD_JS, STAGE_CSS
 from ..errors import to_gradio_error
 
 REPLAY_NOTE = (
-    "**As on a slower machine.** On this machine both decoders make speech faster than it plays, so both "
-    "voices flow and only the numbers differ. These replays stretch both measured timelines by one factor (as if "
+    "**As on a slower machine.** Where both decoders make speech faster than it plays, both live voices flow "
+    "and only the numbers differ. These replays stretch both measured timelines by one factor (as if "
     "the same models ran that many times slower: their speed ratio is kept) and play each piece of audio when it "
     "would have arrived, with silence while the decoder was still working on it. The automatic factor is the "
     "largest at which the speculative run keeps flowing while the autoregressive one audibly stalls (when no "
@@ -40,7 +40,8 @@ REPLAY_NOTE = (
 )
 #: What the factor box offers (any other number can be typed, read by `parse_factor`); "auto": `automatic_factor`.
 AUTO_FACTOR = "auto"
-FACTOR_CHOICES = (("auto", AUTO_FACTOR), *((f"×{n}", str(n)) for n in (1, 2, 3, 5, 10, 20)))
+#: Its label holds a 0 so that a typed 0 filters to it first (0 means automatic; "×10" would be taken otherwise).
+FACTOR_CHOICES = (("auto (0)", AUTO_FACTOR), *((f"×{n}", str(n)) for n in (1, 2, 3, 5, 10, 20)))
 #: Before a race: the replay row's one line, updated with the factor when a race is done.
 REPLAY_WAITING = "**As on a slower machine** (after a race; the factor is chosen from the race's measured pace)"
 #: The browser's own player (an <audio> element the "replay both" button can start).
