@@ -128,9 +128,10 @@ class Synthesizer:
         chunk, or (`windows`, for a backend with a `window_codec`, the embedded voice and Llasa, on a chunk
         generator that `commits_rounds`, ours) one per codec window, decoded while the LM goes on (in a thread of
         its own) as soon as the window's codes are committed: the first audio waits for one window, and the
-        codec's time overlaps the LM's. Joined, the pieces are the clip; after the last one `stream.result` holds the whole `SynthesisResult`. The tokens
-        are those of `synthesize` for the same seed; so are the samples, except that codec windows blend at
-        their joins (`ssd_demo.speech.streaming`). `on_commit(record)` hears every round's `RoundRecord`.
+        codec's time overlaps the LM's. Joined, the pieces are the clip; after the last one `stream.result` holds
+        the whole `SynthesisResult`. The tokens are those of `synthesize` for the same seed; so are the samples,
+        except that codec windows blend at their joins (`ssd_demo.speech.streaming`). `on_commit(record)` hears
+        every round's `RoundRecord` (from a chunk generator that reports rounds).
 
         Text and settings are checked here, before the first piece is asked for. `script`: the text
         already split and prompted (`script()`, with the same voice prompt), so that runs of the same
