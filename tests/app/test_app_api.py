@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from support.paths import REPOSITORY
 
+import json
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from gradio_client.exceptions import AppError
 
 from ssd_demo.engine.generate import autoregressive_generate, speculative_generate
 from ssd_demo.backends.registry import load_preset
+from support.race_lanes import IN_TESTS_ONLY, lanes_one_after_the_other
 from support.toy_backend import EOS_ID, TOKEN_SECONDS, TOY_KEY, ToyBackend, build_toy_synthesizer, register_toy_preset
 
 pytestmark = pytest.mark.server
@@ -34,9 +36,12 @@ def _launch(default_preset: str):
 @pytest.fixture(scope="module")
 def launched():
     register_toy_preset()
-    demo, url = _launch(TOY_KEY)
-    yield demo, url
-    demo.close()
+    # The toy voice and the presets standing in below exist in this process only: their races decode one lane
+    # after the other (`support.race_lanes`).
+    with lanes_one_after_the_other():
+        demo, url = _launch(TOY_KEY)
+        yield demo, url
+        demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +327,7 @@ def test_odd_values_from_scripts_are_refused_plainly(client, text, changes, mess
 
 # --- the race: both decoders streamed, through gradio_client's streaming -----------------------------
 
-RACE_OUTPUTS = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
+RACE_OUTPUTS = ("status", "ar_live", "spec_live", "live_audio", "chart", "headline", "replay_ar", "replay_spec",
                 "replay_note", *OUTPUTS)
 
 
@@ -336,7 +341,17 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
     heard = {name: next(i for i, u in enumerate(updates) if "First audio after **–**" not in u[name])
              for name in ("ar_live", "spec_live")}
     assert heard["ar_live"] <= heard["spec_live"] < len(updates) - 1
-    assert "Done" in final["status"]
+    assert "Done" in final["status"] and f"one after the other ({IN_TESTS_ONLY})" in final["status"]
+    # The browser's player is sent every piece of both lanes, each lane numbered from 0, and told both are done.
+    payloads = [json.loads(update["live_audio"]) for update in updates  # an update that left it as it was: not str
+                if isinstance(update["live_audio"], str) and update["live_audio"]]
+    sent = {(piece["lane"], piece["index"]) for payload in payloads for piece in payload["pieces"]}
+    last = json.loads(final["live_audio"])
+    for lane in ("autoregressive", "speculative"):
+        assert last["lanes"][lane]["done"] and last["lanes"][lane]["pieces"] > 0
+        assert {(lane, index) for index in range(last["lanes"][lane]["pieces"])} <= sent
+    assert last["rate"] == ToyBackend.sample_rate and len({payload["race"] for payload in payloads}) == 1
+    assert final["chart"].startswith("<svg") and final["chart"].count("<polyline") == 2  # both lanes drawn
     details = final["details"]
     # The race decodes what /synthesize decodes for the same seed.
     same = _named(client.predict("Race me.", seed=4, api_name="/synthesize"))["details"]
@@ -347,7 +362,7 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
         assert 0 <= race["time_to_first_audio"] <= race["time_to_last_audio"]
         assert race["target_calls"] == details[run]["stats"]["target_calls"]
     assert Path(final["replay_ar"]).name.startswith("slow_motion_x")
-    assert final["replay_note"].startswith("**Slow motion ×")
+    assert final["replay_note"].startswith("**As on a ")
     assert soundfile.info(final["replay_ar"]).duration == soundfile.info(final["replay_spec"]).duration > 0
     assert Path(final["ar_audio"]).is_file() and final["stats"].startswith("| | Autoregressive")
     assert final["tokens_vs_time"]["plot"].startswith("data:image/png")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from support.race_lanes import close_lane_workers, lanes_one_after_the_other
 from support.toy_backend import TOY_KEY, register_toy_preset
 
-from support.browser_support import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from support.browser_support import CHROMIUM, CHROMIUM_ARGS, open_app  # noqa: E402
 
 pytestmark = [
     pytest.mark.browser,
@@ -37,9 +38,10 @@ def _launch(preset: str):
 @pytest.fixture(scope="module")
 def app_url():
     register_toy_preset()
-    demo, url = _launch(TOY_KEY)
-    yield url
-    demo.close()
+    with lanes_one_after_the_other((TOY_KEY,)):  # the toy voice exists in this process only (`support.race_lanes`)
+        demo, url = _launch(TOY_KEY)
+        yield url
+        demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def _artifact_dir(tmp_path_factory) -> Path:
 
 
 def _type_click_and_check(page, url: str, sentence: str, screenshot: Path) -> None:
-    page.goto(url, wait_until="networkidle")
+    open_app(page, url)
     page.locator("#ssd-text textarea").fill(sentence)
     page.locator("#ssd-run").click()
 
@@ -98,10 +100,11 @@ def test_embedded_voice_in_the_browser(page, tmp_path_factory):
                               _artifact_dir(tmp_path_factory) / "app.png")
     finally:
         demo.close()
+        close_lane_workers("embedded")  # its race's lane workers
 
 
 def test_empty_text_shows_a_message_not_a_traceback(app_url, page):
-    page.goto(app_url, wait_until="networkidle")
+    open_app(page, app_url)
     page.locator("#ssd-text textarea").fill("")
     page.locator("#ssd-run").click()
     message = page.get_by_text("Please type some text to synthesise.").first

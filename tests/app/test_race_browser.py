@@ -1,9 +1,11 @@
-"""The race in a real browser (headless Chromium driven by Playwright), on the embedded voice.
+"""The race in a real browser (headless Chromium driven by Playwright), on the embedded voice, in the page's default
+mode.
 
-Both streamed players must receive their audio while the decoders still run (the autoregressive one
-playing it; the speculative one waits for its turn when the other voice is still speaking); presenter mode must show the
-result on a 1280x720 screen without scrolling (screenshot saved to $SSD_ARTIFACT_DIR when set).
-No timing is asserted: only what happens before what.
+The browser plays both lanes' voices with the Web Audio API from the pieces the server sends as they are decoded
+(`race_js.PLAYER_JS`); the page's own audio log (`window.ssdAudioLog`) says what was heard and when. The first voice
+must start while the decoders still run, both voices must be heard and never both at once; the race must fit a
+1280x720 screen without scrolling (screenshot saved to $SSD_ARTIFACT_DIR when set); Enter in the text box races;
+Stop ends a race stopped with both voices silent. No timing is asserted: only what happens before what.
 """
 
 from __future__ import annotations
@@ -12,37 +14,52 @@ from support.paths import REPOSITORY
 
 import os
 import re
-import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from support.browser_support import CHROMIUM, browser  # noqa: F401 (a shared fixture)
+from support.browser_support import (BOTH_VOICES_PLAYED_JS, CHROMIUM, LAST_RACE_AUDIO_JS,  # noqa: F401
+                                     assert_one_voice_at_a_time, browser, open_app)
+from support.race_lanes import close_lane_workers
 
 EMBEDDED_ASSETS = REPOSITORY / "assets" / "embedded"
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)"),
-    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="streamed audio needs FFmpeg (apt-get install -y ffmpeg)"),
     pytest.mark.skipif(not (EMBEDDED_ASSETS / "voice.json").is_file(), reason="the embedded voice is not present"),
 ]
 
-#: Long enough that the speculative run is still decoding when its player has buffered its first piece,
-#: even on a loaded machine.
+#: Long enough that the decoders still run when the first voice starts, even on a fast machine.
 SENTENCES = ("The sun came out. The children ran to the park. They played there until the evening. Then it began "
              "to rain. Everyone hurried home for dinner, and the dog slept by the fire.")
 
-#: What each streamed player is doing, and what the page's one status line says.
-STATE_JS = """() => {
-  const audio = (id) => document.querySelector('#' + id + ' audio');
-  const playing = (a) => !!a && !a.paused && a.currentTime > 0;
-  const received = (a) => !!a && a.buffered.length > 0 && a.buffered.end(a.buffered.length - 1) > 0;
+#: Every status line the page shows, in ms since the click (the same clock as the audio log).
+STATUS_WATCH_JS = """() => {
+  window.ssdStatuses = [];
   const status = document.querySelector('#ssd-status');
-  return {ar: playing(audio('ssd-ar-stream')), spec: received(audio('ssd-spec-stream')),
-          status: status ? status.innerText : ''};
+  const note = () => {
+    const text = status.innerText;
+    const last = window.ssdStatuses[window.ssdStatuses.length - 1];
+    if (!last || last.text !== text) {
+      window.ssdStatuses.push({text, at: performance.now() - (window.ssdClick || 0)});
+    }
+  };
+  new MutationObserver(note).observe(status, {childList: true, subtree: true, characterData: true});
+  note();
 }"""
+
+#: Whether the buttons that start a race can be clicked, and the status line.
+CONTROLS_JS = """() => ({run: !document.querySelector('#ssd-run').disabled,
+                         status: document.querySelector('#ssd-status').innerText,
+                         toasts: document.querySelectorAll('[data-testid="toast-body"], .toast-body').length})"""
+
+#: What must be on a 1280x720 screen once a race is done, in either mode (the headline: its verdict line).
+ON_SCREEN = ("#ssd-text", "#ssd-run", "#ssd-ar-live", "#ssd-spec-live", "#ssd-status",
+             "#ssd-headline :is(h1, h2)")
+#: How long a page waits for anything by default (ms): a page of a busy machine (two cores, both decoding) loads slowly.
+LOADED_MACHINE_MS = 120_000
+HEADLINE = re.compile(r"Speculative (is|was) |Too short for speculation to show")
 
 
 @pytest.fixture(scope="module")
@@ -53,120 +70,153 @@ def app_url():
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **launch_options())
     yield url
     demo.close()
+    close_lane_workers("embedded")  # the lanes' worker processes, started by the first race
 
 
-def _artifact_dir(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
     folder = os.environ.get("SSD_ARTIFACT_DIR")
     path = Path(folder) if folder else tmp_path_factory.mktemp("browser")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _still_decoding(status: str) -> bool:
-    return "Autoregressive decoding" in status or "Speculative decoding" in status
-
-
-def test_both_players_get_their_audio_before_the_runs_end(app_url, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        page.goto(app_url, wait_until="networkidle")
-        # Three times the paragraph: on a fast, idle machine the speculative run of one paragraph can end
-        # before a browser has fetched and started its first streamed piece, which says nothing about streaming.
-        page.locator("#ssd-text textarea").fill(" ".join([SENTENCES] * 3))
-        page.locator("#ssd-run").click()
-        started_while_decoding = {"ar": False, "spec": False}
-        seen_statuses = []
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            state = page.evaluate(STATE_JS)
-            if not seen_statuses or seen_statuses[-1] != state["status"]:
-                seen_statuses.append(state["status"])
-            for lane in ("ar", "spec"):
-                if state[lane] and _still_decoding(state["status"]):
-                    started_while_decoding[lane] = True
-            if "Done" in state["status"].split("Now:")[-1][:8]:
-                break
-            page.wait_for_timeout(100)
-        assert started_while_decoding == {"ar": True, "spec": True}, seen_statuses
-        page.locator("#ssd-headline").get_by_text(re.compile(r"Speculative (is|was) ")).wait_for(timeout=60_000)
-        page.locator("#ssd-plot-time img").wait_for(state="visible", timeout=60_000)
-    finally:
-        page.close()
-
-
-def test_presenter_mode_fits_a_projector(app_url, browser, tmp_path_factory):
+def _page(browser, app_url, presenter: bool = False):
     page = browser.new_page(viewport={"width": 1280, "height": 720})
-    try:
-        page.goto(app_url + "?presenter=1", wait_until="networkidle")
+    page.set_default_timeout(LOADED_MACHINE_MS)
+    open_app(page, app_url + ("?presenter=1" if presenter else ""))
+    if presenter:
         page.wait_for_function("document.body.classList.contains('ssd-presenter')", timeout=30_000)
-        assert not page.locator("#ssd-plot-time").is_visible()  # developer detail hidden
-        page.locator(".ssd-example").first.click()  # one click: an example sentence, then the race
-        page.locator("#ssd-headline").get_by_text(re.compile(r"Speculative (is|was) ")).wait_for(timeout=300_000)
-        page.wait_for_function("document.querySelector('#ssd-status').innerText.includes('Done')", timeout=120_000)
-        for element in ("#ssd-headline :is(h1, h2)", "#ssd-ar-live", "#ssd-spec-live", "#ssd-status", "#ssd-ar-stream",
-                        "#ssd-spec-stream", "#ssd-replay-both", "#ssd-replay-spec"):
-            box = page.locator(element).first.bounding_box()
-            assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 720, (element, box)
-        assert page.evaluate("window.scrollY") == 0
-        screenshot = _artifact_dir(tmp_path_factory) / "presenter_1280x720.png"
-        page.screenshot(path=str(screenshot))  # the viewport only: what the projector shows
-        assert screenshot.stat().st_size > 10_000
-    finally:
-        page.close()
-
-
-#: Whether the buttons that start a race can be clicked, and whether a live player is playing.
-CONTROLS_JS = """() => {
-  const audio = (id) => document.querySelector('#' + id + ' audio');
-  const idle = (a) => !a || a.paused;
-  return {run: !document.querySelector('#ssd-run').disabled,
-          examples: [...document.querySelectorAll('.ssd-example')].map(b => !b.disabled),
-          idle: idle(audio('ssd-ar-stream')) && idle(audio('ssd-spec-stream')),
-          status: document.querySelector('#ssd-status').innerText,
-          toasts: document.querySelectorAll('[data-testid="toast-body"], .toast-body').length};
-}"""
-
-
-def _presenter_page(browser, app_url):
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(app_url + "?presenter=1", wait_until="networkidle")
-    page.wait_for_function("document.body.classList.contains('ssd-presenter')", timeout=30_000)
     return page
 
 
-def test_one_race_at_a_time_and_stop_ends_it_stopped(app_url, browser):
-    page = _presenter_page(browser, app_url)
+def _done(status: str) -> bool:
+    return bool(re.search(r"Now: Done\b", status))
+
+
+def _race_to_the_end(page, timeout_ms: int = 300_000) -> dict:
+    """Wait for the race's "Done", both voices heard to their ends and the race's buttons back; the audio log."""
+    page.wait_for_function(f"/Now: Done\\b/.test(({CONTROLS_JS})().status) && ({CONTROLS_JS})().run",
+                           timeout=timeout_ms)
+    page.wait_for_function(BOTH_VOICES_PLAYED_JS, timeout=180_000)
+    return page.evaluate(LAST_RACE_AUDIO_JS)
+
+
+def _fits(page, artifacts: Path, name: str) -> None:
+    """Nothing to scroll, the race's parts on the 1280x720 screen; a screenshot of what it shows."""
+    assert page.evaluate("window.scrollY") == 0, name
+    for element in ON_SCREEN:
+        box = page.locator(element).first.bounding_box()
+        assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 720, (name, element, box)
+    screenshot = artifacts / f"race_{name}_1280x720.png"
+    page.screenshot(path=str(screenshot))  # the viewport only: what the screen shows
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_the_first_voice_starts_while_the_lanes_decode_and_the_voices_never_overlap(app_url, browser, artifacts):
+    page = _page(browser, app_url)
     try:
-        # A long text, so that the race is still decoding when the Stop click lands, however fast this machine
-        # decodes (an example sentence's whole race can end before a click on a loaded machine gets through).
+        page.evaluate(STATUS_WATCH_JS)
+        # Three times the paragraph: on a fast, idle machine a paragraph's race can end before the browser has
+        # started its first voice, which says nothing about streaming.
         page.locator("#ssd-text textarea").fill(" ".join([SENTENCES] * 3))
-        page.locator("#ssd-run").click()  # starts a race
-        page.wait_for_function(f"!({CONTROLS_JS})().run", timeout=10_000)
-        state = page.evaluate(CONTROLS_JS)
-        assert not state["run"] and not any(state["examples"])  # no second race while this one runs
-        page.wait_for_function(f"({CONTROLS_JS})().status.includes('Autoregressive decoding')", timeout=120_000)
-        page.get_by_role("button", name="Stop").click()
+        page.locator("#ssd-run").click()
+        audio = _race_to_the_end(page)
+        statuses = page.evaluate("window.ssdStatuses")
+        log = audio["log"]
+        spans = assert_one_voice_at_a_time(log)
+        assert set(spans) == {"autoregressive", "speculative"}, log  # both voices heard
+        assert set(audio["heard"]) == {"autoregressive", "speculative"}, audio["heard"]
+        # The first voice started before the race was done decoding (on one clock: ms since the click).
+        done_at = next(s["at"] for s in statuses if _done(s["text"]))
+        first_start = min(start for pieces in spans.values() for start, _ in pieces)
+        assert first_start < done_at, (first_start, statuses)
+        # While it ran, the status line said how the lanes decode: at once, or one after the other and why.
+        racing = [s["text"] for s in statuses if "Now:" in s["text"] and not _done(s["text"])]
+        assert any("at once" in s or "one after the other" in s for s in racing), statuses
+        for lane in ("#ssd-ar-live", "#ssd-spec-live"):  # when each voice was heard, after the lane's numbers
+            assert re.search(r"heard \d+\.\d\d s after the click", page.locator(lane).inner_text())
+        page.locator("#ssd-headline").get_by_text(HEADLINE).wait_for(timeout=60_000)
+        headline = page.locator("#ssd-headline").inner_text()
+        assert re.search(r"Language model [0-9.]+×", headline) and re.search(r"end to end [0-9.]+×", headline)
+        assert page.locator("#ssd-race-chart svg polyline").count() == 2  # both lanes drawn
+        _fits(page, artifacts, "default_paragraph")
+        page.locator("#ssd-plot-time img").wait_for(state="visible", timeout=60_000)  # the charts, last
+    finally:
+        page.close()
+
+
+def test_the_race_fits_a_1280x720_screen_in_both_modes(app_url, browser, artifacts):
+    for presenter in (False, True):
+        page = _page(browser, app_url, presenter)
+        try:
+            page.locator("#ssd-text textarea").fill("The weather is nice today, so we will walk to the river.")
+            page.locator("#ssd-run").click()
+            _race_to_the_end(page)
+            page.locator("#ssd-headline").get_by_text(HEADLINE).wait_for(timeout=60_000)
+            _fits(page, artifacts, "presenter" if presenter else "default")
+            if presenter:
+                assert not page.locator("#ssd-plot-time").is_visible()  # developer detail hidden
+        finally:
+            page.close()
+
+
+def test_enter_in_the_text_box_races(app_url, browser):
+    page = _page(browser, app_url)
+    try:
+        page.wait_for_function("window.ssdEnterRaces === true")  # the page's load installed the key's handler
+        box = page.locator("#ssd-text textarea")
+        box.fill("Hello there.")
+        box.press("Shift+Enter")  # a new line, no race
+        page.wait_for_timeout(1_000)
+        assert page.evaluate(CONTROLS_JS)["run"] and "\n" in box.input_value()
+        box.fill("Hello there. How are you today?")
+        box.press("Enter")
+        page.wait_for_function(f"!({CONTROLS_JS})().run", timeout=10_000)  # the race started
+        assert "\n" not in box.input_value()  # Enter raced instead of starting a line
+        audio = _race_to_the_end(page)
+        assert_one_voice_at_a_time(audio["log"])
+    finally:
+        page.close()
+
+
+def test_one_race_at_a_time_and_stop_silences_both_voices(app_url, browser):
+    page = _page(browser, app_url)
+    try:
+        # A long text, so that the race is still decoding when the Stop click lands, however fast this machine.
+        page.locator("#ssd-text textarea").fill(" ".join([SENTENCES] * 3))
+        page.locator("#ssd-run").click()
+        page.wait_for_function(f"!({CONTROLS_JS})().run", timeout=10_000)  # no second race while this one runs
+        # Stop once a voice is heard.
+        page.wait_for_function(f"({LAST_RACE_AUDIO_JS})().log.some((e) => e.kind === 'start')", timeout=300_000)
+        page.locator("#ssd-stop").click()
         page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Stopped')", timeout=30_000)
         page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
-        page.wait_for_timeout(2_000)  # nothing comes after the final frame; the players are paused again for 1.5 s
-        state = page.evaluate(CONTROLS_JS)
-        assert state["status"].startswith("Stopped") and state["idle"] and all(state["examples"]), state
+        page.wait_for_timeout(2_000)  # nothing comes after the final frame
+        audio = page.evaluate(LAST_RACE_AUDIO_JS)
+        log = audio["log"]
+        stops = [entry["at"] for entry in log if entry["kind"] == "stop"]
+        assert stops, log  # the page's Stop silenced the voices at once, in the browser
+        assert all(entry["at"] <= stops[0] for entry in log if entry["kind"] == "start"), log  # none sounded after
+        assert not audio["playing"], audio
+        assert_one_voice_at_a_time(log)
+        assert page.evaluate(CONTROLS_JS)["status"].startswith("Stopped")
         for lane in ("#ssd-ar-live", "#ssd-spec-live"):
             assert "running" not in page.locator(lane).inner_text()
     finally:
         page.close()
 
 
-def test_an_empty_text_is_refused_in_the_status_line_with_idle_players(app_url, browser):
-    page = _presenter_page(browser, app_url)
+def test_an_empty_text_is_refused_in_the_status_line_with_silent_voices(app_url, browser):
+    page = _page(browser, app_url)
     try:
         page.locator("#ssd-run").click()
         page.wait_for_function(f"({CONTROLS_JS})().status.startsWith('Not run')", timeout=30_000)
         page.wait_for_function(f"({CONTROLS_JS})().run", timeout=10_000)
-        page.wait_for_timeout(2_000)  # the page pauses its players again for 1.5 s after a refusal
         state = page.evaluate(CONTROLS_JS)
         assert "type some text" in state["status"] and "Error" not in state["status"], state  # one message
-        assert state["toasts"] == 0 and state["idle"], state
+        assert state["toasts"] == 0, state
+        assert page.evaluate(LAST_RACE_AUDIO_JS)["log"] == []  # the player was given nothing
         # The next race replaces the message.
         page.locator("#ssd-text textarea").fill("Hello there.")
         page.locator("#ssd-run").click()

@@ -1,19 +1,40 @@
-"""The race's logic without Gradio: AR streamed before speculative, lanes that match the comparison,
-replays of equal length, the headline's wording, and the race as events (what the page's handler maps)."""
+"""The race's logic without Gradio: both lanes decoding at once where the machine allows (the embedded voice, in
+two worker processes) and AR streamed before speculative where it does not, lanes that match the comparison,
+replays of equal length, the headline's wording, the live chart, and the race as events and as the page's frames
+(what the page's handler maps). No wall time is asserted: only what happens before what."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
+from types import SimpleNamespace
 
+import numpy as np
+import pytest
 import soundfile
 
 from ssd_demo.app import compare as app_logic
 from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, Stopped, Tick, headline, lane_markdown,
-                                  race_details, race_events, run_race, slow_motion_from_files, slow_motion_of,
-                                  write_replay_files)
+                                  race_chart_svg, race_details, race_events, run_race, slow_motion_from_files,
+                                  slow_motion_of, together_note, write_replay_files)
+from ssd_demo.app.compare.race import lm_speedup
 from ssd_demo.errors import TextError
+from support.paths import REPOSITORY
+from support.race_lanes import close_lane_workers, lanes_one_after_the_other
 from support.toy_backend import TOY_KEY, register_toy_preset
+
+EMBEDDED_ASSETS = REPOSITORY / "assets" / "embedded"
+
+
+@pytest.fixture
+def toy():
+    """The toy voice, raced one lane after the other (it exists in this process only: `support.race_lanes`);
+    yields why, as `Race.apart` says it."""
+    register_toy_preset()
+    with lanes_one_after_the_other((TOY_KEY,)) as reason:
+        yield reason
 
 
 class Recorder(Race):
@@ -28,26 +49,68 @@ class Recorder(Race):
         self.seen.append(lane)
 
 
-def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
-    register_toy_preset()
+def _speech_seconds(shown: str) -> float:
+    """The seconds of speech a lane's counters say it decoded."""
+    return float(re.search(r"([0-9.]+) s of speech", shown).group(1))
+
+
+def _ratios(shown: str) -> tuple[float, float] | None:
+    """The headline's two labelled ratios: (language model, end to end)."""
+    lm = re.search(r"Language model \*\*([0-9.]+)×\*\*", shown)
+    end = re.search(r"end to end \*\*([0-9.]+)×\*\*", shown)
+    return (float(lm.group(1)), float(end.group(1))) if lm and end else None
+
+
+def _first_audio_in(shown: str, race: Race) -> bool:
+    """Whether the headline states both lanes' times to first audio, after the words "first audio"."""
+    after = shown.lower().partition("first audio")[2]
+    return bool(after) and all(f"{race.lanes[name].time_to_first_audio:.2f} s" in after
+                               for name in ("autoregressive", "speculative"))
+
+
+def _together_note(shown: str) -> bool:
+    """Whether the status line says both lanes decode at once, each on a core of its own."""
+    return "at once" in shown and "own core" in shown and "one after the other" not in shown
+
+
+def _apart_note(shown: str, why: str) -> bool:
+    """Whether the status line says the lanes decode one after the other, and why."""
+    return "one after the other" in shown and f"({why})" in shown
+
+
+def _axis_seconds(svg: str) -> float:
+    """The live chart's time axis: its end, in seconds after the click."""
+    return float(re.search(r"([0-9.]+) s after the click", svg).group(1))
+
+
+def test_race_streams_ar_then_speculative_and_matches_compare(toy, tmp_path):
+    """Where the lanes cannot decode at once, AR streams first, then speculative, and the page says why."""
     race = Recorder()
     comparison = run_race(Request(text="A toy race.", preset=TOY_KEY, seed=9), race)
     lanes = race.seen
     assert lanes == sorted(lanes) and set(lanes) == {"autoregressive", "speculative"}  # AR's pieces first
+    assert race.apart == comparison.apart == toy and _apart_note(together_note(race), toy)
+    ar_line, spec_line = race.lanes["autoregressive"].timeline, race.lanes["speculative"].timeline
+    assert ar_line[-1][0] <= spec_line[0][0]  # on the race's one clock: the speculative run began after AR's end
     same = app_logic.compare(Request(text="A toy race.", preset=TOY_KEY, seed=9))
-    for name, result, again in (("autoregressive", comparison.ar, same.ar), ("speculative", comparison.spec, same.spec)):
+    for name, result, again in (("autoregressive", comparison.ar, same.ar),
+                                ("speculative", comparison.spec, same.spec)):
         lane = race.lanes[name]
         assert result.generation.tokens == again.generation.tokens
         assert lane.tokens == len(result.generation.tokens) and lane.rounds == result.generation.stats.target_calls
         assert lane.time_to_first_audio <= lane.pieces[-1].ready_seconds
         assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
-        # One source for a run's time: the lane's "done" is the comparison's LM + codec seconds.
-        assert lane.seconds == result.total_seconds
+        # One source for a run's time: the lane's "done" is the comparison's seconds until its last audio.
+        assert lane.seconds == result.elapsed_seconds
         assert lane.time_to_first_audio <= lane.seconds  # one clock: first audio never after done
-        assert f"done {result.total_seconds:.2f} s" in lane_markdown(lane, name)
-        # The speech its player must play before the lane's voice is done (the page's voice rule reads it).
-        assert f"{len(result.audio) / result.sample_rate:.2f} s of speech" in lane_markdown(lane, name)
-        assert race_details(race)[name]["run_seconds"] == result.total_seconds
+        assert f"done {result.elapsed_seconds:.2f} s" in lane_markdown(lane, name)
+        # The speech its player plays (the page's player writes when it was heard after it).
+        assert _speech_seconds(lane_markdown(lane, name)) == pytest.approx(result.duration_seconds, abs=0.051)
+        assert race_details(race)[name]["run_seconds"] == result.elapsed_seconds
+        # The live chart's points: on one clock, never going back, ending with the run's tokens.
+        assert [t for t, _, _ in lane.timeline] == sorted(t for t, _, _ in lane.timeline)
+        assert [n for _, n, _ in lane.timeline] == sorted(n for _, n, _ in lane.timeline)
+        assert lane.timeline[-1][1] == lane.tokens
     replay = slow_motion_of(race, comparison)
     ar_path, spec_path = write_replay_files(replay, comparison.ar.sample_rate, tmp_path)
     assert soundfile.info(str(ar_path)).frames == soundfile.info(str(spec_path)).frames > 0
@@ -57,8 +120,11 @@ def test_race_streams_ar_then_speculative_and_matches_compare(tmp_path):
     again = slow_motion_from_files(ar_clip, spec_clip, shown)
     assert again.factor == replay.factor and len(again.ar_track) == len(replay.ar_track)
     assert slow_motion_from_files(ar_clip, spec_clip, shown, factor=3.0).factor == 3.0
-    assert headline(comparison, race).lstrip("#").startswith(" Speculative ")
-    assert "first audio after" in headline(comparison, race)
+    shown = headline(comparison, race)
+    assert shown.lstrip("#").startswith((" Speculative ", " Too short for speculation to show"))
+    assert _ratios(shown) == (pytest.approx(lm_speedup(comparison), abs=0.005),
+                              pytest.approx(app_logic.end_to_end_speedup(comparison), abs=0.005))
+    assert _first_audio_in(shown, race)
 
 
 def test_the_headline_states_one_run_until_three_then_their_median():
@@ -67,12 +133,12 @@ def test_the_headline_states_one_run_until_three_then_their_median():
     long_run, short_run = 4 * SHORT_RUN_SECONDS, SHORT_RUN_SECONDS / 4
     one = verdict_lines([2.6], long_run)
     assert one[0] == "## Speculative was 2.6× faster on this run"  # never bold on one run
-    assert one[1].startswith("One run") and "race again" in one[1] and f"{MEDIAN_AFTER - 1} more" in one[1]
+    assert one[1].startswith("One run") and f"{MEDIAN_AFTER - 1} more" in one[1]  # how many more give a median
     slower = verdict_lines([2.0, 1 / 2.8], long_run)
     assert slower[0] == "## Speculative was 2.8× slower on this run" and "1 more" in slower[1]
     short = verdict_lines([5.0], short_run)
     assert short[0] == "## Speculative was 5.0× faster on this run"
-    assert f"One short run ({short_run:.1f} s)" in short[1] and "race again" in short[1]
+    assert f"One short run ({short_run:.1f} s)" in short[1] and f"{MEDIAN_AFTER - 1} more" in short[1]
     # From three races with the same settings: the median, the range and n; bold only for a median >= 1.
     # (The issue's five races of one sentence: 2.20, 1.75, 1.33, 1.79, 2.96.)
     five = verdict_lines([2.20, 1.75, 1.33, 1.79, 2.96], short_run)
@@ -126,10 +192,10 @@ def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     comparison = run_race(Request(text="On the GPU.", preset=TOY_KEY, seed=3), race)
     assert race.seen and race.seen == sorted(race.seen)
     assert race.lanes["speculative"].tokens == len(comparison.spec.generation.tokens)
+    assert race.apart == comparison.apart == "one GPU runs one decoder at a time"  # never the lane workers
 
 
-def test_race_events_come_in_order_and_end_with_the_comparison():
-    register_toy_preset()
+def test_race_events_come_in_order_and_end_with_the_comparison(toy):
     events = list(race_events(Request(text="Events, in order.", preset=TOY_KEY, seed=4), live_every=0.001))
     kinds = [type(event) for event in events if not isinstance(event, Tick)]
     assert kinds[0] is Started and kinds[-1] is Done and Failed not in kinds
@@ -148,8 +214,7 @@ def test_race_events_come_in_order_and_end_with_the_comparison():
     assert all(isinstance(e.race, Race) for e in events if isinstance(e, Tick))
 
 
-def test_a_race_that_cannot_run_ends_with_failed():
-    register_toy_preset()
+def test_a_race_that_cannot_run_ends_with_failed(toy):
     events = list(race_events(Request(text="   ", preset=TOY_KEY)))
     assert isinstance(events[-1], Failed) and isinstance(events[-1].error, TextError)
     assert not any(isinstance(e, (Started, Piece, Done)) for e in events)
@@ -157,8 +222,7 @@ def test_a_race_that_cannot_run_ends_with_failed():
     assert isinstance(events[-1], Failed)
 
 
-def test_a_stopped_race_ends_with_stopped_and_its_final_counters():
-    register_toy_preset()
+def test_a_stopped_race_ends_with_stopped_and_its_final_counters(toy):
     stop = threading.Event()
     events = []
     for event in race_events(Request(text="Stop me in the second run.", preset=TOY_KEY, seed=1),
@@ -180,15 +244,13 @@ def test_a_stopped_race_ends_with_stopped_and_its_final_counters():
     assert f"stopped {spec.stopped:.2f} s" in shown and "running" not in shown and f"**{spec.tokens}** tokens" in shown
 
 
-def test_a_race_stopped_before_it_starts_decoding_ends_with_stopped():
-    register_toy_preset()
+def test_a_race_stopped_before_it_starts_decoding_ends_with_stopped(toy):
     events = list(race_events(Request(text="Stopped at once.", preset=TOY_KEY, seed=1), should_stop=lambda: True))
     assert [type(e) for e in events if not isinstance(e, Tick)] == [Stopped]
     assert all(lane.started is None for lane in events[-1].race.lanes.values())
 
 
-def test_closing_the_events_stops_the_decoding():
-    register_toy_preset()
+def test_closing_the_events_stops_the_decoding(toy):
     race = Race()
 
     def slow_rounds() -> bool:  # every round takes a while, so the race still runs when the events close
@@ -205,27 +267,124 @@ def test_closing_the_events_stops_the_decoding():
     assert race.lanes["speculative"].seconds is None  # stopped within a round, never finished
 
 
+# --- both lanes at once: the embedded voice in two worker processes ----------------------------------
+
+#: Long enough for both lanes to stream several pieces.
+SENTENCE = "The children ran to the park, and they played there until the evening."
+
+
+@pytest.fixture(scope="module")
+def embedded_race():
+    """One race of the embedded voice through `run_race`, as the app runs it (its lane workers are spawned
+    processes that load and warm up the voice: seconds to start, once for the module); then `compare` of the
+    same request, decoded in this process."""
+    pytest.importorskip("ssd_demo.backends.embedded")
+    if not (EMBEDDED_ASSETS / "voice.json").is_file():
+        pytest.skip("the embedded voice's trained assets (assets/embedded/) are not present")
+    request = Request(text=SENTENCE, preset="embedded", seed=5)
+    race = Recorder()
+    try:
+        comparison = run_race(request, race)
+        yield race, comparison, app_logic.compare(request)
+    finally:
+        close_lane_workers("embedded")
+
+
+@pytest.mark.slow
+def test_both_lanes_decode_at_once_where_the_machine_allows(embedded_race):
+    race, comparison, _ = embedded_race
+    ar, spec = race.lanes["autoregressive"], race.lanes["speculative"]
+    assert race.apart == comparison.apart  # what the page said is what happened
+    if race.apart == "":
+        assert _together_note(together_note(race))
+        # Both lanes started decoding before either finished: their timelines (one clock, from the click) overlap.
+        assert max(ar.timeline[0][0], spec.timeline[0][0]) < min(ar.timeline[-1][0], spec.timeline[-1][0]), \
+            (ar.timeline[:1], ar.timeline[-1:], spec.timeline[:1], spec.timeline[-1:])
+    else:  # one core, say: one after the other, and the page says why
+        assert _apart_note(together_note(race), race.apart)
+        assert ar.timeline[-1][0] <= spec.timeline[0][0] and race.seen == sorted(race.seen)
+
+
+@pytest.mark.slow
+def test_the_lanes_workers_decode_what_this_process_decodes(embedded_race):
+    race, comparison, same = embedded_race
+    for name, result, again in (("autoregressive", comparison.ar, same.ar),
+                                ("speculative", comparison.spec, same.spec)):
+        lane = race.lanes[name]
+        assert result.generation.tokens == again.generation.tokens, name
+        assert lane.tokens == len(result.generation.tokens) and lane.rounds == result.generation.stats.target_calls
+        assert lane.seconds == result.elapsed_seconds and result.wall_seconds is not None  # codec overlapping the LM
+        assert 0 < lane.time_to_first_audio <= lane.seconds  # one clock
+        assert len(lane.pieces) > 1  # streamed in codec windows, not one piece at the end
+        joined = np.concatenate([piece.audio for piece in lane.pieces])
+        assert len(joined) == len(result.audio)
+        assert lane.timeline[-1][1] == lane.tokens
+    # Only the speculative lane has drafts to reject; its chart marks them.
+    assert race.lanes["autoregressive"].rejected == 0
+    stats = comparison.spec.generation.stats
+    assert race.lanes["speculative"].rejected == stats.drafted_tokens - stats.accepted_tokens
+    shown = headline(comparison, race)
+    assert _ratios(shown) == (pytest.approx(lm_speedup(comparison), abs=0.005),
+                              pytest.approx(app_logic.end_to_end_speedup(comparison), abs=0.005))
+    assert _first_audio_in(shown, race)
+
+
 # --- the page's /race handler (its frames, without a server) -------------------------------------------
+
+RACE_VIEW_OUTPUTS = ("status", "ar_live", "spec_live", "live_audio", "chart", "headline", "replay_ar", "replay_spec",
+                     "replay_note")
+
 
 def _race_page(raise_refusals: bool = False):
     """The race's handler on the toy preset (the page's, or the API's), and where each output sits in its
     frames."""
     import gradio as gr
-    from ssd_demo.app.compare.race_view import build_race_view, race_handler
+    from ssd_demo.app.compare.race_view import build_race_chart, build_race_view, build_replay_row, race_handler
     from ssd_demo.app.compare.tab import OUTPUT_NAMES, synthesize_signature
 
     register_toy_preset()
     with gr.Blocks():
-        view = build_race_view(gr.Markdown(), gr.Markdown())
+        view = build_replay_row(build_race_chart(build_race_view(gr.Markdown(), gr.Markdown())))
         results = {name: gr.Markdown() for name in OUTPUT_NAMES}
+    assert len(view.outputs) == len(RACE_VIEW_OUTPUTS)
     handler = race_handler(view, results, synthesize_signature(app_logic.preset_defaults(TOY_KEY)), "race-test",
                            raise_refusals=raise_refusals)
-    names = ("status", "ar_live", "spec_live", "ar_stream", "spec_stream", "headline", "replay_ar", "replay_spec",
-             "replay_note", *OUTPUT_NAMES)
-    return handler, lambda frame: dict(zip(names, frame))
+    return handler, lambda frame: dict(zip((*RACE_VIEW_OUTPUTS, *OUTPUT_NAMES), frame))
 
 
-def test_a_stopped_race_ends_with_a_stopped_frame(monkeypatch):
+def _skipped(value) -> bool:
+    """An output a frame leaves as it is (`gr.skip()`)."""
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
+def _payloads(frames: list[dict]) -> list[dict]:
+    """What the frames sent the browser's player, in order."""
+    return [json.loads(frame["live_audio"]) for frame in frames if not _skipped(frame["live_audio"])]
+
+
+def test_a_finished_race_ends_done_with_every_piece_sent_and_both_lanes_done(toy):
+    handler, named = _race_page()
+    frames = [named(frame) for frame in handler("A race to the end.", preset=TOY_KEY, seed=2)]
+    final = frames[-1]
+    assert final["status"].startswith("**Now:** Done") and _apart_note(final["status"], toy)
+    assert all(frame["status"].startswith("**Now:** ") for frame in frames)
+    payloads = _payloads(frames)
+    assert len({p["race"] for p in payloads}) == 1 and payloads[-1]["rate"] == 16_000
+    for lane in ("autoregressive", "speculative"):
+        sent = sorted({p["index"] for payload in payloads for p in payload["pieces"] if p["lane"] == lane})
+        assert sent == list(range(payloads[-1]["lanes"][lane]["pieces"])) and sent  # every piece, numbered from 0
+        assert payloads[-1]["lanes"][lane]["done"] and not payloads[-1]["lanes"][lane]["stopped"]
+        # A lane is never said done before its last piece was sent.
+        first_done = next(i for i, p in enumerate(payloads) if p["lanes"][lane]["done"])
+        assert payloads[first_done]["lanes"][lane]["pieces"] == payloads[-1]["lanes"][lane]["pieces"]
+    assert final["chart"].startswith("<svg") and final["chart"].count("<polyline") == 2
+    assert re.search(r"Autoregressive\W+done", final["chart"]) and re.search(r"Speculative\W+done", final["chart"])
+    assert "done" in final["ar_live"] and "done" in final["spec_live"]
+    assert _ratios(final["headline"]) and final["details"]["race"]["speculative"]["pieces"]
+    assert final["replay_note"].startswith("**As on a ")
+
+
+def test_a_stopped_race_ends_with_a_stopped_frame(toy, monkeypatch):
     from ssd_demo.app import jobs
     from ssd_demo.app.compare.race_view import STOPPED_STATUS
 
@@ -239,20 +398,23 @@ def test_a_stopped_race_ends_with_a_stopped_frame(monkeypatch):
             stop.set()  # the Stop button, right after the race began
     final = frames[-1]
     assert final["status"] == STOPPED_STATUS
-    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players stopped
+    # The player's last word (the page's Stop silenced it already): no lane it could still wait for, each one
+    # done, stopped where it was, or without a piece.
+    last = json.loads(final["live_audio"])
+    assert all(lane["done"] or lane["stopped"] or lane["pieces"] == 0 for lane in last["lanes"].values()), last
     assert "running" not in final["ar_live"] and "running" not in final["spec_live"]
     assert not any("Done" in str(frame["status"]) for frame in frames)
 
 
-def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
+def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises(toy):
     import gradio as gr
-    import pytest
 
     handler, named = _race_page()
     frames = [named(frame) for frame in handler("   ", preset=TOY_KEY)]  # the page's race: no error raised
     final = frames[-1]
     assert final["status"].startswith("**Not run:**") and "type some text" in final["status"]
-    assert final["ar_stream"] is None and final["spec_stream"] is None  # both live players left empty
+    assert not any(payload["pieces"] for payload in _payloads(frames))  # the player is given nothing to play
+    assert final["headline"] == "" or _skipped(final["headline"])
 
     api, named = _race_page(raise_refusals=True)
     frames = []
@@ -262,34 +424,115 @@ def test_a_refused_race_says_why_in_the_status_line_and_only_the_api_raises():
     assert frames[-1]["status"] == final["status"]
 
 
-def test_done_says_the_speculative_voice_is_still_to_play():
+def test_done_is_the_status_once_both_runs_are_decoded():
     from ssd_demo.app.compare.race import done_stage
 
-    assert done_stage(True).startswith("Done decoding") and "speculative voice plays next" in done_stage(True)
-    assert done_stage(False) == "Done"  # no live audio: nothing queued, the clips are already there
+    assert done_stage() == "Done"  # the voices may still be playing: the page's player plays them in turn
+
+
+def test_the_status_says_how_the_lanes_decode():
+    race = Race()
+    assert together_note(race) == ""  # not known before the models are ready
+    race.apart = ""
+    assert _together_note(together_note(race))
+    race.apart = "this machine has one CPU core"
+    assert _apart_note(together_note(race), race.apart)
+
+
+def _piece(index: int, ready: float, processing: float, seconds: float = 0.01, tokens: int = 1):
+    from ssd_demo.speech.streaming import AudioPiece
+
+    return AudioPiece(index=index, chunk_index=0, text="", audio=np.zeros(int(16_000 * seconds), dtype=np.float32),
+                      sample_rate=16_000, start_sample=0, ready_seconds=ready, processing_seconds=processing,
+                      tokens_so_far=tokens, target_calls_so_far=tokens)
+
+
+def _result(tokens: int, calls: int):
+    return SimpleNamespace(generation=SimpleNamespace(stats=SimpleNamespace(target_calls=calls), tokens=[1] * tokens))
 
 
 def test_first_audio_and_done_are_on_one_clock():
-    from types import SimpleNamespace
+    race = Race()
+    # A whole-chunk codec (the LM, then the codec): pieces ready on the wall clock, the run's done on its LM + codec
+    # seconds (`SynthesisResult.elapsed_seconds`, less than the wall clock); first audio is on done's clock.
+    for index, ready in enumerate([1.19, 1.40]):
+        race.piece("autoregressive", _piece(index, ready, processing=0.5))
+    race.finished("autoregressive", _result(2, 3), 1.17)
+    lane = race.lanes["autoregressive"]
+    assert lane.time_to_first_audio == 0.5 <= lane.seconds == 1.17
+    # Codec windows overlapping the LM: every clock is the wall's (the first piece's processing is its ready time).
+    race.piece("speculative", _piece(0, 0.31, processing=0.31))
+    race.piece("speculative", _piece(1, 0.62, processing=0.31))
+    race.finished("speculative", _result(2, 1), 0.62)
+    lane = race.lanes["speculative"]
+    assert lane.time_to_first_audio == 0.31 <= lane.seconds == 0.62
 
-    from ssd_demo.speech.streaming import AudioPiece
+
+def test_a_lanes_counters_say_its_rejected_drafts_and_state():
+    race = Race()
+    shown = lane_markdown(race.lanes["speculative"], "Speculative")
+    assert "**0** tokens" in shown and "waiting" in shown and "rejected" not in shown
+    assert "First audio after **–**" in shown
+    race.started("speculative")
+    race.counted("speculative", 12, 4, rejected=3)
+    shown = lane_markdown(race.lanes["speculative"], "Speculative")
+    assert "**12** tokens · **4** target calls" in shown and re.search(r"\b3 (drafts )?rejected", shown)
+    assert "running" in shown
+    race.piece("speculative", _piece(0, 0.2, 0.2, seconds=0.5, tokens=12))
+    race.finished("speculative", _result(12, 4), 0.8)
+    shown = lane_markdown(race.lanes["speculative"], "Speculative")
+    assert "done 0.80 s" in shown and "First audio after **0.20 s**" in shown and _speech_seconds(shown) == 0.5
+
+
+def test_the_live_chart_draws_both_lanes_on_one_clock():
+    race = Race()
+    assert race_chart_svg(race, now=0.0).count("<polyline") == 0  # nothing decoded yet: the axes only
+    for lane in ("autoregressive", "speculative"):
+        race.started(lane)
+    ar, spec = race.lanes["autoregressive"], race.lanes["speculative"]
+    ar.timeline += [(0.1 * i, i, 0) for i in range(1, 30)]
+    spec.timeline += [(0.1, 4, 0), (0.2, 8, 2), (0.3, 12, 2), (0.4, 16, 5)]  # two rounds with rejected drafts
+    ar.tokens, spec.tokens, spec.rejected = 29, 16, 5
+    running = race_chart_svg(race, now=2.9)
+    assert running.count("<polyline") == 2 and "<circle" not in running  # no lane done yet
+    assert running.count('stroke="#dc2626"') == 2  # a tick per round that rejected drafts
+    assert _axis_seconds(running) >= 2.9  # the time axis grows with the race: up to now at least
+    assert _axis_seconds(race_chart_svg(race, now=10.0)) > _axis_seconds(running)  # ... while a lane runs
+    assert "Speculative: 16 tokens, running" in running  # its accessible name says what it shows
+    spec.seconds = 0.4
+    race.stop()  # the autoregressive lane was still running
+    done = race_chart_svg(race, now=3.0)
+    assert done.count("<circle") == 1 and re.search(r"Speculative\W+done 0\.40 s", done)
+    assert re.search(r"Autoregressive\W+stopped", done)
+
+
+def _runs(ar_lm: float, spec_lm: float, ar_elapsed: float, spec_elapsed: float, speech: float):
+    """A comparison as the headline reads it: both runs' LM seconds, seconds until the last audio and speech."""
+    def run(lm: float, elapsed: float):
+        return SimpleNamespace(lm_seconds=lm, elapsed_seconds=elapsed, duration_seconds=speech,
+                               real_time_factor=elapsed / speech)
+
+    return SimpleNamespace(ar=run(ar_lm, ar_elapsed), spec=run(spec_lm, spec_elapsed))
+
+
+def test_the_headline_labels_both_ratios_and_says_when_a_text_is_too_short():
+    from ssd_demo.app.compare.race import SHORT_SPEECH_SECONDS
 
     race = Race()
-    for index, ready in enumerate([1.19, 1.40]):  # wall seconds since the stream began
-        race.piece("autoregressive", AudioPiece(index=index, chunk_index=index, text="", audio=soundfile_free(),
-                                                sample_rate=16_000, start_sample=0, ready_seconds=ready,
-                                                processing_seconds=0.5, tokens_so_far=1, target_calls_so_far=1))
-    result = SimpleNamespace(generation=SimpleNamespace(stats=SimpleNamespace(target_calls=3), tokens=[1, 2]))
-    race.finished("autoregressive", result, 1.17)  # LM + codec seconds: less than the wall clock
-    lane = race.lanes["autoregressive"]
-    # Both on the LM + codec clock: the first piece's 0.5 s of processing, the run's 1.17 s.
-    assert lane.time_to_first_audio == 0.5 <= lane.seconds == 1.17
-
-
-def soundfile_free():
-    import numpy as np
-
-    return np.zeros(160, dtype=np.float32)
+    race.piece("autoregressive", _piece(0, 0.6, 0.6))
+    race.piece("speculative", _piece(0, 0.3, 0.3))
+    lines = headline(_runs(6.0, 2.0, 8.0, 4.0, speech=4.0), race).split("\n")
+    assert lines[0] == "## Speculative was 2.0× faster on this run"  # the verdict: end to end, one run
+    assert _ratios(lines[1]) == (3.0, 2.0)  # the basis: both ratios, each labelled, and both first audios
+    assert _first_audio_in(lines[1], race)
+    assert lines[2].startswith("One run") and len(lines) == 3
+    median = headline(_runs(6.0, 2.0, 8.0, 4.0, speech=4.0), race, earlier=[1.8, 2.2]).split("\n")
+    assert median[0] == "# Speculative is 2.0× faster" and "median of 3 races" in median[2]
+    assert "first audio" not in headline(_runs(6.0, 2.0, 8.0, 4.0, speech=4.0))  # no race: no first audio
+    short = headline(_runs(0.6, 0.3, 0.8, 0.4, speech=SHORT_SPEECH_SECONDS / 2), race)
+    assert short.startswith("## Too short for speculation to show\n") and "Speculative was" not in short
+    assert _ratios(short) == (2.0, 2.0) and _first_audio_in(short, race)
+    assert headline(_runs(1.0, 1.0, 1.0, 0.0, speech=4.0)) == ""  # no ratio to state
 
 
 def test_taking_the_model_turn_does_not_claim_a_load():
@@ -302,8 +545,6 @@ def test_taking_the_model_turn_does_not_claim_a_load():
 
 
 def test_tokens_per_second_uses_the_tables_own_lm_seconds():
-    from types import SimpleNamespace
-
     from ssd_demo.app.compare.views import lm_tokens_per_second
 
     result = SimpleNamespace(lm_seconds=9.559, generation=SimpleNamespace(stats=SimpleNamespace(sampled_tokens=956)))
@@ -320,41 +561,3 @@ def test_the_race_scripts_reach_the_browser_as_written():
     assert scripts
     for name, script in scripts.items():
         assert not [c for c in script if ord(c) < 32 and c not in "\n"], name
-
-
-def test_the_page_knows_the_live_streams_lead_in():
-    """Every live stream begins with `LEAD_IN` of silence; the page's voice rule and its click-to-sound clock
-    subtract the same figure."""
-    from ssd_demo.app.compare import race_js, race_view
-
-    assert f"LEAD_IN_S = {race_view.LEAD_IN}" in race_js.VOICES_JS
-
-
-def test_every_live_stream_begins_with_the_lead_in_and_a_finished_lane_is_padded_once(monkeypatch):
-    """A stream opened by a piece carries the lead-in in that piece; one opened before its first piece gets
-    it alone; a finished lane's stream gets the tail padding once."""
-    import io
-
-    import numpy as np
-    import pytest
-
-    from ssd_demo.app.compare import race_view
-    from ssd_demo.speech.streaming import AudioPiece
-
-    monkeypatch.setattr(race_view, "LIVE_AUDIO", True)
-    streams = race_view.LiveStreams({"autoregressive": "ar", "speculative": "spec"})
-    seconds = lambda wav: soundfile.info(io.BytesIO(wav)).duration  # noqa: E731
-    race = Race()
-    assert streams.silences(race) == {}  # the sample rate is not known yet
-    piece = AudioPiece(index=0, chunk_index=0, text="Hi.", audio=np.full(1600, 0.1, dtype=np.float32),
-                       sample_rate=16_000, start_sample=0, ready_seconds=0.1, processing_seconds=0.1, tokens_so_far=5,
-                       target_calls_so_far=5)
-    first = streams.piece(Piece("autoregressive", piece))
-    assert seconds(first["ar"]) == pytest.approx(race_view.LEAD_IN + 0.1)
-    race.sample_rate = 16_000
-    opened = streams.silences(race)
-    assert list(opened) == ["spec"] and seconds(opened["spec"]) == pytest.approx(race_view.LEAD_IN)
-    assert seconds(streams.piece(Piece("autoregressive", piece))["ar"]) == pytest.approx(0.1)
-    race.lanes["autoregressive"].seconds = 1.0
-    assert seconds(streams.silences(race)["ar"]) == pytest.approx(race_view.TAIL_PADDING)
-    assert streams.silences(race) == {}  # once

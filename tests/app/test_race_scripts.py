@@ -87,7 +87,9 @@ const advance = (to) => {
     for (const t of timers) { if (!t.done && t.at <= to) { due.push([t.at, () => { t.done = true; t.fn(); }]); } }
     for (const s of sources) {
       const end = (s.when + s.buffer.duration) * 1000;
-      if (!s.ended && !s.stopped && end <= to) { due.push([end, () => { s.ended = true; if (s.onended) { s.onended(); } }]); }
+      if (!s.ended && !s.stopped && end <= to) {
+        due.push([end, () => { s.ended = true; if (s.onended) { s.onended(); } }]);
+      }
     }
     if (!due.length) { break; }
     due.sort((a, b) => a[0] - b[0]);

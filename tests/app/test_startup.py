@@ -10,14 +10,18 @@ import pytest
 from ssd_demo.app.compare import Race, Request, run_race
 from ssd_demo.comparison import load, pipeline, startup, warm_up
 from ssd_demo.engine.calibration import is_calibrated
+from support.race_lanes import lanes_one_after_the_other
 from support.toy_backend import TOY_KEY, register_toy_preset
 
 
 @pytest.fixture
 def fresh_startup(monkeypatch):
-    """No start-up job yet in this process (as when the app starts)."""
+    """No start-up job yet in this process (as when the app starts). The toy voice exists in this process only:
+    no lane workers start for it, and its races decode one lane after the other (`support.race_lanes`)."""
     monkeypatch.setattr(startup, "_current", None)
     register_toy_preset()
+    with lanes_one_after_the_other((TOY_KEY,)):
+        yield
 
 
 def test_the_startup_job_warms_up_and_measures_the_default_pair(fresh_startup):

@@ -256,21 +256,33 @@ def test_mode_auto_speculates_only_where_the_voice_says_it_pays_at_the_current_l
 def test_a_client_that_hangs_up_mid_piece_stops_its_decoding_at_once(synth):
     from ssd_demo.engine.cancellation import Cancelled
 
-    class SlowPieces(Synthesizer):
-        """Each piece takes 20 s unless told to stop (an engine that decodes a whole chunk per call, as vLLM's)."""
+    from ssd_demo.speech.chunk_generator import OUR_ENGINE
 
+    class SlowPieces:
+        """A chunk generator whose every chunk takes 20 s unless told to stop (an engine that decodes a whole chunk
+        per call, as vLLM's)."""
+
+        commits_rounds = False
         stopped_after: list[float] = []
 
-        def _generate(self, prompt, mode, config, draft_name, should_stop, on_round=None, voice_prompt=None):
+        def describe(self, synthesizer):
+            return "a slow engine"
+
+        def check(self, mode, config):
+            return None
+
+        def generate_chunk(self, synthesizer, prompt, mode, config, draft_name, *, should_stop=None, **rest):
             started = time.monotonic()
             while time.monotonic() - started < 20:
                 if should_stop is not None and should_stop():
                     SlowPieces.stopped_after.append(time.monotonic() - started)
                     raise Cancelled()
                 time.sleep(0.02)
-            return super()._generate(prompt, mode, config, draft_name, should_stop, on_round, voice_prompt)
+            return OUR_ENGINE.generate_chunk(synthesizer, prompt, mode, config, draft_name, should_stop=should_stop,
+                                             **rest)
 
-    service = SpeechService(TOY_KEY, SlowPieces(synth.backend, synth.target, synth.drafts, "small"))
+    service = SpeechService(TOY_KEY, Synthesizer(synth.backend, synth.target, synth.drafts, "small",
+                                                 chunk_generator=SlowPieces()))
     server, thread, address = serve_in_thread(service)
     try:
         with httpx.stream("POST", address + "/v1/audio/speech", timeout=30,
