@@ -1,13 +1,11 @@
-"""`python -m ssd_demo train`: its flags (the recipe is ssd_demo.training.voice)."""
+"""`python -m ssd_demo train`: its flags (the recipe is ssd_demo.training.recipe, the run ssd_demo.training.voice)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-import torch
-
-from ..training.voice import Recipe, STAGES, run, smoke_recipe
+from ..training.recipe import STAGES, Recipe, smoke_recipe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,4 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..training.voice import run  # deferred (torch): --help stays quick
+
     return run(args)

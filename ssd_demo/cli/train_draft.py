@@ -1,12 +1,12 @@
-"""`python -m ssd_demo train-draft`: its flags (the recipe is ssd_demo.training.cosyvoice2_draft)."""
+"""`python -m ssd_demo train-draft`: its flags (the recipe is ssd_demo.training.cosyvoice2_draft.settings, the run
+ssd_demo.training.cosyvoice2_draft)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..training.cosyvoice2_draft.recipe import PRESETS, DraftRecipe
-from ..training.cosyvoice2_draft.run import run
+from ..training.cosyvoice2_draft.settings import PRESETS, DraftRecipe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,4 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..training.cosyvoice2_draft import run  # deferred (torch): --help stays quick
+
     return run(args)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -29,17 +29,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from ..errors import ModelLoadError
+from .heads_config import HeadsConfig
 
 CONFIG_NAME = "heads.json"
 WEIGHTS_NAME = "heads.safetensors"
-
-
-@dataclass(frozen=True)
-class HeadsConfig:
-    hidden: int  # the target's hidden size (the state lives in the space its output layer reads)
-    inner: int = 1024  # width of each block's MLP
-    blocks: int = 2  # residual blocks per step
-    eps: float = 1e-5
 
 
 class HeadBlock(nn.Module):

@@ -18,7 +18,7 @@ import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,32 +29,11 @@ from ..backends.vocab import VocabLayout
 from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook
 from ..errors import InputError
 from .corpus import CorpusConfig, build_corpus, short_corpus, split_corpus
-from .teacher import SCALES, Teacher, analysis_graph, extract_decoder, prior_graph, teacher_phonemes
+from .recipe import DataConfig
+from .teacher import Teacher, analysis_graph, extract_decoder, prior_graph, teacher_phonemes
 
 DATASET_NAME = "dataset.npz"
 SHARD = 100
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    corpus_size: int = 5000
-    test_size: int = 100
-    codebook_size: int = 1024
-    seed: int = 1234
-    free_share: float = 0.35  # share of free word sequences in the corpus (see corpus.py)
-    chunk_symbols: int = 110
-    max_symbol_frames: int = 200
-    workers: int = 2
-    scales: tuple[float, float, float] = SCALES
-    # What the codes quantize (`speech.latent_codec`): "prior" codes are a function of the phoneme in context,
-    # which a small target learns to say; on "z" codes it learned the voice but not the words.
-    latent: str = "prior"
-    # Phonemes inserted after the one being spoken (`VocabLayout.lookahead`): its right-hand context.
-    lookahead: int = 2
-    # The longest opening pause kept, in frames (`trim_leading_run`; None keeps them whole).
-    leading_run: int | None = 5
-    # Utterances of one to three words added to the training split (`corpus.short_corpus`, `add_utterances`).
-    short_utterances: int = 0
 
 
 def _render_shard(job: tuple[Path, Path, list[str], int, tuple[float, float, float], int]) -> int:

@@ -28,31 +28,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..backends.vocab import VocabLayout
 from .precision import autocast
+from .recipe import ModelSpec, StageConfig  # noqa: F401 - defined with the recipes, used here and imported from here
 from ..errors import InputError
 
 IGNORE = -100
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    max_positions: int = 1024
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    steps: int
-    lr: float = 1e-3
-    warmup: int = 100
-    batch_tokens: int = 3200  # padded tokens per batch
-    weight_decay: float = 0.01
-    checkpoint_every: int = 200
-    seed: int = 0
-    max_minutes: float = 0.0  # stop early (and record it) after this much wall time; 0 = no limit
 
 
 def make_llama(layout: VocabLayout, spec: ModelSpec) -> LlamaForCausalLM:

@@ -26,14 +26,13 @@ from transformers import AutoModelForCausalLM
 
 from ..errors import InputError
 from ..backends.vocab import VocabLayout
-from ..engine.draft_heads import DraftHeads, HeadsConfig, target_fingerprint
+from ..engine.draft_heads import DraftHeads, target_fingerprint
 from .heads import evaluate_heads, heads_loss
 from ..speech.latent_codec import LatentCodec
-from .dataset import DataConfig, build_dataset, pack, phoneme_caps
-from .train import (ModelSpec, StageConfig, collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
+from .dataset import build_dataset, pack, phoneme_caps
+from .recipe import STAGES, DataConfig, Recipe, StageConfig, smoke_recipe  # noqa: F401 - imported from here too
+from .train import (collate, cross_entropy, distillation_kl, evaluate_ce, layer_subset_draft,
                     make_batches, make_llama, to_device, train_stage, warm_start)
-
-STAGES = ("data", "target", "layers", "distilled", "heads", "export")
 
 #: Example sentences the app offers (not from the training corpus).
 EXAMPLES = (
@@ -43,52 +42,6 @@ EXAMPLES = (
     "Could you call me back after 6 p.m. tomorrow?",
     "The weather is nice today.",
 )
-
-
-@dataclass(frozen=True)
-class Recipe:
-    # Short utterances (--short-utterances) are not added by default: 4,000 of them, in 3,000 more steps of training
-    # continued from the shipped voice, changed nothing measurable (docs/benchmarks.md, "Short utterances").
-    data: DataConfig = DataConfig(corpus_size=8000, codebook_size=2048)
-    # Sized for a 2-core CPU at inference: 12 layers keep the target's decode step >= 10x the one-layer
-    # draft's; 1,280 positions hold a chunk of 110 symbols (about 700 tokens) with room to spare.
-    target: ModelSpec = ModelSpec(layers=12, hidden=256, intermediate=768, heads=4, kv_heads=2, max_positions=1280)
-    distilled: ModelSpec = ModelSpec(layers=1, hidden=256, intermediate=768, heads=4, kv_heads=2, max_positions=1280)
-    layers_bottom: int = 1
-    layers_top: int = 2
-    target_stage: StageConfig = StageConfig(steps=1300, lr=2e-3, warmup=100, batch_tokens=3200, max_minutes=45)
-    layers_stage: StageConfig = StageConfig(steps=300, lr=1e-3, warmup=50, batch_tokens=3200, max_minutes=12)
-    distilled_stage: StageConfig = StageConfig(steps=300, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=12)
-    # Draft heads on the frozen target: 2 residual blocks of 1,024 (1.6 M parameters), trained to roll its
-    # hidden state 8 tokens forward. Why 8 and not K = 4: at decode time the heads first step over the
-    # round's pending tokens (the target's new token and its inserted phoneme) and then over each drafted
-    # token and its inserted ones, so the K-th proposal sits 5-8 steps from the target's state; heads
-    # trained on 4 steps lost 4-11 points of acceptance at steps 5-8 (docs/benchmarks.md).
-    heads: HeadsConfig = HeadsConfig(hidden=256, inner=1024, blocks=2)
-    heads_unroll: int = 8
-    heads_stage: StageConfig = StageConfig(steps=600, lr=2e-3, warmup=50, batch_tokens=3200, max_minutes=25)
-    eval_examples: int = 100
-    # Longest training sequence in tokens: a chunk of 110 symbols takes about 700.
-    max_sequence: int = 1200
-
-
-def smoke_recipe() -> Recipe:
-    tiny = ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512)
-    stage = StageConfig(steps=4, lr=1e-3, warmup=2, batch_tokens=1200, checkpoint_every=2)
-    return Recipe(
-        data=DataConfig(corpus_size=24, test_size=4, codebook_size=64, workers=1, short_utterances=3),
-        target=tiny,
-        distilled=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=512),
-        layers_bottom=1,
-        layers_top=1,
-        target_stage=stage,
-        layers_stage=stage,
-        distilled_stage=stage,
-        heads=HeadsConfig(hidden=32, inner=64, blocks=1),
-        heads_unroll=2,
-        heads_stage=stage,
-        eval_examples=4,
-    )
 
 
 def _model_dir(out: Path, name: str) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InvalidSettingError, ModelLoadError
+from . import PAPER_DRAFT_LAYERS
 from ...models.hub import LoadOptions, auto_device, resolve, use_only
 from ...speech.synthesis import Synthesizer
 from .backend import SAMPLING_RULES, CosyVoice2Backend
@@ -30,7 +31,6 @@ TRAINED_DRAFT_ENV = "SSD_COSYVOICE2_DRAFT"  # a trained draft for the preset: fi
 TRAINED_DRAFT_FILE = "draft.safetensors"
 TEXT_ENV = "SSD_COSYVOICE2_TEXT"  # the preset's text normaliser: "default" or "official" (text_norm.NORMALISER_MODES)
 RULES_ENV = "SSD_COSYVOICE2_RULES"  # the preset's sampling rules: "head" (default) or "release" (backend.SAMPLING_RULES)
-PAPER_DRAFT_LAYERS = (2, 6)  # bottom, top
 
 
 def missing_files(folder: str | Path) -> list[str]:

@@ -47,16 +47,24 @@ recipe from the command's options; `python -m ssd_demo train-draft` is ssd_demo.
 
 from __future__ import annotations
 
-from .data import read_data
-from .draft import (LOSSES, collate, distillation_kl, expected_acceptance, export_draft, load_draft_state,
-                    next_token_cross_entropy, trainable_draft, trainable_names)
-from .generations import (default_texts, ensure_generations, generate, generation_config, official_sampling, read_texts,
-                          spoken_chunks)
-from .prompts import CROSS_LINGUAL, backend_prompt, choose_voice, prompt_mix, text_ids, voice_of
-from .recipe import (CHECKPOINT_FILE, DRAFT_FILE, GENERATIONS_FILE, PRESETS, SMOKE_LAYOUT, SUMMARY_FILE, DraftRecipe,
-                     Target, WordHashTokenizer, checkpoint_target, smoke_recipe, smoke_target)
-from .run import recipe_from, run
-from .train_loop import batch_at, train
+# Where each name lives; imported on first use (PEP 562), so that the recipe's settings (`settings`) load without
+# torch and the command's --help stays quick.
+_SOURCES = {
+    "data": ("read_data",),
+    "draft": ("LOSSES", "collate", "distillation_kl", "expected_acceptance", "export_draft", "load_draft_state",
+              "next_token_cross_entropy", "trainable_draft", "trainable_names"),
+    "generations": ("default_texts", "ensure_generations", "generate", "generation_config", "official_sampling",
+                    "read_texts", "spoken_chunks"),
+    "prompts": ("CROSS_LINGUAL", "backend_prompt", "choose_voice", "prompt_mix", "text_ids", "voice_of"),
+    "recipe": ("CHECKPOINT_FILE", "DRAFT_FILE", "GENERATIONS_FILE", "SMOKE_LAYOUT", "SUMMARY_FILE", "Target",
+               "WordHashTokenizer", "checkpoint_target", "smoke_target"),
+    "settings": ("PRESETS", "DraftRecipe", "smoke_recipe"),
+    "run": ("recipe_from", "run"),
+    "train_loop": ("batch_at", "train"),
+}
+_NAMES = {name: module for module, names in _SOURCES.items() for name in names}
+#: The package's modules, reachable as its attributes (`cosyvoice2_draft.prompts`) as when it imported them all.
+_MODULES = tuple(_SOURCES)
 
 __all__ = [
     "CROSS_LINGUAL", "LOSSES", "backend_prompt", "choose_voice", "next_token_cross_entropy", "prompt_mix",
@@ -67,3 +75,19 @@ __all__ = [
     "official_sampling", "read_texts", "recipe_from", "run", "smoke_recipe", "smoke_target", "spoken_chunks",
     "train", "trainable_draft", "trainable_names",
 ]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function (`run`: the function, not its module)
+        return value
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NAMES, *_MODULES])
