@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ssd_demo.app.compare import audio_files
+from ssd_demo.app.listening import experimenter_access
 from ssd_demo.app.listening import service as listening_app
 from ssd_demo.app.listening.service import browser_secret
 from ssd_demo.listening.study_store import ListeningStore
@@ -168,7 +169,7 @@ def test_browser_secret_without_hard_links_is_private_from_creation(tmp_path, mo
 
 def test_vote_exports_are_private(tmp_path, monkeypatch, usual_umask):
     monkeypatch.setenv("SSD_DEMO_RESULTS_TOKEN", "experimenter-token")  # the export is the experimenter's
-    monkeypatch.setattr(listening_app, "_EXPORTS", [])
+    monkeypatch.setattr(experimenter_access, "_EXPORTS", [])  # a fresh export folder for this test
     settings = listening_app.ListeningSettings(data_dir=tmp_path, db_path=tmp_path / "l.sqlite3", n_trials=2)
     app = listening_app.ListeningApp(settings)
     try:

@@ -161,9 +161,11 @@ def _both_voices_played(page, timeout_ms: int = 180_000) -> dict:
     return audio
 
 
-def _stop_once_heard(page) -> None:
-    """Stop the running race once its first voice is heard: both voices silent at once, nothing after."""
-    page.wait_for_function(f"({LAST_RACE_AUDIO_JS})().log.some((e) => e.kind === 'start')", timeout=300_000)
+def _stop_once_heard(page, last_race: int | None) -> None:
+    """Stop the running race once its first voice is heard: both voices silent at once, nothing after.
+    `last_race`: the race before it, whose log is the last one until this race's first word reaches the page."""
+    page.wait_for_function(f"(last) => {{ const audio = ({LAST_RACE_AUDIO_JS})(); return audio.race !== last && "
+                           "audio.log.some((e) => e.kind === 'start'); }", arg=last_race, timeout=300_000)
     page.get_by_role("button", name="Stop").click()
     page.wait_for_function(f"({STATE_JS})().status.startsWith('Stopped')", timeout=30_000)
     page.wait_for_function(f"({STATE_JS})().run", timeout=10_000)
@@ -227,8 +229,9 @@ def test_a_double_click_races_once(page, artifacts):
 
 def test_stop_ends_the_race_stopped_with_both_voices_silent(page, artifacts):
     page.locator("#ssd-text textarea").fill(PARAGRAPH)
+    last_race = _audio(page)["race"]
     page.locator("#ssd-run").click()
-    _stop_once_heard(page)
+    _stop_once_heard(page, last_race)
     page.wait_for_timeout(2_000)  # nothing comes after the final frame
     state = _state(page)
     assert state["status"].startswith("Stopped") and not state["playing"] and all(state["examples"]), state
@@ -282,9 +285,10 @@ def test_races_in_a_row_play_both_voices_one_at_a_time(page, artifacts):
     for n in range(RACES):
         stop = n == RACES // 2  # a paragraph stopped once a voice is heard; the races go on after it
         page.locator("#ssd-text textarea").fill(PARAGRAPH if stop else ONE_LINERS[n % len(ONE_LINERS)])
+        last_race = _audio(page)["race"]
         page.locator("#ssd-run").click()
         if stop:
-            _stop_once_heard(page)
+            _stop_once_heard(page, last_race)
             continue
         try:
             _statuses_until(page, _race_done)
