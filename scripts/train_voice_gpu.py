@@ -15,7 +15,7 @@ centroids, `training.train.with_neighbour_runs`), leading_run (the longest openi
 before it existed; null keeps whole pauses). Every stage
 checkpoints and resumes in OUT_DIR; the budget is kept in OUT_DIR/voice/training.json.
 DATASET.npz is `training.dataset.save_dataset`'s format; OUT_DIR/voice gets float16 models + training.json,
-which `scripts/assemble_voice.py` turns into a voice folder (README).
+which `scripts/assemble_voice.py` turns into a voice folder (docs/training.md).
 """
 import json, os, random, sys, time
 from pathlib import Path

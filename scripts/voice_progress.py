@@ -12,7 +12,7 @@ Three measures that tell a target that has learned the acoustics from one that a
    teacher's for the same text (the teacher needs `pip install -r requirements-dev.txt`).
 
 A target good at 2 and bad at 3 speaks like the teacher but does not yet follow the text. Developer-only:
-the numbers feed docs/benchmarks.md ("The embedded voice's successor").
+the numbers feed docs/lab-notebook.md ("the embedded voice's successor").
 """
 
 from __future__ import annotations

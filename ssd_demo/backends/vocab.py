@@ -16,7 +16,7 @@ With `lookahead` L > 0 each inserted phoneme comes with the L phonemes after it 
 with L = 2, "... [NEXT] p_2 p_3 p_4 s s [NEXT] p_3 p_4 p_5 ...", and the prompt ends with p_1 p_2 p_3. Why:
 a code of the teacher's prior latent depends on the phoneme's neighbours (its text encoder reads context),
 and a small target left to find them in the prompt by counting NEXTs loses its place once its own codes
-stray: with the neighbours beside it, it says the words (docs/benchmarks.md, "Codes of the prior latent").
+stray: with the neighbours beside it, it says the words (docs/lab-notebook.md, "codes of the prior latent").
 """
 
 from __future__ import annotations

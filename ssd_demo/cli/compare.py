@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the comparison's numbers to this file")
     parser.add_argument("--engine", choices=("ours", "vllm"), default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
-                             "needs .venv-vllm, see README); sets $SSD_DEMO_ENGINE for this run")
+                             "needs .venv-vllm, see docs/vllm.md); sets $SSD_DEMO_ENGINE for this run")
 
 
 class ProgressLines:

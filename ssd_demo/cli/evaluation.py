@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default; texts one at a time, speedups per token) or "
                              "vllm (Llasa presets and custom pairs; each system's texts in one batch, throughput and "
-                             "latency reported; needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
+                             "latency reported; needs .venv-vllm, see docs/vllm.md); default $SSD_DEMO_ENGINE or ours")
     parser.add_argument("--out", type=Path, default=Path("runs/eval"),
                         help="folder for eval.json and eval.md (default runs/eval)")
     add_docs_argument(parser, "'Embedded voice evaluation' (or 'Evaluation: <pair> on <test set>')")

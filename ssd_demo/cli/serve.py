@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs, "
-                             "needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
+                             "needs .venv-vllm, see docs/vllm.md); default $SSD_DEMO_ENGINE or ours")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")

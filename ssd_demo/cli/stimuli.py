@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set of the same name")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets; each system's "
-                             "sentences in one batch, throughput printed; needs .venv-vllm, see README); default "
+                             "sentences in one batch, throughput printed; needs .venv-vllm, see docs/vllm.md); default "
                              "$SSD_DEMO_ENGINE or ours")
 
 

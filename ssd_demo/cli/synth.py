@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
-                             "needs .venv-vllm, see README); default $SSD_DEMO_ENGINE or ours")
+                             "needs .venv-vllm, see docs/vllm.md); default $SSD_DEMO_ENGINE or ours")
 
 
 #: CosyVoice 2's text normaliser modes (`backends.cosyvoice2.text_norm.NORMALISER_MODES`, not imported here: the

@@ -31,7 +31,8 @@ from ..text.piper_phonemes import PiperPhonemes
 DURATIONS = "/Ceil_output_0"
 PRIOR_MEAN = "/Transpose_3_output_0"  # m_p expanded to frames: z_p at noise_scale 0
 #: Inference scales (noise_scale, length_scale, noise_w): less noise than the voice's own 0.667 / 0.8 gives
-#: a more learnable target at the same Whisper WER and DNSMOS (docs/benchmarks.md, "The teacher").
+#: a more learnable target at the same Whisper WER and DNSMOS (docs/lab-notebook.md, "the embedded voice's
+#: successor, a natural teacher").
 SCALES = (0.333, 1.0, 0.5)
 
 

@@ -3,7 +3,7 @@
     python -m ssd_demo train --out runs/voice --stages data     # render the teacher corpus, fit the codec (CPU)
     python -m ssd_demo train --out runs/voice --device cuda     # train target + drafts (minutes on one GPU)
     python -m ssd_demo train --out runs/voice --stages export --export assets/embedded
-    # the whole chain of commands and times is in README.md, "Train the embedded voice"
+    # the whole chain of commands and times is in docs/training.md
     python -m ssd_demo train --smoke --out /tmp/voice-smoke    # tiny sizes, seconds (CI)
 
 Stages run in order (data, target, layers, distilled, heads, export) and each resumes from its

@@ -1,6 +1,6 @@
 """A study created again (`--discard-answers`) has several stimulus versions: its export holds every version's
 ratings, so analysing the export again reproduces the served results and summary of each version, with two
-and with three versions; and README's re-analysis example, run on the command line's exports, prints the
+and with three versions; and the listening guide's re-analysis example, run on the command line's exports, prints the
 served summary."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ssd_demo.listening.stimuli import tone_renderer
 
 EXAMPLE = REPOSITORY / "ssd_demo" / "listening" / "data" / "example_study.toml"
 
-#: README's re-analysis example, run as written in a folder holding the command line's exports.
+#: the listening guide's re-analysis example, run as written in a folder holding the command line's exports.
 README_EXAMPLE = """
 import json
 from ssd_demo.listening.study import load_study

@@ -16,7 +16,7 @@ e-mail and web addresses, durations, numbers dialled, time units, areas and heig
 context, "the 5th of November"), and the readings the shared one leaves to eSpeak (ordinals, decades, percent,
 minus). Before it, digit layouts and symbols it leaves alone become words (`_SYMBOL_REWRITES`: thousands grouped
 by spaces or dots but not numbers listed with spaces, phone and card numbers digit by digit, degrees, powers,
-fraction characters, plus, equals, cents). Where the two differ (the README lists examples): "$5.99" is "five
+fraction characters, plus, equals, cents). Where the two differ (docs/hub-models.md lists examples): "$5.99" is "five
 dollars ninety-nine" here, "five point nine nine dollars" in `wetext`; "1250 people" is a number here, "twelve
 fifty people" there; "Version 3.11.4" is "three point eleven point four" here, "three.eleven point four" there.
 Like `wetext`, the default reads English only when the text holds a digit (or an e-mail or web address): other

@@ -26,9 +26,9 @@ from ...engine.cancellation import Cancelled
 from ...errors import InputError, UserError
 
 PYTHON_VARIABLE = "SSD_DEMO_VLLM_PYTHON"
-#: The repository root, where scripts/vllm_env.sh builds .venv-vllm (a checkout; see README).
+#: The repository root, where scripts/vllm_env.sh builds .venv-vllm (a checkout; see docs/vllm.md).
 ROOT = Path(__file__).resolve().parents[3]
-SETUP_HINT = "build it with `bash scripts/vllm_env.sh` (CPU) or `bash scripts/vllm_env.sh --gpu`, see README"
+SETUP_HINT = "build it with `bash scripts/vllm_env.sh` (CPU) or `bash scripts/vllm_env.sh --gpu`, see docs/vllm.md"
 
 
 #: Model families whose LMs the vLLM engine serves (Llasa presets and custom Llama/Qwen2 pairs).
