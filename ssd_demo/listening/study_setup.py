@@ -43,7 +43,7 @@ def create_study(
     if study.name == TAB_STUDY:
         raise InputError(f"{Path(path).name}: the name {TAB_STUDY!r} is the listening tab's built-in study; "
                          "choose another name")
-    check_systems(study, Path(path).name)
+    check_systems(study, Path(path).name, drafts=_preset_drafts(study.preset) if render is None else None)
     destination = study_path(study.name, root)
     if destination.exists() and not overwrite:
         raise InputError(f"study {study.name!r} already exists; pass --overwrite to create it again")
@@ -63,15 +63,26 @@ def create_study(
     return study, stimulus_set
 
 
-def check_systems(study: Study, origin: str) -> None:
+def check_systems(study: Study, origin: str, drafts: tuple[str, ...] | None = None) -> None:
     """Every system's name and decoding settings (`DecodingConfig`'s bounds), checked before anything is
-    rendered, whatever the renderer: a bad beta or K fails at once, naming the file and the system."""
+    rendered, whatever the renderer: a bad beta or K fails at once, naming the file and the system. With `drafts`
+    (the preset's, when its models render), a draft no system may name: before minutes of rendering, not after."""
     for name in study.rendered_systems():
         try:
-            parse_system(name).check()
+            system = parse_system(name)
+            system.check()
         except UserError as error:
             detail = str(error) if name in str(error) else f"system {name!r}: {error}"
             raise InputError(f"{origin}: {detail}") from None
+        if drafts is not None and system.draft is not None and system.draft not in drafts:
+            raise InputError(f"{origin}: system {name!r} names the draft {system.draft!r}; the preset "
+                             f"{study.preset!r} has {', '.join(drafts)}")
+
+
+def _preset_drafts(preset: str) -> tuple[str, ...]:
+    from ..backends.registry import get_preset  # the presets' table: no model is loaded
+
+    return get_preset(preset).drafts
 
 
 def _answer_count(name: str, root: Path | None) -> int:

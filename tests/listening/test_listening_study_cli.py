@@ -281,3 +281,36 @@ def test_a_study_file_cannot_take_the_listening_tabs_study_name(tmp_path):
     with pytest.raises(Exception, match="listening tab's built-in study"):
         create_study(study_file, root=tmp_path / "data", render=tone_renderer(seconds=0.05))
     assert not (tmp_path / "data" / "studies").exists()
+
+
+def test_a_draft_the_preset_lacks_is_refused_before_any_rendering(tmp_path, monkeypatch):
+    """A system naming a draft its preset does not have fails at once, naming the file, the system and the drafts
+    there are, not after minutes of rendering the other systems."""
+    from support.toy_backend import TOY_KEY, register_toy_preset
+
+    from ssd_demo.backends.registry import get_preset
+    from ssd_demo.errors import InputError
+    from ssd_demo.listening import study_setup
+
+    register_toy_preset()
+    monkeypatch.setattr(study_setup, "render_stimulus_set", lambda *a, **k: pytest.fail("rendered before the check"))
+    study_file = tmp_path / "drafts.toml"
+    study_file.write_text(STUDY.format(name="drafts", preset=TOY_KEY).replace(
+        '"exact speculative K=2"]\nitems', '"exact speculative K=2", "SSD beta=0.3 draft=nosuch"]\nitems'),
+        encoding="utf-8")
+    with pytest.raises(InputError) as refused:
+        create_study(study_file, root=tmp_path / "data")
+    message = str(refused.value)
+    assert "drafts.toml" in message and "'nosuch'" in message
+    assert all(draft in message for draft in get_preset(TOY_KEY).drafts)
+    assert not (tmp_path / "data" / "studies").exists()
+
+
+def test_tones_refuse_spoken_attention_checks(tmp_path, capsys):
+    """Tones cannot say a spoken check's target: every honest rater would fail it. Noise checks stay possible."""
+    study_file = tmp_path / "spoken.toml"
+    study_file.write_text(STUDY.format(name="spoken", preset="embedded") + 'kind = "spoken"\n', encoding="utf-8")
+    data = tmp_path / "data"
+    assert cli(["study", "create", str(study_file), "--data-dir", str(data), "--tones"]) == 2
+    assert "spoken attention checks need a voice" in capsys.readouterr().err
+    assert not (data / "studies").exists()
