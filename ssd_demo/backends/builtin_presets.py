@@ -1,5 +1,5 @@
 """The presets the demo ships with: the embedded voice first (offline, CPU), then the Hub's Llasa pairs and
-CosyVoice 2. Registered once, when the presets are first listed (`registry._register_builtin`); each loader
+CosyVoice 2. The registry registers them once, when the presets are first listed; each loader
 imports its backend only when the preset is loaded.
 """
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..models.hub import DEFAULT_REVISION, LoadOptions
-from .registry import Preset, register
+from .preset import Preset
 
 if TYPE_CHECKING:
     from ..speech.synthesis import Synthesizer
@@ -39,41 +39,39 @@ def _llasa_loader(target: str, draft: str) -> Callable[..., Synthesizer]:
     return load
 
 
-def _register_cosyvoice2() -> None:
+def _cosyvoice2() -> Preset:
     from .cosyvoice2.backend import LICENCE  # deferred: a backend loads the text front end
     from .cosyvoice2.loading import REPO, load_from_hub, preflight
 
-    register(
-        Preset(
-            key="cosyvoice2-paper",
-            label="CosyVoice 2 (paper setting; Hugging Face Hub, GPU)",
-            description=(
-                "The SSD paper's own system: CosyVoice2-0.5B speaks (Qwen2.5-0.5B speech LM, flow matching, HiFT, "
-                "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as the official "
-                "code does today (the server's SSD_COSYVOICE2_RULES=release: as the paper ran it). "
-                "The draft is the untrained layer subset unless the server sets SSD_COSYVOICE2_DRAFT to a trained "
-                "one (the paper trains its bottom layers and head first: `python -m ssd_demo train-draft "
-                "--checkpoint PATH/TO/CosyVoice2-0.5B`); untrained, it accepts less than the paper's. "
-                "Zero-shot: give a 3-10 s clip and its transcript (a clip alone: its voice only, the official "
-                "cross-lingual mode); without one it imitates a synthetic eSpeak NG clip. No instruct mode yet. "
-                f"Downloads about 3.1 GB of {REPO}; encoding a clip needs onnxruntime."
-            ),
-            licence=LICENCE,
-            drafts=("layers",),
-            default_draft="layers",
-            loader=lambda device, progress=None: load_from_hub(device, progress),
-            needs_download=True,
-            repos=(REPO,),
-            revision=DEFAULT_REVISION,
-            sample_rate=24_000,
-            codec="flow matching + HiFT",
-            recommended_device="cuda",
-            preflight=lambda: preflight(),
-        )
+    return Preset(
+        key="cosyvoice2-paper",
+        label="CosyVoice 2 (paper setting; Hugging Face Hub, GPU)",
+        description=(
+            "The SSD paper's own system: CosyVoice2-0.5B speaks (Qwen2.5-0.5B speech LM, flow matching, HiFT, "
+            "24 kHz), its bottom 2 + top 6 layers draft, K 3, beta 0.4, repetition-aware sampling as the official "
+            "code does today (the server's SSD_COSYVOICE2_RULES=release: as the paper ran it). "
+            "The draft is the untrained layer subset unless the server sets SSD_COSYVOICE2_DRAFT to a trained "
+            "one (the paper trains its bottom layers and head first: `python -m ssd_demo train-draft "
+            "--checkpoint PATH/TO/CosyVoice2-0.5B`); untrained, it accepts less than the paper's. "
+            "Zero-shot: give a 3-10 s clip and its transcript (a clip alone: its voice only, the official "
+            "cross-lingual mode); without one it imitates a synthetic eSpeak NG clip. No instruct mode yet. "
+            f"Downloads about 3.1 GB of {REPO}; encoding a clip needs onnxruntime."
+        ),
+        licence=LICENCE,
+        drafts=("layers",),
+        default_draft="layers",
+        loader=lambda device, progress=None: load_from_hub(device, progress),
+        needs_download=True,
+        repos=(REPO,),
+        revision=DEFAULT_REVISION,
+        sample_rate=24_000,
+        codec="flow matching + HiFT",
+        recommended_device="cuda",
+        preflight=lambda: preflight(),
     )
 
 
-def _register_llasa() -> None:
+def _llasa() -> list[Preset]:
     # deferred: the backends load the text front end
     from .llasa import LICENCE
     from .llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
@@ -90,11 +88,12 @@ def _register_llasa() -> None:
         gated=True,  # not verified for every size; gated repos ask for HF_TOKEN (hub.resolve says so)
         recommended_device="cuda",
     )
+    presets = []
     for key, target, size, memory in (
         ("llasa-1b-3b", LLASA_3B, "3B", "about 15 GB"),
         ("llasa-1b-8b", LLASA_8B, "8B", "about 28 GB"),
     ):
-        register(
+        presets.append(
             Preset(
                 key=key,
                 label=f"Llasa-1B -> Llasa-{size} (Hugging Face Hub, GPU)",
@@ -111,29 +110,27 @@ def _register_llasa() -> None:
                 **common,
             )
         )
+    return presets
 
 
-def register_builtins() -> None:
-    """Register the shipped presets, the embedded voice first (it stays at the top of every list)."""
+def builtin_presets() -> list[Preset]:
+    """The shipped presets, the embedded voice first (it stays at the top of every list)."""
     from .embedded import EmbeddedBackend, available_drafts, default_draft, load_synthesizer  # deferred: a backend
 
     def load_embedded(device: str | None) -> Synthesizer:
         return load_synthesizer(device=device)
 
-    register(
-        Preset(
-            key="embedded",
-            label="Embedded voice (offline, CPU)",
-            description=(
-                "A small codec-token TTS shipped with the demo, trained on speech rendered by Piper's "
-                "en_US-joe-medium voice and decoded by that voice's own decoder: a 12-layer target and its drafts "
-                "(distilled, SSD-style layer subset, and draft heads on the target's own hidden state)."
-            ),
-            licence=EmbeddedBackend.LICENCE,
-            drafts=available_drafts(),
-            default_draft=default_draft(),
-            loader=load_embedded,
-        )
+    embedded = Preset(
+        key="embedded",
+        label="Embedded voice (offline, CPU)",
+        description=(
+            "A small codec-token TTS shipped with the demo, trained on speech rendered by Piper's "
+            "en_US-joe-medium voice and decoded by that voice's own decoder: a 12-layer target and its drafts "
+            "(distilled, SSD-style layer subset, and draft heads on the target's own hidden state)."
+        ),
+        licence=EmbeddedBackend.LICENCE,
+        drafts=available_drafts(),
+        default_draft=default_draft(),
+        loader=load_embedded,
     )
-    _register_llasa()
-    _register_cosyvoice2()
+    return [embedded, *_llasa(), _cosyvoice2()]
