@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from .errors import InvalidSettingError
-from .rules.names import RULE_NAMES
+from .rules.registry import RULE_NAMES
 
 #: Acceptance rules that `speculative_generate` knows (`ssd_demo.rules.registry` is the one list).
 ACCEPTANCE_RULES = RULE_NAMES

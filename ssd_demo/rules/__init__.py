@@ -5,15 +5,14 @@
     ssd       the SSD tolerance beta (Lin et al. 2025)
     topk      keep a drafted token in the target's top k
     pcg       rejection sampling over acoustic similarity groups (arXiv 2511.13732)
-    registry  names, guarantees, help text, make_rule
-    names     the names alone (config reads them without loading torch)
+    registry  the one list: names, classes, help text, make_rule (config reads it without loading torch)
 """
 
-# Where each name lives, imported on first use (PEP 562): `rules.names` (what config reads) loads no torch.
+# Where each name lives, imported on first use (PEP 562): `rules.registry` (what config reads) loads no torch.
 _PUBLIC = {
     "AcceptanceRule": "base", "Block": "base", "ExactRule": "exact",
     "AcousticGroups": "pcg", "GroupRule": "pcg", "build_groups": "pcg", "groups_for": "pcg",
-    "RULE_NAMES": "names", "RULES": "registry", "RuleSpec": "registry", "make_rule": "registry",
+    "RULE_NAMES": "registry", "RULES": "registry", "RuleSpec": "registry", "make_rule": "registry",
     "ToleranceRule": "ssd", "TopKRule": "topk",
 }
 

@@ -1,51 +1,56 @@
 """The one list of acceptance rules: names, guarantees, help text and how to build each.
 
-Config validation, the app's rule menu and its help line, the CLI and the sweep all read this list;
-adding a rule is one module plus one entry here (and its name in names.py, which config reads without
-loading the rules).
+Config validation, the app's rule menu and its help line, the command line's flags, the sweep and the vLLM
+engine all read this list; adding a rule is one module and one entry here (and its test). The list names each
+rule's class by module, imported when the rule is first built, so that config reads the names without loading
+the rules (and torch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..errors import InvalidSettingError
-from .base import AcceptanceRule
-from .names import RULE_NAMES
-from .exact import ExactRule
-from .pcg import GroupRule
-from .ssd import ToleranceRule
-from .topk import TopKRule
 
 if TYPE_CHECKING:
+    import torch
+
     from ..config import DecodingConfig
+    from .base import AcceptanceRule
 
 
 @dataclass(frozen=True)
 class RuleSpec:
     name: str
-    build: Callable[..., AcceptanceRule]
-    guarantee: str
+    rule: str  # "module:Class", the module in this package: the class is built from a DecodingConfig
     help: str  # one line for the app, next to the rule menu
     needs_embeddings: bool = False  # built from a token embedding table (make_rule's `embeddings`)
     uses_beta: bool = False  # reads the tolerance beta; the other rules ignore it (their own guarantee holds)
 
+    @property
+    def build(self) -> Callable[..., AcceptanceRule]:
+        """The rule's class (imported now: it loads torch)."""
+        module, _, name = self.rule.partition(":")
+        return getattr(import_module(f".{module}", __package__), name)
+
+    @property
+    def guarantee(self) -> str:
+        return self.build.guarantee
+
 
 RULES: dict[str, RuleSpec] = {spec.name: spec for spec in (
-    RuleSpec("exact", ExactRule, ExactRule.guarantee,
+    RuleSpec("exact", "exact:ExactRule",
              "exact speculative sampling: output distribution identical to the target's (β ignored)"),
-    RuleSpec("ssd", ToleranceRule, ToleranceRule.guarantee, "SSD: accept if r < min(1, q/p) + β; β = 0 is exact",
-             uses_beta=True),
-    RuleSpec("topk", TopKRule, TopKRule.guarantee, "accept a drafted token when it is among the target's top-k tokens"),
-    RuleSpec("pcg", GroupRule, GroupRule.guarantee, "accept by groups of acoustically similar tokens (cosine > θ)",
+    RuleSpec("ssd", "ssd:ToleranceRule", "SSD: accept if r < min(1, q/p) + β; β = 0 is exact", uses_beta=True),
+    RuleSpec("topk", "topk:TopKRule", "accept a drafted token when it is among the target's top-k tokens"),
+    RuleSpec("pcg", "pcg:GroupRule", "accept by groups of acoustically similar tokens (cosine > θ)",
              needs_embeddings=True),
 )}
-if tuple(RULES) != RULE_NAMES:  # names.py is what config validates against; it must list these, in order
-    raise ImportError(f"rules/names.py lists {RULE_NAMES}, the registry has {tuple(RULES)}")
+#: The rules' names in the menu's order: what config validates `acceptance` against.
+RULE_NAMES: tuple[str, ...] = tuple(RULES)
 
 
 def make_rule(config: DecodingConfig, embeddings: torch.Tensor | None = None) -> AcceptanceRule:

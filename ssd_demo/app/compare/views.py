@@ -11,6 +11,7 @@ from . import charts
 from ...comparison import Comparison
 from ...engine.calibration import MEASURED_K, best_draft_len, predicted_with
 from ...engine.results import GenerationResult
+from ...rules.registry import RULES
 from ...speech.synthesis import SynthesisResult
 
 def _fmt(value: float, digits: int = 2, unit: str = "") -> str:
@@ -144,7 +145,7 @@ def stats_markdown(comparison: Comparison) -> str:
     lines.append("")
     lines.append(
         f"Preset `{comparison.preset}`, draft `{comparison.draft}`, rule `{config.acceptance}`, "
-        f"K = {config.draft_len}, β = {config.beta:g}{' (not used by exact)' if config.acceptance == 'exact' else ''}, "
+        f"K = {config.draft_len}, β = {config.beta:g}{_beta_note(config.acceptance)}, "
         f"temperature {config.temperature:g}, "
         f"top-k {config.top_k}, top-p {config.top_p:g}"
         f"{' (phoneme ends at temperature 1)' if config.untempered_token_ids else ''}, seed {comparison.seed}."
@@ -297,3 +298,8 @@ def figures(comparison: Comparison) -> dict[str, object]:
         "timing_breakdown": charts.timing_breakdown_figure(ar, spec),
         "acceptance_by_position": charts.acceptance_by_position_figure(spec.generation),
     }
+
+
+def _beta_note(acceptance: str) -> str:
+    """Said beside β for a rule that does not read it (`RuleSpec.uses_beta`)."""
+    return "" if RULES[acceptance].uses_beta else f" (not used by {acceptance})"
