@@ -113,3 +113,34 @@ def test_synth_with_the_vllm_engine_but_no_environment_says_how_to_build_it(monk
     monkeypatch.setenv("SSD_DEMO_VLLM_PYTHON", str(tmp_path / "missing"))
     assert main(["synth", "Hello.", "--engine", "vllm", "--out", str(tmp_path / "x.wav")]) == 2
     assert "bash scripts/vllm_env.sh" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1, 0.4, 1.0])
+def test_the_plugins_rule_equals_the_engines_ssd_rule_on_the_same_blocks(beta):
+    """The plugin keeps its own copy of SSD's maths (it runs inside vLLM, which never imports ssd_demo): on the
+    same random blocks its keep probabilities and residuals equal the engine's `ssd` rule's. One difference, on
+    purpose: a drafted token the target cannot emit (q = 0) the plugin never keeps, since vLLM's draft is not
+    masked as the target is (a Llasa draft could propose a text token), where the engine keeps it with
+    probability beta (its draft is masked like the target; only a top-k/top-p cut can leave q = 0)."""
+    from ssd_demo import DecodingConfig
+    from ssd_demo.rules import Block, make_rule
+
+    rule = make_rule(DecodingConfig(acceptance="ssd", beta=beta))
+    generator = torch.Generator().manual_seed(int(beta * 10))
+    for _ in range(20):
+        k, vocab = 5, 12
+        draft = torch.softmax(3 * torch.randn(k, vocab, generator=generator), dim=-1)
+        target = torch.softmax(3 * torch.randn(k + 1, vocab, generator=generator), dim=-1)
+        drafted = torch.multinomial(draft, 1, generator=generator)[:, 0]
+        block = Block(drafted=drafted, draft_probs=draft, target_probs=target, target_scores=target.log())
+        ours = rule.accept_probability(block).double()
+        theirs = tolerance.accept_probability(drafted, draft, target[:k], beta)
+        assert torch.allclose(ours, theirs, atol=1e-6), (ours, theirs)
+        residual = tolerance.residuals(drafted, draft, target[:k])
+        for i in range(k):
+            expected = rule.residual(block, i)
+            assert torch.allclose(residual[i] / residual[i].sum(), expected / expected.sum(), atol=1e-6)
+    masked = Block(drafted=torch.tensor([0]), draft_probs=torch.tensor([[0.5, 0.5]]),
+                   target_probs=torch.tensor([[0.0, 1.0], [0.5, 0.5]]), target_scores=torch.tensor([[-1e9, 0.0]] * 2))
+    assert rule.accept_probability(masked).item() == pytest.approx(beta)
+    assert tolerance.accept_probability(masked.drafted, masked.draft_probs, masked.target_probs[:1], beta).item() == 0
