@@ -38,8 +38,10 @@ class Rating:
     score: float
 
 
-def normalize_answer(kind: str, answer: object, rated_labels: Sequence[str]) -> dict:
-    """The answer in its canonical form (what is stored), or InvalidAnswerError saying what is wrong."""
+def normalize_answer(kind: str, answer: object, rated_labels: Sequence[str],
+                     unrated_labels: Sequence[str] = ()) -> dict:
+    """The answer in its canonical form (what is stored), or InvalidAnswerError saying what is wrong.
+    `unrated_labels`: the trial's samples that are heard but not scored (MUSHRA's open reference)."""
     if not isinstance(answer, Mapping):
         raise InvalidAnswerError(f"An answer is a dict such as {_example(kind)}.")
     expected = ANSWER_FIELDS[kind]
@@ -54,6 +56,10 @@ def normalize_answer(kind: str, answer: object, rated_labels: Sequence[str]) -> 
         if missing:
             raise InvalidAnswerError(f"Rate every sample: {', '.join(missing)} has no score yet.")
         unknown = [label for label in scores if label not in rated_labels]
+        unrated = [label for label in unknown if label in unrated_labels]
+        if unrated:
+            raise InvalidAnswerError(f"{quote(unrated[0])} is the reference the others are compared with: it is not "
+                                     f"scored. Score only {', '.join(rated_labels)}.")
         if unknown:
             raise InvalidAnswerError(f"This trial has no sample {quote(unknown[0])}"
                                      f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}.")

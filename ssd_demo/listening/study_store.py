@@ -172,7 +172,8 @@ class StudyTables:
         plays one clip at a time); a bad value InvalidAnswerError."""
         trial = self.get_study_trial(session_id, trial_id)
         rated = [c.label for c in trial.conditions if c.role == "rated"]
-        canonical = normalize_answer(trial.kind, answer, rated)
+        reference = [c.label for c in trial.conditions if c.role == "reference"]
+        canonical = normalize_answer(trial.kind, answer, rated, reference)
         encoded = json.dumps(canonical, sort_keys=True)
         systems = {c.label: c.system for c in trial.conditions}
         now = self.now()

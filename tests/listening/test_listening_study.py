@@ -376,3 +376,23 @@ def test_messages_quote_at_most_a_little_of_what_a_client_sent(registry):
         with pytest.raises(ListeningError) as refused:
             call()
         assert len(str(refused.value)) < 200
+
+
+def test_scoring_mushras_reference_says_it_is_not_scored(registry, monkeypatch):
+    """A MUSHRA answer that scores the open reference is refused naming it as the reference, not as a sample the
+    trial lacks; an answer without it is taken."""
+    monkeypatch.setattr(study_sessions, "LISTEN_FRACTION", 0.0)
+    runner = registry.runner("pilot")
+    session = runner.start_session(seed=3)
+    view = runner.next_view(session.session_id)
+    while view.kind != "mushra":
+        play_all(runner, view)
+        runner.submit(session.session_id, view.trial_id, answer_for(view))
+        view = runner.next_view(session.session_id)
+    play_all(runner, view)
+    rated = [c.label for c in view.conditions if c.rated]
+    reference = [c.label for c in view.conditions if not c.rated]
+    assert reference, view.conditions
+    with pytest.raises(InvalidAnswerError, match=f"'{reference[0]}' is the reference .* not scored. Score only "):
+        runner.submit(session.session_id, view.trial_id, {"scores": {label: 80 for label in rated + reference}})
+    runner.submit(session.session_id, view.trial_id, {"scores": {label: 80 for label in rated}})
