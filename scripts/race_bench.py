@@ -7,7 +7,9 @@ click) and `window.ssdHeard`, the headline's ratios, the status line and the rep
 a summary of what the room hears: which voice first, click to audible, silence between the voices, overlaps, the
 slower-machine factor, the end-to-end ratio against the language model's, and whether the race fits 1280x720.
 
-    python -m scripts.race_bench [--races 5] [--url http://127.0.0.1:7860]
+    python -m scripts.race_bench [--races 5] [--url http://127.0.0.1:7860] [--screenshot docs/race.png]
+
+`--screenshot` keeps the page as the first finished one-sentence race left it (1280x720): README's picture.
 
 Developer-only (imported by nothing); needs Chromium and Playwright (`requirements-dev.txt`).
 """
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--races", type=int, default=5, help="races per text (default 5: 20 races)")
     parser.add_argument("--url", help="a running app (default: start one on a free port)")
+    parser.add_argument("--screenshot", type=Path, help="save the page after the first finished one-sentence race")
     args = parser.parse_args(argv)
     app = None
     url = args.url
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             for index, (name, text, stop_after) in enumerate(plan):
                 r = race_once(page, name, text, stop_after)
                 records.append(r)
+                if args.screenshot and name == "sentence" and not r.stopped and not args.screenshot.exists():
+                    page.screenshot(path=str(args.screenshot))
                 print(f"{index + 1:2d} {r.text:13s} {'stopped ' if r.stopped else ''}ready first {r.first_ready}, "
                       f"heard first {r.first_heard}, heard {({k[:4]: round(v, 2) for k, v in r.heard.items()})}, "
                       f"gap {r.gap if r.gap is None else round(r.gap, 2)}, LM {r.lm_ratio}x, e2e {r.end_to_end}x, "
