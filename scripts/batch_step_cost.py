@@ -31,7 +31,7 @@ def _cache(target, rows: int, context: int) -> tuple[DynamicCache, torch.Tensor]
     ids = torch.randint(0, vocab, (rows, context))
     with torch.inference_mode():
         out = target(input_ids=ids, use_cache=True)
-    return out.past_key_values, torch.randint(0, vocab, (rows, 1))
+    return out.cache, torch.randint(0, vocab, (rows, 1))
 
 
 def _step(target, cache: DynamicCache, next_ids: torch.Tensor, context: int) -> float:
