@@ -43,6 +43,8 @@ MAX_RACE_PARAMETERS = 100_000_000
 COUNT_EVERY = 0.02
 #: How long a race waits for workers still starting before it decodes one lane after the other (seconds).
 START_WAIT = 90.0
+#: How often an idle worker checks that the app is still there (seconds).
+PARENT_CHECK = 1.0
 
 
 def race_cores() -> list[int]:
@@ -319,8 +321,9 @@ def _serve(lane: str, preset_key: str, core: int | None, inbox, out, stop) -> No
         out.put(("failed", 0, lane, f"{type(error).__name__}: {error}"))
         return
     out.put(("ready", 0, lane, None))
+    parent = multiprocessing.parent_process()
     while True:
-        message = inbox.get()
+        message = next_job(inbox, parent)
         if message is None:
             return
         race, job = message
@@ -329,3 +332,14 @@ def _serve(lane: str, preset_key: str, core: int | None, inbox, out, stop) -> No
             decode_lane(synthesizer, job, lane, stop.is_set, _QueueSink(out, race))
         except BaseException as error:  # noqa: BLE001 - the parent raises it for the race
             out.put(("failed", race, lane, _picklable(error)))
+
+
+def next_job(inbox, parent, check_every: float = PARENT_CHECK):
+    """The next message for a worker; None to end it: when the app says so, or once the app is gone (killed without
+    closing its workers: a worker must not outlive it, holding a core and a copy of the models)."""
+    while True:
+        try:
+            return inbox.get(timeout=check_every)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return None

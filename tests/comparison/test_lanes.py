@@ -114,3 +114,49 @@ def test_workers_are_pinned_only_when_asked(monkeypatch, pin, expected):
         monkeypatch.setenv("SSD_RACE_PIN", pin)
     lanes.LaneWorkers("embedded")
     assert started == (expected or [None, None])
+
+
+def test_a_worker_takes_each_job_and_ends_once_the_app_is_gone():
+    import queue as queues
+
+    inbox = queues.Queue()
+    inbox.put(("race", "job"))
+    alive = types.SimpleNamespace(is_alive=lambda: True)
+    assert lanes.next_job(inbox, alive, check_every=0.01) == ("race", "job")
+    inbox.put(None)  # the app closing its workers
+    assert lanes.next_job(inbox, alive, check_every=0.01) is None
+    assert lanes.next_job(inbox, types.SimpleNamespace(is_alive=lambda: False), check_every=0.01) is None
+
+
+def test_an_idle_worker_does_not_outlive_an_app_killed_without_closing_it():
+    """SIGKILL to the app (a Space restarting it, a test run cut short): its idle worker ends within seconds
+    instead of holding a core and a copy of the models as an orphan."""
+    import subprocess
+    import textwrap
+    import time
+    from pathlib import Path
+
+    from support.paths import REPOSITORY
+
+    code = textwrap.dedent("""
+        import multiprocessing, time
+        from ssd_demo.comparison.lanes import next_job
+
+        def worker(inbox):
+            next_job(inbox, multiprocessing.parent_process(), check_every=0.1)
+
+        context = multiprocessing.get_context("fork")
+        process = context.Process(target=worker, args=(context.Queue(),))
+        process.start()
+        print(process.pid, flush=True)
+        time.sleep(120)
+    """)
+    app = subprocess.Popen([sys.executable, "-c", code], cwd=REPOSITORY, stdout=subprocess.PIPE, text=True)
+    worker = int(app.stdout.readline())
+    app.kill()
+    app.wait()
+    stat = Path(f"/proc/{worker}/stat")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and stat.exists() and stat.read_text().split(") ")[-1][0] != "Z":
+        time.sleep(0.1)
+    assert not stat.exists() or stat.read_text().split(") ")[-1][0] == "Z", "the worker outlived the app"
