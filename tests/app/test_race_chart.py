@@ -47,10 +47,11 @@ def test_running_together_is_said_with_its_cost_only_above_ten_per_cent():
     race.apart = "this machine has one CPU core"
     assert together_note(race) == " · one after the other (this machine has one CPU core)"
     race.apart, race.slowdown = "", {"autoregressive": 0.04, "speculative": 0.02}
-    assert together_note(race) == " · both at once, each on its own core"
+    assert together_note(race) == " · both at once, one core each"
     race.slowdown = {"autoregressive": 0.16, "speculative": 0.05}
-    assert "autoregressive ran 16% slower than alone" in together_note(race)
-    assert "speculative ran" not in together_note(race)
+    assert together_note(race) == " · both at once, one core each; slower together: autoregressive +16%"
+    race.slowdown = {"autoregressive": 0.27, "speculative": 0.51}
+    assert together_note(race).endswith("slower together: autoregressive +27%, speculative +51%")
 
 
 class _Result:

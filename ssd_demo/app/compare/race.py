@@ -152,10 +152,9 @@ def together_note(race: Race) -> str:
         return ""
     if not race.apart:
         # Shown when running together cost a lane more than `SHOWN_SLOWDOWN` against running alone.
-        slower = {lane: value for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN}
-        cost = "".join(f"; beside the other, {lane} ran {value:.0%} slower than alone (timed at start-up)"
-                       for lane, value in slower.items())
-        return f" · both at once, each on its own core{cost}"
+        # One line on a 1280x720 stage (the guide says how it is timed: at start-up, one sentence).
+        slower = [f"{lane} +{value:.0%}" for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN]
+        return " · both at once, one core each" + (f"; slower together: {', '.join(slower)}" if slower else "")
     return f" · one after the other ({race.apart})"
 
 
