@@ -70,7 +70,7 @@ def _first_audio_in(shown: str, race: Race) -> bool:
 
 def _together_note(shown: str) -> bool:
     """Whether the status line says both lanes decode at once, each on a core of its own."""
-    return "at once" in shown and "own core" in shown and "one after the other" not in shown
+    return "at once" in shown and "one core each" in shown and "one after the other" not in shown
 
 
 def _apart_note(shown: str, why: str) -> bool:
