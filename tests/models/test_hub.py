@@ -24,6 +24,7 @@ from support.llasa_fixtures import (  # noqa: E402
 
 from ssd_demo.models import hub, memory as model_memory, weights
 from ssd_demo.backends import registry as presets  # noqa: E402
+from ssd_demo.backends.builtin_presets import LLASA_1B, LLASA_3B  # noqa: E402
 from ssd_demo.backends import llasa_loading  # noqa: E402
 from ssd_demo.backends.llasa_loading import (  # noqa: E402
                                              DEFAULT_CODEC,
@@ -55,8 +56,8 @@ def family(tmp_path_factory):
 def hub_cache(family, tmp_path_factory):
     """A Hub cache with the tiny family installed under the preset repo ids (3B only, not 8B)."""
     cache = tmp_path_factory.mktemp("hf-cache")
-    install_in_hub_cache(family.target, cache, presets.LLASA_3B)
-    install_in_hub_cache(family.draft, cache, presets.LLASA_1B)
+    install_in_hub_cache(family.target, cache, LLASA_3B)
+    install_in_hub_cache(family.draft, cache, LLASA_1B)
     install_in_hub_cache(family.codec, cache, DEFAULT_CODEC, revision=DEFAULT_CODEC_REVISION)
     return cache
 
@@ -101,7 +102,7 @@ def test_presets_listed_with_labels_and_licences():
         assert preset.needs_download and "CC-BY-NC-4.0" in preset.licence
         assert f"Llasa-{size}" in preset.label and "Llasa-1B" in preset.label
         assert preset.drafts == ("Llasa-1B",) and preset.sample_rate == 16_000
-        assert preset.repos[1] == presets.LLASA_1B and preset.revision
+        assert preset.repos[1] == LLASA_1B and preset.revision
     assert ("Embedded voice (offline, CPU)", "embedded") == presets.preset_choices()[0]
 
 
@@ -152,7 +153,7 @@ def test_bad_references(ref):
 
 def test_custom_pair_from_cached_repo_ids(hub_cache, family):
     synth = presets.load_custom_pair(
-        presets.LLASA_3B, presets.LLASA_1B, device="cpu", codec_ref=DEFAULT_CODEC, cache_dir=hub_cache
+        LLASA_3B, LLASA_1B, device="cpu", codec_ref=DEFAULT_CODEC, cache_dir=hub_cache
     )
     assert synth.draft_name == "Llasa-1B"
     assert list(presets._resident) and len(presets._resident) == 1
@@ -353,7 +354,7 @@ def test_default_codec_is_pinned_everywhere():
     assert DEFAULT_CODEC == "HKUSTAudio/xcodec2-hf" and len(DEFAULT_CODEC_REVISION) == 40
     assert hub.revision_for(DEFAULT_CODEC) == DEFAULT_CODEC_REVISION
     assert hub.revision_for(DEFAULT_CODEC, "abc") == "abc"  # an explicit revision wins
-    assert hub.revision_for(presets.LLASA_3B) == "main"
+    assert hub.revision_for(LLASA_3B) == "main"
     for key in ("llasa-1b-3b", "llasa-1b-8b"):
         preset = presets.get_preset(key)
         assert preset.codec == DEFAULT_CODEC and preset.repos[-1] == DEFAULT_CODEC
