@@ -221,11 +221,13 @@ def main(argv: list[str] | None = None) -> int:
             stop_race = (args.races * len(TEXTS)) // 2  # then one more race, a paragraph's, stopped part-way
             plan = [(name, text, None) for _ in range(args.races) for name, text in TEXTS.items()]
             plan.insert(stop_race, ("paragraph", TEXTS["paragraph"], 2.0))
+            shot = False
             for index, (name, text, stop_after) in enumerate(plan):
                 r = race_once(page, name, text, stop_after)
                 records.append(r)
-                if args.screenshot and name == "sentence" and not r.stopped and not args.screenshot.exists():
-                    page.screenshot(path=str(args.screenshot))
+                if args.screenshot and name == "sentence" and not r.stopped and not shot:
+                    page.screenshot(path=str(args.screenshot))  # replaces the file: the first such race of this run
+                    shot = True
                 print(f"{index + 1:2d} {r.text:13s} {'stopped ' if r.stopped else ''}ready first {r.first_ready}, "
                       f"heard first {r.first_heard}, heard {({k[:4]: round(v, 2) for k, v in r.heard.items()})}, "
                       f"gap {r.gap if r.gap is None else round(r.gap, 2)}, LM {r.lm_ratio}x, e2e {r.end_to_end}x, "

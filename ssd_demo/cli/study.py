@@ -44,11 +44,11 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "create":
         # rendering loads the models' code (torch): only here, not for --help, list or results
         from ..listening.stimuli import tone_renderer
-        from ..listening.study_setup import create_study
+        from ..listening.study_setup import check_tones, create_study
 
-        render = tone_renderer(seconds=1.0) if args.tones else None
         if args.tones:
-            _check_tones(args.file)
+            check_tones(args.file)
+        render = tone_renderer(seconds=1.0) if args.tones else None
         study, stimulus_set = create_study(args.file, root=root, render=render, device=args.device,
                                            overwrite=args.overwrite, discard_answers=args.discard_answers,
                                            progress=lambda line: print(line, flush=True))
@@ -62,18 +62,6 @@ def main(args: argparse.Namespace) -> int:
     return report(args.name, root=root, exclude=args.exclude, csv_path=args.csv, json_path=args.json,
                   objective=args.objective,
                   figure_path=args.figure, all_versions=args.all_versions)
-
-
-def _check_tones(path: Path) -> None:
-    """Spoken attention checks ask a rater to do what a voice says: tones say nothing, so every honest rater
-    would fail them and be excluded."""
-    from ..errors import InputError
-    from ..listening.study import load_study
-
-    study = load_study(path)
-    if study.attention_kinds and study.attention_kind == "spoken":
-        raise InputError(f"{path.name}: spoken attention checks need a voice to say them, and --tones renders tones; "
-                         "to try the flow with tones, set [attention] kind = \"noise\" (or per_block = 0)")
 
 
 def _list(root: Path | None) -> int:

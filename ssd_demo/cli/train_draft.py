@@ -55,6 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..training.cosyvoice2_draft import run  # deferred (torch): --help stays quick
+    from ..training.cosyvoice2_draft.command import run  # deferred (torch): --help stays quick
 
     return run(args)

@@ -63,6 +63,16 @@ def create_study(
     return study, stimulus_set
 
 
+def check_tones(path: Path | str) -> None:
+    """Refuse a study with spoken attention checks for tones (the command line's --tones, the admin page's box):
+    a check asks a rater to do what a voice says, and a tone says nothing, so every honest rater would fail it
+    and be excluded. Tests that know the targets from the manifest may still render such a study with tones."""
+    study = load_study(path)
+    if study.attention_kinds and study.attention_kind == "spoken":
+        raise InputError(f"{Path(path).name}: spoken attention checks need a voice to say them, and tones say nothing; "
+                         "to try the flow with tones, set [attention] kind = \"noise\" (or per_block = 0)")
+
+
 def check_systems(study: Study, origin: str, drafts: tuple[str, ...] | None = None) -> None:
     """Every system's name and decoding settings (`DecodingConfig`'s bounds), checked before anything is
     rendered, whatever the renderer: a bad beta or K fails at once, naming the file and the system. With `drafts`

@@ -247,3 +247,12 @@ def test_data_trains_the_draft_with_cross_entropy(tmp_path):
     voice = recipe.voice_of(recipe.text_ids(target, "the cat"), second["prompt_speech_tokens"])
     assert examples[1]["prompt"] == recipe.backend_prompt(target, second["text"], voice)[0]
     assert examples[1]["prompt"][-5:] == second["prompt_speech_tokens"]
+
+
+def test_the_packages_run_is_the_function_however_it_is_imported():
+    """The package imports its modules on first use: `run` stays the command's function, never a module of that name."""
+    import types
+
+    from ssd_demo.training.cosyvoice2_draft import recipe_from, run
+
+    assert isinstance(run, types.FunctionType) and callable(recipe_from)

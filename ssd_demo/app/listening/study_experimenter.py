@@ -22,7 +22,7 @@ from ...listening.study_store import ListeningStore
 from ...listening.results_cache import ResultsCache
 from ...listening.study_results import StudyResults, summary, write_long_csv, write_summary_json
 from ...listening.study_sessions import list_studies, load_study_and_stimuli
-from ...listening.study_setup import create_study
+from ...listening.study_setup import check_tones, create_study
 from ...listening.study_report import format_results
 from ...listening.stimuli import tone_renderer
 from .experimenter_access import _export_dir, _private_file, check_build_allowed, check_results_token, prune_exports
@@ -136,6 +136,8 @@ class StudyExperimenter:
         check_build_allowed()
         if not study_file:
             raise ListeningError("Choose a study file (TOML) first; see ssd_demo/listening/README.md for its fields.")
+        if tones:
+            check_tones(study_file)
         render = tone_renderer(seconds=1.0) if tones else None
         study, stimulus_set = create_study(Path(study_file), root=self.data_dir, render=render, overwrite=overwrite,
                                            discard_answers=discard_answers)

@@ -41,7 +41,7 @@ on that speech instead, the paper's loss on whatever data the user has.
 
 The steps live in their own modules: `recipe` (the recipe, OUT's files, the targets), `prompts` (the
 backend's prompts and the voices), `generations` (step 1), `data` (--data), `draft` (steps 2 and 4: the
-draft, its losses, its acceptance, its export), `train_loop` (step 3) and `run` (the
+draft, its losses, its acceptance, its export), `train_loop` (step 3) and `command` (its `run`: the
 recipe from the command's options; `python -m ssd_demo train-draft` is ssd_demo.cli.train_draft).
 """
 
@@ -59,7 +59,7 @@ _SOURCES = {
     "recipe": ("CHECKPOINT_FILE", "DRAFT_FILE", "GENERATIONS_FILE", "SMOKE_LAYOUT", "SUMMARY_FILE", "Target",
                "WordHashTokenizer", "checkpoint_target", "smoke_target"),
     "settings": ("PRESETS", "DraftRecipe", "smoke_recipe"),
-    "run": ("recipe_from", "run"),
+    "command": ("recipe_from", "run"),
     "train_loop": ("batch_at", "train"),
 }
 _NAMES = {name: module for module, names in _SOURCES.items() for name in names}
@@ -82,7 +82,7 @@ def __getattr__(name: str):
 
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
-        globals()[name] = value  # later lookups skip this function (`run`: the function, not its module)
+        globals()[name] = value  # later lookups skip this function
         return value
     if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)

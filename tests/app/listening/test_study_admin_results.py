@@ -82,3 +82,17 @@ def test_the_downloaded_csv_of_a_study_created_again_reproduces_the_downloaded_s
     study, stimuli = load_study_and_stimuli("admin", registry.root, verify=False)
     assert served["stimulus_version"] == stimuli.manifest_sha256
     assert summary(results_from_long(read_long_csv(csv_path), study, stimuli.manifest_sha256)) == served
+
+
+def test_the_admin_page_refuses_tones_for_spoken_attention_checks(admin, monkeypatch):
+    """The admin page's "tones" box as the command line's --tones: a tone cannot say a spoken check's target."""
+    from ssd_demo.errors import InputError
+
+    experimenter, _, folder = admin
+    monkeypatch.setattr("ssd_demo.app.listening.study_experimenter.check_build_allowed", lambda: None)
+    spoken = folder / "spoken.toml"
+    spoken.write_text(STUDY.replace('name = "admin"', 'name = "spoken"') + "[attention]\nper_block = 1\n"
+                      'kind = "spoken"\n', encoding="utf-8")
+    with pytest.raises(InputError, match="spoken attention checks need a voice"):
+        experimenter.create("right", spoken, tones=True)
+    assert not (folder / "data" / "studies" / "spoken.toml").exists()
