@@ -7,14 +7,15 @@ and prompts (the `Script` both runs decode), then, on the machine that decodes, 
 set the CPU threads, warm up and measure this machine's draft and verify costs. `run` decodes both runs
 with what was prepared and returns the `Comparison`; given a `LaneSink` (the race) it streams each decoder's
 audio pieces and round counts to it, and where the machine allows (`lanes.concurrent_lanes`) both decode at
-once, each in a worker process on a core of its own; elsewhere, and for `compare`, autoregressive first, then
-speculative. `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model
+once, each in a worker process on a core of its own; elsewhere autoregressive first, then speculative, both
+recorded, then told to it on one clock at their measured pace (`replay`); `compare` decodes AR, then speculative,
+and streams nothing. `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model
 job at a time (`model_turn`).
 
 On a Hugging Face ZeroGPU Space the models reach a GPU only inside one decorated call, in a worker
 process that nothing can stream out of: there the device steps and both timed runs happen in that one
-call (`decode_job`, on plain picklable data), and a sink is handed each run's pieces afterwards, with
-the times each chunk took (`replayed_pieces`).
+call (`decode_job`, on plain picklable data), and a sink is told both runs afterwards on one clock, each
+piece when its chunk's measured seconds had passed (`replay.recording_of`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..speech.streaming import AudioPiece
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .lanes import LANES, concurrent_lanes, decode_lane, lane_workers
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
+from .replay import Recording, recording_of, replay_at_pace
 from .request import (TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft,
                       resolve_voice_prompt)
 
@@ -66,6 +68,10 @@ class Comparison:
 
 class LaneSink(Protocol):
     """What a streamed run tells its caller, from the decoding thread, for each lane in turn."""
+
+    def replaying(self) -> None:
+        """The lanes decoded one after the other: what follows is both lanes replayed on one clock from now, each at
+        its measured pace (`replay.replay_at_pace`)."""
 
     def started(self, lane: str) -> None: ...
 
@@ -184,8 +190,9 @@ def ready_machine(synthesizer: Synthesizer, draft: str, progress: ProgressFn) ->
 
 def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: StopCheck | None = None,
         lanes: LaneSink | None = None) -> Comparison:
-    """Autoregressive, then speculative decoding of the prepared job, back to back on the same text and
-    settings; streamed to `lanes` when given. `should_stop` is asked between chunks and rounds of both
+    """Both decoders on the prepared job's text and settings: at once in the lane workers (streamed to `lanes`)
+    where `prepared.apart` is "", else autoregressive, then speculative (replayed to `lanes` on one clock at their
+    measured pace, when given). `should_stop` is asked between chunks and rounds of both
     runs: `Cancelled` ends the work within one round."""
     progress = progress or _no_progress
     slowdown: dict[str, float] = {}
@@ -196,7 +203,7 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         progress(0.2, desc=f"Decoding on the GPU (AR, then speculative){follows}")
         ar, spec, costs = _decode_on_gpu(prepared.job)
         if lanes is not None:
-            replay(lanes, ar, spec)
+            replay_at_pace([*recording_of(LANES[0], ar), *recording_of(LANES[1], spec)], lanes, should_stop, LANES)
         apart = "one GPU runs one decoder at a time"
     else:
         apart = ((prepared.apart or _workers_started(prepared, progress)) if lanes is not None
@@ -206,8 +213,10 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
             workers = lane_workers(prepared.preset.key)
             ar, spec = workers.decode(prepared.job, lanes, should_stop)
             slowdown = dict(workers.slowdown)
+        elif lanes is not None:
+            ar, spec = decode_apart(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
         else:
-            ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
+            ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop)
         costs = prepared.costs
     job, synthesizer = prepared.job, prepared.synthesizer
     return Comparison(
@@ -247,12 +256,25 @@ def _workers_started(prepared: Prepared, progress: ProgressFn) -> str:
 
 
 def decode_both(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should_stop: StopCheck | None = None,
-                lanes: LaneSink | None = None) -> tuple[SynthesisResult, SynthesisResult]:
-    """Both timed runs, AR first; the synthesizer must be ready (`get_ready`)."""
-    progress(0.25, desc="Autoregressive decoding (one target call per token)")
+                lanes: LaneSink | None = None, then: str = "") -> tuple[SynthesisResult, SynthesisResult]:
+    """Both timed runs, AR first, streamed to `lanes` when given; the synthesizer must be ready (`get_ready`).
+    `then` ends both stage lines (what comes next)."""
+    progress(0.25, desc=f"Autoregressive decoding (one target call per token){then}")
     ar = decode_lane(synthesizer, job, "autoregressive", should_stop, lanes)
-    progress(0.6, desc=f"Speculative decoding (draft '{job.draft}', K = {job.config.draft_len})")
+    progress(0.6, desc=f"Speculative decoding (draft '{job.draft}', K = {job.config.draft_len}){then}")
     spec = decode_lane(synthesizer, job, "speculative", should_stop, lanes)
+    return ar, spec
+
+
+def decode_apart(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should_stop: StopCheck | None,
+                 lanes: LaneSink) -> tuple[SynthesisResult, SynthesisResult]:
+    """Both timed runs one after the other, each recorded as it streams, then told to `lanes` on one clock at
+    their measured pace: the faster lane is seen and heard first, as where they decode at once."""
+    recording = Recording()
+    ar, spec = decode_both(synthesizer, job, progress, should_stop, recording,
+                           then="; then both lanes play on one clock at the pace measured")
+    progress(0.9, desc="Replaying both runs")
+    replay_at_pace(recording.told, lanes, should_stop, LANES)
     return ar, spec
 
 
@@ -289,32 +311,3 @@ _decode_on_gpu: Callable[[Job], tuple[SynthesisResult, SynthesisResult, StepCost
 def decodes_in_gpu_worker() -> bool:
     """Whether model work runs in ZeroGPU's worker process (where nothing can stream out of a run)."""
     return _decode_on_gpu is not None
-
-
-def replay(lanes: LaneSink, ar: SynthesisResult, spec: SynthesisResult) -> None:
-    """Hand decoded-at-once runs to `lanes` as their streams would have: each piece with its counts."""
-    for lane, result in zip(LANES, (ar, spec)):
-        lanes.started(lane)
-        for piece in replayed_pieces(result):
-            lanes.counted(lane, piece.tokens_so_far, piece.target_calls_so_far)
-            lanes.piece(lane, piece)
-        lanes.finished(lane, result, result.total_seconds)
-
-
-def replayed_pieces(result: SynthesisResult) -> list[AudioPiece]:
-    """The pieces a stream of `result` would have yielded, one per chunk and one per pause, each ready
-    when its chunk's LM and codec seconds had passed (what a decoded-at-once run can tell)."""
-    pieces, clock, tokens, calls = [], 0.0, 0, 0
-    for index, chunk in enumerate(result.chunks):
-        clock += chunk.lm_seconds + chunk.codec_seconds
-        tokens, calls = tokens + len(chunk.generation.tokens), calls + chunk.generation.stats.target_calls
-        following = result.chunks[index + 1].start_sample if index + 1 < len(result.chunks) else chunk.end_sample
-        spans = [(chunk.text, chunk.start_sample, chunk.end_sample, chunk.lm_seconds + chunk.codec_seconds),
-                 ("", chunk.end_sample, following, 0.0)]
-        for text, start, end, seconds in spans:
-            if end > start or text:
-                pieces.append(AudioPiece(index=len(pieces), chunk_index=index, text=text,
-                                         audio=result.audio[start:end], sample_rate=result.sample_rate,
-                                         start_sample=start, ready_seconds=clock, processing_seconds=seconds,
-                                         tokens_so_far=tokens, target_calls_so_far=calls))
-    return pieces

@@ -336,11 +336,11 @@ def test_race_streams_both_decoders_and_ends_with_every_result(client):
     final = dict(zip(RACE_OUTPUTS, job.result()))
     updates = [dict(zip(RACE_OUTPUTS, values)) for values in job.outputs()]
     assert len(updates) >= 3  # live frames before the end
-    # Each decoder's first audio is reported while the race still runs (before the final frame), AR's no later
-    # than the speculative one's: on a fast machine both can land in the same live frame.
+    # Each decoder's first audio is reported while the race still runs (before the final frame), in either order:
+    # the lanes decode one after the other here and are replayed on one clock, the faster one first.
     heard = {name: next(i for i, u in enumerate(updates) if "First audio after **–**" not in u[name])
              for name in ("ar_live", "spec_live")}
-    assert heard["ar_live"] <= heard["spec_live"] < len(updates) - 1
+    assert max(heard.values()) < len(updates) - 1
     assert "Done" in final["status"] and f"one after the other ({IN_TESTS_ONLY})" in final["status"]
     # The browser's player is sent every piece of both lanes, each lane numbered from 0, and told both are done.
     payloads = [json.loads(update["live_audio"]) for update in updates  # an update that left it as it was: not str

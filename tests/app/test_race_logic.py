@@ -21,6 +21,7 @@ from ssd_demo.app.compare import (Done, Failed, Piece, Race, Request, Started, S
                                   slow_motion_of, together_note, write_replay_files)
 from ssd_demo.app.compare.race import lm_speedup
 from ssd_demo.errors import TextError
+from ssd_demo.speech.streaming import AudioPiece
 from support.paths import REPOSITORY
 from support.race_lanes import close_lane_workers, lanes_one_after_the_other
 from support.toy_backend import TOY_KEY, register_toy_preset
@@ -38,15 +39,17 @@ def toy():
 
 
 class Recorder(Race):
-    """A race that also notes each piece's lane, in the order they come."""
+    """A race that also notes each piece's lane in the order they come, and when it came on the race's clock."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[str] = []
+        self.came: list[tuple[str, float, AudioPiece]] = []
 
     def piece(self, lane, piece) -> None:
         super().piece(lane, piece)
         self.seen.append(lane)
+        self.came.append((lane, self.since_click(), piece))
 
 
 def _speech_seconds(shown: str) -> float:
@@ -83,16 +86,21 @@ def _axis_seconds(svg: str) -> float:
     return float(re.search(r"([0-9.]+) s after the click", svg).group(1))
 
 
-def test_race_streams_ar_then_speculative_and_matches_compare(toy, tmp_path):
-    """Where the lanes cannot decode at once, AR streams first, then speculative, and the page says why."""
+def test_race_apart_replays_both_lanes_on_one_clock_and_matches_compare(toy, tmp_path):
+    """Where the lanes cannot decode at once, AR decodes first, then speculative, and both are replayed on one
+    clock at their measured pace (each piece no earlier than its lane had it ready), and the page says why."""
     race = Recorder()
-    comparison = run_race(Request(text="A toy race.", preset=TOY_KEY, seed=9), race)
-    lanes = race.seen
-    assert lanes == sorted(lanes) and set(lanes) == {"autoregressive", "speculative"}  # AR's pieces first
-    assert race.apart == comparison.apart == toy and _apart_note(together_note(race), toy)
+    text = "A toy race. Then a second sentence, and a third one."
+    comparison = run_race(Request(text=text, preset=TOY_KEY, seed=9), race)
+    assert set(race.seen) == {"autoregressive", "speculative"}
+    assert race.apart == comparison.apart == toy and _apart_note(together_note(race), toy) and race.replayed
+    assert "replayed at the pace measured" in race_chart_svg(race)
     ar_line, spec_line = race.lanes["autoregressive"].timeline, race.lanes["speculative"].timeline
-    assert ar_line[-1][0] <= spec_line[0][0]  # on the race's one clock: the speculative run began after AR's end
-    same = app_logic.compare(Request(text="A toy race.", preset=TOY_KEY, seed=9))
+    assert spec_line[0][0] < ar_line[-1][0]  # on the race's one clock the speculative lane starts with AR's
+    came = [t for _, t, _ in race.came]
+    assert came == sorted(came)
+    assert all(t >= piece.ready_seconds for _, t, piece in race.came)  # at its lane's pace, never ahead of it
+    same = app_logic.compare(Request(text=text, preset=TOY_KEY, seed=9))
     for name, result, again in (("autoregressive", comparison.ar, same.ar),
                                 ("speculative", comparison.spec, same.spec)):
         lane = race.lanes[name]
@@ -102,6 +110,7 @@ def test_race_streams_ar_then_speculative_and_matches_compare(toy, tmp_path):
         assert f"**{lane.tokens}** tokens" in lane_markdown(lane, name)
         # One source for a run's time: the lane's "done" is the comparison's seconds until its last audio.
         assert lane.seconds == result.elapsed_seconds
+        assert lane.timeline[-1][0] >= lane.seconds  # its end shown no earlier than it came
         assert lane.time_to_first_audio <= lane.seconds  # one clock: first audio never after done
         assert f"done {result.elapsed_seconds:.2f} s" in lane_markdown(lane, name)
         # The speech its player plays (the page's player writes when it was heard after it).
@@ -172,6 +181,7 @@ def test_the_race_history_counts_only_one_page_and_one_setting():
 def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     """Where pieces cannot stream (ZeroGPU), a decoded-at-once run is handed out as the stream's pieces."""
     from ssd_demo.comparison import pipeline as session
+    from ssd_demo.comparison.replay import replayed_pieces
     from support.chunking import TEXT, ChunkingToy
     from ssd_demo.speech.synthesis import Synthesizer
     from support.toy_backend import build_toy_synthesizer
@@ -180,19 +190,56 @@ def test_replayed_pieces_are_what_a_stream_yields(monkeypatch):
     synth = Synthesizer(ChunkingToy(24), toy.target, toy.drafts, default_draft="small")
     stream = synth.stream(TEXT, mode="speculative", config=synth.config(seed=2))
     streamed = list(stream)
-    replayed = session.replayed_pieces(stream.result)
+    replayed = replayed_pieces(stream.result)
     assert [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in replayed] == \
         [(p.text, p.start_sample, len(p.audio), p.tokens_so_far, p.target_calls_so_far) for p in streamed]
     assert [p.ready_seconds for p in replayed] == sorted(p.ready_seconds for p in replayed)
 
-    # With the GPU path in place, the race takes it and still reports both lanes.
+    # With the GPU path in place, the race takes it and still reports both lanes, on one clock at their pace.
     register_toy_preset()
     monkeypatch.setattr(session, "_decode_on_gpu", session.decode_job)
     race = Recorder()
     comparison = run_race(Request(text="On the GPU.", preset=TOY_KEY, seed=3), race)
-    assert race.seen and race.seen == sorted(race.seen)
+    assert set(race.seen) == {"autoregressive", "speculative"} and race.replayed
+    assert all(t >= piece.ready_seconds for _, t, piece in race.came)
     assert race.lanes["speculative"].tokens == len(comparison.spec.generation.tokens)
     assert race.apart == comparison.apart == "one GPU runs one decoder at a time"  # never the lane workers
+
+
+def test_a_replay_tells_both_lanes_on_one_clock_at_their_pace_and_stops_when_asked():
+    """Two recorded lanes told together: each event once its lane's own time has passed, in time order (ties in
+    lane order); Stop ends the replay between two events."""
+    from ssd_demo.comparison.replay import Told, replay_at_pace
+    from ssd_demo.engine.cancellation import Cancelled
+
+    class Sink:
+        def __init__(self) -> None:
+            self.heard: list[tuple[float, str, str, tuple]] = []
+            self.start: float | None = None
+
+        def replaying(self) -> None:
+            self.start = time.perf_counter()
+
+        def __getattr__(self, method):
+            return lambda lane, *args: self.heard.append((time.perf_counter() - self.start, lane, method, args))
+
+    told = [Told(0.0, "autoregressive", "started", ()), Told(0.12, "autoregressive", "counted", (3, 3, 0)),
+            Told(0.20, "autoregressive", "finished", ("ar", 0.2)),  # recorded first, one lane after the other
+            Told(0.0, "speculative", "started", ()), Told(0.06, "speculative", "counted", (4, 1, 1)),
+            Told(0.10, "speculative", "finished", ("spec", 0.1))]
+    sink = Sink()
+    replay_at_pace(told, sink, lanes=("autoregressive", "speculative"))
+    assert [(lane, method) for _, lane, method, _ in sink.heard] == [
+        ("autoregressive", "started"), ("speculative", "started"), ("speculative", "counted"),
+        ("speculative", "finished"), ("autoregressive", "counted"), ("autoregressive", "finished")]
+    assert all(at >= event.at for (at, *_), event in zip(sink.heard, sorted(told, key=lambda e: e.at)))
+    assert sink.heard[-1][0] < 0.20 + 0.5  # and no slower than its pace (a loose bound: a busy machine)
+    stopped, asked = Sink(), time.perf_counter()
+    with pytest.raises(Cancelled):
+        replay_at_pace([Told(0.0, "speculative", "started", ()), Told(30.0, "speculative", "finished", ("x", 30))],
+                       stopped, should_stop=lambda: time.perf_counter() - asked > 0.1)
+    assert [method for _, _, method, _ in stopped.heard] == ["started"]
+    assert time.perf_counter() - asked < 5  # within a look or two, not at the 30 s event
 
 
 def test_race_events_come_in_order_and_end_with_the_comparison(toy):
@@ -201,10 +248,9 @@ def test_race_events_come_in_order_and_end_with_the_comparison(toy):
     assert kinds[0] is Started and kinds[-1] is Done and Failed not in kinds
     lanes = [(type(e).__name__, e.lane) for e in events if isinstance(e, (Started, Piece))]
     starts = [lane for kind, lane in lanes if kind == "Started"]
-    assert starts == ["autoregressive", "speculative"]
-    second = lanes.index(("Started", "speculative"))
-    assert all(lane == "autoregressive" for _, lane in lanes[:second])  # AR's pieces, then the speculative run's
-    assert all(lane == "speculative" for _, lane in lanes[second:])
+    assert starts == ["autoregressive", "speculative"]  # replayed from one start: both lanes start first
+    assert {lane for _, lane in lanes[2:]} == {"autoregressive", "speculative"}
+    assert [kind for kind, _ in lanes[:2]] == ["Started", "Started"]
     done = events[-1]
     assert [e.piece for e in events if isinstance(e, Piece) and e.lane == "speculative"] == \
         done.race.lanes["speculative"].pieces
@@ -223,25 +269,27 @@ def test_a_race_that_cannot_run_ends_with_failed(toy):
 
 
 def test_a_stopped_race_ends_with_stopped_and_its_final_counters(toy):
+    """Stopped while both lanes are replayed (they decoded one after the other): each lane still running keeps the
+    time it had run, and its counters say it stopped."""
     stop = threading.Event()
     events = []
-    for event in race_events(Request(text="Stop me in the second run.", preset=TOY_KEY, seed=1),
+    for event in race_events(Request(text="Stop me while both lanes are replayed.", preset=TOY_KEY, seed=1),
                              should_stop=stop.is_set):
         events.append(event)
-        if event == Started("speculative"):
+        if isinstance(event, Started):
             stop.set()
-    assert any(isinstance(e, Piece) for e in events)
     assert not any(isinstance(e, (Done, Failed)) for e in events)
     assert isinstance(events[-1], Stopped)
     race = events[-1].race
     assert race.stage == "Stopped"
-    assert "done" in lane_markdown(race.lanes["autoregressive"], "Autoregressive")  # it had finished
-    spec = race.lanes["speculative"]
-    assert spec.seconds is None and spec.stopped is not None  # its clock stopped where the run did
+    stopped = [lane for lane in race.lanes.values() if lane.started is not None and lane.seconds is None]
+    assert stopped and all(lane.stopped is not None for lane in stopped)  # its clock stopped where the run did
     time.sleep(0.02)
-    assert spec.elapsed() == spec.stopped  # ... and stays there
-    shown = lane_markdown(spec, "Speculative")
-    assert f"stopped {spec.stopped:.2f} s" in shown and "running" not in shown and f"**{spec.tokens}** tokens" in shown
+    for lane in stopped:
+        assert lane.elapsed() == lane.stopped  # ... and stays there
+        shown = lane_markdown(lane, lane.name)
+        assert f"stopped {lane.stopped:.2f} s" in shown and "running" not in shown
+        assert f"**{lane.tokens}** tokens" in shown
 
 
 def test_a_race_stopped_before_it_starts_decoding_ends_with_stopped(toy):
@@ -257,14 +305,16 @@ def test_closing_the_events_stops_the_decoding(toy):
         time.sleep(0.02)
         return False
 
-    events = race_events(Request(text="Closed early, stopped early.", preset=TOY_KEY, seed=2), slow_rounds, race)
-    next(event for event in events if isinstance(event, Piece))  # AR's audio: the speculative run comes next
+    events = race_events(Request(text="Closed early, stopped early.", preset=TOY_KEY, seed=2), slow_rounds, race,
+                         live_every=0.01)
+    next(event for event in events if race.stage.startswith("Speculative decoding"))  # AR's run is done
     events.close()
     deadline = time.monotonic() + 5
     while any(t.name == "ssd-race" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(t.name == "ssd-race" for t in threading.enumerate())
     assert race.lanes["speculative"].seconds is None  # stopped within a round, never finished
+    assert race.lanes["speculative"].started is None  # and nothing of either lane was replayed
 
 
 # --- both lanes at once: the embedded voice in two worker processes ----------------------------------

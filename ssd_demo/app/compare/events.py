@@ -79,6 +79,9 @@ class _Relay:
     def __init__(self, race: Race, events: queue.Queue) -> None:
         self.race, self.events = race, events
 
+    def replaying(self) -> None:
+        self.race.replaying()
+
     def started(self, lane: str) -> None:
         self.race.started(lane)
         self.events.put(Started(lane))

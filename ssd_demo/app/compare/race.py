@@ -2,7 +2,8 @@
 
 `run_race` runs the `ssd_demo.comparison` pipeline with a `LaneSink`: where the machine has a core for each
 decoder, both start at the click, each in a worker process of its own (`comparison.lanes`); elsewhere (one
-core, one GPU) the autoregressive run goes first and the speculative one after it, and the page says so.
+core, one GPU) the autoregressive run goes first and the speculative one after it, then both are told to the page
+on one clock, each at its measured pace (`comparison.replay`), and the page says so.
 `Race` is the live state the pipeline streams into: what the page is doing, and per decoder (`RaceLane`) the
 tokens, target calls and rejected drafts after every round on one clock from the click, and its audio pieces;
 the page reads it to draw both lanes live. Once both are done the result is the same `Comparison` that
@@ -76,6 +77,8 @@ class Race:
     clicked: float = field(default_factory=time.perf_counter)  # the one clock both lanes are drawn on
     apart: str | None = None  # why the lanes decode one after the other ("": at once; None: not known yet)
     slowdown: dict[str, float] = field(default_factory=dict)  # at once against alone, per lane (start-up's timing)
+    #: The lanes decoded one after the other and are shown replayed on one clock at their measured pace
+    replayed: bool = False
 
     def since_click(self) -> float:
         return time.perf_counter() - self.clicked
@@ -83,6 +86,10 @@ class Race:
     def report(self, fraction: float = 0.0, desc: str | None = None) -> None:
         if desc is not None:
             self.stage = desc
+
+    def replaying(self) -> None:
+        """Both lanes are replayed from now on at their measured pace: the clock they are drawn on starts here."""
+        self.clicked, self.replayed = time.perf_counter(), True
 
     def started(self, lane: str) -> None:
         self.lanes[lane].started = time.perf_counter()
@@ -113,8 +120,9 @@ class Race:
 def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
              lanes: LaneSink | None = None) -> Comparison:
     """The comparison of `compare`, each decoder's audio streamed to `race` (and to `lanes`, which
-    should pass everything on to `race`, when given) as it is decoded: both at once where the machine allows
-    (`race.apart` is "" then), else AR first, then speculative.
+    should pass everything on to `race`, when given): both at once as they decode where the machine allows
+    (`race.apart` is "" then), else AR first, then speculative, then both replayed on one clock at their measured
+    pace.
 
     Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so."""
     with model_turn(race.report):
@@ -155,7 +163,7 @@ def together_note(race: Race) -> str:
         # One line on a 1280x720 stage (the guide says how it is timed: at start-up, one sentence).
         slower = [f"{lane} +{value:.0%}" for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN]
         return " · both at once, one core each" + (f"; slower together: {', '.join(slower)}" if slower else "")
-    return f" · one after the other ({race.apart})"
+    return f" · one after the other ({race.apart}); replayed at the pace measured"
 
 
 def _seconds(value: float | None) -> str:

@@ -71,6 +71,9 @@ def race_chart_svg(race: Race, now: float | None = None) -> str:
              f'<text x="{LEFT + plot_w}" y="{HEIGHT - 6}" text-anchor="end" font-size="10" fill="#64748b">'
              f'{x_max:g} s after the click</text>',
              f'<text x="{LEFT}" y="{HEIGHT - 6}" font-size="10" fill="#64748b">0</text>']
+    if race.replayed:  # decoded one after the other: this clock is the replay's (`comparison.replay`)
+        parts.append(f'<text x="{LEFT + plot_w}" y="{TOP - 6}" text-anchor="end" font-size="10" fill="#64748b">'
+                     'replayed at the pace measured</text>')
     for row, lane in enumerate(lanes):
         parts += _lane(lane, x, y)
         parts.append(_legend(lane, row))
