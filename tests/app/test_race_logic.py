@@ -94,7 +94,7 @@ def test_race_apart_replays_both_lanes_on_one_clock_and_matches_compare(toy, tmp
     comparison = run_race(Request(text=text, preset=TOY_KEY, seed=9), race)
     assert set(race.seen) == {"autoregressive", "speculative"}
     assert race.apart == comparison.apart == toy and _apart_note(together_note(race), toy) and race.replayed
-    assert "replayed at the pace measured" in race_chart_svg(race)
+    assert "replayed at the pace measured" in race_chart_svg(race) and "s after the start" in race_chart_svg(race)
     ar_line, spec_line = race.lanes["autoregressive"].timeline, race.lanes["speculative"].timeline
     assert spec_line[0][0] < ar_line[-1][0]  # on the race's one clock the speculative lane starts with AR's
     came = [t for _, t, _ in race.came]

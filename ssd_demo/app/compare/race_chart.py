@@ -53,6 +53,7 @@ def race_chart_svg(race: Race, now: float | None = None) -> str:
     x_max = _nice_ceiling(max([1.0, *ends, now if running else 0.0]))
     y_max = _nice_ceiling(max([100, *(lane.tokens for lane in lanes)]))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    origin = "start" if race.replayed else "click"  # a replay's clock starts when the replay does
 
     def x(seconds: float) -> float:
         return LEFT + plot_w * min(seconds, x_max) / x_max
@@ -69,7 +70,7 @@ def race_chart_svg(race: Race, now: float | None = None) -> str:
              f'<text x="{LEFT - 30}" y="{TOP + plot_h / 2}" font-size="10" fill="#64748b" '
              f'transform="rotate(-90 {LEFT - 30} {TOP + plot_h / 2})" text-anchor="middle">tokens</text>',
              f'<text x="{LEFT + plot_w}" y="{HEIGHT - 6}" text-anchor="end" font-size="10" fill="#64748b">'
-             f'{x_max:g} s after the click</text>',
+             f'{x_max:g} s after the {origin}</text>',
              f'<text x="{LEFT}" y="{HEIGHT - 6}" font-size="10" fill="#64748b">0</text>']
     if race.replayed:  # decoded one after the other: this clock is the replay's (`comparison.replay`)
         parts.append(f'<text x="{LEFT + plot_w}" y="{TOP - 6}" text-anchor="end" font-size="10" fill="#64748b">'
