@@ -48,7 +48,10 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
         decoder = extract_decoder(Path(tmp) / "decoder.onnx", latent)
         if (dest / "codec").exists():
             shutil.rmtree(dest / "codec")
-        LatentCodec(LatentCodecConfig(codebook_size=len(codebook), latent=latent), codebook, decoder).save(dest / "codec")
+        layout = VocabLayout.from_dict(meta["layout"])  # codes relative to the phoneme: a codebook per symbol
+        symbols = layout.n_phonemes if layout.symbol_codes else 0
+        LatentCodec(LatentCodecConfig(codebook_size=len(codebook) // max(symbols, 1), latent=latent, symbols=symbols),
+                    codebook, decoder).save(dest / "codec")
     (dest / "examples.txt").write_text("\n".join(EXAMPLES) + "\n")
     recipe = Recipe()
     voice = {

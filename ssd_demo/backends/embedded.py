@@ -35,7 +35,7 @@ from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from ..text.piper_phonemes import PiperPhonemes
-from .vocab import PhonemeSchedule, VocabLayout
+from .vocab import PhonemeSchedule, SymbolCodes, VocabLayout
 
 
 def default_path() -> Path:
@@ -86,6 +86,10 @@ class EmbeddedBackend(Backend):
         if layout.n_phonemes != phonemes.n_symbols:
             raise ModelLoadError(f"vocabulary has {layout.n_phonemes} phoneme symbols but the phonemizer's table "
                                  f"{phonemes.n_symbols}: voice and code do not match")
+        if layout.symbol_codes != bool(codec.config.symbols) or (layout.symbol_codes and
+                                                                   codec.config.symbols != layout.n_phonemes):
+            raise ModelLoadError(f"vocabulary {'has' if layout.symbol_codes else 'has no'} codes relative to the "
+                                 f"phoneme but the codec has {codec.config.symbols} symbol codebooks")
         self.layout = layout
         self.codec = codec
         self.phonemes = phonemes
@@ -98,6 +102,8 @@ class EmbeddedBackend(Backend):
         self.licence = self.LICENCE
         self._default = default
         self._allowed = layout.allowed_ids()
+        # Codes relative to the phoneme being said are decoded from the chunk's prompt on (its first symbol).
+        self.codec_reads_prompt = layout.symbol_codes
 
     @classmethod
     def from_directory(cls, path: str | Path) -> "EmbeddedBackend":
@@ -155,6 +161,8 @@ class EmbeddedBackend(Backend):
         codes sound alike; this small target's input embeddings do not (docs/benchmarks.md).
         """
         centroids = torch.as_tensor(np.asarray(self.codec.codebook), dtype=torch.float32)
+        if self.layout.symbol_codes:  # a code's sound depends on its symbol: its mean over the symbols' codebooks
+            centroids = centroids.reshape(-1, self.layout.n_speech, centroids.shape[1]).mean(dim=0)
         table = torch.zeros(vocab_size, centroids.shape[1])
         offset = self.layout.speech_offset
         table[offset : offset + centroids.shape[0]] = centroids - centroids.mean(dim=0)
@@ -171,16 +179,25 @@ class EmbeddedBackend(Backend):
             return "/" + self.phonemes.label(token - self.layout.phoneme_offset) + "/"
         return str(token - self.layout.speech_offset)
 
-    def tokens_to_audio(self, tokens: list[int]) -> np.ndarray:
-        codes = self.layout.codes(tokens)
+    def tokens_to_audio(self, tokens: list[int], prompt_ids: list[int] | None = None) -> np.ndarray:
+        codes = self._codes(prompt_ids)(tokens)
         if not codes:
             return np.zeros(self.sample_rate // 10, dtype=np.float32)  # 0.1 s of silence
         return self.codec.decode(codes)
 
     def window_codec(self, prompt_ids: list[int] | None = None) -> WindowCodec:
         """The codec as streaming decodes it: windows of codes decoded as the tokens come (`WindowFeed`)."""
-        return WindowCodec(self.layout.codes, lambda before, part: self.codec.decode(part, before),
+        return WindowCodec(self._codes(prompt_ids), lambda before, part: self.codec.decode(part, before),
                            self.codec.hop_length, self._windows)
+
+    def _codes(self, prompt_ids: list[int] | None):
+        """Generated ids -> the codec's rows: the codes themselves, or relative to the symbol being said, from the
+        chunk's prompt on (`vocab.SymbolCodes`)."""
+        if not self.layout.symbol_codes:
+            return self.layout.codes
+        if prompt_ids is None:
+            raise InputError("this voice's codes are relative to the phoneme being said: decoding needs the prompt")
+        return SymbolCodes(self.layout, self.layout.first_symbol(prompt_ids))
 
 
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:

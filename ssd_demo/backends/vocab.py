@@ -42,6 +42,8 @@ class VocabLayout:
     next_phoneme_id: int = 4
     phoneme_offset: int = 5
     lookahead: int = 0  # phonemes inserted after the one being spoken (0 in voices made before it existed)
+    #: Speech codes relative to the phoneme being spoken (its own codebook, `speech.latent_codec`): `SymbolCodes`
+    symbol_codes: bool = False
 
     @property
     def speech_offset(self) -> int:
@@ -94,6 +96,10 @@ class VocabLayout:
                 out.append(token - self.speech_offset)
         return out
 
+    def first_symbol(self, prompt: list[int]) -> int:
+        """The symbol a prompt's speech starts with (the one after SPEECH_START)."""
+        return int(prompt[prompt.index(self.speech_start_id) + 1]) - self.phoneme_offset
+
     def allowed_ids(self) -> list[int]:
         """What the model may sample: speech tokens and NEXT (phonemes and END are inserted)."""
         return list(range(self.speech_offset, self.vocab_size)) + [self.next_phoneme_id]
@@ -120,7 +126,34 @@ class VocabLayout:
         lookahead = int(data.get("lookahead", 0))
         if lookahead < 0:
             raise ModelLoadError(f"voice layout has a negative lookahead ({lookahead})")
-        return cls(**{k: int(data[k]) for k in fields}, lookahead=lookahead)
+        return cls(**{k: int(data[k]) for k in fields}, lookahead=lookahead,
+                   symbol_codes=bool(data.get("symbol_codes", False)))
+
+
+class SymbolCodes:
+    """Generated ids -> rows of a symbol-relative codebook (`symbol * n_speech + code`), id by id: a stream's
+    pieces may be given one call at a time. The symbol is the prompt's first, then the first phoneme inserted after
+    each NEXT (its lookahead after it is skipped); END stops."""
+
+    def __init__(self, layout: VocabLayout, first_symbol: int) -> None:
+        self.layout, self.symbol = layout, first_symbol
+        self.expecting = False  # after NEXT: the next phoneme id is the symbol now spoken
+        self.ended = False
+
+    def __call__(self, token_ids) -> list[int]:
+        layout, out = self.layout, []
+        for token in token_ids:
+            token = int(token)
+            if self.ended or token == layout.end_of_speech_id:
+                self.ended = True
+                break
+            if token == layout.next_phoneme_id:
+                self.expecting = True
+            elif layout.phoneme_offset <= token < layout.speech_offset and self.expecting:
+                self.symbol, self.expecting = token - layout.phoneme_offset, False
+            elif layout.speech_offset <= token < layout.vocab_size:
+                out.append(self.symbol * layout.n_speech + token - layout.speech_offset)
+        return out
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-utterances", type=int, default=None,
                         help=f"utterances of one to three words rendered besides the sentences (default "
                              f"{Recipe.data.short_utterances}, the smoke recipe's {smoke_recipe().data.short_utterances})")
+    parser.add_argument("--symbol-codes", type=int, default=None, metavar="N",
+                        help="codes relative to the phoneme being said: N centroids per phoneme symbol instead of "
+                             f"one codebook of {Recipe.data.codebook_size} (a new vocabulary: train every stage anew)")
     parser.add_argument("--heads-unroll", type=int, default=None,
                         help=f"tokens the heads stage rolls the target's state forward (default {Recipe.heads_unroll})")
     parser.add_argument("--heads-inner", type=int, default=None,

@@ -52,9 +52,12 @@ class Backend(ABC):
 
         Backends with voice cloning also take `prompt_ids=` (the prompt, voice prompt included), which
         `Synthesizer` passes when a voice prompt was given: their codecs decode the generated speech after the
-        prompt's."""
+        prompt's; so do backends whose `codec_reads_prompt` is true, for every chunk."""
 
     # -- hooks: each default is what a backend that does not override it gets ---------------------------------------
+    #: Whether its codec reads each chunk's prompt (the embedded voice's codes relative to the phoneme being said):
+    #: `Synthesizer` then passes `prompt_ids=` to `tokens_to_audio` and `window_codec` for every chunk.
+    codec_reads_prompt: bool = False
     #: Whether it clones a voice prompt (a clip and its transcript); without, a voice prompt is refused.
     supports_voice_prompt: bool = False
     #: The longest voice prompt it takes, in seconds (None: only the app's own upload cap).

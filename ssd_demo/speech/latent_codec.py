@@ -12,6 +12,11 @@ teacher's ONNX graph after that latent (`training.teacher.extract_decoder`), wit
 - "z": centroids of z, decoded by the decoder alone (a smaller graph; a code must also fit its neighbours'
   spectral trajectory, which a small language model sampling frame by frame failed to keep: docs/benchmarks.md).
 
+With `symbols` > 0 a code is relative to the phoneme symbol being said: each symbol has a codebook of its own
+(`codebook_size` centroids of that symbol's frames), stored as one table of `symbols` x `codebook_size` rows, so
+that whatever code a language model picks, it is a sound of the right phoneme (`encode_latents(..., symbols)`
+gives codes in [0, codebook_size); `decode` takes rows of the whole table, `symbol * codebook_size + code`).
+
 Streaming: the decoder is a stack of convolutions, so a frame's samples depend on a few frames either side.
 `CodecWindows` decodes windows of frames with left context and a short lookahead and cross-fades the
 joins (`speech.streaming.decode_windows`); tests bound the difference from a whole-clip decode.
@@ -49,6 +54,12 @@ class LatentCodecConfig:
     codebook_size: int = 1024
     kind: str = "latent"
     latent: str = "z"  # what the codes quantize: "prior" (z_p, decoded by flow + decoder) or "z" (see above)
+    symbols: int = 0  # phoneme symbols with a codebook each (0: one codebook for every frame; see above)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the codebook table: `decode` takes ids in [0, rows)."""
+        return self.codebook_size * max(self.symbols, 1)
 
     def __post_init__(self) -> None:
         if self.latent not in LATENT_INPUTS:
@@ -64,9 +75,9 @@ class LatentCodec:
 
     def __init__(self, config: LatentCodecConfig, codebook: np.ndarray, decoder_path: str | Path, threads: int = 1):
         codebook = np.asarray(codebook, dtype=np.float32)
-        if codebook.shape != (config.codebook_size, config.latent_dim):
+        if codebook.shape != (config.rows, config.latent_dim):
             raise ModelLoadError(f"codebook shape {codebook.shape} does not match the codec config "
-                                 f"({config.codebook_size}, {config.latent_dim})")
+                                 f"({config.rows}, {config.latent_dim})")
         if not Path(decoder_path).is_file():
             raise ModelLoadError(f"no codec decoder at {decoder_path}")
         self.config = config
@@ -96,13 +107,22 @@ class LatentCodec:
                 self._session = ort.InferenceSession(str(self.decoder_path), options, providers=["CPUExecutionProvider"])
             return self._session
 
-    def encode_latents(self, latents: np.ndarray) -> np.ndarray:
-        """[frames, latent_dim] -> int64 token ids (nearest centroid, squared Euclidean distance)."""
+    def encode_latents(self, latents: np.ndarray, symbols: np.ndarray | None = None) -> np.ndarray:
+        """[frames, latent_dim] -> int64 codes in [0, codebook_size): each frame's nearest centroid (squared
+        Euclidean distance), among its symbol's (`symbols`, one per frame) when the codes are relative to one."""
         z = np.asarray(latents, dtype=np.float32)
         if z.size == 0:
             return np.zeros(0, dtype=np.int64)
-        distances = (z * z).sum(1, keepdims=True) - 2.0 * z @ self.codebook.T + (self.codebook ** 2).sum(1)
-        return distances.argmin(axis=1).astype(np.int64)
+        if not self.config.symbols:
+            return nearest(z, self.codebook)
+        if symbols is None or len(symbols) != len(z):
+            raise ValueError("this codec's codes are relative to a phoneme symbol: give one symbol per frame")
+        codes = np.zeros(len(z), dtype=np.int64)
+        size = self.config.codebook_size
+        for symbol in np.unique(symbols):
+            frames = symbols == symbol
+            codes[frames] = nearest(z[frames], self.codebook[symbol * size : (symbol + 1) * size])
+        return codes
 
     def decode_latents(self, latents: np.ndarray) -> np.ndarray:
         """[frames, latent_dim] -> float32 waveform of frames * hop_length samples."""
@@ -119,8 +139,8 @@ class LatentCodec:
     def decode(self, tokens, context=()) -> np.ndarray:
         """Token ids -> float32 waveform; `context` tokens are decoded before them and their samples cut off."""
         ids = np.asarray([*context, *tokens], dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.codebook_size):
-            raise ValueError(f"codec token ids must be in [0, {self.config.codebook_size}); got {ids.min()}..{ids.max()}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.rows):
+            raise ValueError(f"codec token ids must be in [0, {self.config.rows}); got {ids.min()}..{ids.max()}")
         if not len(tokens):
             return np.zeros(0, dtype=np.float32)
         return self.decode_latents(self.codebook[ids])[len(context) * self.hop_length:]
@@ -143,6 +163,36 @@ class LatentCodec:
         return cls(config, np.load(directory / CODEBOOK_NAME), directory / DECODER_NAME, threads=threads)
 
 
+def nearest(latents: np.ndarray, codebook: np.ndarray) -> np.ndarray:
+    """Each frame's nearest row of `codebook` (squared Euclidean distance), as int64."""
+    distances = (latents * latents).sum(1, keepdims=True) - 2.0 * latents @ codebook.T + (codebook ** 2).sum(1)
+    return distances.argmin(axis=1).astype(np.int64)
+
+
+def fit_symbol_codebooks(latents: np.ndarray, symbols: np.ndarray, n_symbols: int, codebook_size: int,
+                         seed: int = 0) -> np.ndarray:
+    """[n_symbols * codebook_size, latent_dim]: k-means centroids of each symbol's frames (`symbols`: one per
+    frame), each symbol's ordered along the frames' first principal axis, so that a code number means much the
+    same sound height in every symbol's codebook (the target's embedding of a code is shared by all symbols).
+    A symbol with fewer distinct frames than `codebook_size` repeats them; one never seen takes the centroids
+    of all frames."""
+    z = np.asarray(latents, dtype=np.float32)
+    axis = np.linalg.svd(z[:: max(1, len(z) // 50_000)] - z.mean(0), full_matrices=False)[2][0]
+    shared = fit_codebook(z, codebook_size, seed=seed)
+    books = []
+    for symbol in range(n_symbols):
+        own = z[symbols == symbol]
+        distinct = np.unique(own, axis=0)
+        if len(distinct) == 0:
+            book = shared
+        elif len(distinct) <= codebook_size:
+            book = distinct[np.arange(codebook_size) % len(distinct)]
+        else:
+            book = fit_codebook(own, codebook_size, seed=seed)
+        books.append(book[np.argsort(book @ axis, kind="stable")])
+    return np.concatenate(books).astype(np.float32)
+
+
 def fit_codebook(latents: np.ndarray, codebook_size: int, seed: int = 0, max_frames: int = 400_000) -> np.ndarray:
     """k-means centroids [codebook_size, latent_dim] of latent frames (scikit-learn MiniBatchKMeans)."""
     from sklearn.cluster import MiniBatchKMeans  # deferred: only training fits a codebook
@@ -157,4 +207,4 @@ def fit_codebook(latents: np.ndarray, codebook_size: int, seed: int = 0, max_fra
     return kmeans.fit(z).cluster_centers_.astype(np.float32)
 
 
-__all__ = ["LatentCodec", "LatentCodecConfig", "fit_codebook"]
+__all__ = ["LatentCodec", "LatentCodecConfig", "fit_codebook", "fit_symbol_codebooks", "nearest"]

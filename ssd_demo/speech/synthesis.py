@@ -194,7 +194,8 @@ class Synthesizer:
             on_round = None if on_progress is None else (  # the chunk's counts on top of the earlier chunks'
                 lambda chunk_tokens, chunk_calls, before=(tokens, calls):
                     on_progress(before[0] + chunk_tokens, before[1] + chunk_calls))
-            context = {} if voice_prompt is None else {"prompt_ids": prompt}  # decode after the voice prompt
+            # Decode after the voice prompt, or from the prompt on (`Backend.codec_reads_prompt`).
+            context = {"prompt_ids": prompt} if voice_prompt is not None or self.backend.codec_reads_prompt else {}
             decoding = (config.with_(seed=seed), draft_name, should_stop, on_round, voice_prompt)
             window_codec = self.backend.window_codec(**context) if streams else None
             if window_codec is not None:

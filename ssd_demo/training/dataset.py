@@ -5,8 +5,9 @@ Steps, each resumable (a re-run continues where an interruption stopped):
    (`EmbeddedBackend.chunk_phonemes` symbols), each chunk rendered by the teacher (`teacher.Teacher`: the
    prior's mean m_p for "prior" codes, seconds a shard; z and audio for "z" codes, minutes) into shards of
    `SHARD` sentences (latents float16 + JSON), in `workers` processes;
-2. codec: k-means centroids of the latents of the training shards (`speech.latent_codec.fit_codebook`)
-   and the teacher's decoder cut out of its graph;
+2. codec: k-means centroids of the latents of the training shards (`speech.latent_codec.fit_codebook`; with
+   `symbol_codes`, of each phoneme symbol's frames, `fit_symbol_codebooks`) and the teacher's decoder cut out
+   of its graph;
 3. examples: every chunk's latents -> nearest centroids, given to its symbols by the teacher's durations:
    prompt [BOS] symbols [SPEECH_START] first symbol, stream of frames / NEXT / next symbol (`VocabLayout`).
 A held-out split of sentences (never rendered into the codebook fit or training) gives test loss.
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from .. import text as text_frontend
 from ..backends.vocab import VocabLayout
-from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook
+from ..speech.latent_codec import DECODER_NAME, LatentCodec, LatentCodecConfig, fit_codebook, fit_symbol_codebooks
 from ..errors import InputError
 from .corpus import CorpusConfig, build_corpus, short_corpus, split_corpus
 from .recipe import DataConfig
@@ -82,6 +83,13 @@ def load_shard(path: Path) -> tuple[list[dict], np.ndarray]:
     return json.loads(path.with_suffix(".json").read_text()), np.load(path)["z"]
 
 
+def frame_symbols(chunks: list[dict]) -> np.ndarray:
+    """The symbol each frame of `chunks` (a shard's metadata, in order) belongs to."""
+    if not chunks:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.repeat(np.asarray(c["symbols"], dtype=np.int64), c["frames"]) for c in chunks])
+
+
 def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, max_frames: int,
                    leading_run: int | None = None) -> list[dict]:
     """Every rendered chunk as {"sentence", "text", "prompt", "speech"} (frames past `max_frames` - 1 dropped:
@@ -89,7 +97,7 @@ def build_examples(shards: list[Path], codec: LatentCodec, layout: VocabLayout, 
     examples = []
     for path in shards:
         meta, z = load_shard(path)
-        codes = codec.encode_latents(z.astype(np.float32))
+        codes = codec.encode_latents(z.astype(np.float32), frame_symbols(meta) if codec.config.symbols else None)
         start = 0
         for chunk in meta:
             frames, position = [], start
@@ -120,7 +128,7 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
     train_text, test_text = split_corpus(sentences, config.test_size, seed=config.seed)
     test_ids = {sentences.index(s) for s in test_text}
     shards = render_corpus(out, sentences, config, log)
-    train_latents = []
+    train_latents, train_symbols = [], []
     for shard in shards:
         meta, z = load_shard(shard)
         keep, position = [], 0
@@ -128,16 +136,25 @@ def build_dataset(out: Path, config: DataConfig, log=print) -> dict:
             n = sum(chunk["frames"])
             if chunk["sentence"] not in test_ids:
                 keep.append(z[position : position + n])
+                train_symbols.append(frame_symbols([chunk]))
             position += n
         train_latents.append(np.concatenate(keep) if keep else z[:0])
     latents = np.concatenate(train_latents).astype(np.float32)
-    log(f"codec: fitting {config.codebook_size} centroids on {len(latents)} training frames")
-    codebook = fit_codebook(latents, config.codebook_size, seed=config.seed)
-    decoder = extract_decoder(out / "codec" / DECODER_NAME, config.latent)
-    codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size, latent=config.latent), codebook, decoder)
-    codec.save(out / "codec")
     phonemes = teacher_phonemes()
-    layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size, lookahead=config.lookahead)
+    symbols = phonemes.n_symbols if config.symbol_codes else 0
+    if symbols:
+        log(f"codec: fitting {config.codebook_size} centroids per phoneme symbol on {len(latents)} training frames")
+        codebook = fit_symbol_codebooks(latents, np.concatenate(train_symbols), symbols, config.codebook_size,
+                                        seed=config.seed)
+    else:
+        log(f"codec: fitting {config.codebook_size} centroids on {len(latents)} training frames")
+        codebook = fit_codebook(latents, config.codebook_size, seed=config.seed)
+    decoder = extract_decoder(out / "codec" / DECODER_NAME, config.latent)
+    codec = LatentCodec(LatentCodecConfig(codebook_size=config.codebook_size, latent=config.latent, symbols=symbols),
+                        codebook, decoder)
+    codec.save(out / "codec")
+    layout = VocabLayout(n_phonemes=phonemes.n_symbols, n_speech=config.codebook_size, lookahead=config.lookahead,
+                         symbol_codes=bool(symbols))
     examples = build_examples(shards, codec, layout, config.max_symbol_frames, config.leading_run)
     data = {"config": json.loads(json.dumps(asdict(config))), "layout": layout.to_dict(),
             "phonemes": phonemes.to_dict(),

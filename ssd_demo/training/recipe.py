@@ -57,6 +57,8 @@ class DataConfig:
     leading_run: int | None = 5
     # Utterances of one to three words added to the training split (`corpus.short_corpus`, `add_utterances`).
     short_utterances: int = 0
+    # Codes relative to the phoneme being said: `codebook_size` centroids per phoneme symbol (`VocabLayout.symbol_codes`)
+    symbol_codes: bool = False
 
 
 @dataclass(frozen=True)

@@ -329,8 +329,10 @@ def warm_start(model: LlamaForCausalLM, source: LlamaForCausalLM, source_layout:
 
     Transformer layers and the final norm are copied when their shapes match. When both voices have the
     same vocabulary layout (a continued run) the embedding and output tables are copied whole; across
-    layouts only the rows of the speech tokens (same codec) and of the shared specials are copied by
-    id, and phoneme rows stay freshly initialised: a new inventory has no row-by-row match in an old one.
+    layouts the rows of the shared specials are copied by id, the speech tokens' only when both voices' codes
+    are of one codebook (the same codec; codes relative to the phoneme mean another sound per code), and the
+    phoneme rows only when both have as many symbols (the phonemizer's one table); otherwise they stay freshly
+    initialised: a new inventory or codebook has no row-by-row match in an old one.
     """
     copied = []
     target_state = model.state_dict()
@@ -346,13 +348,23 @@ def warm_start(model: LlamaForCausalLM, source: LlamaForCausalLM, source_layout:
         return copied
     n_speech = min(layout.n_speech, int(source_layout["n_speech"]))
     old_speech = int(source_layout["speech_offset"])
+    same_codes = not layout.symbol_codes and not source_layout.get("symbol_codes", False)
+    same_symbols = layout.n_phonemes == int(source_layout["n_phonemes"])
+    specials = ["pad_id", "bos_id", "speech_start_id", "end_of_speech_id"] + (["next_phoneme_id"] if same_symbols else [])
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
         new, old = target_state[name], source.state_dict()[name]
         if new.shape[1] != old.shape[1]:
             continue
-        new[layout.speech_offset : layout.speech_offset + n_speech] = old[old_speech : old_speech + n_speech]
-        for special in ("pad_id", "bos_id", "speech_start_id", "end_of_speech_id"):
+        rows = []
+        if same_codes:
+            new[layout.speech_offset : layout.speech_offset + n_speech] = old[old_speech : old_speech + n_speech]
+            rows.append("speech")
+        if same_symbols:
+            old_phonemes = int(source_layout["phoneme_offset"])
+            new[layout.phoneme_offset : layout.speech_offset] = old[old_phonemes : old_phonemes + layout.n_phonemes]
+            rows.append("phoneme")
+        for special in specials:
             new[getattr(layout, special)] = old[int(source_layout[special])]
-        copied.append(f"{name} (speech and special rows)")
+        copied.append(f"{name} ({', '.join([*rows, 'special'])} rows)")
     model.load_state_dict(target_state)
     return copied

@@ -79,6 +79,10 @@ def recipe_from_flags(args: argparse.Namespace) -> Recipe:
         if args.short_utterances < 0:
             raise InputError(f"--short-utterances must be 0 or more, got {args.short_utterances}")
         recipe = replace(recipe, data=replace(recipe.data, short_utterances=args.short_utterances))
+    if args.symbol_codes is not None:
+        if args.symbol_codes < 2:
+            raise InputError(f"--symbol-codes must be at least 2, got {args.symbol_codes}")
+        recipe = replace(recipe, data=replace(recipe.data, symbol_codes=True, codebook_size=args.symbol_codes))
     if args.max_minutes is not None:
         recipe = _all_drafts(recipe, max_minutes=args.max_minutes)
         recipe = replace(recipe, target_stage=replace(recipe.target_stage, max_minutes=args.max_minutes))

@@ -1,6 +1,7 @@
 """The embedded voice's sequence format: training streams and the decoder's phoneme schedule agree."""
 
 import numpy as np
+import pytest
 import torch
 
 from ssd_demo import text as text_frontend
@@ -172,3 +173,48 @@ def test_neighbour_runs_swap_whole_runs_for_nearby_codes_and_leave_the_rest():
     assert 20 * 2 * 3 * 0.3 < swapped < 20 * 2 * 3 * 0.7  # about half of the runs
     unchanged = with_neighbour_runs(batch, LAYOUT, 0.0, near)
     assert torch.equal(unchanged["input_ids"], before) and torch.equal(unchanged["labels"], batch["labels"])
+
+
+def test_codes_relative_to_the_phoneme_follow_the_symbol_being_said_piece_by_piece():
+    """With codes relative to the phoneme (`symbol_codes`), each code names a row of its symbol's codebook: the
+    prompt's first symbol, then the first phoneme inserted after each NEXT (not its lookahead); END stops. Given
+    the stream in pieces (as a streamed chunk's rounds come), the rows are the same."""
+    from ssd_demo.backends.vocab import SymbolCodes
+
+    layout = VocabLayout(n_phonemes=len(text_frontend.SYMBOLS), n_speech=16, lookahead=2, symbol_codes=True)
+    symbols, frames = [7, 20, 3], [[1, 2], [15], [0, 4, 4]]
+    prompt, stream = layout.prompt(symbols), layout.stream(symbols, frames)
+    assert layout.first_symbol(prompt) == 7
+    rows = [symbol * 16 + code for symbol, codes in zip(symbols, frames) for code in codes]
+    assert SymbolCodes(layout, layout.first_symbol(prompt))(stream) == rows
+    pieces, reader = [], SymbolCodes(layout, 7)
+    for start in range(0, len(stream), 3):
+        pieces += reader(stream[start : start + 3])
+    assert pieces == rows
+    assert SymbolCodes(layout, 7)(stream + layout.speech_ids([5, 6])) == rows  # nothing after END
+    assert VocabLayout.from_dict(layout.to_dict()) == layout  # voice.json keeps it
+    assert not VocabLayout.from_dict({k: v for k, v in layout.to_dict().items() if k != "symbol_codes"}).symbol_codes
+
+
+def test_symbol_codebooks_encode_each_frame_among_its_own_symbols_centroids():
+    from ssd_demo.speech.latent_codec import fit_symbol_codebooks
+
+    rng = np.random.default_rng(0)
+    # Three symbols' frames around their own centres; symbol 3 is never seen; symbol 2 has two distinct frames.
+    centres = rng.normal(0, 4, (2, 192)).astype(np.float32)
+    z = np.concatenate([centres[0] + rng.normal(0, 1, (300, 192)), centres[1] + rng.normal(0, 1, (300, 192)),
+                        np.repeat(centres[:1] * 2, 5, axis=0), np.repeat(centres[1:] * 2, 5, axis=0)]).astype(np.float32)
+    symbols = np.array([0] * 300 + [1] * 300 + [2] * 10)
+    table = fit_symbol_codebooks(z, symbols, n_symbols=4, codebook_size=8, seed=0)
+    assert table.shape == (32, 192)
+    assert {tuple(row) for row in table[16:24]} == {tuple(centres[0] * 2), tuple(centres[1] * 2)}  # repeated
+    codec = LatentCodec(LatentCodecConfig(codebook_size=8, latent_dim=192, symbols=4), table, __file__)
+    codes = codec.encode_latents(z, symbols)
+    assert codes.min() >= 0 and codes.max() < 8
+    for symbol in (0, 1, 2):  # nearest among its own codebook, whatever is nearer in another's
+        own = table[symbol * 8 : symbol * 8 + 8]
+        frames = symbols == symbol
+        brute = ((z[frames][:, None, :] - own[None]) ** 2).sum(-1).argmin(1)
+        assert np.array_equal(codes[frames], brute)
+    with pytest.raises(ValueError, match="one symbol per frame"):
+        codec.encode_latents(z)

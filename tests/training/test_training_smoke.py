@@ -136,3 +136,29 @@ def test_warm_start_keeps_every_row_when_the_layout_is_the_same():
     warm_start(moved, source, layout.to_dict(), other)
     assert torch.equal(moved.model.embed_tokens.weight[other.phoneme_offset], before)
     assert torch.equal(moved.model.embed_tokens.weight[other.speech_offset], source.model.embed_tokens.weight[layout.speech_offset])
+
+
+@pytest.mark.train
+def test_a_voice_with_codes_relative_to_the_phoneme_trains_exports_and_speaks(tmp_path):
+    """--symbol-codes N: a codebook of N centroids per phoneme symbol, a vocabulary of N speech codes; the exported
+    voice decodes each code in its symbol's codebook, streamed by codec windows or whole, to the same audio."""
+    import numpy as np
+
+    from ssd_demo.backends.embedded import load_synthesizer
+    from ssd_demo.speech.latent_codec import LatentCodec
+
+    out = tmp_path / "run"
+    assert cli.main(_args(out, symbol_codes=4)) == 0
+    meta = json.loads((out / "export" / "voice.json").read_text())
+    assert meta["vocab"]["symbol_codes"] and meta["vocab"]["n_speech"] == 4
+    codec = LatentCodec.load(out / "export" / "codec")
+    assert codec.config.symbols == meta["vocab"]["n_phonemes"] and len(codec.codebook) == 4 * codec.config.symbols
+    voice = load_synthesizer(draft="heads", path=out / "export")
+    config = voice.config(max_new_tokens=40, seed=1)
+    streamed = voice.stream("Hello there.", mode="speculative", config=config).run()
+    whole = voice.synthesize("Hello there.", mode="speculative", config=config)
+    assert streamed.generation.tokens == whole.generation.tokens and len(whole.audio) > 0
+    assert len(streamed.audio) == len(whole.audio)
+    assert np.abs(streamed.audio - whole.audio).max() < 0.25  # windows cross-faded at their joins
+    with pytest.raises(InputError, match="symbol-codes"):
+        cli.main(_args(tmp_path / "other", symbol_codes=1))

@@ -140,7 +140,7 @@ class VllmSynthesizer(Synthesizer):
     def _decode(self, script, chunk_tokens: list[list[int]], voice_prompt: VoicePrompt | None) -> np.ndarray:
         parts = []
         for index, (chunk, prompt, tokens) in enumerate(zip(script.chunks, script.prompts, chunk_tokens)):
-            context = {} if voice_prompt is None else {"prompt_ids": prompt}
+            context = {"prompt_ids": prompt} if voice_prompt is not None or self.backend.codec_reads_prompt else {}
             parts.append(self.backend.tokens_to_audio(tokens, **context))
             if index < len(script.chunks) - 1 and chunk.pause_after_ms:
                 parts.append(np.zeros(int(self.backend.sample_rate * chunk.pause_after_ms / 1000), dtype=np.float32))
