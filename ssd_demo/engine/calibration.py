@@ -73,20 +73,21 @@ class StepCosts:
 
 
 #: Block sizes timed; costs in between are interpolated and beyond the last extrapolated linearly.
-MEASURED_K = (1, 2, 3, 4, 6, 8)
+MEASURED_DRAFT_LENS = (1, 2, 3, 4, 6, 8)
 #: Costs are known up to the largest K the app offers (its draft-length control's maximum).
-MAX_K = int(SETTINGS["draft_len"].control.maximum)
+MAX_DRAFT_LEN = int(SETTINGS["draft_len"].control.maximum)
 
 
 @torch.inference_mode()
 def measure_costs(target, draft, context: int = 32, tokens: int = 32, repeats: int = 3,
-                  vocab: int | None = None, measured_k: tuple[int, ...] = MEASURED_K, max_k: int = MAX_K) -> StepCosts:
+                  vocab: int | None = None, measured_draft_lens: tuple[int, ...] = MEASURED_DRAFT_LENS,
+                  max_draft_len: int = MAX_DRAFT_LEN) -> StepCosts:
     """Time real decoding on a `context`-token random prompt (costs do not depend on which tokens): for
-    each K in `measured_k`, an AR run and a speculative run side by side, `repeats` times; each cost is the
+    each K in `measured_draft_lens`, an AR run and a speculative run side by side, `repeats` times; each cost is the
     median of the paired ratios, so a machine that slows down for a while slows both sides of a pair.
     The decoders' own per-call timings include sampling and acceptance, which a bare forward leaves out.
     No end token, so every block is full. Verifying more tokens never costs less than fewer (the costs
-    are made non-decreasing, from 1 for one token), and K up to `max_k` is filled in."""
+    are made non-decreasing, from 1 for one token), and K up to `max_draft_len` is filled in."""
     vocab = vocab or int(target.get_input_embeddings().weight.shape[0])
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, vocab, (1, context), generator=generator).to(target.device)
@@ -94,7 +95,7 @@ def measure_costs(target, draft, context: int = 32, tokens: int = 32, repeats: i
     autoregressive_generate(target, prompt, config.with_(max_new_tokens=4))  # first-call costs
     speculative_generate(target, draft, prompt, config.with_(max_new_tokens=4, draft_len=2))
     steps, verify_at, draft_ratios = [], {}, []
-    for k in measured_k:
+    for k in measured_draft_lens:
         pairs = []
         for _ in range(repeats):
             step = autoregressive_generate(target, prompt, config.with_(max_new_tokens=tokens // 2)).stats
@@ -106,7 +107,7 @@ def measure_costs(target, draft, context: int = 32, tokens: int = 32, repeats: i
         draft_ratios += [c for _, c in pairs]
     verify = [1.0]
     known = sorted(verify_at)
-    for k in range(1, max_k + 1):
+    for k in range(1, max_draft_len + 1):
         if k in verify_at:
             value = verify_at[k]
         elif k < known[-1]:  # between two measured sizes
@@ -135,7 +136,7 @@ def is_calibrated(target, draft) -> bool:
 
 
 def calibrated_costs(target, draft, refresh: bool = False) -> StepCosts:
-    """`measure_costs` once per target, draft and thread count in this process (K up to `MAX_K`), and once per
+    """`measure_costs` once per target, draft and thread count in this process (K up to `MAX_DRAFT_LEN`), and once per
     machine where the costs measured in an earlier run were kept (`refresh`: measured again all the same)."""
     with _LOCK:
         per_target = _CACHE.setdefault(target, {})
@@ -171,7 +172,7 @@ def _machine_key(target, draft) -> tuple:
     device = next(target.parameters()).device
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return (machine_cache.signature(target), machine_cache.signature(draft), where, torch.get_num_threads(),
-            _served_by(target), _served_by(draft), MAX_K)
+            _served_by(target), _served_by(draft), MAX_DRAFT_LEN)
 
 
 def _as_json(costs: StepCosts) -> dict:
@@ -184,7 +185,7 @@ def _kept(key: tuple) -> StepCosts | None:
     value = machine_cache.get(CACHE_KIND, *key)
     try:
         verify = tuple(float(v) for v in value["verify"])
-        if len(verify) != MAX_K + 1:
+        if len(verify) != MAX_DRAFT_LEN + 1:
             return None
         return StepCosts(draft=float(value["draft"]), verify=verify,
                          target_step_seconds=float(value["target_step_seconds"]), kernels=str(value["kernels"]),

@@ -211,7 +211,7 @@ def test_costs_are_measured_on_this_machine_and_cached():
 
     target = tiny_llama(seed=11, vocab=32, layers=2, width=16, init=0.3)
     draft = tiny_llama(seed=12, vocab=32, width=16, init=0.3)
-    costs = measure_costs(target, draft, repeats=2, measured_k=(1, 2, 4), max_k=6)
+    costs = measure_costs(target, draft, repeats=2, measured_draft_lens=(1, 2, 4), max_draft_len=6)
     assert len(costs.verify) == 7 and costs.verify[0] == 1.0 and list(costs.verify) == sorted(costs.verify)
     assert costs.draft > 0 and costs.target_step_seconds > 0
     assert costs.round_cost(2) == pytest.approx(2 * costs.draft + costs.verify[2])

@@ -161,7 +161,7 @@ def test_the_kernel_choice_is_timed_once_per_machine(cache, monkeypatch):
 
 def test_the_costs_are_measured_once_per_machine_and_again_for_another_forward(cache, monkeypatch):
     measured = []
-    costs = StepCosts(draft=0.2, verify=tuple(1.0 + 0.1 * k for k in range(calibration.MAX_K + 1)),
+    costs = StepCosts(draft=0.2, verify=tuple(1.0 + 0.1 * k for k in range(calibration.MAX_DRAFT_LEN + 1)),
                       target_step_seconds=0.003, kernels="k", measured_verify=((1, 1.1), (2, 1.2)))
     monkeypatch.setattr(calibration, "measure_costs", lambda target, draft: measured.append(1) or costs)
     pair = lambda seed: (tiny_llama(seed=seed, vocab=50, layers=2, width=32),  # noqa: E731

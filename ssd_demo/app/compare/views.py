@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from . import charts
 from ...comparison import Comparison
-from ...engine.calibration import MEASURED_K, best_draft_len, predicted_with
+from ...engine.calibration import MEASURED_DRAFT_LENS, best_draft_len, predicted_with
 from ...engine.results import GenerationResult
 from ...rules.registry import RULES
 from ...speech.synthesis import SynthesisResult
@@ -166,8 +166,8 @@ TABLE_LEGEND = (
     "speedup close to it means no time is lost outside the model calls); *calibrated* the costs probed on this "
     "machine before the run on a random prompt (measured once per process: on a busy machine they drift), "
     "for the K used and for the K they favour. *Calibrated here* lists those costs per K: the probe times "
-    f"K = {', '.join(map(str, MEASURED_K))} and fills in the rest (~); a verify timed cheaper than a shorter one is raised to "
-    "it (↑: verifying more tokens never costs less, so the difference is timing noise), which is why several K "
+    f"K = {', '.join(map(str, MEASURED_DRAFT_LENS))} and fills in the rest (~); a verify timed cheaper than a "
+    "shorter one is raised to it (↑: verifying more tokens never costs less, so the difference is timing noise), which is why several K "
     "can show the same cost where a verify of a few tokens costs about the same as one (small models, CPU). "
     "*Matmul kernels*: which library runs the target's forward (ONNX Runtime's graph, or torch with the kernel "
     "that multiplies its weights for a call of that many tokens: one for an AR step, 5-8 for a verify), in both "
