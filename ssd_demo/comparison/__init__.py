@@ -12,7 +12,7 @@ web app's `/synthesize`, `/race` and ZeroGPU path, and `python -m ssd_demo compa
 
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
 from .pipeline import (LANES, Comparison, Job, LaneSink, Prepared, compare, decode_both, decode_job,
-    decodes_in_gpu_worker, get_ready, model_turn, prepare, ready_machine, run)
+    decodes_in_gpu_worker, get_ready, model_turn, prepare, ready_machine, replay_recorded, run)
 from .replay import Recording, recording_of, replay_at_pace, replayed_pieces
 from .startup import Readiness, get_ready_in_background, startup_readiness
 from .request import (RANDOMIZE_SEED, REQUEST_SETTINGS, REQUEST_SPECS, Request, VoiceSource, build_config, check_text,
@@ -22,6 +22,6 @@ __all__ = [
     "LANES", "RANDOMIZE_SEED", "REQUEST_SETTINGS", "REQUEST_SPECS",
     "Comparison", "Job", "LaneSink", "Prepared", "ProgressFn", "Request", "VoiceSource",
     "build_config", "check_text", "compare", "decode_both", "decode_job", "decodes_in_gpu_worker",
-    "Readiness", "get_ready", "get_ready_in_background", "ready_machine", "startup_readiness", "load", "model_turn", "preferred_device", "prepare", "Recording", "recording_of", "replay_at_pace", "replayed_pieces", "request_seed",
+    "Readiness", "get_ready", "get_ready_in_background", "ready_machine", "startup_readiness", "load", "model_turn", "preferred_device", "prepare", "replay_recorded", "Recording", "recording_of", "replay_at_pace", "replayed_pieces", "request_seed",
     "resolve_draft", "resolve_voice_prompt", "run", "token_label_for", "warm_up",
 ]

@@ -276,6 +276,9 @@ class _QueueSink:
             self._put("counted", lane, self._unsent)
             self._unsent = None
 
+    def replaying(self) -> None:  # a worker's lane streams as it decodes: never replayed
+        return None
+
     def started(self, lane: str) -> None:
         self._put("started", lane, ())
 

@@ -8,8 +8,8 @@ set the CPU threads, warm up and measure this machine's draft and verify costs. 
 with what was prepared and returns the `Comparison`; given a `LaneSink` (the race) it streams each decoder's
 audio pieces and round counts to it, and where the machine allows (`lanes.concurrent_lanes`) both decode at
 once, each in a worker process on a core of its own; elsewhere autoregressive first, then speculative, both
-recorded, then told to it on one clock at their measured pace (`replay`); `compare` decodes AR, then speculative,
-and streams nothing. `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model
+recorded, then, once the models are free, told to it on one clock at their measured pace (`replay_recorded`);
+`compare` decodes AR, then speculative, and streams nothing. `compare` (the `/synthesize` path) and the race (`/race`) are both `run(prepare(...))`, one model
 job at a time (`model_turn`).
 
 On a Hugging Face ZeroGPU Space the models reach a GPU only inside one decorated call, in a worker
@@ -38,7 +38,7 @@ from ..speech.streaming import AudioPiece
 from ..speech.synthesis import Script, SynthesisResult, Synthesizer, VoicePrompt
 from .lanes import LANES, concurrent_lanes, decode_lane, lane_workers
 from .models import ProgressFn, load, preferred_device, token_label_for, warm_up
-from .replay import Recording, recording_of, replay_at_pace
+from .replay import Recording, Told, recording_of, replay_at_pace
 from .request import (TEXT_NORMALIZER, Request, build_config, check_text, request_seed, resolve_draft,
                       resolve_voice_prompt)
 
@@ -64,10 +64,14 @@ class Comparison:
     #: Racing at once: how much slower each lane's language model ran beside the other than alone on this machine
     #: (measured at start-up, `lanes.LaneWorkers.measure_together`; empty when not measured)
     slowdown: dict[str, float] = field(default_factory=dict)
+    #: A race whose lanes decoded apart: what each lane told its sink, on its own clock, for `replay_recorded` to tell
+    #: the race's sink on one clock once the models are free (empty: streamed as decoded, or no race)
+    recorded: tuple[Told, ...] = ()
 
 
 class LaneSink(Protocol):
-    """What a streamed run tells its caller, from the decoding thread, for each lane in turn."""
+    """What a race tells its caller, from the decoding thread: each lane's events as it decodes, or, where the lanes
+    decoded one after the other, both lanes' events replayed on one clock (`replaying` first)."""
 
     def replaying(self) -> None:
         """The lanes decoded one after the other: what follows is both lanes replayed on one clock from now, each at
@@ -110,6 +114,10 @@ class Prepared:
     costs: StepCosts | None  # this machine's costs; None where the GPU worker measures them (ZeroGPU)
     #: Why a race decodes its lanes one after the other ("": at once, each in a worker process on its own core)
     apart: str = ""
+
+
+#: What a race whose lanes decode apart says while they decode (the room hears nothing yet).
+THEN_REPLAYED = "; then both lanes play on one clock at the pace measured"
 
 
 def _no_progress(*args, **kwargs) -> None:
@@ -191,19 +199,21 @@ def ready_machine(synthesizer: Synthesizer, draft: str, progress: ProgressFn) ->
 def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: StopCheck | None = None,
         lanes: LaneSink | None = None) -> Comparison:
     """Both decoders on the prepared job's text and settings: at once in the lane workers (streamed to `lanes`)
-    where `prepared.apart` is "", else autoregressive, then speculative (replayed to `lanes` on one clock at their
-    measured pace, when given). `should_stop` is asked between chunks and rounds of both
+    where `prepared.apart` is "", else autoregressive, then speculative; given `lanes`, what both told is then in
+    `Comparison.recorded`, for `replay_recorded` once the models are free (`lanes` hears nothing meanwhile).
+    `should_stop` is asked between chunks and rounds of both
     runs: `Cancelled` ends the work within one round."""
     progress = progress or _no_progress
     slowdown: dict[str, float] = {}
+    recorded: tuple[Told, ...] = ()
     if decodes_in_gpu_worker():
         # Progress and stop checks cannot cross into the GPU worker process; report the stage before it
         # (a stopped ZeroGPU run ends when its GPU allocation does).
-        follows = "; the audio follows chunk by chunk" if lanes is not None else ""
+        follows = THEN_REPLAYED if lanes is not None else ""
         progress(0.2, desc=f"Decoding on the GPU (AR, then speculative){follows}")
         ar, spec, costs = _decode_on_gpu(prepared.job)
         if lanes is not None:
-            replay_at_pace([*recording_of(LANES[0], ar), *recording_of(LANES[1], spec)], lanes, should_stop, LANES)
+            recorded = (*recording_of(LANES[0], ar), *recording_of(LANES[1], spec))
         apart = "one GPU runs one decoder at a time"
     else:
         apart = ((prepared.apart or _workers_started(prepared, progress)) if lanes is not None
@@ -214,7 +224,10 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
             ar, spec = workers.decode(prepared.job, lanes, should_stop)
             slowdown = dict(workers.slowdown)
         elif lanes is not None:
-            ar, spec = decode_apart(prepared.synthesizer, prepared.job, progress, should_stop, lanes)
+            recording = Recording()
+            ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop, recording,
+                                   then=THEN_REPLAYED)
+            recorded = tuple(recording.told)
         else:
             ar, spec = decode_both(prepared.synthesizer, prepared.job, progress, should_stop)
         costs = prepared.costs
@@ -234,7 +247,17 @@ def run(prepared: Prepared, progress: ProgressFn | None = None, should_stop: Sto
         left_out=synthesizer.left_out(job.text),
         apart=apart,
         slowdown=slowdown,
+        recorded=recorded,
     )
+
+
+def replay_recorded(comparison: Comparison, lanes: LaneSink, should_stop: StopCheck | None = None,
+                    progress: ProgressFn | None = None) -> None:
+    """Tell `lanes` what both lanes of a race decoded apart told their recording, on one clock at their measured pace
+    (`replay.replay_at_pace`): the faster lane finishes first and is heard first. Call it once the models are free
+    (outside `model_turn`): the replay takes as long as the slower lane did. Raises `Cancelled` when stopped."""
+    (progress or _no_progress)(0.9, desc="Replaying both runs")
+    replay_at_pace(comparison.recorded, lanes, should_stop, LANES)
 
 
 def compare(request: Request, progress: ProgressFn | None = None, should_stop: StopCheck | None = None) -> Comparison:
@@ -263,18 +286,6 @@ def decode_both(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should
     ar = decode_lane(synthesizer, job, "autoregressive", should_stop, lanes)
     progress(0.6, desc=f"Speculative decoding (draft '{job.draft}', K = {job.config.draft_len}){then}")
     spec = decode_lane(synthesizer, job, "speculative", should_stop, lanes)
-    return ar, spec
-
-
-def decode_apart(synthesizer: Synthesizer, job: Job, progress: ProgressFn, should_stop: StopCheck | None,
-                 lanes: LaneSink) -> tuple[SynthesisResult, SynthesisResult]:
-    """Both timed runs one after the other, each recorded as it streams, then told to `lanes` on one clock at
-    their measured pace: the faster lane is seen and heard first, as where they decode at once."""
-    recording = Recording()
-    ar, spec = decode_both(synthesizer, job, progress, should_stop, recording,
-                           then="; then both lanes play on one clock at the pace measured")
-    progress(0.9, desc="Replaying both runs")
-    replay_at_pace(recording.told, lanes, should_stop, LANES)
     return ar, spec
 
 

@@ -79,6 +79,7 @@ def replay_at_pace(told: Iterable[Told], sink, should_stop: StopCheck | None = N
     when `should_stop` says so."""
     order = {lane: rank for rank, lane in enumerate(lanes)}
     ranked = sorted(enumerate(told), key=lambda item: (item[1].at, order.get(item[1].lane, len(order)), item[0]))
+    check(should_stop)  # stopped while both decoded: nothing is shown as replayed
     sink.replaying()
     start = time.perf_counter()
     for _, event in ranked:

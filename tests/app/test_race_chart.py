@@ -45,7 +45,10 @@ def test_running_together_is_said_with_its_cost_only_above_ten_per_cent():
     race = Race()
     assert together_note(race) == ""  # not known yet
     race.apart = "this machine has one CPU core"
+    assert together_note(race) == " · one after the other (this machine has one CPU core)"
+    race.replayed = True
     assert together_note(race) == " · one after the other (this machine has one CPU core); replayed at the pace measured"
+    race.replayed = False
     race.apart, race.slowdown = "", {"autoregressive": 0.04, "speculative": 0.02}
     assert together_note(race) == " · both at once, one core each"
     race.slowdown = {"autoregressive": 0.16, "speculative": 0.05}

@@ -242,6 +242,48 @@ def test_a_replay_tells_both_lanes_on_one_clock_at_their_pace_and_stops_when_ask
     assert time.perf_counter() - asked < 5  # within a look or two, not at the 30 s event
 
 
+def test_a_recording_of_a_decoded_run_tells_its_pieces_when_they_were_ready():
+    """ZeroGPU's runs come back decoded: their recording tells each piece (after its counts) when its chunk's LM and
+    codec seconds had passed, and the end no earlier than the last piece."""
+    from ssd_demo.comparison.replay import recording_of
+    from support.toy_backend import build_toy_synthesizer
+
+    toy = build_toy_synthesizer(max_new_tokens=24)
+    result = toy.synthesize("One chunk. And another one.", mode="speculative", config=toy.config(seed=2))
+    told = recording_of("speculative", result)
+    assert [t.method for t in told][:1] == ["started"] and told[-1].method == "finished"
+    assert [t.at for t in told] == sorted(t.at for t in told) and told[-1].at >= result.total_seconds
+    pieces = [t.args[0] for t in told if t.method == "piece"]
+    assert pieces and all(t.args[0].ready_seconds == t.at for t in told if t.method == "piece")
+    counted = [t for t in told if t.method == "counted"]
+    assert counted[-1].args[0] == len(result.generation.tokens)
+
+
+def test_a_race_apart_replays_with_the_models_free_and_a_stop_while_decoding_shows_nothing(toy):
+    """The replay runs after the model turn (another job may start meanwhile); a race stopped while both lanes still
+    decoded ends with nothing shown as replayed."""
+    from ssd_demo.backends.registry import MODEL_JOB_LOCK
+
+    class Watch(Race):
+        def __init__(self) -> None:
+            super().__init__()
+            self.locked_while_replaying: list[bool] = []
+
+        def piece(self, lane, piece) -> None:
+            super().piece(lane, piece)
+            self.locked_while_replaying.append(MODEL_JOB_LOCK.locked())
+
+    race = Watch()
+    run_race(Request(text="Free the models first.", preset=TOY_KEY, seed=3), race)
+    assert race.replayed and race.locked_while_replaying and not any(race.locked_while_replaying)
+
+    race = Race()
+    events = list(race_events(Request(text="Stopped while decoding.", preset=TOY_KEY, seed=3),
+                              should_stop=lambda: race.stage.startswith("Speculative decoding"), race=race))
+    assert isinstance(events[-1], Stopped) and not race.replayed
+    assert all(lane.started is None for lane in race.lanes.values())
+
+
 def test_race_events_come_in_order_and_end_with_the_comparison(toy):
     events = list(race_events(Request(text="Events, in order.", preset=TOY_KEY, seed=4), live_every=0.001))
     kinds = [type(event) for event in events if not isinstance(event, Tick)]

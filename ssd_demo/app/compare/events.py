@@ -1,11 +1,12 @@
 """The race as a stream of events, for any front end: no Gradio here.
 
 `race_events` runs the race (`run_race`) in a worker thread and yields what happens, in order:
-`Started` when a decoder begins, `Piece` for each audio piece as it is decoded, `Tick` whenever
+`Started` when a decoder begins, `Piece` for each audio piece as it is decoded (where the lanes decoded apart:
+as both are replayed on one clock, `comparison.replay`), `Tick` whenever
 `LIVE_EVERY` seconds pass without either (time to redraw the live counters), then one end: `Done` with
 the comparison, `Failed` with the error, or `Stopped` with the race as far as it got when `should_stop`
-said so (the page's Stop), for its final frame. Closing the iterator stops the decoding within one round
-and yields nothing more (nobody is reading).
+said so (the page's Stop), for its final frame. Closing the iterator stops the decoding within one round (or
+the replay between two events) and yields nothing more (nobody is reading).
 """
 
 from __future__ import annotations

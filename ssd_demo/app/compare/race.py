@@ -25,7 +25,7 @@ import numpy as np
 import soundfile
 
 from ...engine.cancellation import StopCheck, check
-from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, run
+from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, replay_recorded, run
 from ...comparison.lanes import lane_workers
 from ...comparison.slow_motion import PLAYER_BUFFER, SlowMotion, TimedPiece, pieces_from_timing, slow_motion
 from ...speech.streaming import AudioPiece, stream_timing
@@ -89,7 +89,8 @@ class Race:
 
     def replaying(self) -> None:
         """Both lanes are replayed from now on at their measured pace: the clock they are drawn on starts here."""
-        self.clicked, self.replayed = time.perf_counter(), True
+        self.replayed = True  # first: a frame drawn in between never labels the replay's clock as the click's
+        self.clicked = time.perf_counter()
 
     def started(self, lane: str) -> None:
         self.lanes[lane].started = time.perf_counter()
@@ -120,9 +121,9 @@ class Race:
 def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
              lanes: LaneSink | None = None) -> Comparison:
     """The comparison of `compare`, each decoder's audio streamed to `race` (and to `lanes`, which
-    should pass everything on to `race`, when given): both at once as they decode where the machine allows
-    (`race.apart` is "" then), else AR first, then speculative, then both replayed on one clock at their measured
-    pace.
+    should pass everything on to `race`, `replaying` included, when given): both at once as they decode where the
+    machine allows (`race.apart` is "" then), else AR first, then speculative, then, once the models are free for the
+    next job, both replayed on one clock at their measured pace (`race.replayed`; stopped before, nothing is shown).
 
     Raises the same `UserError`s as `compare`; `Cancelled` when `should_stop` says so."""
     with model_turn(race.report):
@@ -135,6 +136,8 @@ def run_race(request: Request, race: Race, should_stop: StopCheck | None = None,
         check(should_stop)  # stopped while the model loaded and warmed up
         comparison = run(prepared, race.report, should_stop, lanes or race)
         race.apart, race.slowdown = comparison.apart, comparison.slowdown
+    if comparison.recorded:  # decoded apart: replayed once the models are free for the next job
+        replay_recorded(comparison, lanes or race, should_stop, race.report)
     race.stage = "Both runs done: drawing the charts"
     return comparison
 
@@ -163,7 +166,7 @@ def together_note(race: Race) -> str:
         # One line on a 1280x720 stage (the guide says how it is timed: at start-up, one sentence).
         slower = [f"{lane} +{value:.0%}" for lane, value in race.slowdown.items() if value > SHOWN_SLOWDOWN]
         return " · both at once, one core each" + (f"; slower together: {', '.join(slower)}" if slower else "")
-    return f" · one after the other ({race.apart}); replayed at the pace measured"
+    return f" · one after the other ({race.apart})" + ("; replayed at the pace measured" if race.replayed else "")
 
 
 def _seconds(value: float | None) -> str:
@@ -280,7 +283,7 @@ def settings_key(request: Request) -> Hashable:
 def race_details(race: Race) -> dict:
     """Both lanes' latency figures (the JSON the page and the API return)."""
     return {name: {**stream_timing(lane.pieces), "run_seconds": lane.seconds, "target_calls": lane.rounds,
-                   "tokens": lane.tokens} for name, lane in race.lanes.items()}
+                   "tokens": lane.tokens, "replayed": race.replayed} for name, lane in race.lanes.items()}
 
 
 def slow_motion_of(race: Race, comparison: Comparison, factor: float | None = None) -> SlowMotion:

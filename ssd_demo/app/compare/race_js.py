@@ -38,6 +38,7 @@ if (!window.ssdPlayer) {
   const laneIds = {autoregressive: 'ssd-ar-live', speculative: 'ssd-spec-live'};
   const replays = ['ssd-replay-ar', 'ssd-replay-spec'];
   let ctx = null, race = null, order = [], lanes = {}, sources = [], silenced = false, firstAt = null;
+  let replayed = false;  // the lanes decoded one after the other and are replayed: the label says so
   window.ssdHeard = window.ssdHeard || {};
   window.ssdAudioLog = window.ssdAudioLog || [];
   const sinceClick = () => performance.now() - (window.ssdClick || 0);
@@ -54,7 +55,8 @@ if (!window.ssdPlayer) {
     const target = [...el.querySelectorAll('p')].pop() || el;
     const span = document.createElement('span');
     span.className = 'ssd-heard';
-    span.textContent = ' · heard ' + window.ssdHeard[lane].toFixed(2) + ' s after the click';
+    span.textContent = ' · heard ' + window.ssdHeard[lane].toFixed(2) + ' s after the click'
+      + (replayed ? ' (replayed)' : '');
     target.appendChild(span);
   };
   // Each lane's counters are redrawn by the server on every update: the "heard" label is written again each time.
@@ -136,7 +138,9 @@ if (!window.ssdPlayer) {
       if (data.race !== race) {
         if (race !== null && data.race < race) { return; }  // a late word from an earlier race
         window.ssdPlayer.silence(); silenced = false; race = data.race; order = []; lanes = {}; firstAt = null;
+        replayed = false;
       }
+      replayed = replayed || Boolean(data.replayed);
       if (silenced) { return; }
       for (const [name, state] of Object.entries(data.lanes || {})) {
         const l = lane(name);

@@ -189,7 +189,8 @@ class LiveAudio:
                         "done": lane.seconds is not None and self.taken[name] == len(lane.pieces)}
                  for name, lane in race.lanes.items()}
         pieces, self.previous, self.fresh = self.previous + self.fresh, self.fresh, []
-        return json.dumps({"race": self.race, "rate": race.sample_rate, "lanes": lanes, "pieces": pieces})
+        return json.dumps({"race": self.race, "rate": race.sample_rate, "lanes": lanes, "pieces": pieces,
+                           "replayed": race.replayed})
 
 
 class RaceFrames:
