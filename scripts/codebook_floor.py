@@ -8,8 +8,11 @@ prior latents of `--sentences` corpus sentences (the training corpus's generator
 unquantised and quantised with each codebook (and with the shipped one) through the voice's own decoder, then
 prints Whisper tiny.en's WER per set and codebook: mean over texts, and corpus WER (all errors / all words).
 
-    python -m scripts.codebook_floor [--sentences 1500] [--sizes 2048,4096,8192]
+    python -m scripts.codebook_floor [--sentences 1500] [--sizes 2048,4096,8192] [--per-symbol 64,256]
         [--sets tests/data/single_words.txt,tests/data/short_replies.txt]
+
+`--per-symbol` adds codebooks relative to the phoneme being said (`train --symbol-codes N`: N centroids of each
+phoneme symbol's frames, `fit_symbol_codebooks`), each frame quantised among its own symbol's centroids.
 
 Developer-only (imported by nothing); about 10-20 minutes on a 2-core CPU.
 """
@@ -27,55 +30,69 @@ from tqdm import tqdm
 from ssd_demo.backends.embedded import default_path
 from ssd_demo.measure import judge
 from ssd_demo.measure.test_sets import read_test_set
-from ssd_demo.speech.latent_codec import LatentCodec, fit_codebook
+from ssd_demo.speech.latent_codec import LatentCodec, fit_codebook, fit_symbol_codebooks, nearest
 from ssd_demo.training.corpus import CorpusConfig, build_corpus
 from ssd_demo.training.teacher import Teacher, prior_graph
 
 SHIPPED = "shipped 2,048"
 
 
-def nearest(latents: np.ndarray, codebook: np.ndarray) -> np.ndarray:
-    """Each frame's nearest centroid (squared Euclidean), as the codec encodes."""
-    z = latents.astype(np.float32)
-    distances = (z * z).sum(1, keepdims=True) - 2.0 * z @ codebook.T + (codebook ** 2).sum(1)
-    return distances.argmin(axis=1)
+def render_latents(teacher: Teacher, texts: list[str], what: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The teacher's prior latent [frames, 192] of each text and each frame's symbol (every text has phonemes)."""
+    renderings = [teacher.render(text) for text in tqdm(texts, desc=what)]
+    return [(r.latents.astype(np.float32), np.repeat(np.asarray(r.symbols), r.frames)) for r in renderings]
 
 
-def render_latents(teacher: Teacher, texts: list[str], what: str) -> list[np.ndarray]:
-    """The teacher's prior latent [frames, 192] of each text (every text here has phonemes)."""
-    return [teacher.render(text).latents.astype(np.float32) for text in tqdm(texts, desc=what)]
+def quantised(latent: np.ndarray, symbols: np.ndarray, codebook: np.ndarray, per_symbol: int) -> np.ndarray:
+    """The latent through `codebook`: each frame's nearest centroid, among its symbol's with `per_symbol` > 0."""
+    if not per_symbol:
+        return codebook[nearest(latent, codebook)]
+    rows = np.array([symbol * per_symbol for symbol in symbols])
+    for symbol in np.unique(symbols):
+        frames = symbols == symbol
+        rows[frames] += nearest(latent[frames], codebook[symbol * per_symbol : (symbol + 1) * per_symbol])
+    return codebook[rows]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=1500, help="corpus sentences the codebooks are fitted on")
     parser.add_argument("--sizes", default="2048,4096,8192")
+    parser.add_argument("--per-symbol", default="", help="centroids per phoneme symbol, comma-separated (none)")
     parser.add_argument("--sets", default="tests/data/single_words.txt,tests/data/short_replies.txt")
     args = parser.parse_args(argv)
     codec = LatentCodec.load(default_path() / "codec")
     with tempfile.TemporaryDirectory() as folder:
         teacher = Teacher(prior_graph(Path(folder) / "prior.onnx"), threads=2)
         corpus = build_corpus(CorpusConfig(size=args.sentences, seed=1234, free_share=0.35))
-        frames = np.concatenate(render_latents(teacher, corpus, "corpus latents"))
-        tests: dict[str, list[tuple[str, np.ndarray]]] = {}
+        rendered = render_latents(teacher, corpus, "corpus latents")
+        frames = np.concatenate([latent for latent, _ in rendered])
+        frame_symbols = np.concatenate([symbols for _, symbols in rendered])
+        n_symbols = teacher.phonemes.n_symbols
+        tests: dict[str, list[tuple[str, tuple[np.ndarray, np.ndarray]]]] = {}
         for name in args.sets.split(","):
             texts = [item.text for item in read_test_set(name).items]
             tests[Path(name).stem] = list(zip(texts, render_latents(teacher, texts, name)))
-    codebooks = {SHIPPED: codec.codebook}
-    for size in [int(size) for size in args.sizes.split(",")]:
+    codebooks = {SHIPPED: (codec.codebook, 0)}
+    for size in [int(size) for size in args.sizes.split(",") if size]:
         start = time.monotonic()
-        codebooks[f"fitted {size:,}"] = fit_codebook(frames, size, seed=1234)
+        codebooks[f"fitted {size:,}"] = (fit_codebook(frames, size, seed=1234), 0)
         print(f"fitted {size:,} centroids on {len(frames):,} frames in {time.monotonic() - start:.0f} s", flush=True)
+    for size in [int(size) for size in args.per_symbol.split(",") if size]:
+        start = time.monotonic()
+        table = fit_symbol_codebooks(frames, frame_symbols, n_symbols, size, seed=1234)
+        codebooks[f"{size:,} per symbol"] = (table, size)
+        print(f"fitted {size:,} centroids per symbol in {time.monotonic() - start:.0f} s", flush=True)
     print(f"\n{len(corpus)} corpus sentences, {len(frames):,} frames; Whisper tiny.en WER, mean over texts / corpus")
     print("| decoded from | " + " | ".join(f"{name} ({len(items)})" for name, items in tests.items()) + " |")
     print("|---|" + "---|" * len(tests))
     rows = {"the unquantised latent": None, **codebooks}
-    for label, codebook in rows.items():
+    for label, book in rows.items():
         cells = []
         for name, items in tests.items():
             rates, errors, words = [], 0, 0
-            for text, latent in tqdm(items, desc=f"{label}: {name}", leave=False):
-                z = latent.astype(np.float32) if codebook is None else codebook[nearest(latent, codebook)]
+            for text, (latent, symbols) in tqdm(items, desc=f"{label}: {name}", leave=False):
+                z = latent if book is None else quantised(latent, symbols, *book)
                 wrong, count = judge.word_errors(text, judge.transcribe(codec.decode_latents(z), codec.sample_rate))
                 rates.append(wrong / max(count, 1))
                 errors, words = errors + wrong, words + count
