@@ -43,6 +43,7 @@ class Reference:
     audio: np.ndarray
     latents: list[np.ndarray]
     pauses_ms: list[int]
+    symbols: list[np.ndarray] | None = None  # each chunk's symbol per frame (codes relative to the phoneme need it)
 
 
 class TeacherReference:
@@ -69,7 +70,7 @@ class TeacherReference:
 
     def render(self, text: str) -> Reference:
         chunks = text_frontend.split_text(text_frontend.check_text(text), budget=self.budget, count=self.teacher.phonemes.count)
-        pieces, latents, pauses = [], [], []
+        pieces, latents, pauses, symbols = [], [], [], []
         for index, chunk in enumerate(chunks):
             rendering = self.teacher.render(chunk.text)
             if rendering is None:
@@ -77,10 +78,11 @@ class TeacherReference:
             pause = chunk.pause_after_ms if index < len(chunks) - 1 else 0
             pieces += [rendering.audio, silence(pause)]
             latents.append(rendering.latents)
+            symbols.append(np.repeat(np.asarray(rendering.symbols, dtype=np.int64), rendering.frames))
             pauses.append(pause)
         if not latents:
             raise ValueError(f"the teacher has nothing to say for {text!r}")
-        return Reference(np.concatenate(pieces), latents, pauses)
+        return Reference(np.concatenate(pieces), latents, pauses, symbols)
 
 
 def silence(ms: int, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
@@ -89,9 +91,12 @@ def silence(ms: int, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 def codec_round_trip(codec, reference: Reference) -> np.ndarray:
     """The teacher's latents through the codec (nearest centroids, decoded), chunks joined as the teacher's."""
-    pieces = []
-    for latents, pause in zip(reference.latents, reference.pauses_ms):
-        pieces += [codec.decode(codec.encode_latents(latents)), silence(pause, codec.sample_rate)]
+    pieces, relative = [], bool(codec.config.symbols)  # codes relative to the phoneme: rows of its codebook
+    for index, (latents, pause) in enumerate(zip(reference.latents, reference.pauses_ms)):
+        symbols = reference.symbols[index] if relative else None
+        codes = codec.encode_latents(latents, symbols)
+        rows = symbols * codec.config.codebook_size + codes if relative else codes
+        pieces += [codec.decode(rows), silence(pause, codec.sample_rate)]
     return np.concatenate(pieces)
 
 

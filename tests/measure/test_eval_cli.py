@@ -245,3 +245,19 @@ def test_length_buckets_are_reported_shortest_first():
     assert sorted(seen, key=BUCKET_ORDER.index) == ["1-8 words", "9-15 words", "16-30 words", "31+ words"]
     visitor = ["paragraphs", "16-30 words", "3-8 words", "9-15 words"]
     assert sorted(visitor, key=BUCKET_ORDER.index) == ["3-8 words", "9-15 words", "16-30 words", "paragraphs"]
+
+
+def test_the_codec_round_trip_of_codes_relative_to_the_phoneme_decodes_rows_of_each_symbols_codebook():
+    """A codec whose codes are relative to the phoneme (`symbols` > 0): the teacher's frames are encoded among their
+    own symbol's centroids and decoded as rows of the whole table."""
+    from types import SimpleNamespace
+
+    from ssd_demo.measure.teacher_reference import Reference, codec_round_trip
+
+    seen = {}
+    codec = SimpleNamespace(config=SimpleNamespace(symbols=3, codebook_size=4), sample_rate=10,
+                            encode_latents=lambda latents, symbols: seen.setdefault("symbols", symbols) * 0 + 1,
+                            decode=lambda rows: np.asarray(rows, dtype=np.float32))
+    reference = Reference(np.zeros(1), [np.zeros((3, 2))], [0], [np.array([0, 2, 2])])
+    assert codec_round_trip(codec, reference).tolist() == [1.0, 9.0, 9.0]  # symbol * 4 + code 1
+    assert seen["symbols"].tolist() == [0, 2, 2]
