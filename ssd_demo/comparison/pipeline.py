@@ -117,7 +117,7 @@ class Prepared:
 
 
 #: What a race whose lanes decode apart says while they decode (the room hears nothing yet).
-THEN_REPLAYED = "; then both lanes play on one clock at the pace measured"
+THEN_REPLAYED = "; then both are replayed together at the pace measured"
 
 
 def _no_progress(*args, **kwargs) -> None:
