@@ -202,7 +202,7 @@ class Synthesizer:
                 # Token-level streaming: the LM decodes in its own thread while this one decodes each codec
                 # window as soon as its codes exist, so first audio waits for one window, not the whole chunk.
                 overlapped = True
-                parts = self._overlapped(prompt, mode, *decoding, on_commit, WindowFeed(window_codec))
+                parts = self._overlapped(prompt, mode, *decoding, on_commit, WindowFeed(window_codec), context)
             else:
                 parts = self._whole_chunk(prompt, mode, *decoding, on_commit, context)
             chunk_start, codec_seconds = position, 0.0
@@ -268,12 +268,15 @@ class Synthesizer:
 
     def _overlapped(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
                     should_stop: StopCheck | None, on_round: RoundCallback | None, voice_prompt: VoicePrompt | None,
-                    on_commit: CommitCallback | None, feed: WindowFeed) -> Generator[tuple, None, tuple]:
+                    on_commit: CommitCallback | None, feed: WindowFeed, context: dict) -> Generator[tuple, None, tuple]:
         """`overlap.overlapped_chunk` of this chunk: its LM in a thread, its codec windows here."""
         def generate(stop: StopCheck, counted: RoundCallback, commit: CommitCallback) -> tuple:
             return self._generate(prompt, mode, config, draft_name, stop, counted, voice_prompt, commit)
 
-        return overlapped_chunk(generate, feed, self.backend.tokens_to_audio, should_stop, on_round, on_commit)
+        def silence(tokens: list[int]) -> np.ndarray:  # a chunk with no codes: decoded as its backend decodes it
+            return self.backend.tokens_to_audio(tokens, **context)
+
+        return overlapped_chunk(generate, feed, silence, should_stop, on_round, on_commit)
 
     def _generate(self, prompt: list[int], mode: str, config: DecodingConfig, draft_name: str,
                   should_stop: StopCheck | None, on_round: RoundCallback | None = None,
