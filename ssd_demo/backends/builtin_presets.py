@@ -74,7 +74,7 @@ def _cosyvoice2() -> Preset:
 def _llasa() -> list[Preset]:
     # deferred: the backends load the text front end
     from .llasa import LICENCE
-    from .llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+    from .llasa_codec import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 
     common = dict(
         licence=LICENCE,

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM
 
 from ..config import DecodingConfig
 from ..engine.draft_heads import DraftHeads, check_fits
 from ..errors import InputError, ModelLoadError, TextError
 from ..models.assets import asset_path, where_to_find
+from ..models.plain_llama import load_causal_lm
 from ..speech.backend import Backend
 from ..speech.latent_codec import LatentCodec
 from ..speech.streaming import CodecWindows, WindowCodec
@@ -243,8 +243,7 @@ def load_synthesizer(draft: str | None = None, device: str | None = None, path: 
     def load(folder: str):
         if folder == DRAFT_FOLDERS["heads"]:
             return DraftHeads.load(root / folder).to(device)
-        model = AutoModelForCausalLM.from_pretrained(root / folder, dtype=torch.float32, local_files_only=True)
-        return model.to(device).eval()
+        return load_causal_lm(root / folder, torch.float32, device)  # without transformers where it can
 
     target = load("target")
     drafts = {name: load(DRAFT_FOLDERS[name]) for name in available}

@@ -29,10 +29,9 @@ still has the target's distribution (a forced token has probability one under bo
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
-from transformers import PreTrainedModel
 
 from .cancellation import StopCheck
 from .cancellation import check as check_stop
@@ -46,6 +45,9 @@ from .kv import CachedForward, cached_lm
 from .run_state import (MAX_FORCED_PER_TOKEN, Clock, ForcedTokens, PrefixDistribution, Run, check_inputs, prefill,
                         resolve_seed, run_result)
 from .sampling import sample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: on_round(tokens generated so far, target calls so far): called after every round (AR: every token),
 #: from the decoding thread, so that a page can count live; it must not touch the decoding state.

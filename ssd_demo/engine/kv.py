@@ -13,7 +13,6 @@ import inspect
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache
 
 from . import fixed_shape, kernels, onnx_forward
 from .draft_heads import OutputInputCapture
@@ -47,6 +46,8 @@ class CachedLM:
     """A causal LM and its KV cache, which can be cut back to any shorter length."""
 
     def __init__(self, model, keep_hidden: bool = False):
+        from transformers import DynamicCache  # deferred: a voice on the lean forward never imports transformers
+
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.calls = 0
@@ -104,6 +105,8 @@ def cached_lm(model, capacity: int, static_cache: bool | None = None, keep_hidde
         return onnx_forward.OnnxForward(model, capacity)
     if lean_forward_serves(model, static_cache):
         return StaticCacheLM(model, capacity)
+    if type(model).__name__ == "PlainLlamaForCausalLM":  # loaded without transformers: its forward is transformers'
+        model = model.to_transformers()
     return CachedLM(model, keep_hidden=keep_hidden)
 
 

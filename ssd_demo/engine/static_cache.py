@@ -19,16 +19,17 @@ forward with a DynamicCache (`kv.CachedLM`).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedConfig
 
 from . import kernels
 
 # Qwen2 is Llama's maths plus biases on the query/key/value projections (and, for CosyVoice 2's speech
-# LM, on the output layer), which the step below adds where a layer has them.
-SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+# LM, on the output layer), which the step below adds where a layer has them. PlainLlamaForCausalLM is a shipped
+# voice's Llama loaded without transformers (`models.plain_llama`), under transformers' module names.
+SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "PlainLlamaForCausalLM")
 #: Rotary scalings whose tables depend on the position alone.
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 #: Activation modules that compute F.silu (transformers' and torch's).
@@ -56,14 +57,23 @@ def serves(model, static_cache: bool | None = None) -> bool:
     `SSD_DEMO_STATIC_CACHE` says)."""
     if static_cache is None:
         static_cache = os.environ.get(STATIC_CACHE_ENV, "1") != "0"
-    return static_cache and isinstance(getattr(model, "config", None), PreTrainedConfig) and supports(model)
+    return static_cache and is_model_config(getattr(model, "config", None)) and supports(model)
+
+
+def is_model_config(config) -> bool:
+    """A transformers model config, or a plain Llama's (`models.plain_llama`): the configs the lean forward reads.
+    (Without transformers imported no object can be one of its configs, so this never imports it.)"""
+    if type(config).__name__ == "PlainLlamaConfig":
+        return True
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(config, transformers.PreTrainedConfig)
 
 
 def describe_kernels(model, static_cache: bool | None = None) -> str:
     """Which matmul kernel serves which calls (rows = tokens per call) of this model here, and why, for reports
     (`kv.describe_kernels` says so of CUDA graphs first)."""
     if not serves(model, static_cache):
-        return "transformers' own forward" if isinstance(getattr(model, "config", None), PreTrainedConfig) else (
+        return "transformers' own forward" if is_model_config(getattr(model, "config", None)) else (
             "its own forward")
     if kernels.packed_weights(model) is None:
         return "the model's own matmuls (no packed copy: not on a CPU, or over 300 M parameters)"

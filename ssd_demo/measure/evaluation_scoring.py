@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.kv import cached_lm
 from ..engine.results import compare_runs
 from ..speech.latent_codec import LatentCodec
 from ..speech.system import DecodingSystem
@@ -29,9 +30,12 @@ def target_nll(target, prompt: list[int], tokens: list[int], allowed: list[int])
     """
     if not tokens:
         return 0.0, 0
-    ids = torch.tensor([prompt + tokens], device=target.device)
-    with torch.no_grad():
-        logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    lm = cached_lm(target, len(prompt) + len(tokens))  # the decoders' own forward, whatever the model's kind
+    try:
+        with torch.no_grad():
+            logits = lm.forward(prompt + tokens)[len(prompt) - 1 : -1].float()
+    finally:
+        lm.close()
     allowed_t = torch.tensor(allowed, device=logits.device)
     mask = torch.full_like(logits, float("-inf"))
     mask[:, allowed_t] = 0

@@ -17,7 +17,7 @@ from .. import compare
 from . import arguments
 from . import COMPARE_SETTINGS, SETTINGS_BY_NAME, TOKEN_COLOURS, PresetDefaults
 from .settings import control_info, control_range, control_value, control_visible, is_decoding_setting
-from ...backends.llasa_loading import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
+from ...backends.llasa_codec import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ...config import DecodingConfig, SettingSpec
 from ...backends.registry import get_preset, list_presets, register_custom_pair
 from .. import jobs
