@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from .stimulus_sets import StimulusSet, read_clip
 
@@ -124,6 +123,8 @@ def agreements(clips: Sequence[ClipMetrics], per_item: Mapping[str, Mapping[str,
             if len(pairs) < 3 or len(set(scores)) < 2 or len(set(values)) < 2:
                 found.append(Agreement(kind, metric, len(pairs), None, None))
                 continue
+            from scipy import stats as scipy_stats  # deferred: importing it costs about 0.5 s of the app's start-up
+
             result = scipy_stats.spearmanr(scores, values)
             found.append(Agreement(kind, metric, len(pairs), float(result.statistic), float(result.pvalue)))
     return found

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scipy import stats as scipy_stats
 
 PERMUTATION_MAX_N = 13  # scipy's "auto": the exact permutation p-value up to this many differences, zeros included
 
@@ -27,6 +26,8 @@ def signed_rank_test(differences: Sequence[float]) -> tuple[float, float]:
     """(statistic, two-sided p-value) of the signed-rank test on paired differences, as scipy's
     `wilcoxon(..., zero_method="wilcox", correction=False, method="auto")` gives them; the statistic is
     min(R+, R-). At least one difference must be nonzero."""
+    from scipy import stats as scipy_stats  # deferred: importing it costs about 0.5 s of the app's start-up
+
     values = [float(d) for d in differences]
     nonzero = [d for d in values if d != 0]
     if not nonzero:

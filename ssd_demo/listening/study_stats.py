@@ -38,8 +38,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
-from scipy.optimize import brentq
 
 from .signed_rank import signed_rank_test
 from .study import Study
@@ -47,6 +45,13 @@ from .study_store import RatingRow
 
 CONFIDENCE = 0.95
 
+
+def _stats():
+    """scipy.stats, imported when a study's numbers are computed: importing it costs about 0.5 s of the app's
+    start-up."""
+    from scipy import stats
+
+    return stats
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the input order: sort ascending, multiply the i-th smallest
@@ -184,7 +189,7 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None, None
-    half = scipy_stats.t.ppf(0.5 + confidence / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = _stats().t.ppf(0.5 + confidence / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
@@ -221,7 +226,7 @@ def abx_proportion_correct(d_prime: float) -> float:
     """P(correct) of an ABX trial at sensitivity d' under the independent-observation model: the order of A
     and B is judged right with P = Phi(d'/sqrt 2) (a - b has variance 2), X's category with Phi(d'/2), and
     the answer is right when both or neither are (Macmillan & Creelman)."""
-    phi = scipy_stats.norm.cdf
+    phi = _stats().norm.cdf
     return float(phi(d_prime / math.sqrt(2)) * phi(d_prime / 2) + phi(-d_prime / math.sqrt(2)) * phi(-d_prime / 2))
 
 
@@ -231,6 +236,8 @@ def abx_d_prime(correct: int, trials: int) -> float:
     share = min(max(correct, 0.5), trials - 0.5) / trials
     if share <= 0.5:
         return 0.0
+    from scipy.optimize import brentq  # deferred, as `_stats`
+
     return float(brentq(lambda d: abx_proportion_correct(d) - share, 0.0, 20.0))
 
 
@@ -243,7 +250,7 @@ def abx_raters(rows: Sequence[RatingRow]) -> tuple[AbxRater, ...]:
             by_rater[row.rater].append(row.score)
         for rater, scores in sorted(by_rater.items()):
             correct = int(sum(scores))
-            p = float(scipy_stats.binomtest(correct, len(scores), 0.5, alternative="greater").pvalue)
+            p = float(_stats().binomtest(correct, len(scores), 0.5, alternative="greater").pvalue)
             found.append(AbxRater(x, y, rater, len(scores), correct, correct / len(scores),
                                   abx_d_prime(correct, len(scores)), p))
     return tuple(found)
@@ -253,7 +260,7 @@ def _across_raters(accuracies: Sequence[float]) -> float | None:
     """One-sided one-sample t test of the raters' accuracies against chance (None: < 2 raters or no spread)."""
     if len(accuracies) < 2 or len(set(accuracies)) == 1:
         return None
-    return float(scipy_stats.ttest_1samp(accuracies, 0.5, alternative="greater").pvalue)
+    return float(_stats().ttest_1samp(accuracies, 0.5, alternative="greater").pvalue)
 
 
 def abx_results(rows: Sequence[RatingRow]) -> tuple[AbxResult, ...]:
@@ -261,8 +268,8 @@ def abx_results(rows: Sequence[RatingRow]) -> tuple[AbxResult, ...]:
     raw = []
     for (x, y), pair_rows in sorted(_pair_rows(rows, "abx").items()):
         correct = int(sum(row.score for row in pair_rows))
-        test = scipy_stats.binomtest(correct, len(pair_rows), 0.5, alternative="greater")
-        interval = scipy_stats.binomtest(correct, len(pair_rows), 0.5).proportion_ci(CONFIDENCE, method="exact")
+        test = _stats().binomtest(correct, len(pair_rows), 0.5, alternative="greater")
+        interval = _stats().binomtest(correct, len(pair_rows), 0.5).proportion_ci(CONFIDENCE, method="exact")
         accuracies = [r.accuracy for r in raters if (r.system_x, r.system_y) == (x, y)]
         raw.append(((x, y, len(pair_rows), correct, correct / len(pair_rows), interval.low, interval.high,
                      float(test.pvalue)), (len(accuracies), statistics.fmean(accuracies), _across_raters(accuracies))))
@@ -279,7 +286,7 @@ def ab_results(rows: Sequence[RatingRow]) -> tuple[AbResult, ...]:
         wins_x = sum(1 for row in pair_rows if row.system == x and row.score == 1)
         wins_y = sum(1 for row in pair_rows if row.system == y and row.score == 1)
         ties = sum(1 for row in pair_rows if row.system == x and row.score == 0.5)
-        p = float(scipy_stats.binomtest(wins_x, wins_x + wins_y, 0.5).pvalue) if wins_x + wins_y else None
+        p = float(_stats().binomtest(wins_x, wins_x + wins_y, 0.5).pvalue) if wins_x + wins_y else None
         raw.append((x, y, wins_x + wins_y + ties, wins_x, wins_y, ties, p))
     tested = [r for r in raw if r[-1] is not None]
     adjusted = dict(zip([id(r) for r in tested], holm([r[-1] for r in tested])))
