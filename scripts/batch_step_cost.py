@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     synthesizer = load_synthesizer()
-    target = synthesizer.target.eval()
+    target = synthesizer.target  # read without transformers (`models.plain_llama`): its transformers twin is timed here
+    target = (target.to_transformers() if hasattr(target, "to_transformers") else target).eval()
     sizes = [int(size) for size in args.sizes.split(",")]
     one_cache, one_next = _cache(target, 1, args.context)
     codec = synthesizer.backend.codec

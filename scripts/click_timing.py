@@ -14,7 +14,7 @@ docs/benchmarks.md under "## App: one click on the embedded voice".
 from __future__ import annotations
 
 import argparse
-import platform
+import os
 import sys
 import tempfile
 import time
@@ -26,7 +26,7 @@ import torch
 from scripts._cli import run_cli
 
 from ssd_demo.app import compare
-from ssd_demo.measure.reporting import add_docs_argument, docs_target, git_commit, median, write_section
+from ssd_demo.measure.reporting import add_docs_argument, cpu_name, docs_target, git_commit, median, write_section
 
 SECTION = "## App: one click on the embedded voice"
 
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as directory:
         clicks = time_clicks(args.preset, args.clicks, texts, Path(directory))
     meta = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()} CPU, torch threads: {torch.get_num_threads()}"}
+            "machine": f"{cpu_name()}, {os.cpu_count()} cores, torch threads: {torch.get_num_threads()}"}
     command = ("python -m scripts.click_timing " + " ".join(sys.argv[1:])).strip()
     text = markdown(clicks, command, meta)
     print(text)

@@ -133,6 +133,7 @@ def rewritten_sections() -> list[str]:
     return [_constant(ROOT / "ssd_demo" / "measure" / "evaluation.py", "SECTION"),
             _constant(ROOT / "ssd_demo" / "measure" / "sweep_report.py", "SECTION"),
             _constant(ROOT / "scripts" / "click_timing.py", "SECTION"),
+            _constant(ROOT / "scripts" / "startup_timing.py", "SECTION"),
             serving, serving + " on vLLM"]
 
 
