@@ -7,6 +7,7 @@ experimenter's page at /admin; `python app.py --help` prints the flags. Honours 
 GRADIO_SERVER_PORT; Gradio's analytics are off unless GRADIO_ANALYTICS_ENABLED says otherwise.
 """
 
+import atexit
 import os
 import signal
 import sys
@@ -53,12 +54,26 @@ else:
     # the background, for the preset the page opens with (the page says so until it is done).
     get_ready_in_background(list_presets()[0].key)
 
+
+def exit_without_teardown() -> None:
+    """Run the exit handlers (the rater server's clip copies are removed), then end the process without tearing the
+    interpreter down: a decoding thread (the start-up job, a race) may still be inside torch or ONNX Runtime, whose
+    thread pools abort the process ("terminate called without an active exception") when destroyed under it."""
+    atexit._run_exitfuncs()  # the interpreter's own exit runs these; os._exit below does not
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    # A stop by the host (SIGTERM: a container, a Space restart) exits like Ctrl-C, so that exit handlers run
-    # (the rater server's clip copies are removed then).
+    # A stop by the host (SIGTERM: a container, a Space restart) exits like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-    demo.launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        **launch_options(),
-    )
+    try:
+        demo.launch(
+            server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+            server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+            **launch_options(),
+        )
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    exit_without_teardown()

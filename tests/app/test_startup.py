@@ -67,3 +67,26 @@ def test_a_failed_startup_job_leaves_the_work_to_the_first_race(fresh_startup):
     readiness = startup.get_ready_in_background("no-such-preset")
     assert readiness.wait(timeout=30) and readiness.error
     assert "first one measures this machine" in readiness.describe()
+
+
+def test_the_status_line_never_says_ready_before_the_job_has_run(fresh_startup, monkeypatch):
+    """The page is built before the job starts (app.py), and each page reads the job's state when it opens."""
+    from ssd_demo.app.compare import tab
+
+    release, measuring = threading.Event(), threading.Event()
+
+    def slow_ready_machine(synthesizer, draft, progress):
+        measuring.set()
+        release.wait(timeout=60)
+
+    assert tab._opening_status() == tab.CHECKING_STATUS  # as built, before the app starts the job
+    assert tab._initial_status() == tab.READY_STATUS  # read by a page when no job was ever started (ZeroGPU)
+    monkeypatch.setattr(startup, "ready_machine", slow_ready_machine)
+    readiness = startup.get_ready_in_background(TOY_KEY)
+    try:
+        assert measuring.wait(timeout=60)
+        assert tab._initial_status().startswith("**Getting ready**")
+        assert tab._opening_status().startswith("**Getting ready**")
+    finally:
+        release.set()
+    assert readiness.wait(timeout=30) and tab._initial_status().startswith("Ready")

@@ -32,6 +32,8 @@ from ..errors import to_gradio_error
 PRESENTER_EXAMPLES = 3
 #: The status line before any race, once the machine is ready.
 READY_STATUS = "Ready: type a sentence and start the race."
+#: The status line in the page as built, until the page's load event reads the start-up job's state.
+CHECKING_STATUS = "Checking whether this machine is ready..."
 
 
 #: The /synthesize outputs, in order (the /race event ends with the same ones).
@@ -52,6 +54,13 @@ def _readiness_line() -> str:
 def _initial_status() -> str:
     """The status line a page opens with: the start-up job's state, or ready when none was started."""
     return _readiness_line() or READY_STATUS
+
+
+def _opening_status() -> str:
+    """The status line's value in the page as built: the start-up job's state, or a neutral line until each page's
+    load event reads it (`_initial_status`). The app builds the page before it starts the job, so "Ready" here would
+    be shown, falsely, for the moment before the first read."""
+    return _readiness_line() or CHECKING_STATUS
 
 
 def _readiness_update(shown: str):
@@ -170,7 +179,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
-            status = gr.Markdown(_initial_status(), elem_id="ssd-status")
+            status = gr.Markdown(_opening_status(), elem_id="ssd-status")
             # While the machine gets ready in the background (`comparison.startup`), the status line says so.
             readiness_timer = gr.Timer(1.0, active=True)
             headline = gr.Markdown(elem_id="ssd-headline")
@@ -345,7 +354,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
-    # Read on every page load too (the value above is build time's); no progress timer on the line (page.CSS).
+    # Read on every page load (the value above is build time's); no progress timer on the line (page.CSS).
     quiet = {**private, "show_progress": "hidden"}
     gr.on(triggers=None, fn=_initial_status, outputs=[status], **quiet)
     readiness_timer.tick(_readiness_update, inputs=[status], outputs=[status, readiness_timer], **quiet)
