@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, TextError
 from ..backends import registry as presets
 from ..backends.llasa_codec import DEFAULT_CODEC, DEFAULT_CODEC_REVISION
 from ..config import DecodingConfig
@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codec", default=None, help="custom pair: codec repo id or folder "
                         f"(default {DEFAULT_CODEC} at commit {DEFAULT_CODEC_REVISION[:7]})")
     parser.add_argument("--revision", default=None, help="custom pair: Hub revision of both models")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the models run (default auto: a GPU if there is one, else the CPU)")
     parser.add_argument("--voice", type=Path, default=None, help="embedded voice folder (default: the shipped voice)")
     parser.add_argument("--voice-prompt", type=Path, help="reference WAV to imitate (Llasa; with --voice-transcript)")
     parser.add_argument("--voice-transcript", help="what is said in --voice-prompt")
@@ -56,10 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "official (the official procedure: wetext, then inflect for the digits left; to "
                              "reproduce published numbers); default $SSD_COSYVOICE2_TEXT or default")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is faster for the small embedded voice)")
+                        help="torch CPU threads (default: torch's choice, one per core; the embedded voice's forward "
+                             "picks its own thread count by timing)")
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="where the speech LM runs: ours (default) or vllm (Llasa presets and custom pairs; "
                              "needs .venv-vllm, see docs/vllm.md); default $SSD_DEMO_ENGINE or ours")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also say why this forward and these kernels run the LM here (the timings behind them)")
 
 
 #: CosyVoice 2's text normaliser modes (`backends.cosyvoice2.text_norm.NORMALISER_MODES`, not imported here: the
@@ -115,13 +119,13 @@ def _load(args: argparse.Namespace):
     return presets.load_preset(args.preset, device=device, progress=report)
 
 
-def _check_writable(out: Path) -> None:
+def _check_writable(out: Path) -> bool:
     """Fail before a synthesis that can take minutes, not after it: the folder exists or can be made, and a
-    file can be created there (an empty file made here is removed again)."""
+    file can be created there (an empty file made here is removed again). True when the folder was made."""
     for parent in out.parents:
         if parent.exists() and not parent.is_dir():
             raise InputError(f"--out {out}: {parent} is a file, not a folder")
-    existed = out.exists()
+    existed, made = out.exists(), not out.parent.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "ab"):
@@ -130,16 +134,10 @@ def _check_writable(out: Path) -> None:
         raise InputError(f"--out {out} cannot be written: {error.strerror or error}") from None
     if not existed:
         out.unlink(missing_ok=True)
+    return made
 
 
 def main(args: argparse.Namespace) -> int:
-    import numpy as np
-    import soundfile as sf
-    import torch
-
-    from ..measure.reporting import cpu_name
-    from ..speech.synthesis import VoicePrompt
-
     if (args.text is None) == (args.text_file is None):
         raise InputError("give the text either as an argument or with --text-file (one of them)")
     if args.text_file is not None:
@@ -151,12 +149,21 @@ def main(args: argparse.Namespace) -> int:
             args.text = args.text_file.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise InputError(f"--text-file {args.text_file} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
+    if not args.text.strip():  # refused before the libraries load (seconds)
+        raise TextError("The text is empty: type a sentence to synthesise.")
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    from ..measure.reporting import cpu_name
+    from ..speech.synthesis import VoicePrompt
+
     # checked before the synthesis, which can take a minute: it must not end in a failed write
     if args.out.is_dir():
         raise InputError(f"--out {args.out} is a folder: give a file name, e.g. {args.out / 'out.wav'}")
     if args.out.suffix and args.out.suffix.lower() != ".wav":
         raise InputError(f"--out writes a WAV file: give a name ending in .wav, got {args.out}")
-    _check_writable(args.out)
+    made_folder = _check_writable(args.out)
     if bool(args.voice_prompt) != bool(args.voice_transcript):
         raise InputError("--voice-prompt and --voice-transcript go together")
     if args.threads is not None:
@@ -188,8 +195,11 @@ def main(args: argparse.Namespace) -> int:
           f"LM {result.lm_seconds:.2f} s, codec {result.codec_seconds:.2f} s"
           + (f", acceptance {stats.acceptance_rate:.2f}, seed {stats.seed}" if args.mode == "speculative" else ""))
     if synthesizer.device.type == "cpu":  # what the LM seconds were measured on
-        print(f"LM on {cpu_name()}, {torch.get_num_threads()} torch thread(s): {synthesizer.engine_description()}",
-              file=sys.stderr)
+        engine = synthesizer.engine_description()
+        print(f"LM on {cpu_name()}: " + (f"{engine}; {torch.get_num_threads()} torch thread(s)" if args.verbose
+                                         else engine.split(" (")[0] + " (--verbose says why)"), file=sys.stderr)
+    if made_folder:
+        print(f"note: made the folder {args.out.parent} for --out", file=sys.stderr)
     if stats.finish_reason == "length":
         print(f"note: stopped at the length limit ({result.config.max_new_tokens} tokens) before the end token; "
               "the audio may be cut off", file=sys.stderr)

@@ -26,7 +26,19 @@ def test_synth_writes_int16_wav(tmp_path, capsys):
     assert code == 0
     info = sf.info(str(out))
     assert info.subtype == "PCM_16" and info.samplerate == VOICE_RATE and 0.3 < info.duration < 8
-    assert "acceptance" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "acceptance" in printed.out
+    # what ran the LM, in one short line; the timings behind the choice only with --verbose
+    assert "LM on " in printed.err and printed.err.rstrip().endswith("(--verbose says why)")
+
+
+@needs_voice
+def test_synth_verbose_says_why_and_names_a_folder_it_made(tmp_path, capsys):
+    out = tmp_path / "new" / "folder" / "hi.wav"
+    assert main(["synth", "Hi!", "--out", str(out), "--threads", "1", "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert f"made the folder {out.parent}" in err and "torch thread(s)" in err and "--verbose says why" not in err
+    assert sf.info(str(out)).duration > 0.1
 
 
 @needs_voice
