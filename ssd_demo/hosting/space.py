@@ -6,7 +6,8 @@ asks the Hub how to send each file and sends the large ones to that storage; one
 
 What a Space needs: app.py (its entry point), requirements.txt (its packages), README.md (its front matter says
 sdk: gradio and app_file: app.py), the package (ssd_demo/: its modules and the data files they read) and the
-embedded voice (assets/embedded/). Nothing else goes: not tests/, scripts/, data/, docs/, the teacher voice's
+embedded voice (assets/embedded/), and the pictures the README shows (the Space's landing page: docs/race.png).
+Nothing else goes: not tests/, scripts/, data/, docs/ (but those pictures), the teacher voice's
 training corpus (assets/teacher_voice/, read only by training), caches, virtual environments, hidden files (.git,
 .env, tokens) or anything outside those folders.
 """
@@ -31,9 +32,11 @@ NEVER = re.compile(r"^(__pycache__|.*\.py[co]|\..*|.*\.sqlite3.*)$")
 #: Files that may hold a secret (a token, a key) are not sent either; Python modules are code, whatever their name.
 SECRET = re.compile(r"(token|secret|credential|password|\.pem$|\.key$)", re.I)
 #: Paths on the Space that a push owns: files there that are no longer sent are deleted.
-OWNED_PREFIXES = ("ssd_demo/", "assets/")
+OWNED_PREFIXES = ("ssd_demo/", "assets/", "docs/")
 #: The README's front matter must say this much for the Hub to run the app.
 FRONT_MATTER = {"sdk": "gradio", "app_file": "app.py"}
+#: A picture in markdown, ![alt](path): those the README shows with a path inside the repository travel with it.
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 #: OWNER/NAME as the Hub spells a repository: letters, digits, "-", "_" and ".", at most 96 characters in all.
 REPO_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?/[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
@@ -54,7 +57,9 @@ def space_files(root: Path) -> list[SpaceFile]:
         if not path.is_file():
             raise InputError(f"{name} is missing from {root}: a Space needs it (run from the repository's root)")
         found.append(path)
-    check_front_matter((root / "README.md").read_text(encoding="utf-8"))
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    check_front_matter(readme)
+    found += readme_images(readme, root)
     for folder, suffixes in FOLDERS.items():
         base = root / folder
         if not base.is_dir():
@@ -62,6 +67,18 @@ def space_files(root: Path) -> list[SpaceFile]:
         found += [path for path in _walk(base) if suffixes is None or path.suffix in suffixes]
     return sorted((SpaceFile(path.relative_to(root).as_posix(), path.stat().st_size) for path in found),
                   key=lambda f: f.path)
+
+
+def readme_images(readme: str, root: Path) -> list[Path]:
+    """The pictures the README shows from inside the repository (not links to the web, nothing outside `root`)."""
+    pictures = []
+    for target in IMAGE.findall(readme):
+        if ":" in target or target.startswith(("/", "#")) or ".." in target.split("/"):
+            continue
+        path = root / target
+        if path.is_file() and not path.is_symlink() and path not in pictures:
+            pictures.append(path)
+    return pictures
 
 
 def _walk(folder: Path):

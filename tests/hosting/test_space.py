@@ -91,15 +91,18 @@ def test_the_dry_run_holds_every_module_the_app_reaches_and_every_file_it_loads(
 def test_the_dry_run_holds_nothing_else(dry_run):
     assert len(dry_run) == len(set(dry_run))
     for path in dry_run:
-        assert path in ("app.py", "requirements.txt", "README.md") or path.startswith(("ssd_demo/", "assets/embedded/"))
-        assert not path.startswith(("tests/", "scripts/", "data/", "docs/", "runs/", ".venv")), path
+        assert (path in ("app.py", "requirements.txt", "README.md", "docs/race.png")  # the README's picture
+                or path.startswith(("ssd_demo/", "assets/embedded/")))
+        assert not path.startswith(("tests/", "scripts/", "data/", "runs/", ".venv")), path
         assert "__pycache__" not in path and not path.endswith(".pyc") and "/." not in path and not path.startswith(".")
 
 
 def _repository(root: Path) -> Path:
     """A small checkout: what a Space needs, and what it must never get."""
     for name, text in {"app.py": "print('app')\n", "requirements.txt": "gradio\n",
-                       "README.md": "---\ntitle: t\nsdk: gradio\napp_file: app.py\n---\n# t\n",
+                       "README.md": "---\ntitle: t\nsdk: gradio\napp_file: app.py\n---\n# t\n![race](docs/race.png) "
+                                    "![web](https://example.org/x.png) ![out](../x.png) [link](docs/d.md)\n",
+                       "docs/race.png": "png",
                        "ssd_demo/__init__.py": "", "ssd_demo/tokens.py": "", "ssd_demo/data/texts.json": "[]",
                        "assets/embedded/target/model.safetensors": "w" * 2000, "assets/embedded/voice.json": "{}",
                        # never sent:
@@ -116,10 +119,10 @@ def _repository(root: Path) -> Path:
 def test_only_the_spaces_files_are_listed_with_their_sizes(tmp_path):
     files = space_files(_repository(tmp_path))
     assert [f.path for f in files] == ["README.md", "app.py", "assets/embedded/target/model.safetensors",
-                                       "assets/embedded/voice.json", "requirements.txt", "ssd_demo/__init__.py",
-                                       "ssd_demo/data/texts.json", "ssd_demo/tokens.py"]
+                                       "assets/embedded/voice.json", "docs/race.png", "requirements.txt",
+                                       "ssd_demo/__init__.py", "ssd_demo/data/texts.json", "ssd_demo/tokens.py"]
     assert dict((f.path, f.size) for f in files)["assets/embedded/target/model.safetensors"] == 2000
-    assert space.listing(files)[-1].strip() == "2.1 kB  in 8 files"
+    assert space.listing(files)[-1].strip() == "2.2 kB  in 9 files"
 
 
 def test_a_readme_without_the_gradio_front_matter_is_refused(tmp_path):
@@ -214,7 +217,7 @@ def test_the_command_pushes_with_the_token_and_never_prints_it(monkeypatch, caps
     status, printed, made = _run(monkeypatch, capsys, ["alice/s", "--root", str(root), "--hardware", "cpu-basic"],
                                  hub=hub)
     assert status == 0 and made == [TOKEN] and TOKEN not in printed
-    assert "pushed 8 files" in printed and "https://huggingface.co/spaces/alice/s" in printed
+    assert "pushed 9 files" in printed and "https://huggingface.co/spaces/alice/s" in printed
     assert hub.called("create_repo")[0][1]["space_hardware"] == "cpu-basic"
 
 
@@ -244,7 +247,7 @@ def test_a_refusal_by_the_hub_is_one_line_without_the_token(monkeypatch, capsys,
 def test_the_dry_run_needs_no_token_and_no_network(monkeypatch, capsys, tmp_path):
     root = _repository(tmp_path)
     status, printed, made = _run(monkeypatch, capsys, ["alice/s", "--root", str(root), "--dry-run"], token=None)
-    assert status == 0 and made == [] and "assets/embedded/voice.json" in printed and "in 8 files" in printed
+    assert status == 0 and made == [] and "assets/embedded/voice.json" in printed and "in 9 files" in printed
 
 
 def test_space_files_are_plain_relative_paths():
