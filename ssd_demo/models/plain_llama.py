@@ -243,7 +243,8 @@ class PlainLlamaForCausalLM(nn.Module):
             raw = {k: v for k, v in self.config.raw.items() if k not in ("architectures", "transformers_version")}
             model = LlamaForCausalLM(LlamaConfig(**raw))
             model.load_state_dict(self.state_dict(), strict=True)
-            self._transformers = model.to(device=self.device, dtype=self.dtype).eval()
+            # kept beside the module, not registered in it: its weights are not this model's parameters
+            self.__dict__["_transformers"] = model.to(device=self.device, dtype=self.dtype).eval()
         return self._transformers
 
 

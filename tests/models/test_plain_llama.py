@@ -76,6 +76,7 @@ def test_without_the_lean_forward_transformers_runs_the_same_weights(tmp_path):
     lm = cached_lm(plain, 64, static_cache=False)
     assert isinstance(lm, CachedLM) and isinstance(lm.model, LlamaForCausalLM)
     assert cached_lm(plain, 64, static_cache=False).model is lm.model  # converted once
+    assert [name for name, _ in plain.named_parameters()] == [name for name, _ in reference.named_parameters()]
     sequence = list(range(1, 31))
     check_same_logits(CachedLM(reference), lm, sequence, STEPS, atol=0, rtol=0)
 
