@@ -180,7 +180,11 @@ def _stop_once_heard(page, last_race: int | None) -> None:
 
 
 def test_the_first_race_after_start_up_finds_the_machine_ready(page, artifacts):
-    # The page says what the start-up is doing, or that it is done.
+    # The page says what the start-up is doing, or that it is done, once it has read the start-up job (until then
+    # a neutral "Checking whether this machine is ready...", never a "Ready" it may have to take back).
+    status = _state(page)["status"]
+    assert status.startswith(("Checking whether", "Getting ready", "Ready")), status
+    page.wait_for_function(f"!({STATE_JS})().status.startsWith('Checking whether')", timeout=60_000)
     status = _state(page)["status"]
     assert status.startswith(("Getting ready", "Ready")), status
     _fits(page, artifacts, "idle")
