@@ -97,7 +97,8 @@ def _cat_bias(*linears) -> torch.Tensor | None:
                       for linear in linears])
 
 
-def _pack(model) -> tuple[list[PackedLayer], PackedLinear]:
+def pack(model) -> tuple[list[PackedLayer], PackedLinear]:
+    """A packed copy of the model's weights (`packed_weights` keeps one per model where packing pays)."""
     layers = []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -129,7 +130,7 @@ def packed_weights(model) -> tuple[list[PackedLayer], PackedLinear] | None:
     fingerprint = weights_fingerprint(model)
     cached = _PACKED.get(model)
     if cached is None or cached[0] != fingerprint:
-        cached = (fingerprint, _pack(model))
+        cached = (fingerprint, pack(model))
         _PACKED[model] = cached
     return cached[1]
 

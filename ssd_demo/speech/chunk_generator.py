@@ -2,14 +2,17 @@
 
 The Synthesizer does all the rest: the backend's chunks and prompts, each chunk's plan (the backend's length
 bounds and sampling, the cut to the model's context, its forced tokens), seeds, the codec and streaming. For
-each chunk it asks its chunk generator for the tokens. `OurEngine` runs the engine's decoders in this process;
-the vLLM engine's (`ssd_demo.backends.vllm.engines.VllmEngines`) sends the chunk to a vLLM engine process. As
-transformers' candidate generator is to `generate`: a strategy handed in (`Synthesizer(...,
-chunk_generator=...)`), not a method overridden.
+each chunk it asks its chunk generator for the tokens. `OurEngine` runs the engine's decoders in this process, one
+request at a time; `BatchingEngines` decodes the autoregressive chunks of every request at once in one running
+batch (`engine.batching`: what a server with many listeners wants); the vLLM engine's
+(`ssd_demo.backends.vllm.engines.VllmEngines`) sends the chunk to a vLLM engine process. As transformers' candidate
+generator is to `generate`: a strategy handed in (`Synthesizer(..., chunk_generator=...)`), not a method
+overridden.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,6 +20,8 @@ import torch
 
 from ..config import DecodingConfig
 from ..engine.cancellation import StopCheck
+from ..engine.batched_forward import batches
+from ..engine.batching import MAX_ROWS, BatchingEngine
 from ..engine.generate import CommitCallback, RoundCallback, autoregressive_generate, speculative_generate
 from ..engine.kv import describe_kernels, prepare_kernels
 from ..engine.results import GenerationResult
@@ -39,6 +44,9 @@ class ChunkGenerator(Protocol):
     def check(self, mode: str, config: DecodingConfig) -> None:
         """An InputError (naming the setting) for what it cannot decode in `mode`; None when it can."""
 
+    def speculation_pays(self, decoding: int) -> bool:
+        """Whether speculative decoding beats AR while `decoding` requests decode at once (a server's mode "auto")."""
+
     def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
                        draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,
                        should_stop: StopCheck | None = None, on_round: RoundCallback | None = None,
@@ -60,6 +68,9 @@ class OurEngine:
 
     def check(self, mode: str, config: DecodingConfig) -> None:
         return None  # every rule and setting runs here
+
+    def speculation_pays(self, decoding: int) -> bool:
+        return True  # each request decodes alone, so speculation's speedup is each request's
 
     def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
                        draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,
@@ -84,3 +95,50 @@ class OurEngine:
 
 #: The chunk generator a Synthesizer gets unless handed another (it keeps no state: one serves every voice).
 OUR_ENGINE = OurEngine()
+
+
+class BatchingEngines:
+    """Our engine with continuous batching: the autoregressive chunks of every request decode together in one
+    running batch over the voice's target (`engine.batching.BatchingEngine`, one per target, up to `max_rows`
+    requests at once), so a request arriving while others decode starts within one step. Speculative and draft-alone
+    chunks, and targets the batched forward does not run, decode alone as `OurEngine` decodes them."""
+
+    commits_rounds = True
+
+    def __init__(self, max_rows: int = MAX_ROWS):
+        self.max_rows = max_rows
+        self._engines: dict[int, BatchingEngine] = {}  # id(target) -> its engine
+        self._lock = threading.Lock()
+
+    def engine(self, target) -> BatchingEngine:
+        with self._lock:
+            engine = self._engines.get(id(target))
+            if engine is None or engine.target is not target:
+                engine = self._engines[id(target)] = BatchingEngine(target, self.max_rows)
+            return engine
+
+    def describe(self, synthesizer: Synthesizer) -> str:
+        if not batches(synthesizer.target):
+            return OUR_ENGINE.describe(synthesizer)
+        return (f"our engine, autoregressive requests batched (continuous batching, up to {self.max_rows} at once); "
+                f"speculative ones alone on {describe_kernels(synthesizer.target)}")
+
+    def check(self, mode: str, config: DecodingConfig) -> None:
+        return None
+
+    def speculation_pays(self, decoding: int) -> bool:
+        return decoding <= 1  # with others decoding, their batch's step serves this request too
+
+    def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
+                       draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,
+                       should_stop: StopCheck | None = None, on_round: RoundCallback | None = None,
+                       on_commit: CommitCallback | None = None) -> tuple[GenerationResult, float]:
+        if mode != "ar" or not batches(synthesizer.target):
+            return OUR_ENGINE.generate_chunk(synthesizer, prompt, mode, config, draft_name, forced=forced,
+                                             prefix_distribution=prefix_distribution, should_stop=should_stop,
+                                             on_round=on_round, on_commit=on_commit)
+        start = time.perf_counter()
+        generation = self.engine(synthesizer.target).generate(
+            prompt, config, forced=forced, prefix_distribution=prefix_distribution, should_stop=should_stop,
+            on_round=on_round, on_commit=on_commit)
+        return generation, time.perf_counter() - start

@@ -64,9 +64,10 @@ class Synthesizer:
         self.chunk_generator.check(mode, config)
 
     def speculation_pays(self, decoding: int) -> bool:
-        """Whether speculation beats AR with `decoding` requests at once (the server's mode "auto"): ours decodes
-        each alone, so yes; an engine that batches (vLLM) answers from its measured costs."""
-        return True
+        """Whether speculation beats AR with `decoding` requests at once (the server's mode "auto"), as the chunk
+        generator says: ours decodes each alone, so yes; a batching one only alone (vLLM's answers from its
+        measured costs)."""
+        return self.chunk_generator.speculation_pays(decoding)
 
     def config(self, **overrides) -> DecodingConfig:
         """The backend's default settings with the speech-token mask and end token filled in."""

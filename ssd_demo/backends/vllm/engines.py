@@ -30,6 +30,9 @@ class VllmEngines:
 
     commits_rounds = False
 
+    def speculation_pays(self, decoding: int) -> bool:
+        return True  # until measured: `VllmSynthesizer.speculation_pays` answers from the engines' costs
+
     def __init__(self, max_num_seqs: int = 64):
         self.max_num_seqs = max_num_seqs
         self._workers: dict[str, VllmWorker] = {}  # "ar" / "speculative" -> its engine

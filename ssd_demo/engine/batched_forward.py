@@ -1,0 +1,182 @@
+"""A batched cached forward for Llama-family models: one new token for each of many requests in one call, every
+request in its own row of the KV cache at its own length (the continuous-batching engine's, `engine.batching`).
+
+Why by hand: transformers' forward pads a batch to one length and rebuilds its masks and cache objects per call,
+and the lean forward (`static_cache`) serves one request. Here the maths are the lean forward's (RMSNorm, rotary
+embedding, grouped attention, gated MLP), arranged so that a row's numbers never depend on the other rows, so a
+seeded request decodes the same tokens alone or among others (batch invariance):
+- every matrix product runs on a multiple of 4 rows (zero rows pad it): with fewer rows the CPU's BLAS takes
+  another kernel that sums in another order, while from 4 rows on a row's bits depend neither on how many rows
+  there are nor on where it sits;
+- attention runs row by row, each over exactly its own positions: batched, a row's sums would follow the longest
+  row's length (and the batched matmul's kernel the batch's size), which changes their order.
+`tests/engine/test_batching.py` checks both on the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+from .static_cache import STATIC_ROPE_TYPES, attention_shape, signed_sine, supports
+
+#: Rows a matrix product always runs on a multiple of (see the module's docstring).
+ROW_MULTIPLE = 4
+
+
+def batches(model) -> bool:
+    """Whether `BatchedLM` runs this model: a Llama or Qwen2 `static_cache` runs, with position-only rotary tables."""
+    rotary = getattr(model.model, "rotary_emb", None)
+    return supports(model) and getattr(rotary, "rope_type", "default") in STATIC_ROPE_TYPES
+
+
+class _Layer:
+    """One decoder layer as the batched step reads it: its projections packed for BLAS (q|k|v and gate|up fused,
+    [in, out]: `kernels.PackedLayer`, the lean forward's own copy where it has one), its norms' weights."""
+
+    def __init__(self, layer, packed: kernels.PackedLayer):
+        self.qkv, self.o, self.gate_up, self.down = packed.qkv, packed.o, packed.gate_up, packed.down
+        self.input_norm = (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        self.post_norm = (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+        self.scaling = layer.self_attn.scaling
+
+
+def _project(linear: kernels.PackedLinear, x: torch.Tensor) -> torch.Tensor:
+    """x [n, in] @ the packed [in, out] weight (+ its bias), through BLAS whatever the row count."""
+    return torch.mm(x, linear.weight_t) if linear.bias is None else torch.addmm(linear.bias, x, linear.weight_t)
+
+
+def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
+
+
+class BatchedLM:
+    """Rows of KV cache, each a request's past; `prefill` fills a row, `step` advances rows 0..B-1 by one token.
+
+    Rows are the caller's to arrange: `step` reads the first B rows, so a caller keeps its live requests in rows
+    0..B-1 (`move` copies a row into another when one leaves). `lengths[row]` is the positions cached in a row.
+    """
+
+    def __init__(self, model, rows: int = 4, capacity: int = 512):
+        if not batches(model):
+            raise ValueError(f"{type(model).__name__} is not a model the batched forward runs (a Llama or Qwen2 "
+                             "with full attention and a position-only rotary embedding, in eval mode)")
+        core = model.model
+        self.model = model
+        self.heads, self.kv_heads, self.head_dim = attention_shape(model.config)
+        with torch.inference_mode():
+            # The lean forward's packed copy where it keeps one (CPU models), else one of our own.
+            packed_layers, self._head = kernels.packed_weights(model) or kernels.pack(model)
+            self._layers = [_Layer(layer, packed) for layer, packed in zip(core.layers, packed_layers)]
+        self._embed, self._norm = core.embed_tokens, (core.norm.weight, core.norm.variance_epsilon)
+        self.lengths: list[int] = []
+        self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim], as self.values
+        self.values: torch.Tensor | None = None
+        self.reserve(rows, capacity)
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[3]
+
+    @torch.inference_mode()
+    def reserve(self, rows: int, capacity: int) -> None:
+        """At least `rows` rows of at least `capacity` positions (what is cached is kept)."""
+        if rows <= self.rows and capacity <= self.capacity:
+            return
+        rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
+        weight = self._head.weight_t
+        shape = (len(self._layers), rows, self.kv_heads, capacity, self.head_dim)
+        keys, values = weight.new_zeros(shape), weight.new_zeros(shape)
+        if self.keys is not None:
+            keys[:, : self.rows, :, : self.capacity] = self.keys
+            values[:, : self.rows, :, : self.capacity] = self.values
+        self.keys, self.values = keys, values
+        self.lengths += [0] * (rows - len(self.lengths))
+        positions = torch.arange(capacity, device=weight.device)[None]
+        cos, sin = self.model.model.rotary_emb(weight.new_zeros(1, 1, 1), positions)
+        self._cos, self._sin = cos[0], signed_sine(sin[0])  # [capacity, head_dim]
+
+    @torch.inference_mode()
+    def move(self, source: int, destination: int) -> None:
+        """Row `source`'s cache into row `destination` (its old content is dropped)."""
+        length = self.lengths[source]
+        self.keys[:, destination, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, destination, :, :length] = self.values[:, source, :, :length]
+        self.lengths[destination] = length
+
+    @torch.inference_mode()
+    def prefill(self, row: int, ids: list[int]) -> None:
+        """Row `row`'s cache from position 0: the `ids` (a prompt), causally. Always computed alone, the same way."""
+        self.lengths[row] = 0
+        if not ids:
+            return
+        count = len(ids)
+        positions = torch.arange(count, device=self.keys.device)
+
+        def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.keys[index, row, :, :count] = k.transpose(0, 1)
+            self.values[index, row, :, :count] = v.transpose(0, 1)
+            out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                                 v.transpose(0, 1)[None], is_causal=True, scale=layer.scaling,
+                                                 enable_gqa=self.kv_heads != self.heads)
+            return out[0].transpose(0, 1).reshape(count, -1)
+
+        self._layers_over(torch.tensor(ids, device=self.keys.device), positions, attend)
+        self.lengths[row] = count
+
+    @torch.inference_mode()
+    def step(self, ids: list[int]) -> torch.Tensor:
+        """Logits [B, vocab] for one new token in each of rows 0..B-1 (`ids[b]` goes to row b, after its cache)."""
+        rows = len(ids)
+        device = self.keys.device
+        lengths = torch.tensor(self.lengths[:rows], device=device)
+        if int(lengths.max()) >= self.capacity:
+            raise ValueError(f"a row is full: {int(lengths.max())} of {self.capacity} positions cached")
+        every = torch.arange(rows, device=device)
+        ends = [length + 1 for length in self.lengths[:rows]]
+        gqa = self.kv_heads != self.heads
+
+        def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.keys[index, every, :, lengths] = k
+            self.values[index, every, :, lengths] = v
+            keys, values = self.keys[index], self.values[index]
+            queries = q[:, None, :, None]  # [B, 1, heads, 1, hd]
+            # Row by row, each over exactly its own positions: the same call alone or in a batch.
+            return torch.cat([F.scaled_dot_product_attention(queries[row], keys[row:row + 1, :, :end],
+                                                             values[row:row + 1, :, :end], scale=layer.scaling,
+                                                             enable_gqa=gqa)
+                              for row, end in enumerate(ends)]).reshape(rows, -1)
+
+        logits = self._layers_over(torch.tensor(ids, device=device), lengths, attend)
+        for row in range(rows):
+            self.lengths[row] += 1
+        return logits
+
+    def _layers_over(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """The decoder over `ids` [n] at `positions` [n]; `attend(layer index, layer, q, k, v)` writes the keys
+        and values where they belong and returns the attention's output [n, heads * hd]. Returns logits [n, V]."""
+        count = ids.shape[0]
+        padded = -(-count // ROW_MULTIPLE) * ROW_MULTIPLE
+        heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
+        cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [n, 1, hd]
+        stream = self._embed(ids)
+        if padded > count:
+            stream = torch.cat([stream, stream.new_zeros(padded - count, stream.shape[1])])
+        attended = stream.new_zeros(padded, heads * head_dim)  # rows past `count` stay zero
+        rotated = heads + kv_heads
+        for index, layer in enumerate(self._layers):
+            qkv = _project(layer.qkv, _rms_norm(stream, layer.input_norm))[:count]
+            qk = qkv[:, : rotated * head_dim].view(count, rotated, head_dim)
+            swapped = qk.view(count, rotated, 2, head_dim // 2).flip(2).view(count, rotated, head_dim)
+            qk = (qk * cos).add_(swapped.mul_(sin))  # = qk * cos + rotate_half(qk) * sin
+            values = qkv[:, rotated * head_dim:].view(count, kv_heads, head_dim)
+            attended[:count] = attend(index, layer, qk[:, :heads], qk[:, heads:], values)
+            stream = stream + _project(layer.o, attended)
+            gate, up = _project(layer.gate_up, _rms_norm(stream, layer.post_norm)).chunk(2, dim=-1)
+            stream = stream + _project(layer.down, F.silu(gate).mul_(up))
+        return _project(self._head, _rms_norm(stream, self._norm))[:count]

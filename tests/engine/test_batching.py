@@ -1,0 +1,211 @@
+"""Continuous batching (`engine.batching`, `engine.batched_forward`): many requests in one running batch decode as
+each would alone: the lean forward's logits, rows that never depend on each other (bit for bit), the target's
+distribution with forced tokens, `autoregressive_generate`'s tokens for a seed, requests joining and leaving."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from ssd_demo import DecodingConfig, autoregressive_generate
+from ssd_demo.engine.batched_forward import BatchedLM
+from ssd_demo.engine.batching import BatchingEngine
+from ssd_demo.engine.cancellation import Cancelled
+from ssd_demo.engine.static_cache import StaticCacheLM
+from support.forced_tokens import FREE, PROMPT, SAMPLED, VOCAB, Markers, exact_joint, sampled_only
+from support.stats import chi_square_p, marginal, sample_count
+from support.tiny_models import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def voice_target():
+    from ssd_demo.backends.embedded import load_synthesizer
+
+    return load_synthesizer().target
+
+
+def _prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (int(torch.randint(2, 40, (1,), generator=generator)),),
+                          generator=generator).tolist() for _ in range(count)]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_batched_rows_give_the_lean_forwards_logits(bias):
+    model = tiny_llama(0, vocab=50, layers=2, width=32, heads=4, kv_heads=2, init=0.2, attention_bias=bias)
+    prompts = _prompts(5, 50)
+    batched = BatchedLM(model, rows=2, capacity=16)  # too small: rows and positions grow as asked
+    batched.reserve(len(prompts), 96)
+    alone = [StaticCacheLM(model, 96, pack=False) for _ in prompts]
+    for row, (prompt, lm) in enumerate(zip(prompts, alone)):
+        batched.prefill(row, prompt[:-1])
+        lm.forward(prompt[:-1])
+    ids = [prompt[-1] for prompt in prompts]
+    for _ in range(6):
+        got = batched.step(ids)
+        expected = torch.cat([lm.forward([token], last_only=True) for lm, token in zip(alone, ids)])
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
+        assert batched.lengths[: len(prompts)] == [lm.length for lm in alone]
+        ids = got.argmax(dim=-1).tolist()
+
+
+def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """One request's logits over `steps` steps alone, and in row `place` of `rows` rows of other requests."""
+    vocab = model.config.vocab_size
+    mine, others = _prompts(1, vocab, seed=99)[0], _prompts(rows, vocab, seed=rows)
+    alone, crowd = BatchedLM(model, 1, 128), BatchedLM(model, rows, 128)
+    alone.prefill(0, mine[:-1])
+    for row in range(rows):
+        crowd.prefill(row, (mine if row == place else others[row])[:-1])
+    ids = [prompt[-1] for prompt in others]
+    ids[place] = mine[-1]
+    seen_alone, seen_among = [], []
+    for _ in range(steps):
+        seen_alone.append(alone.step([ids[place]]))
+        logits = crowd.step(ids)
+        seen_among.append(logits[place:place + 1])
+        ids = logits.argmax(dim=-1).tolist()
+    return torch.cat(seen_alone), torch.cat(seen_among)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rows_logits_do_not_depend_on_the_other_rows(voice_target, threads):
+    """Bit for bit, on the shipped voice's shapes and a tiny model's, at 1 and 2 threads: what makes a seeded
+    request decode the same tokens alone or in a batch."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tiny = tiny_llama(0, vocab=60, layers=2, width=64, heads=4, kv_heads=2, init=0.2)
+        for model in (voice_target, tiny):
+            for rows, place in ((2, 1), (3, 2), (5, 0), (5, 4), (8, 3), (16, 15)):
+                alone, among = _row_alone_and_among(model, rows, place)
+                assert torch.equal(alone, among), (rows, place, float((alone - among).abs().max()))
+    finally:
+        torch.set_num_threads(before)
+
+
+CONFIGS = {
+    "greedy": DecodingConfig(max_new_tokens=50, temperature=0.0),
+    "sampled": DecodingConfig(max_new_tokens=50, temperature=1.0),
+    "tempered-top-k": DecodingConfig(max_new_tokens=50, temperature=0.7, top_k=5),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_engine_decodes_what_autoregressive_generate_decodes(name):
+    """Seeded requests decoded together, with a forced-token schedule and an end token: each gets the tokens and
+    counts `autoregressive_generate` gives it alone (the tiny model's logits agree to float rounding)."""
+    model = tiny_llama(1, vocab=40, layers=2, width=32, heads=4, kv_heads=2, init=0.3)
+    config = CONFIGS[name].with_(eos_token_id=39)
+    engine = BatchingEngine(model, max_rows=8)  # 12 requests: 4 wait for a row
+    try:
+        prompts = _prompts(12, 39, seed=5)
+        tickets = [engine.submit(prompt, config.with_(seed=seed), forced=Markers())
+                   for seed, prompt in enumerate(prompts)]
+        for seed, (prompt, ticket) in enumerate(zip(prompts, tickets)):
+            got = ticket.result(timeout=60)
+            expected = autoregressive_generate(model, torch.tensor([prompt]), config.with_(seed=seed),
+                                               forced=Markers())
+            assert got.tokens == expected.tokens
+            assert (got.stats.finish_reason, got.stats.forced_tokens, got.stats.seed) == (
+                expected.stats.finish_reason, expected.stats.forced_tokens, seed)
+            assert [record.committed for record in got.steps] == [record.committed for record in expected.steps]
+        assert engine.stats.most_rows == 8 and engine.stats.requests == 12
+    finally:
+        engine.close()
+
+
+@pytest.mark.stats
+def test_batched_rows_sample_the_targets_distribution():
+    """The joint of the first sampled tokens (forced tokens in every prefix) against the exact one: a batch of
+    requests with seeds 0..N-1 samples the target's distribution."""
+    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
+    config = DecodingConfig(max_new_tokens=2 * SAMPLED, temperature=1.0, allowed_token_ids=FREE)
+    expected = marginal(exact_joint(target, config), slice(0, 3))
+    engine = BatchingEngine(target, max_rows=32)
+    try:
+        tickets = [engine.submit(PROMPT[0].tolist(), config.with_(seed=seed), forced=Markers())
+                   for seed in range(sample_count(1000))]
+        samples = [tuple(sampled_only(ticket.result(timeout=120).tokens)[:3]) for ticket in tickets]
+    finally:
+        engine.close()
+    assert chi_square_p(samples, expected) > 1e-3
+
+
+def test_a_seeded_voice_request_decodes_the_same_alone_and_among_sixteen():
+    """The shipped voice's own chunks (prompts, forced phoneme schedules, settings): one request alone, then the
+    same among fifteen others that join while it decodes."""
+    from ssd_demo.backends.embedded import load_synthesizer
+
+    synthesizer = load_synthesizer()
+    texts = ["The score was 3 to 8 at half time.", "Hi!", "Wait, what was that?", "Where is the small compass?"]
+    plans = []
+    for index in range(16):
+        prompt = synthesizer.script(texts[index % len(texts)]).prompts[0]
+        config, _ = synthesizer.backend.plan_generation(prompt, synthesizer.config(seed=index), None)
+        plans.append((prompt, config))
+    engine = BatchingEngine(synthesizer.target, max_rows=16)
+    try:
+        def submit(index: int, **hooks):
+            prompt, config = plans[index]
+            return engine.submit(prompt, config, forced=synthesizer.backend.forced_tokens(prompt), **hooks)
+
+        alone = [submit(index).result(timeout=120) for index in (0, 5)]
+        joined = threading.Event()
+
+        def join_the_rest(tokens: int, calls: int) -> None:
+            if tokens == 20 and not joined.is_set():  # the others join while the first decodes
+                joined.set()
+                tickets.extend(submit(index) for index in range(1, 16))
+
+        tickets = []
+        tickets.append(submit(0, on_round=join_the_rest))
+        first = tickets[0].result(timeout=300)
+        assert joined.is_set() and len(tickets) == 16
+        results = [first] + [ticket.result(timeout=300) for ticket in tickets[1:]]
+        assert results[0].tokens == alone[0].tokens and results[5].tokens == alone[1].tokens
+        assert engine.stats.most_rows == 16
+    finally:
+        engine.close()
+
+
+def test_a_stopped_request_leaves_and_the_others_go_on():
+    model = tiny_llama(2, vocab=30, layers=1, width=16, init=0.3)
+    config = DecodingConfig(max_new_tokens=40, temperature=1.0)
+    engine = BatchingEngine(model, max_rows=4)
+    try:
+        expected = [engine.generate([1, 2, 3 + seed], config.with_(seed=seed)).tokens for seed in range(3)]
+        heard: list[int] = []
+        tickets = [engine.submit([1, 2, 3 + seed], config.with_(seed=seed),
+                                 should_stop=(lambda: len(heard) >= 10) if seed == 1 else None,
+                                 on_round=(lambda tokens, calls: heard.append(tokens)) if seed == 1 else None)
+                   for seed in range(3)]
+        with pytest.raises(Cancelled):
+            tickets[1].result(timeout=60)
+        assert len(heard) == 10
+        assert [tickets[seed].result(timeout=60).tokens for seed in (0, 2)] == [expected[0], expected[2]]
+    finally:
+        engine.close()
+
+
+def test_a_failing_callback_ends_its_request_alone():
+    model = tiny_llama(2, vocab=30, layers=1, width=16, init=0.3)
+    config = DecodingConfig(max_new_tokens=20, temperature=1.0, seed=3)
+    engine = BatchingEngine(model, max_rows=4)
+
+    def broken(record) -> None:
+        raise RuntimeError("the listener hung up")
+
+    try:
+        bad, good = engine.submit([1, 2], config, on_commit=broken), engine.submit([1, 2], config)
+        with pytest.raises(RuntimeError, match="hung up"):
+            bad.result(timeout=60)
+        assert len(good.result(timeout=60).tokens) == 20
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            engine.submit([1, 99], config)
+    finally:
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.submit([1, 2], config)
