@@ -34,6 +34,8 @@ DOCS_SECTION = "Serving under load: first audio at 1, 4 and 16 clients"
 SHUTDOWN_GRACE_S = 5
 #: Requests decoded at once on vLLM by default: its engine batches them (each a thread that waits for its chunks).
 VLLM_WORKERS = 16
+#: Requests decoded at once on our engine where it batches them (`speech.chunk_generator.BatchingEngines`).
+BATCH_WORKERS = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     parser.add_argument("--workers", type=int, default=None,
-                        help="requests decoded at once (default 1 on our engine: on a CPU more only share the cores; "
-                             f"{VLLM_WORKERS} on vLLM, whose engine batches them together)")
+                        help=f"requests decoded at once (default {BATCH_WORKERS} on our engine where it batches them "
+                             f"together, the embedded voice's; {VLLM_WORKERS} on vLLM; else 1: on a CPU more only "
+                             "share the cores)")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="on our engine, decode each request alone (the default batches the autoregressive "
+                             "requests of a voice whose model allows it, and requests that name no mode are auto: "
+                             "speculative alone, batched among others)")
     parser.add_argument("--max-waiting", type=int, default=8,
                         help="requests that may wait for a worker; more are refused with status 429 (default 8)")
     parser.add_argument("--fix", action="append", default=[], metavar="SETTING=VALUE",
@@ -89,7 +96,7 @@ def _model_flags(args: argparse.Namespace) -> list[str]:
             flags += [f"--{name.replace('_', '-')}", value]
     for fixed in args.fix:
         flags += ["--fix", fixed]
-    return flags
+    return flags + (["--no-batching"] if args.no_batching else [])
 
 
 def _fixed(args: argparse.Namespace) -> dict[str, object]:
@@ -110,10 +117,22 @@ def _fixed(args: argparse.Namespace) -> dict[str, object]:
     return fixed
 
 
-def _workers(args: argparse.Namespace) -> int:
+def _workers(args: argparse.Namespace, batching: bool = False) -> int:
     if args.workers is not None:
         return args.workers
-    return VLLM_WORKERS if engine_choice(args.engine) == "vllm" else 1
+    return VLLM_WORKERS if engine_choice(args.engine) == "vllm" else BATCH_WORKERS if batching else 1
+
+
+def _with_batching(synthesizer, args: argparse.Namespace) -> bool:
+    """On our engine, unless told not to: the voice's autoregressive requests decode in one running batch
+    (`BatchingEngines`) where its model allows it. Whether it does."""
+    from ..engine.batched_forward import batches
+    from ..speech.chunk_generator import BatchingEngines
+
+    if engine_choice(args.engine) != "ours" or args.no_batching or not batches(synthesizer.target):
+        return False
+    synthesizer.chunk_generator = BatchingEngines(max_rows=_workers(args, batching=True))
+    return True
 
 
 def _name(args: argparse.Namespace) -> str:
@@ -144,7 +163,8 @@ def _server_process(args: argparse.Namespace, levels: list[int]) -> tuple[subpro
     interpreter), once it answers /health."""
     port = _free_port()
     command = [sys.executable, "-m", "ssd_demo", "serve", *_model_flags(args), "--port", str(port),
-               "--workers", str(_workers(args)), "--max-waiting", str(max(args.max_waiting, max(levels)))]
+               *(["--workers", str(args.workers)] if args.workers is not None else []),
+               "--max-waiting", str(max(args.max_waiting, max(levels)))]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
@@ -188,23 +208,25 @@ def bench(args: argparse.Namespace) -> int:
     texts = [text for _, text in visitor_texts(per_bucket=4)]
     on_vllm = engine_choice(args.engine) == "vllm"
     limit = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
-    systems = {name: {**fields, "seed": args.seed, **limit}
-               for name, fields in {**BENCH_SYSTEMS, **(AUTO_SYSTEM if on_vllm else {})}.items()}
     try:
         warm_up = httpx.post(url + "/v1/audio/speech", json={"model": _name(args), "voice": "default", "input": texts[0],
                                                               "response_format": "pcm", **limit}, timeout=600)
         if warm_up.status_code != 200:
             raise InputError(f"the server refused the warm-up request: {warm_up.text[:500]}")
         rate = int(warm_up.headers["x-sample-rate"])
+        batching = httpx.get(url + "/health", timeout=10).json().get("default_mode") == "auto"  # ours, batching
+        systems = {name: {**fields, "seed": args.seed, **limit}
+                   for name, fields in {**BENCH_SYSTEMS, **(AUTO_SYSTEM if on_vllm or batching else {})}.items()}
         rows = run_load(url, systems, texts, levels, args.requests, rate, _name(args), args.max_minutes * 60,
                         progress=lambda row: print(load_table([row])[-1], flush=True))
         health = httpx.get(url + "/health", timeout=10).json()
         costs, engine = health.get("speculation_tokens_per_second", {}), health.get("engine", "")
+        workers = health.get("workers", "?")
     finally:
         process.terminate()
         process.wait(timeout=30)
     table = "\n".join(load_table(rows))
-    basis = (f"{_name(args)} on {engine_choice(args.engine)}'s engine, {_workers(args)} worker(s), the server in its own "
+    basis = (f"{_name(args)} on {engine_choice(args.engine)}'s engine, {workers} worker(s), the server in its own "
              f"process, {args.requests} requests per "
              f"system and level ({len(texts)} visitor texts in turn, after one warm-up request), seed {args.seed}; "
              f"{cpu_name()}; {engine}; commit {git_commit()}" + _costs_note(costs))
@@ -216,6 +238,7 @@ def bench(args: argparse.Namespace) -> int:
                                        f"{' '.join(_model_flags(args))} --bench --concurrency {args.concurrency} "
                                        f"--requests {args.requests}"
                                        + ("" if args.max_new_tokens is None else f" --max-new-tokens {args.max_new_tokens}")
+                                       + (" --no-batching" if args.no_batching else "")
                                        + "`\n")
     return 0
 
@@ -230,11 +253,14 @@ def main(args: argparse.Namespace) -> int:
 
     fixed = _fixed(args)  # the syntax checked before the models load
     synthesizer = _voice(args)
-    service = SpeechService(_name(args), synthesizer, workers=_workers(args), max_waiting=args.max_waiting, fixed=fixed)
+    batching = _with_batching(synthesizer, args)
+    service = SpeechService(_name(args), synthesizer, workers=_workers(args, batching), max_waiting=args.max_waiting,
+                            fixed=fixed, default_mode="auto" if batching else "speculative")
     speculation_costs(synthesizer, service.fixed)
     pinned = f"; fixed for every request: {', '.join(f'{k}={v}' for k, v in service.fixed.items())}" if fixed else ""
     print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {engine_choice(args.engine)}'s "
-          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most{pinned})", flush=True)
+          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most{pinned}"
+          f"{'; autoregressive requests batched, mode auto by default' if batching else ''})", flush=True)
     try:
         # On Ctrl-C, requests still decoding get SHUTDOWN_GRACE_S to finish, then are stopped within one round.
         uvicorn.run(build_speech_api(service), host=args.host, port=args.port, log_level="warning",

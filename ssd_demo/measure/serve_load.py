@@ -1,8 +1,10 @@
 """A load test of the speech server (`python -m ssd_demo serve --bench`): many clients at once, as deployments
 see them. Each level sends a bounded number of requests from `concurrency` clients over loopback (server-sent
 events, so that every request reports its own tokens and acceptance) and reports per system: time to first
-audio (P50/P95/P99, from sending the request to its first audio bytes), real-time factor (wall seconds per
-second of audio, median), tokens per second over the level's wall time, acceptance, and refusals (429).
+audio (P50/P95/P99, from sending the request to its first audio bytes), stalled streams (a player that starts at
+the first audio would have run dry: a piece arrived later than the audio before it lasts, by more than
+`STALL_TOLERANCE_S`), real-time factor (wall seconds per second of audio, median), tokens per second over the
+level's wall time, acceptance, and refusals (429).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import numpy as np
 from ..errors import InputError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: How late a piece may arrive after the audio before it has played out before the stream counts as stalled (what a
+#: player's jitter buffer hides).
+STALL_TOLERANCE_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Answer:
     seconds: float  # until the last event
     audio_bytes: int
     usage: dict | None  # the server's `ssd` figures of the finished run
+    stalled: bool = False  # a player started at the first audio would have run dry before the end
 
 
 @dataclass(frozen=True)
@@ -47,12 +53,13 @@ class LoadRow:
     real_time_factor: float  # median over requests: wall seconds / audio seconds
     tokens_per_second: float  # every request's tokens / the level's wall time
     acceptance: float | None  # mean over speculative requests
+    stalled: int = 0  # served streams that would have run dry (`Answer.stalled`)
 
 
 def ask(url: str, body: Mapping[str, object], sample_rate: int, timeout: float = 600.0) -> Answer:
     """One request to `/v1/audio/speech` as server-sent events."""
     started = time.perf_counter()
-    first, received, usage = None, 0, None
+    first, received, usage, stalled = None, 0, None, False
     with httpx.stream("POST", url.rstrip("/") + "/v1/audio/speech", json={**body, "stream_format": "sse"},
                       timeout=timeout) as response:
         if response.status_code != 200:
@@ -63,11 +70,14 @@ def ask(url: str, body: Mapping[str, object], sample_rate: int, timeout: float =
                 continue
             event = json.loads(line[len("data: "):])
             if event["type"] == "speech.audio.delta":
+                now = time.perf_counter() - started
+                first = first if first is not None else now
+                # played out by now: the audio before this piece, from the first audio on
+                stalled = stalled or now - first > received / 2 / sample_rate + STALL_TOLERANCE_S
                 received += len(base64.b64decode(event["audio"]))
-                first = first if first is not None else time.perf_counter() - started
             elif event["type"] == "speech.audio.done":
                 usage = event.get("ssd")
-    return Answer(200, first, time.perf_counter() - started, received, usage)
+    return Answer(200, first, time.perf_counter() - started, received, usage, stalled)
 
 
 def run_level(url: str, system: str, settings: Mapping[str, object], texts: Sequence[str], concurrency: int,
@@ -109,7 +119,7 @@ def summarise(system: str, concurrency: int, answers: Sequence[Answer], wall: fl
     return LoadRow(system, concurrency, len(answers), sum(1 for a in answers if a.status == 429),
                    *(float(np.percentile(firsts, q)) for q in (50, 95, 99)),
                    float(np.median(rtfs)) if rtfs else float("nan"), tokens / wall if wall > 0 else float("nan"),
-                   float(np.mean(accepted)) if accepted else None)
+                   float(np.mean(accepted)) if accepted else None, sum(1 for a in served if a.stalled))
 
 
 def check_loopback(url: str) -> None:
@@ -137,11 +147,11 @@ def run_load(url: str, systems: Mapping[str, Mapping[str, object]], texts: Seque
 
 def load_table(rows: Sequence[LoadRow]) -> list[str]:
     """A Markdown table of the rows."""
-    lines = ["| system | clients | requests | refused | first audio P50 / P95 / P99 (s) | RTF (median) | tokens/s | acceptance |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = ["| system | clients | requests | refused | first audio P50 / P95 / P99 (s) | stalled | RTF (median) | "
+             "tokens/s | acceptance |", "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         acceptance = "-" if r.acceptance is None else f"{r.acceptance:.2f}"
         lines.append(f"| {r.system} | {r.concurrency} | {r.requests} | {r.refused} | {r.first_audio_p50:.2f} / "
-                     f"{r.first_audio_p95:.2f} / {r.first_audio_p99:.2f} | {r.real_time_factor:.2f} | "
+                     f"{r.first_audio_p95:.2f} / {r.first_audio_p99:.2f} | {r.stalled} | {r.real_time_factor:.2f} | "
                      f"{r.tokens_per_second:.0f} | {acceptance} |")
     return lines

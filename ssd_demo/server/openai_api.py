@@ -3,8 +3,9 @@
 
 The body is OpenAI's (`input`, `model`, `voice`, `response_format` "wav" or "pcm", `speed` 1.0,
 `stream_format` "audio" or "sse"), plus this project's fields: `mode` ("speculative", "ar", or "auto":
-speculative where it pays at the current load), `draft`, and any decoding setting by its library name (`beta`, `draft_len`, `temperature`, `seed`, ...; left out: the
-preset's default). `model` is the loaded preset's key or one of OpenAI's model names (both mean the loaded
+speculative where it pays at the current load; left out: the server's default, `SpeechService.default_mode`),
+`draft`, and any decoding setting by its library name (`beta`, `draft_len`, `temperature`, `seed`, ...; left out:
+the preset's default). `model` is the loaded preset's key or one of OpenAI's model names (both mean the loaded
 preset); `voice` is accepted and ignored (each preset speaks in its own voice).
 
 The audio streams as it is decoded: "wav" is a WAV header whose sizes say "unknown length" (as OpenAI's
@@ -171,6 +172,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
         costs = getattr(service.synthesizer, "speculation_costs", None) or {}
         return {"status": "ok", "preset": service.preset, "load": service.load,
                 "engine": service.synthesizer.engine_description(), "fixed": service.fixed,
+                "workers": service.workers, "default_mode": service.default_mode,
                 "speculation_tokens_per_second": {str(batch): {"ar": ar, "speculative": speculative}
                                                   for batch, (ar, speculative) in costs.items()}}
 
@@ -186,7 +188,7 @@ def build_speech_api(service: SpeechService) -> FastAPI:
         extras = dict(body.model_extra or {})
         own = {name: extras.pop(name) for name in OWN_FIELDS if name in extras}
         try:
-            order = service.order(body.input, own.get("mode", "speculative"), own.get("draft"), extras)
+            order = service.order(body.input, own.get("mode", service.default_mode), own.get("draft"), extras)
             job = service.admit(order)
         except ServerBusy as error:
             return error_response(429, str(error), "rate_limit_error")

@@ -9,7 +9,8 @@ piece by piece and gives its place back when it ends, fails or is closed (a clie
 Settings are checked by the library's one validator before anything is admitted (`comparison.request`).
 Mode "auto" speculates only where it pays at the current load: the synthesizer decides for the number of
 requests decoding at that moment (`speculation_pays`; on vLLM from the engines' measured costs per batch size,
-on our engine always, as each request decodes alone).
+on our engine always where each request decodes alone, and only alone where it batches: `serve`'s default, whose
+requests that name no mode are "auto").
 An operator may fix settings for every request (`fixed`, `serve --fix draft_len=4`): a request that leaves one
 out gets the fixed value, one that asks for another is refused with a 400 naming it (on vLLM a new K or draft
 restarts the speculative engine, so a public server pins them rather than let clients churn it).
@@ -141,9 +142,13 @@ class SpeechService:
     """One loaded preset behind a bounded queue (see the module's docstring)."""
 
     def __init__(self, preset: str, synthesizer: Synthesizer, workers: int = 1, max_waiting: int = 8,
-                 fixed: Mapping[str, object] | None = None) -> None:
+                 fixed: Mapping[str, object] | None = None, default_mode: str = "speculative") -> None:
         if workers < 1 or max_waiting < 0:
             raise InputError(f"workers must be at least 1 and the queue at least 0, got {workers} and {max_waiting}")
+        if default_mode not in MODES:
+            raise InputError(f"the default mode must be one of {', '.join(MODES)}, got {default_mode!r}")
+        #: A request's mode when it names none ("auto" on a server that batches: speculative alone, else batched).
+        self.default_mode = default_mode
         self.preset, self.synthesizer = preset, synthesizer
         self.fixed = self._checked_fixed(fixed or {})
         self.workers, self.max_waiting = workers, max_waiting

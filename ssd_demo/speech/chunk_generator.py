@@ -101,7 +101,7 @@ class BatchingEngines:
     """Our engine with continuous batching: the autoregressive chunks of every request decode together in one
     running batch over the voice's target (`engine.batching.BatchingEngine`, one per target, up to `max_rows`
     requests at once), so a request arriving while others decode starts within one step. Speculative and draft-alone
-    chunks, and targets the batched forward does not run, decode alone as `OurEngine` decodes them."""
+    chunks, and targets the batched forward does not run, decode alone as `OurEngine` decodes them, one at a time."""
 
     commits_rounds = True
 
@@ -109,6 +109,8 @@ class BatchingEngines:
         self.max_rows = max_rows
         self._engines: dict[int, BatchingEngine] = {}  # id(target) -> its engine
         self._lock = threading.Lock()
+        # Chunks decoded alone take turns: several at once would only share the cores with each other and the batch.
+        self._alone = threading.Lock()
 
     def engine(self, target) -> BatchingEngine:
         with self._lock:
@@ -134,9 +136,10 @@ class BatchingEngines:
                        should_stop: StopCheck | None = None, on_round: RoundCallback | None = None,
                        on_commit: CommitCallback | None = None) -> tuple[GenerationResult, float]:
         if mode != "ar" or not batches(synthesizer.target):
-            return OUR_ENGINE.generate_chunk(synthesizer, prompt, mode, config, draft_name, forced=forced,
-                                             prefix_distribution=prefix_distribution, should_stop=should_stop,
-                                             on_round=on_round, on_commit=on_commit)
+            with self._alone:
+                return OUR_ENGINE.generate_chunk(synthesizer, prompt, mode, config, draft_name, forced=forced,
+                                                 prefix_distribution=prefix_distribution, should_stop=should_stop,
+                                                 on_round=on_round, on_commit=on_commit)
         start = time.perf_counter()
         generation = self.engine(synthesizer.target).generate(
             prompt, config, forced=forced, prefix_distribution=prefix_distribution, should_stop=should_stop,
