@@ -30,7 +30,7 @@ from .synth import _load
 BENCH_SYSTEMS = {"AR": {"mode": "ar"}, "exact speculative": {"acceptance": "exact"},
                  "SSD beta=0.2": {"acceptance": "ssd", "beta": 0.2}}
 AUTO_SYSTEM = {"auto (exact)": {"mode": "auto", "acceptance": "exact"}}
-DOCS_SECTION = "Serving under load: first audio at 1, 4 and 16 clients"
+DOCS_SECTION = "Serving under load: first audio as clients come at once"
 SHUTDOWN_GRACE_S = 5
 #: Requests decoded at once on vLLM by default: its engine batches them (each a thread that waits for its chunks).
 VLLM_WORKERS = 16

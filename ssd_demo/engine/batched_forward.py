@@ -47,12 +47,19 @@ def _project(linear: kernels.PackedLinear, x: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, linear.weight_t) if linear.bias is None else torch.addmm(linear.bias, x, linear.weight_t)
 
 
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    """x [n, d] with zero rows after it up to a multiple of `ROW_MULTIPLE` (see the module's docstring)."""
+    missing = -x.shape[0] % ROW_MULTIPLE
+    return torch.cat([x, x.new_zeros(missing, x.shape[1])]) if missing else x
+
+
 def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
 
 
 class BatchedLM:
-    """Rows of KV cache, each a request's past; `prefill` fills a row, `step` advances rows 0..B-1 by one token.
+    """Rows of KV cache, each a request's past; `prefill` fills a row, `step` advances rows 0..B-1 by their new
+    tokens (one, or a few where a schedule forces some).
 
     Rows are the caller's to arrange: `step` reads the first B rows, so a caller keeps its live requests in rows
     0..B-1 (`move` copies a row into another when one leaves). `lengths[row]` is the positions cached in a row.
@@ -130,43 +137,53 @@ class BatchedLM:
         self.lengths[row] = count
 
     @torch.inference_mode()
-    def step(self, ids: list[int]) -> torch.Tensor:
-        """Logits [B, vocab] for one new token in each of rows 0..B-1 (`ids[b]` goes to row b, after its cache)."""
-        rows = len(ids)
-        device = self.keys.device
-        lengths = torch.tensor(self.lengths[:rows], device=device)
-        if int(lengths.max()) >= self.capacity:
-            raise ValueError(f"a row is full: {int(lengths.max())} of {self.capacity} positions cached")
-        every = torch.arange(rows, device=device)
-        ends = [length + 1 for length in self.lengths[:rows]]
+    def step(self, ids: list[list[int]]) -> torch.Tensor:
+        """Logits [B, vocab] after the new tokens of rows 0..B-1: `ids[b]` (one token or more: a sampled token and the
+        ones a schedule forces after it) go into row b after its cache; each row's logits are its last token's."""
+        rows, device = len(ids), self.keys.device
+        counts, starts = [len(new) for new in ids], self.lengths[:rows]
+        if min(counts) < 1:
+            raise ValueError("every row needs at least one new token")
+        if max(start + count for start, count in zip(starts, counts)) > self.capacity:
+            raise ValueError(f"a row is full: its tokens would pass the {self.capacity} positions of its cache")
+        firsts = [sum(counts[:row]) for row in range(rows)]  # where each row's tokens start among all new ones
+        positions = torch.tensor([start + j for start, count in zip(starts, counts) for j in range(count)],
+                                 device=device)
+        owners = torch.tensor([row for row, count in enumerate(counts) for _ in range(count)], device=device)
+        masks = [None if count == 1 else  # a row's new tokens see its cache and the new tokens before them
+                 torch.arange(start + count, device=device)[None] <= torch.arange(start, start + count,
+                                                                                  device=device)[:, None]
+                 for start, count in zip(starts, counts)]
         gqa = self.kv_heads != self.heads
 
         def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            self.keys[index, every, :, lengths] = k
-            self.values[index, every, :, lengths] = v
+            self.keys[index, owners, :, positions] = k
+            self.values[index, owners, :, positions] = v
             keys, values = self.keys[index], self.values[index]
-            queries = q[:, None, :, None]  # [B, 1, heads, 1, hd]
             # Row by row, each over exactly its own positions: the same call alone or in a batch.
-            return torch.cat([F.scaled_dot_product_attention(queries[row], keys[row:row + 1, :, :end],
-                                                             values[row:row + 1, :, :end], scale=layer.scaling,
-                                                             enable_gqa=gqa)
-                              for row, end in enumerate(ends)]).reshape(rows, -1)
+            return torch.cat([
+                F.scaled_dot_product_attention(
+                    q[first:first + count].transpose(0, 1)[None], keys[row:row + 1, :, :start + count],
+                    values[row:row + 1, :, :start + count], attn_mask=mask, scale=layer.scaling, enable_gqa=gqa,
+                )[0].transpose(0, 1).reshape(count, -1)
+                for row, (first, count, start, mask) in enumerate(zip(firsts, counts, starts, masks))])
 
-        logits = self._layers_over(torch.tensor(ids, device=device), lengths, attend)
-        for row in range(rows):
-            self.lengths[row] += 1
-        return logits
+        stream = self._layers_over(torch.tensor([token for new in ids for token in new], device=device), positions,
+                                   attend)
+        for row, count in enumerate(counts):
+            self.lengths[row] += count
+        last = stream[[first + count - 1 for first, count in zip(firsts, counts)]]  # [B, d]
+        return _project(self._head, _rms_norm(_padded(last), self._norm))[:rows]
 
     def _layers_over(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
-        """The decoder over `ids` [n] at `positions` [n]; `attend(layer index, layer, q, k, v)` writes the keys
-        and values where they belong and returns the attention's output [n, heads * hd]. Returns logits [n, V]."""
+        """The decoder layers over `ids` [n] at `positions` [n]; `attend(layer index, layer, q, k, v)` writes the keys
+        and values where they belong and returns the attention's output [n, heads * hd]. Returns the last layer's
+        output [n, d] (before the final norm)."""
         count = ids.shape[0]
         padded = -(-count // ROW_MULTIPLE) * ROW_MULTIPLE
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
         cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [n, 1, hd]
-        stream = self._embed(ids)
-        if padded > count:
-            stream = torch.cat([stream, stream.new_zeros(padded - count, stream.shape[1])])
+        stream = _padded(self._embed(ids))
         attended = stream.new_zeros(padded, heads * head_dim)  # rows past `count` stay zero
         rotated = heads + kv_heads
         for index, layer in enumerate(self._layers):
@@ -179,4 +196,4 @@ class BatchedLM:
             stream = stream + _project(layer.o, attended)
             gate, up = _project(layer.gate_up, _rms_norm(stream, layer.post_norm)).chunk(2, dim=-1)
             stream = stream + _project(layer.down, F.silu(gate).mul_(up))
-        return _project(self._head, _rms_norm(stream, self._norm))[:count]
+        return stream[:count]

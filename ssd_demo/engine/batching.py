@@ -7,8 +7,9 @@ generator, allowed-token mask, forced-token schedule, prefix distribution), so a
 `generate.autoregressive_generate` samples, and the batched forward's rows do not depend on each other
 (`batched_forward`), so a seeded request decodes the same tokens alone or in a batch.
 
-Forced tokens ride one per step: a row with tokens committed but not yet cached feeds the next of them and samples
-nothing until its cache has caught up (one token a row keeps every row's step the same shape).
+Forced tokens ride with the token they follow: a row's step feeds every token it committed since its last step (the
+sampled one and those a schedule forced after it), as `autoregressive_generate` feeds them, so every step samples
+one token in every row.
 
 One thread (the engine's) runs the steps; callers block in `Ticket.result()`. `on_commit` and `on_round` are called
 from the engine's thread after each of the row's sampled tokens, and must be quick (a stream's codec feed is).
@@ -192,7 +193,7 @@ class BatchingEngine:
             request.ticket._finish(error=error)
 
     def _step(self) -> None:
-        """Stop the rows asked to, then one token for every live row, then each row's sampling and commits."""
+        """Stop the rows asked to, then one step of every live row (its new tokens), then each row's sample."""
         for request in [r for r in self._live if r.should_stop is not None]:
             try:
                 stopped = request.should_stop()
@@ -204,7 +205,7 @@ class BatchingEngine:
         if not self._live:
             return
         forward = self._forward
-        inputs = [r.run.committed[forward.lengths[row]] for row, r in enumerate(self._live)]
+        inputs = [r.run.committed[forward.lengths[row]:] for row, r in enumerate(self._live)]
         started = time.perf_counter()
         try:
             logits = forward.step(inputs)
@@ -219,8 +220,6 @@ class BatchingEngine:
         endings: list[tuple[_Request, GenerationResult | None, BaseException | None]] = []
         for row, request in enumerate(self._live):
             request.calls += 1
-            if forward.lengths[row] < len(request.run.committed):
-                continue  # forced tokens still to feed: nothing to sample yet
             try:
                 if self._sample(request, logits[row:row + 1], seconds, forward.lengths[row]):
                     endings.append((request, run_result(request.run, "ar", request.prefill_seconds,

@@ -44,11 +44,30 @@ def test_batched_rows_give_the_lean_forwards_logits(bias):
         lm.forward(prompt[:-1])
     ids = [prompt[-1] for prompt in prompts]
     for _ in range(6):
-        got = batched.step(ids)
+        got = batched.step([[token] for token in ids])
         expected = torch.cat([lm.forward([token], last_only=True) for lm, token in zip(alone, ids)])
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
         assert batched.lengths[: len(prompts)] == [lm.length for lm in alone]
         ids = got.argmax(dim=-1).tolist()
+
+
+def test_a_rows_several_new_tokens_in_one_step_give_the_lean_forwards_logits():
+    """A sampled token and the tokens a schedule forces after it go in together, each row its own count."""
+    model = tiny_llama(0, vocab=50, layers=2, width=32, heads=4, kv_heads=2, init=0.2)
+    prompts = _prompts(3, 50, seed=3)
+    batched = BatchedLM(model, rows=3, capacity=96)
+    alone = [StaticCacheLM(model, 96, pack=False) for _ in prompts]
+    for row, (prompt, lm) in enumerate(zip(prompts, alone)):
+        batched.prefill(row, prompt[:-1])
+        lm.forward(prompt[:-1])
+    news = [[prompts[0][-1], 7, 8], [prompts[1][-1]], [prompts[2][-1], 9]]
+    for _ in range(3):
+        got = batched.step(news)
+        expected = torch.cat([lm.forward(new, last_only=True) for lm, new in zip(alone, news)])
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
+        news = [[token] + [5] * (row % 3) for row, token in enumerate(got.argmax(dim=-1).tolist())]
+    with pytest.raises(ValueError, match="at least one new token"):
+        batched.step([[1], []])
 
 
 def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,8 +82,8 @@ def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[
     ids[place] = mine[-1]
     seen_alone, seen_among = [], []
     for _ in range(steps):
-        seen_alone.append(alone.step([ids[place]]))
-        logits = crowd.step(ids)
+        seen_alone.append(alone.step([[ids[place]]]))
+        logits = crowd.step([[token] for token in ids])
         seen_among.append(logits[place:place + 1])
         ids = logits.argmax(dim=-1).tolist()
     return torch.cat(seen_alone), torch.cat(seen_among)
@@ -112,6 +131,7 @@ def test_the_engine_decodes_what_autoregressive_generate_decodes(name):
             assert (got.stats.finish_reason, got.stats.forced_tokens, got.stats.seed) == (
                 expected.stats.finish_reason, expected.stats.forced_tokens, seed)
             assert [record.committed for record in got.steps] == [record.committed for record in expected.steps]
+            assert got.stats.target_calls == expected.stats.target_calls  # forced tokens ride with their step
         assert engine.stats.most_rows == 8 and engine.stats.requests == 12
     finally:
         engine.close()
