@@ -1,4 +1,4 @@
-"""A batched cached forward for Llama-family models: one new token for each of many requests in one call, every
+"""A batched cached forward for Llama-family models: the new tokens of many requests in one call, every
 request in its own row of the KV cache at its own length (the continuous-batching engine's, `engine.batching`).
 
 Why by hand: transformers' forward pads a batch to one length and rebuilds its masks and cache objects per call,

@@ -1,7 +1,7 @@
 """Continuous batching: many requests' autoregressive decoding in one running batch, one target call per step.
 
-A request joins between steps (its prompt prefilled into a row of its own), takes one token a step with every
-other live request, and leaves the moment it ends, so a request that arrives while others decode waits for one
+A request joins between steps (its prompt prefilled into a row of its own), takes a step with every other live
+request (its new tokens in, one sampled token out), and leaves the moment it ends, so a request that arrives while others decode waits for one
 step, not for them. Each row keeps everything a lone run keeps (`run_state.Run`: its settings, seed and
 generator, allowed-token mask, forced-token schedule, prefix distribution), so a row samples as
 `generate.autoregressive_generate` samples, and the batched forward's rows do not depend on each other
