@@ -132,6 +132,12 @@ def _with_batching(synthesizer, args: argparse.Namespace) -> bool:
     if engine_choice(args.engine) != "ours" or args.no_batching or not batches(synthesizer.target):
         return False
     synthesizer.chunk_generator = BatchingEngines(max_rows=_workers(args, batching=True))
+    # The batch runs in the engine's own thread, where two intra-op threads made its steps slower than one (an AMD
+    # EPYC, 2 cores: 12.9 / 19.8 / 29.7 ms at 1 / 8 / 16 rows against 6.8 / 13.9 / 21.7 with one thread); one
+    # also leaves the other core to the codec. (Speculative requests run ONNX Runtime, with threads of its own.)
+    import torch
+
+    torch.set_num_threads(1)
     return True
 
 

@@ -58,7 +58,7 @@ class Ticket:
         self._done.set()
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity (its run holds tensors)
 class _Request:
     """A request as submitted; `run` is built when it takes a row."""
 
@@ -74,6 +74,7 @@ class _Request:
     started: float = 0.0
     prefill_seconds: float = 0.0
     calls: int = 0  # target calls this request took part in (its prefill and every step)
+    sampling: object = None  # rows with equal keys share one call making their distributions (`_distributions`)
 
 
 @dataclass
@@ -178,6 +179,9 @@ class BatchingEngine:
             config = request.config
             request.run = Run(config, self.device, self.vocab, request.prompt, seed=resolve_seed(config),
                               forced=request.forced, prefix_distribution=request.prefix_distribution)
+            # A prefix distribution reads the row's own tokens; otherwise only the sampling settings count.
+            request.sampling = (request if request.prefix_distribution is not None
+                                else config.with_(seed=None, max_new_tokens=1))
             need = len(request.prompt) + config.max_new_tokens + MAX_FORCED_PER_TOKEN + 2
             if self._forward is None:
                 self._forward = BatchedLM(self.target, rows=min(4, self.max_rows), capacity=max(need, 256))
@@ -208,7 +212,7 @@ class BatchingEngine:
         inputs = [r.run.committed[forward.lengths[row]:] for row, r in enumerate(self._live)]
         started = time.perf_counter()
         try:
-            logits = forward.step(inputs)
+            probs = self._distributions(forward.step(inputs))
         except Exception as error:  # noqa: BLE001 - the forward failed: every row ends with its error
             for request in list(self._live):
                 self._leave(request, error=error)
@@ -221,7 +225,7 @@ class BatchingEngine:
         for row, request in enumerate(self._live):
             request.calls += 1
             try:
-                if self._sample(request, logits[row:row + 1], seconds, forward.lengths[row]):
+                if self._sample(request, probs[row], seconds, forward.lengths[row]):
                     endings.append((request, run_result(request.run, "ar", request.prefill_seconds,
                                                         time.perf_counter() - request.started,
                                                         target_calls=request.calls, draft_calls=0), None))
@@ -230,10 +234,23 @@ class BatchingEngine:
         for request, result, error in endings:
             self._leave(request, result, error)
 
-    def _sample(self, request: _Request, logits: torch.Tensor, seconds: float, cached: int) -> bool:
-        """The row's next token, committed with its forced ones and reported; whether the request is over."""
+    def _distributions(self, logits: torch.Tensor) -> list[torch.Tensor]:
+        """Each live row's sampling distribution [1, V] from its logits [B, V], as its `Run` makes it; rows with
+        the same sampling settings in one call (the per-row maths runs along each row alone: the same bits)."""
+        groups: dict[object, list[int]] = {}
+        for row, request in enumerate(self._live):
+            groups.setdefault(request.sampling, []).append(row)
+        probs: list[torch.Tensor] = [logits[:0]] * len(self._live)
+        for rows in groups.values():
+            _, group = self._live[rows[0]].run.distributions(logits[rows] if len(rows) > 1 else logits[rows[0]:][:1])
+            for index, row in enumerate(rows):
+                probs[row] = group[index:index + 1]
+        return probs
+
+    def _sample(self, request: _Request, probs: torch.Tensor, seconds: float, cached: int) -> bool:
+        """The row's next token from `probs` [1, V], committed with its forced ones and reported; whether the
+        request is over."""
         run = request.run
-        _, probs = run.distributions(logits)
         token = int(sample(probs, run.generator)[0])
         before = len(run.committed)
         done, forced_counts = run.commit([token])

@@ -101,7 +101,8 @@ class BatchingEngines:
     """Our engine with continuous batching: the autoregressive chunks of every request decode together in one
     running batch over the voice's target (`engine.batching.BatchingEngine`, one per target, up to `max_rows`
     requests at once), so a request arriving while others decode starts within one step. Speculative and draft-alone
-    chunks, and targets the batched forward does not run, decode alone as `OurEngine` decodes them, one at a time."""
+    chunks, and targets the batched forward does not run, decode alone as `OurEngine` decodes them, one at a time.
+    The batch steps in a thread of its own: there one torch intra-op thread is faster than two (`serve` sets it)."""
 
     commits_rounds = True
 
