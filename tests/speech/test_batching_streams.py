@@ -58,3 +58,34 @@ def test_a_batching_server_speculates_alone_and_batches_among_others(synthesizer
     assert b"".join(job.pcm()) and job.result.mode == "speculative"  # alone: speculation pays
     with pytest.raises(Exception, match="default mode must be one of"):
         SpeechService("embedded", synthesizer, default_mode="fastest")
+
+
+def test_a_batching_server_answers_listeners_at_once_over_http(synthesizer):
+    """Eight streamed requests at once, default mode and both named modes mixed, through the HTTP server: every one
+    is served in full (a watchdog: each must finish within its timeout, none may hang the batch)."""
+    import httpx
+
+    from ssd_demo.measure.serve_load import ask
+    from support.speech_server import serve_in_thread
+
+    service = SpeechService("embedded", synthesizer, workers=8, max_waiting=0, default_mode="auto")
+    server, thread, address = serve_in_thread(service)
+    answers = {}
+    try:
+        def listen(index: int) -> None:
+            body = {"model": "embedded", "voice": "default", "input": TEXTS[index % len(TEXTS)], "seed": index,
+                    **({} if index % 4 == 0 else {"mode": "speculative" if index % 4 == 1 else "ar"})}
+            answers[index] = ask(address, body, synthesizer.backend.sample_rate, timeout=120)
+
+        threads = [threading.Thread(target=listen, args=(index,)) for index in range(8)]
+        for listener in threads:
+            listener.start()
+        for listener in threads:
+            listener.join(240)
+        assert len(answers) == 8 and all(answer.status == 200 and answer.audio_bytes for answer in answers.values())
+        assert {answers[index].usage["mode"] for index in (1, 5)} == {"speculative"}
+        assert {answers[index].usage["mode"] for index in (2, 3, 6, 7)} == {"ar"}
+        assert httpx.get(address + "/health", timeout=10).json()["load"] == 0
+    finally:
+        server.should_exit = True
+        thread.join(30)
