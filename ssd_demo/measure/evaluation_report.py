@@ -256,9 +256,13 @@ def _voice_line(voice: dict) -> str:
                 + " after 1.." + str(len(accept[name])) + " steps"
         return "no held-out score"
 
-    line = "Voice: " + "; ".join(
-        f"{name} {params[name] / 1e6:.1f} M parameters, {steps[name]} steps, {secs[name] / 60:.1f} min, "
-        + held_out(name) for name in params)
+    def size(name: str) -> str:  # a voice exported from an unfinished run may lack some of these
+        parts = [f"{params[name] / 1e6:.1f} M parameters" if params.get(name) is not None else None,
+                 f"{steps[name]} steps" if steps.get(name) is not None else None,
+                 f"{secs[name] / 60:.1f} min" if secs.get(name) is not None else None]
+        return "".join(f"{part}, " for part in parts if part)
+
+    line = "Voice: " + "; ".join(f"{name} {size(name)}" + held_out(name) for name in params)
     # A voice.json records what its recipe measured: older exports lack the machine, newer ones the data stage.
     total, machine = voice.get("total_training_seconds"), voice.get("machine")
     if total is not None:

@@ -225,6 +225,14 @@ def test_the_reports_voice_line_names_the_training_chain_of_a_continued_voice():
     assert "continued" not in _voice_line(voice_summary({k: v for k, v in meta.items() if k != "earlier_training"}))
 
 
+def test_the_reports_voice_line_of_an_unfinished_run_says_what_it_has():
+    """A voice exported mid-run (its target trained, its parameter counts not yet written) is still reported."""
+    from ssd_demo.measure.evaluation_report import _voice_line, voice_summary
+
+    meta = {"training": {"target": {"steps": 1800, "wall_seconds": 6515.0, "test_ce": 1.03}}}
+    assert _voice_line(voice_summary(meta)).startswith("Voice: target 1800 steps, 108.6 min, held-out cross-entropy")
+
+
 def test_the_reports_voice_line_names_what_was_added_to_the_corpus():
     from ssd_demo.measure.evaluation_report import _voice_line, voice_summary
 
