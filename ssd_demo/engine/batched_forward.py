@@ -7,9 +7,13 @@ embedding, grouped attention, gated MLP), arranged so that a row's numbers never
 seeded request decodes the same tokens alone or among others (batch invariance):
 - every matrix product runs on a multiple of 4 rows (zero rows pad it): with fewer rows the CPU's BLAS takes
   another kernel that sums in another order, while from 4 rows on a row's bits depend neither on how many rows
-  there are nor on where it sits;
-- attention runs row by row, each over exactly its own positions: batched, a row's sums would follow the longest
-  row's length (and the batched matmul's kernel the batch's size), which changes their order.
+  there are nor on where it sits (oneDNN's matmul, used where this torch has it, needed no padding on an AMD EPYC
+  with AVX-512, but the padding costs little and keeps other CPUs safe);
+- with one torch thread (as `serve` steps the batch), attention runs for all rows in one call per layer over a
+  span rounded up to a multiple of 64 positions, each row's positions past its own masked out: a masked position
+  adds an exact zero, and the kernel sums a row in an order that depends neither on the other rows nor on the
+  positions past its own (measured). With more threads the kernel shares a row's work out by the batch's shape,
+  so there attention runs row by row, each over exactly its own positions (slower: one call per row and layer).
 `tests/engine/test_batching.py` checks both on the machine it runs on.
 """
 
@@ -23,6 +27,8 @@ from .static_cache import STATIC_ROPE_TYPES, attention_shape, signed_sine, suppo
 
 #: Rows a matrix product always runs on a multiple of (see the module's docstring).
 ROW_MULTIPLE = 4
+#: Attention spans a multiple of this many positions (see the module's docstring).
+ATTENTION_BLOCK = 64
 
 
 def batches(model) -> bool:
@@ -31,20 +37,37 @@ def batches(model) -> bool:
     return supports(model) and getattr(rotary, "rope_type", "default") in STATIC_ROPE_TYPES
 
 
+class _Linear:
+    """One projection as the batched step runs it: oneDNN's packed weight where this torch has oneDNN (1.4x BLAS's
+    speed for the 4-16 rows of a batch's products, measured on an AMD EPYC with one thread), else BLAS's [in, out]
+    matrix."""
+
+    def __init__(self, linear: kernels.PackedLinear):
+        self.weight_t, self.bias, self.onednn = linear.weight_t, linear.bias, None
+        if torch.backends.mkldnn.is_available():
+            try:
+                linear.pack_onednn()  # (shared with the lean forward where it uses oneDNN too)
+                self.onednn = linear.onednn
+            except (RuntimeError, AttributeError):  # this build's oneDNN cannot: BLAS serves
+                pass
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [n, in] -> [n, out]."""
+        if self.onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
+        return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
+
+
 class _Layer:
-    """One decoder layer as the batched step reads it: its projections packed for BLAS (q|k|v and gate|up fused,
-    [in, out]: `kernels.PackedLayer`, the lean forward's own copy where it has one), its norms' weights."""
+    """One decoder layer as the batched step reads it: its projections (q|k|v and gate|up fused), its norms'
+    weights."""
 
     def __init__(self, layer, packed: kernels.PackedLayer):
-        self.qkv, self.o, self.gate_up, self.down = packed.qkv, packed.o, packed.gate_up, packed.down
+        self.qkv, self.o, self.gate_up, self.down = (_Linear(linear) for linear in
+                                                     (packed.qkv, packed.o, packed.gate_up, packed.down))
         self.input_norm = (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
         self.post_norm = (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
         self.scaling = layer.self_attn.scaling
-
-
-def _project(linear: kernels.PackedLinear, x: torch.Tensor) -> torch.Tensor:
-    """x [n, in] @ the packed [in, out] weight (+ its bias), through BLAS whatever the row count."""
-    return torch.mm(x, linear.weight_t) if linear.bias is None else torch.addmm(linear.bias, x, linear.weight_t)
 
 
 def _padded(x: torch.Tensor) -> torch.Tensor:
@@ -74,8 +97,9 @@ class BatchedLM:
         self.heads, self.kv_heads, self.head_dim = attention_shape(model.config)
         with torch.inference_mode():
             # The lean forward's packed copy where it keeps one (CPU models), else one of our own.
-            packed_layers, self._head = kernels.packed_weights(model) or kernels.pack(model)
+            packed_layers, head = kernels.packed_weights(model) or kernels.pack(model)
             self._layers = [_Layer(layer, packed) for layer, packed in zip(core.layers, packed_layers)]
+            self._head = _Linear(head)
         self._embed, self._norm = core.embed_tokens, (core.norm.weight, core.norm.variance_epsilon)
         self.lengths: list[int] = []
         self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim], as self.values
@@ -96,16 +120,16 @@ class BatchedLM:
         if rows <= self.rows and capacity <= self.capacity:
             return
         rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
-        weight = self._head.weight_t
+        device = self._norm[0].device
         shape = (len(self._layers), rows, self.kv_heads, capacity, self.head_dim)
-        keys, values = weight.new_zeros(shape), weight.new_zeros(shape)
+        keys, values = torch.zeros(shape, device=device), torch.zeros(shape, device=device)
         if self.keys is not None:
             keys[:, : self.rows, :, : self.capacity] = self.keys
             values[:, : self.rows, :, : self.capacity] = self.values
         self.keys, self.values = keys, values
         self.lengths += [0] * (rows - len(self.lengths))
-        positions = torch.arange(capacity, device=weight.device)[None]
-        cos, sin = self.model.model.rotary_emb(weight.new_zeros(1, 1, 1), positions)
+        positions = torch.arange(capacity, device=device)[None]
+        cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1, device=device), positions)
         self._cos, self._sin = cos[0], signed_sine(sin[0])  # [capacity, head_dim]
 
     @torch.inference_mode()
@@ -150,6 +174,47 @@ class BatchedLM:
         positions = torch.tensor([start + j for start, count in zip(starts, counts) for j in range(count)],
                                  device=device)
         owners = torch.tensor([row for row, count in enumerate(counts) for _ in range(count)], device=device)
+        attend = (self._attend_together if torch.get_num_threads() == 1 else self._attend_apart)(starts, counts,
+                                                                                                  owners, positions)
+        stream = self._layers_over(torch.tensor([token for new in ids for token in new], device=device), positions,
+                                   attend)
+        for row, count in enumerate(counts):
+            self.lengths[row] += count
+        last = stream[[first + count - 1 for first, count in zip(firsts, counts)]]  # [B, d]
+        return self._head(_rms_norm(_padded(last), self._norm))[:rows]
+
+    def _attend_together(self, starts: list[int], counts: list[int], owners: torch.Tensor, positions: torch.Tensor):
+        """Attention for all rows in one call per layer: each row's queries over a span of positions rounded up to a
+        multiple of `ATTENTION_BLOCK`, its own positions past its length masked out. With one thread a row's bits
+        do not depend on the other rows (measured); with two, the kernel shares the work out otherwise."""
+        rows, device = len(counts), owners.device
+        widest = max(counts)
+        # each new token's place among the rows x widest queries
+        slots = owners * widest + torch.tensor([j for count in counts for j in range(count)], device=device)
+        span = min(-(-max(start + count for start, count in zip(starts, counts)) // ATTENTION_BLOCK) * ATTENTION_BLOCK,
+                   self.capacity)
+        # query j of row b sees its cache and the new tokens up to its own: [B, 1, widest, span]
+        seen = (torch.arange(span, device=device)[None, None]
+                <= (torch.tensor(starts, device=device)[:, None] + torch.arange(widest, device=device)[None])[..., None])
+        seen, gqa = seen[:, None], self.kv_heads != self.heads
+
+        def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.keys[index, owners, :, positions] = k
+            self.values[index, owners, :, positions] = v
+            queries = q.new_zeros(rows * widest, *q.shape[1:])
+            queries[slots] = q
+            out = F.scaled_dot_product_attention(
+                queries.view(rows, widest, -1, q.shape[-1]).transpose(1, 2), self.keys[index, :rows, :, :span],
+                self.values[index, :rows, :, :span], attn_mask=seen, scale=layer.scaling, enable_gqa=gqa)
+            return out.transpose(1, 2).reshape(rows * widest, -1)[slots]  # [n, heads * head_dim]
+
+        return attend
+
+    def _attend_apart(self, starts: list[int], counts: list[int], owners: torch.Tensor, positions: torch.Tensor):
+        """Attention row by row, each over exactly its own positions: the same call alone or in a batch, whatever
+        the thread count (slower: one call per row and layer)."""
+        device = owners.device
+        firsts = [sum(counts[:row]) for row in range(len(counts))]
         masks = [None if count == 1 else  # a row's new tokens see its cache and the new tokens before them
                  torch.arange(start + count, device=device)[None] <= torch.arange(start, start + count,
                                                                                   device=device)[:, None]
@@ -160,7 +225,6 @@ class BatchedLM:
             self.keys[index, owners, :, positions] = k
             self.values[index, owners, :, positions] = v
             keys, values = self.keys[index], self.values[index]
-            # Row by row, each over exactly its own positions: the same call alone or in a batch.
             return torch.cat([
                 F.scaled_dot_product_attention(
                     q[first:first + count].transpose(0, 1)[None], keys[row:row + 1, :, :start + count],
@@ -168,12 +232,7 @@ class BatchedLM:
                 )[0].transpose(0, 1).reshape(count, -1)
                 for row, (first, count, start, mask) in enumerate(zip(firsts, counts, starts, masks))])
 
-        stream = self._layers_over(torch.tensor([token for new in ids for token in new], device=device), positions,
-                                   attend)
-        for row, count in enumerate(counts):
-            self.lengths[row] += count
-        last = stream[[first + count - 1 for first, count in zip(firsts, counts)]]  # [B, d]
-        return _project(self._head, _rms_norm(_padded(last), self._norm))[:rows]
+        return attend
 
     def _layers_over(self, ids: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
         """The decoder layers over `ids` [n] at `positions` [n]; `attend(layer index, layer, q, k, v)` writes the keys
@@ -187,13 +246,13 @@ class BatchedLM:
         attended = stream.new_zeros(padded, heads * head_dim)  # rows past `count` stay zero
         rotated = heads + kv_heads
         for index, layer in enumerate(self._layers):
-            qkv = _project(layer.qkv, _rms_norm(stream, layer.input_norm))[:count]
+            qkv = layer.qkv(_rms_norm(stream, layer.input_norm))[:count]
             qk = qkv[:, : rotated * head_dim].view(count, rotated, head_dim)
             swapped = qk.view(count, rotated, 2, head_dim // 2).flip(2).view(count, rotated, head_dim)
             qk = (qk * cos).add_(swapped.mul_(sin))  # = qk * cos + rotate_half(qk) * sin
             values = qkv[:, rotated * head_dim:].view(count, kv_heads, head_dim)
             attended[:count] = attend(index, layer, qk[:, :heads], qk[:, heads:], values)
-            stream = stream + _project(layer.o, attended)
-            gate, up = _project(layer.gate_up, _rms_norm(stream, layer.post_norm)).chunk(2, dim=-1)
-            stream = stream + _project(layer.down, F.silu(gate).mul_(up))
+            stream = stream + layer.o(attended)
+            gate, up = layer.gate_up(_rms_norm(stream, layer.post_norm)).chunk(2, dim=-1)
+            stream = stream + layer.down(F.silu(gate).mul_(up))
         return stream[:count]

@@ -26,9 +26,9 @@ def voice_target():
     return load_synthesizer().target
 
 
-def _prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
+def _prompts(count: int, vocab: int, seed: int = 0, longest: int = 40) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (int(torch.randint(2, 40, (1,), generator=generator)),),
+    return [torch.randint(0, vocab, (int(torch.randint(2, longest, (1,), generator=generator)),),
                           generator=generator).tolist() for _ in range(count)]
 
 
@@ -73,8 +73,9 @@ def test_a_rows_several_new_tokens_in_one_step_give_the_lean_forwards_logits():
 def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """One request's logits over `steps` steps alone, and in row `place` of `rows` rows of other requests."""
     vocab = model.config.vocab_size
-    mine, others = _prompts(1, vocab, seed=99)[0], _prompts(rows, vocab, seed=rows)
-    alone, crowd = BatchedLM(model, 1, 128), BatchedLM(model, rows, 128)
+    # The others' prompts are longer than mine by up to 150 positions: attention then spans more positions among them
+    mine, others = _prompts(1, vocab, seed=99)[0], _prompts(rows, vocab, seed=rows, longest=190)
+    alone, crowd = BatchedLM(model, 1, 256), BatchedLM(model, rows, 256)
     alone.prefill(0, mine[:-1])
     for row in range(rows):
         crowd.prefill(row, (mine if row == place else others[row])[:-1])
