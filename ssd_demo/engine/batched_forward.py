@@ -88,6 +88,8 @@ class BatchedLM:
     0..B-1 (`move` copies a row into another when one leaves). `lengths[row]` is the positions cached in a row.
     """
 
+    max_new = None  # a step takes every new token a row has (`onnx_batched.OnnxBatchedLM` takes one)
+
     def __init__(self, model, rows: int = 4, capacity: int = 512):
         if not batches(model):
             raise ValueError(f"{type(model).__name__} is not a model the batched forward runs (a Llama or Qwen2 "

@@ -7,9 +7,11 @@ generator, allowed-token mask, forced-token schedule, prefix distribution), so a
 `generate.autoregressive_generate` samples, and the batched forward's rows do not depend on each other
 (`batched_forward`), so a seeded request decodes the same tokens alone or in a batch.
 
-Forced tokens ride with the token they follow: a row's step feeds every token it committed since its last step (the
-sampled one and those a schedule forced after it), as `autoregressive_generate` feeds them, so every step samples
-one token in every row.
+Forced tokens ride with the token they follow where the batched step takes several tokens a row (torch's,
+`batched_forward`): a row's step feeds every token it committed since its last step, as `autoregressive_generate`
+feeds them. ONNX Runtime's step (`onnx_batched`, the default where it runs the target: faster on the CPUs
+measured) takes one token a row, so there a forced token takes a step of its own, and a row samples once it has
+fed all it committed.
 
 One thread (the engine's) runs the steps; callers block in `Ticket.result()`. `on_commit` and `on_round` are called
 from the engine's thread after each of the row's sampled tokens, and must be quick (a stream's codec feed is).
@@ -25,7 +27,9 @@ from typing import Callable
 import torch
 
 from ..config import DecodingConfig
+from . import onnx_batched
 from .batched_forward import BatchedLM
+from .onnx_batched import OnnxBatchedLM
 from .cancellation import Cancelled, StopCheck
 from .results import GenerationResult, RoundRecord
 from .run_state import MAX_FORCED_PER_TOKEN, ForcedTokens, PrefixDistribution, Run, resolve_seed, run_result
@@ -33,6 +37,8 @@ from .sampling import sample
 
 #: Rows a batching engine decodes at once unless told (more requests wait for a row to free).
 MAX_ROWS = 32
+#: The batched step: ONNX Runtime's where it runs the target ("auto"; faster on the CPUs measured), else torch's.
+FORWARDS = ("auto", "onnxruntime", "torch")
 
 
 class Ticket:
@@ -94,14 +100,18 @@ class BatchStats:
 class BatchingEngine:
     """Autoregressive decoding of every submitted request in one running batch over `target` (see the module)."""
 
-    def __init__(self, target, max_rows: int = MAX_ROWS):
+    def __init__(self, target, max_rows: int = MAX_ROWS, forward: str = "auto"):
         if max_rows < 1:
             raise ValueError(f"max_rows must be at least 1; got {max_rows}")
-        self.target, self.max_rows = target, max_rows
+        if forward not in FORWARDS:
+            raise ValueError(f"forward must be one of {', '.join(FORWARDS)}; got {forward!r}")
+        if forward == "auto":
+            forward = "onnxruntime" if onnx_batched.available(target) else "torch"
+        self.target, self.max_rows, self.forward = target, max_rows, forward
         self.device = next(target.parameters()).device
         self.vocab = target.get_output_embeddings().weight.shape[0]
         self.stats = BatchStats()
-        self._forward: BatchedLM | None = None  # built by the engine's thread on its first request
+        self._forward: BatchedLM | OnnxBatchedLM | None = None  # built by the engine's thread on its first request
         self._waiting: list[_Request] = []
         self._live: list[_Request] = []  # the request in row i is _live[i]
         self._lock = threading.Condition()
@@ -184,7 +194,8 @@ class BatchingEngine:
                                 else config.with_(seed=None, max_new_tokens=1))
             need = len(request.prompt) + config.max_new_tokens + MAX_FORCED_PER_TOKEN + 2
             if self._forward is None:
-                self._forward = BatchedLM(self.target, rows=min(4, self.max_rows), capacity=max(need, 256))
+                kind = OnnxBatchedLM if self.forward == "onnxruntime" else BatchedLM
+                self._forward = kind(self.target, rows=min(4, self.max_rows), capacity=max(need, 256))
             row = len(self._live)
             rows = self._forward.rows if row < self._forward.rows else min(2 * self._forward.rows, self.max_rows)
             self._forward.reserve(rows, need)  # (rows grow by doubling: a reservation copies the caches)
@@ -209,10 +220,15 @@ class BatchingEngine:
         if not self._live:
             return
         forward = self._forward
-        inputs = [r.run.committed[forward.lengths[row]:] for row, r in enumerate(self._live)]
+        most = forward.max_new or None  # new tokens a row may take in one step (None: all it committed)
+        inputs = [r.run.committed[forward.lengths[row]:][:most] for row, r in enumerate(self._live)]
         started = time.perf_counter()
         try:
-            probs = self._distributions(forward.step(inputs))
+            logits = forward.step(inputs)
+            # a row samples once it has fed everything it committed (where a step takes one token a row, a token
+            # a schedule forced takes a step of its own)
+            ready = [row for row, r in enumerate(self._live) if forward.lengths[row] == len(r.run.committed)]
+            probs = self._distributions(logits, ready)
         except Exception as error:  # noqa: BLE001 - the forward failed: every row ends with its error
             for request in list(self._live):
                 self._leave(request, error=error)
@@ -224,6 +240,8 @@ class BatchingEngine:
         endings: list[tuple[_Request, GenerationResult | None, BaseException | None]] = []
         for row, request in enumerate(self._live):
             request.calls += 1
+            if row not in probs:
+                continue
             try:
                 if self._sample(request, probs[row], seconds, forward.lengths[row]):
                     endings.append((request, run_result(request.run, "ar", request.prefill_seconds,
@@ -234,16 +252,18 @@ class BatchingEngine:
         for request, result, error in endings:
             self._leave(request, result, error)
 
-    def _distributions(self, logits: torch.Tensor) -> list[torch.Tensor]:
-        """Each live row's sampling distribution [1, V] from its logits [B, V], as its `Run` makes it; rows with
-        the same sampling settings in one call (the per-row maths runs along each row alone: the same bits)."""
+    def _distributions(self, logits: torch.Tensor, rows: list[int]) -> dict[int, torch.Tensor]:
+        """The sampling distribution [1, V] of each of `rows` from its logits (a row of `logits` [B, V]), as its
+        `Run` makes it; rows with the same sampling settings in one call (the per-row maths runs along each row
+        alone: the same bits)."""
         groups: dict[object, list[int]] = {}
-        for row, request in enumerate(self._live):
-            groups.setdefault(request.sampling, []).append(row)
-        probs: list[torch.Tensor] = [logits[:0]] * len(self._live)
-        for rows in groups.values():
-            _, group = self._live[rows[0]].run.distributions(logits[rows] if len(rows) > 1 else logits[rows[0]:][:1])
-            for index, row in enumerate(rows):
+        for row in rows:
+            groups.setdefault(self._live[row].sampling, []).append(row)
+        probs: dict[int, torch.Tensor] = {}
+        for members in groups.values():
+            _, group = self._live[members[0]].run.distributions(
+                logits[members] if len(members) > 1 else logits[members[0]:][:1])
+            for index, row in enumerate(members):
                 probs[row] = group[index:index + 1]
         return probs
 

@@ -123,8 +123,9 @@ class BatchingEngines:
     def describe(self, synthesizer: Synthesizer) -> str:
         if not batches(synthesizer.target):
             return OUR_ENGINE.describe(synthesizer)
-        return (f"our engine, autoregressive requests batched (continuous batching, up to {self.max_rows} at once); "
-                f"speculative ones alone on {describe_kernels(synthesizer.target)}")
+        forward = "ONNX Runtime" if self.engine(synthesizer.target).forward == "onnxruntime" else "torch"
+        return (f"our engine, autoregressive requests batched (continuous batching on {forward}, up to "
+                f"{self.max_rows} at once); speculative ones alone on {describe_kernels(synthesizer.target)}")
 
     def check(self, mode: str, config: DecodingConfig) -> None:
         return None

@@ -13,6 +13,7 @@ from ssd_demo import DecodingConfig, autoregressive_generate
 from ssd_demo.engine.batched_forward import BatchedLM
 from ssd_demo.engine.batching import BatchingEngine
 from ssd_demo.engine.cancellation import Cancelled
+from ssd_demo.engine.onnx_batched import OnnxBatchedLM
 from ssd_demo.engine.static_cache import StaticCacheLM
 from support.forced_tokens import FREE, PROMPT, SAMPLED, VOCAB, Markers, exact_joint, sampled_only
 from support.stats import chi_square_p, marginal, sample_count
@@ -32,11 +33,16 @@ def _prompts(count: int, vocab: int, seed: int = 0, longest: int = 40) -> list[l
                           generator=generator).tolist() for _ in range(count)]
 
 
+#: The two batched steps: torch's and ONNX Runtime's (the engine's default where it runs the target).
+FORWARDS = {"torch": BatchedLM, "onnxruntime": OnnxBatchedLM}
+
+
+@pytest.mark.parametrize("forward", list(FORWARDS))
 @pytest.mark.parametrize("bias", [False, True])
-def test_batched_rows_give_the_lean_forwards_logits(bias):
+def test_batched_rows_give_the_lean_forwards_logits(bias, forward):
     model = tiny_llama(0, vocab=50, layers=2, width=32, heads=4, kv_heads=2, init=0.2, attention_bias=bias)
     prompts = _prompts(5, 50)
-    batched = BatchedLM(model, rows=2, capacity=16)  # too small: rows and positions grow as asked
+    batched = FORWARDS[forward](model, rows=2, capacity=16)  # too small: rows and positions grow as asked
     batched.reserve(len(prompts), 96)
     alone = [StaticCacheLM(model, 96, pack=False) for _ in prompts]
     for row, (prompt, lm) in enumerate(zip(prompts, alone)):
@@ -68,14 +74,19 @@ def test_a_rows_several_new_tokens_in_one_step_give_the_lean_forwards_logits():
         news = [[token] + [5] * (row % 3) for row, token in enumerate(got.argmax(dim=-1).tolist())]
     with pytest.raises(ValueError, match="at least one new token"):
         batched.step([[1], []])
+    onnx = OnnxBatchedLM(model, rows=2, capacity=96)
+    onnx.prefill(0, prompts[0])
+    with pytest.raises(ValueError, match="exactly one new token"):
+        onnx.step([[1, 2]])
 
 
-def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def _row_alone_and_among(model, rows: int, place: int, steps: int = 4,
+                         kind=BatchedLM) -> tuple[torch.Tensor, torch.Tensor]:
     """One request's logits over `steps` steps alone, and in row `place` of `rows` rows of other requests."""
     vocab = model.config.vocab_size
     # The others' prompts are longer than mine by up to 150 positions: attention then spans more positions among them
     mine, others = _prompts(1, vocab, seed=99)[0], _prompts(rows, vocab, seed=rows, longest=190)
-    alone, crowd = BatchedLM(model, 1, 256), BatchedLM(model, rows, 256)
+    alone, crowd = kind(model, 1, 256), kind(model, rows, 256)
     alone.prefill(0, mine[:-1])
     for row in range(rows):
         crowd.prefill(row, (mine if row == place else others[row])[:-1])
@@ -90,8 +101,9 @@ def _row_alone_and_among(model, rows: int, place: int, steps: int = 4) -> tuple[
     return torch.cat(seen_alone), torch.cat(seen_among)
 
 
+@pytest.mark.parametrize("forward", list(FORWARDS))
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_rows_logits_do_not_depend_on_the_other_rows(voice_target, threads):
+def test_a_rows_logits_do_not_depend_on_the_other_rows(voice_target, threads, forward):
     """Bit for bit, on the shipped voice's shapes and a tiny model's, at 1 and 2 threads: what makes a seeded
     request decode the same tokens alone or in a batch."""
     before = torch.get_num_threads()
@@ -100,7 +112,7 @@ def test_a_rows_logits_do_not_depend_on_the_other_rows(voice_target, threads):
         tiny = tiny_llama(0, vocab=60, layers=2, width=64, heads=4, kv_heads=2, init=0.2)
         for model in (voice_target, tiny):
             for rows, place in ((2, 1), (3, 2), (5, 0), (5, 4), (8, 3), (16, 15)):
-                alone, among = _row_alone_and_among(model, rows, place)
+                alone, among = _row_alone_and_among(model, rows, place, kind=FORWARDS[forward])
                 assert torch.equal(alone, among), (rows, place, float((alone - among).abs().max()))
     finally:
         torch.set_num_threads(before)
@@ -113,13 +125,14 @@ CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("forward", list(FORWARDS))
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_the_engine_decodes_what_autoregressive_generate_decodes(name):
+def test_the_engine_decodes_what_autoregressive_generate_decodes(name, forward):
     """Seeded requests decoded together, with a forced-token schedule and an end token: each gets the tokens and
     counts `autoregressive_generate` gives it alone (the tiny model's logits agree to float rounding)."""
     model = tiny_llama(1, vocab=40, layers=2, width=32, heads=4, kv_heads=2, init=0.3)
     config = CONFIGS[name].with_(eos_token_id=39)
-    engine = BatchingEngine(model, max_rows=8)  # 12 requests: 4 wait for a row
+    engine = BatchingEngine(model, max_rows=8, forward=forward)  # 12 requests: 4 wait for a row
     try:
         prompts = _prompts(12, 39, seed=5)
         tickets = [engine.submit(prompt, config.with_(seed=seed), forced=Markers())
@@ -132,20 +145,24 @@ def test_the_engine_decodes_what_autoregressive_generate_decodes(name):
             assert (got.stats.finish_reason, got.stats.forced_tokens, got.stats.seed) == (
                 expected.stats.finish_reason, expected.stats.forced_tokens, seed)
             assert [record.committed for record in got.steps] == [record.committed for record in expected.steps]
-            assert got.stats.target_calls == expected.stats.target_calls  # forced tokens ride with their step
+            # torch's step: forced tokens ride with their step; ONNX Runtime's: each takes a step of its own (the
+            # last step's are never fed: the request ended)
+            separate = sum(len(record.committed) - 1 for record in got.steps[:-1]) if forward == "onnxruntime" else 0
+            assert got.stats.target_calls == expected.stats.target_calls + separate
         assert engine.stats.most_rows == 8 and engine.stats.requests == 12
     finally:
         engine.close()
 
 
 @pytest.mark.stats
-def test_batched_rows_sample_the_targets_distribution():
+@pytest.mark.parametrize("forward", list(FORWARDS))
+def test_batched_rows_sample_the_targets_distribution(forward):
     """The joint of the first sampled tokens (forced tokens in every prefix) against the exact one: a batch of
     requests with seeds 0..N-1 samples the target's distribution."""
-    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2)
+    target = tiny_llama(seed=1, vocab=VOCAB, init=0.2, width=16)  # heads of 8: both forwards run it
     config = DecodingConfig(max_new_tokens=2 * SAMPLED, temperature=1.0, allowed_token_ids=FREE)
     expected = marginal(exact_joint(target, config), slice(0, 3))
-    engine = BatchingEngine(target, max_rows=32)
+    engine = BatchingEngine(target, max_rows=32, forward=forward)
     try:
         tickets = [engine.submit(PROMPT[0].tolist(), config.with_(seed=seed), forced=Markers())
                    for seed in range(sample_count(1000))]
@@ -155,7 +172,8 @@ def test_batched_rows_sample_the_targets_distribution():
     assert chi_square_p(samples, expected) > 1e-3
 
 
-def test_a_seeded_voice_request_decodes_the_same_alone_and_among_sixteen():
+@pytest.mark.parametrize("forward", list(FORWARDS))
+def test_a_seeded_voice_request_decodes_the_same_alone_and_among_sixteen(forward):
     """The shipped voice's own chunks (prompts, forced phoneme schedules, settings): one request alone, then the
     same among fifteen others that join while it decodes."""
     from ssd_demo.backends.embedded import load_synthesizer
@@ -167,7 +185,7 @@ def test_a_seeded_voice_request_decodes_the_same_alone_and_among_sixteen():
         prompt = synthesizer.script(texts[index % len(texts)]).prompts[0]
         config, _ = synthesizer.backend.plan_generation(prompt, synthesizer.config(seed=index), None)
         plans.append((prompt, config))
-    engine = BatchingEngine(synthesizer.target, max_rows=16)
+    engine = BatchingEngine(synthesizer.target, max_rows=16, forward=forward)
     try:
         def submit(index: int, **hooks):
             prompt, config = plans[index]
