@@ -7,12 +7,11 @@ with a DynamicCache, against a one-row step; interleaved, after a warm-up, media
 decoder on B windows in one call against B calls. Prints per B: ms per batched step, ms per row, the step against B
 one-row steps, tokens/s for all rows together, and the codec's ratio.
 
-With `--forward lean`, the batched step is the lean forward's maths for B rows at once (`LeanBatch`: fused
-projections, each row at its own length in its own key/value slot, a mask for the lengths; a prototype for sizing a
-batching engine, not used by the package), against one-row steps of the forward this machine chose for the voice
-(`engine.kv.cached_lm`: ONNX Runtime or the lean forward).
+With `--forward engine`, the batched steps are the batching engine's own (`engine.batched_forward.BatchedLM`,
+torch's, and `engine.onnx_batched.OnnxBatchedLM`, ONNX Runtime's: each row at its own length, spread 0.6-1.4x
+`--context`), against one-row steps of the forward this machine chose for the voice (`engine.kv.cached_lm`).
 
-    python -m scripts.batch_step_cost [--forward transformers|lean] [--sizes 1,2,4,8,16,32] [--context 300]
+    python -m scripts.batch_step_cost [--forward transformers|engine] [--sizes 1,2,4,8,16,32] [--context 300]
         [--repeats 20] [--threads 2]
 
 Developer-only (imported by nothing).
@@ -51,76 +50,18 @@ def _step(target, cache: DynamicCache, next_ids: torch.Tensor, context: int) -> 
     return elapsed
 
 
-class LeanBatch:
-    """The lean forward's maths (`engine.static_cache`) for B rows at once, one new token each, every row at its own
-    length: a prototype that measures what a batched step would cost. Steps repeat at the same positions."""
-
-    def __init__(self, model, rows: int, context: int):
-        from ssd_demo.engine.static_cache import attention_shape
-
-        core = model.model
-        self.model, self.core = model, core
-        self.heads, self.kv_heads, self.head_dim = attention_shape(model.config)
-        with torch.inference_mode():
-            self.layers = [dict(
-                qkv=torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                               layer.self_attn.v_proj.weight]).t().contiguous(),
-                o=layer.self_attn.o_proj.weight.t().contiguous(),
-                gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]).t().contiguous(),
-                down=layer.mlp.down_proj.weight.t().contiguous(),
-                norms=(layer.input_layernorm, layer.post_attention_layernorm)) for layer in core.layers]
-            self.head = model.lm_head.weight.t().contiguous()
-            # rows at different lengths (a real batch's), around `context`; each row's slot holds its own past
-            self.lengths = torch.linspace(context * 0.6, context * 1.4, rows).long() if rows > 1 else \
-                torch.tensor([context])
-            capacity = int(self.lengths.max()) + 2
-            shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-            self.keys, self.values = torch.randn(shape) * 0.3, torch.randn(shape) * 0.3
-            cos, sin = core.rotary_emb(torch.zeros(1), torch.arange(capacity)[None])
-            self.cos, self.sin = cos[0], sin[0]  # [capacity, head_dim]
-            self.mask = (torch.arange(capacity)[None] <= self.lengths[:, None])[:, None, None]  # [rows, 1, 1, T]
-        self.rows = torch.arange(rows)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-    @torch.inference_mode()
-    def step(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits [rows, vocab] of one new token per row (ids [rows])."""
-        heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
-        rows, positions = ids.shape[0], self.lengths
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [rows, 1, head_dim]
-        end = int(positions.max()) + 1
-        x = self.core.embed_tokens(ids)  # [rows, d]
-        for index, layer in enumerate(self.layers):
-            qkv = layer["norms"][0](x) @ layer["qkv"]
-            q = self._rotate(qkv[:, : heads * head_dim].view(rows, heads, head_dim), cos, sin)
-            k = self._rotate(qkv[:, heads * head_dim: (heads + kv_heads) * head_dim].view(rows, kv_heads, head_dim),
-                             cos, sin)
-            self.keys[index, self.rows, :, positions] = k
-            self.values[index, self.rows, :, positions] = qkv[:, (heads + kv_heads) * head_dim:].view(
-                rows, kv_heads, head_dim)
-            attended = torch.nn.functional.scaled_dot_product_attention(
-                q[:, :, None], self.keys[index, :, :, :end], self.values[index, :, :, :end],
-                attn_mask=self.mask[..., :end], enable_gqa=kv_heads != heads)
-            x = x + attended.reshape(rows, heads * head_dim) @ layer["o"]
-            gate_up = layer["norms"][1](x) @ layer["gate_up"]
-            width = gate_up.shape[-1] // 2
-            x = x + (torch.nn.functional.silu(gate_up[:, :width]) * gate_up[:, width:]) @ layer["down"]
-        return self.core.norm(x) @ self.head
-
-
 def _timed(call) -> float:
     start = time.perf_counter()
     call()
     return time.perf_counter() - start
 
 
-def lean_rows(target, sizes: list[int], context: int, repeats: int) -> None:
-    """The batched lean step (`LeanBatch`) against one-row steps of the forward chosen here, interleaved."""
+def engine_rows(target, sizes: list[int], context: int, repeats: int) -> None:
+    """The batching engine's two batched steps (torch's `BatchedLM`, ONNX Runtime's `OnnxBatchedLM`) against one-row
+    steps of the forward chosen here, interleaved; rows at lengths spread around `context`."""
     from ssd_demo.engine import kv
+    from ssd_demo.engine.batched_forward import BatchedLM
+    from ssd_demo.engine.onnx_batched import OnnxBatchedLM
 
     vocab = target.config.vocab_size
     one = kv.cached_lm(target, context + 8)
@@ -132,22 +73,33 @@ def lean_rows(target, sizes: list[int], context: int, repeats: int) -> None:
         one.truncate(context)  # steps repeat at the same position
 
     print(f"one-row forward here: {kv.describe_kernels(target).split(' (')[0]}")
-    print("| rows | batched lean step (ms) | per row (ms) | one-row step, forward chosen here (ms) | "
-          "step / (rows x one-row) | tokens/s |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| rows | torch step (ms) | ONNX Runtime step (ms) | per row (ms) | one-row step, forward chosen here (ms) | "
+          "ONNX Runtime step / (rows x one-row) | tokens/s (ONNX Runtime) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for rows in sizes:
-        batch = LeanBatch(target, rows, context)
-        ids = torch.randint(0, vocab, (rows,))
+        lengths = torch.linspace(context * 0.6, context * 1.4, rows).long().tolist() if rows > 1 else [context]
+        forwards = [kind(target, rows, max(lengths) + 8) for kind in (BatchedLM, OnnxBatchedLM)]
+        for forward in forwards:
+            for row, length in enumerate(lengths):
+                forward.prefill(row, torch.randint(0, vocab, (length,)).tolist())
+        ids = [[int(token)] for token in torch.randint(0, vocab, (rows,))]
+
+        def batched_step(forward) -> None:
+            forward.step(ids)
+            forward.lengths[:rows] = lengths  # steps repeat at the same positions
+
         for _ in range(3):  # warm-up
-            batch.step(ids)
+            for forward in forwards:
+                batched_step(forward)
             one_step()
-        batched, single = [], []
+        times: list[list[float]] = [[], [], []]
         for _ in range(repeats):  # interleaved
-            batched.append(_timed(lambda: batch.step(ids)))
-            single.append(_timed(one_step))
-        step, one_row = statistics.median(batched), statistics.median(single)
-        print(f"| {rows} | {step * 1e3:.2f} | {step * 1e3 / rows:.2f} | {one_row * 1e3:.2f} | "
-              f"{step / (rows * one_row):.2f} | {rows / step:.0f} |", flush=True)
+            for index, forward in enumerate(forwards):
+                times[index].append(_timed(lambda: batched_step(forward)))
+            times[2].append(_timed(one_step))
+        torch_step, onnx_step, one_row = (statistics.median(series) for series in times)
+        print(f"| {rows} | {torch_step * 1e3:.2f} | {onnx_step * 1e3:.2f} | {onnx_step * 1e3 / rows:.2f} | "
+              f"{one_row * 1e3:.2f} | {onnx_step / (rows * one_row):.2f} | {rows / onnx_step:.0f} |", flush=True)
     one.close()
 
 
@@ -157,14 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=300, help="cached positions per row (default 300)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--forward", choices=("transformers", "lean"), default="transformers",
-                        help="the batched step through transformers' forward (default) or the lean forward's maths")
+    parser.add_argument("--forward", choices=("transformers", "engine"), default="transformers",
+                        help="the batched step through transformers' forward (default) or the batching engine's own")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     synthesizer = load_synthesizer()
-    if args.forward == "lean":
+    if args.forward == "engine":
         print(f"{cpu_name()}, {args.threads} torch threads, context about {args.context}, medians of {args.repeats}")
-        lean_rows(synthesizer.target, [int(size) for size in args.sizes.split(",")], args.context, args.repeats)
+        engine_rows(synthesizer.target, [int(size) for size in args.sizes.split(",")], args.context, args.repeats)
         return 0
     target = synthesizer.target  # read without transformers (`models.plain_llama`): its transformers twin is timed here
     target = (target.to_transformers() if hasattr(target, "to_transformers") else target).eval()

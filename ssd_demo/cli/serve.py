@@ -194,15 +194,15 @@ def _costs_note(costs: dict) -> str:
 
 
 def speculation_costs(synthesizer, fixed: dict[str, object] | None = None) -> None:
-    """On an engine that batches (vLLM): measure AR and speculative tokens/s per batch size, which mode "auto"
-    decides from, with the settings the operator fixed (K and the draft among them); printed."""
-    measure = getattr(synthesizer, "measure_speculation", None)
-    if measure is None:
+    """On an engine that batches (vLLM's, our batching one): measure AR and speculative tokens/s per batch size,
+    which mode "auto" decides from, with the settings the operator fixed (K and the draft among them); printed."""
+    if not getattr(synthesizer, "measures_speculation", False):
         return
     fixed = fixed or {}
     decoding = {name: value for name, value in fixed.items() if name in SETTINGS}
-    print("measuring AR and speculative decoding at batch 1, 4 and 16 (mode auto decides from these) ...", flush=True)
-    costs = measure(config=synthesizer.config(**decoding) if decoding else None, draft=fixed.get("draft"))
+    print("measuring AR and speculative decoding per batch size (mode auto decides from these) ...", flush=True)
+    costs = synthesizer.measure_speculation(config=synthesizer.config(**decoding) if decoding else None,
+                                            draft=fixed.get("draft"))
     for batch, (ar, speculative) in costs.items():
         verdict = "speculative" if speculative > ar else "AR"
         print(f"  batch {batch:>2}: AR {ar:.0f} tokens/s, speculative {speculative:.0f} tokens/s -> {verdict}", flush=True)

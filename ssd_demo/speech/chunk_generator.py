@@ -12,6 +12,7 @@ overridden.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +30,9 @@ from ..engine.run_state import ForcedTokens
 
 if TYPE_CHECKING:
     from .synthesis import Synthesizer
+
+#: What `BatchingEngines.measure_speculation` prompts with (the tokens it decodes are not kept).
+MEASURING_TEXT = "Measuring how fast the engines decode."
 
 
 class ChunkGenerator(Protocol):
@@ -108,6 +112,7 @@ class BatchingEngines:
 
     def __init__(self, max_rows: int = MAX_ROWS):
         self.max_rows = max_rows
+        self.speculation_costs: dict[int, tuple[float, float]] = {}  # batch -> (AR, speculative) tokens/s
         self._engines: dict[int, BatchingEngine] = {}  # id(target) -> its engine
         self._lock = threading.Lock()
         # Chunks decoded alone take turns: several at once would only share the cores with each other and the batch.
@@ -131,7 +136,46 @@ class BatchingEngines:
         return None
 
     def speculation_pays(self, decoding: int) -> bool:
-        return decoding <= 1  # with others decoding, their batch's step serves this request too
+        """From the measured tokens per second (`measure_speculation`) at the batch size nearest `decoding`; until
+        measured, only alone (beside others, their batch's step serves this request too)."""
+        if not self.speculation_costs:
+            return decoding <= 1
+        nearest = min(self.speculation_costs, key=lambda batch: abs(math.log(batch) - math.log(max(decoding, 1))))
+        ar, speculative = self.speculation_costs[nearest]
+        return speculative > ar
+
+    def measure_speculation(self, synthesizer: Synthesizer, sizes: tuple[int, ...] = (1, 2, 4, 16),
+                            tokens: int = 48, config: DecodingConfig | None = None,
+                            draft: str | None = None) -> dict[int, tuple[float, float]]:
+        """Tokens per second at each batch size in `sizes`: that many requests decoded together in the batch (AR),
+        against as many decoded speculatively as this generator decodes them, one at a time (the same rate at
+        every size); after a warm-up of each, `tokens` per request with the end token ignored, beta 0 (the exact
+        rule). Kept for `speculation_pays`; returns {batch: (AR, speculative)}."""
+        prompt = synthesizer.script(MEASURING_TEXT).prompts[0]
+        config = (config or synthesizer.config()).with_(max_new_tokens=tokens, eos_token_id=None, beta=0.0)
+        draft = draft or synthesizer.draft_name
+        if not batches(synthesizer.target):
+            return {}
+        engine = self.engine(synthesizer.target)
+
+        def batched(size: int) -> float:
+            start = time.perf_counter()
+            tickets = [engine.submit(prompt, config.with_(seed=seed)) for seed in range(size)]
+            for ticket in tickets:
+                ticket.result()
+            return size * tokens / (time.perf_counter() - start)
+
+        def speculative() -> float:
+            start = time.perf_counter()
+            with self._alone:
+                OUR_ENGINE.generate_chunk(synthesizer, prompt, "speculative", config.with_(seed=0), draft)
+            return tokens / (time.perf_counter() - start)
+
+        batched(1)  # warm-ups
+        speculative()
+        alone = speculative()
+        self.speculation_costs = {size: (batched(size), alone) for size in sizes}
+        return self.speculation_costs
 
     def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,
                        draft_name: str, *, forced: ForcedTokens | None = None, prefix_distribution=None,

@@ -46,6 +46,7 @@ class Synthesizer:
             raise ValueError("a Synthesizer needs at least one draft model")
         self.backend, self.target, self.drafts = backend, target, dict(drafts)
         self.chunk_generator = chunk_generator or OUR_ENGINE
+        self.speculation_costs: dict[int, tuple[float, float]] = {}  # batch -> (AR, speculative) tokens/s, measured
         self.draft_name = default_draft or next(iter(self.drafts))
         self._acoustic: torch.Tensor | None = None
         if self.draft_name not in self.drafts:
@@ -65,9 +66,23 @@ class Synthesizer:
 
     def speculation_pays(self, decoding: int) -> bool:
         """Whether speculation beats AR with `decoding` requests at once (the server's mode "auto"), as the chunk
-        generator says: ours decodes each alone, so yes; a batching one only alone (vLLM's answers from its
-        measured costs)."""
+        generator says: ours decodes each alone, so yes; a batching one from its measured tokens per second (vLLM's
+        answers from its engines')."""
         return self.chunk_generator.speculation_pays(decoding)
+
+    @property
+    def measures_speculation(self) -> bool:
+        """Whether `measure_speculation` has something to measure: a chunk generator that batches."""
+        return hasattr(self.chunk_generator, "measure_speculation")
+
+    def measure_speculation(self, config: DecodingConfig | None = None,
+                            draft: str | None = None) -> dict[int, tuple[float, float]]:
+        """AR's and speculative decoding's tokens per second per batch size, as the chunk generator measures them
+        (`BatchingEngines.measure_speculation`; none for one that decodes each request alone); kept as
+        `speculation_costs`. Returns {batch: (AR, speculative)}."""
+        if self.measures_speculation:
+            self.speculation_costs = self.chunk_generator.measure_speculation(self, config=config, draft=draft)
+        return self.speculation_costs
 
     def config(self, **overrides) -> DecodingConfig:
         """The backend's default settings with the speech-token mask and end token filled in."""

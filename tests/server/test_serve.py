@@ -376,6 +376,8 @@ def test_on_a_batching_engine_the_start_up_measurement_uses_the_fixed_k_and_draf
     asked = {}
 
     class Batching(Synthesizer):
+        measures_speculation = True
+
         def measure_speculation(self, config=None, draft=None):
             asked.update(config=config, draft=draft)
             return {1: (10.0, 12.0)}

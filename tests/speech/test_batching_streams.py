@@ -60,6 +60,24 @@ def test_a_batching_server_speculates_alone_and_batches_among_others(synthesizer
         SpeechService("embedded", synthesizer, default_mode="fastest")
 
 
+def test_a_batching_generator_measures_where_speculation_pays(synthesizer):
+    """What serve measures at start-up: batched AR's tokens per second per batch size against speculative decoding
+    alone (one request at a time, so one rate); mode auto then follows the nearest measured size."""
+    generator = BatchingEngines(max_rows=4)
+    try:
+        costs = generator.measure_speculation(synthesizer, sizes=(1, 4), tokens=16)
+        assert set(costs) == {1, 4} and all(ar > 0 and speculative > 0 for ar, speculative in costs.values())
+        assert costs[1][1] == costs[4][1]
+        assert generator.engine(synthesizer.target).stats.most_rows == 4
+        for size, (ar, speculative) in costs.items():
+            assert generator.speculation_pays(size) == (speculative > ar)
+        generator.speculation_costs = {1: (100.0, 200.0), 4: (400.0, 200.0)}
+        assert generator.speculation_pays(1) and not generator.speculation_pays(3)
+        assert not generator.speculation_pays(16)
+    finally:
+        generator.engine(synthesizer.target).close()
+
+
 def test_a_batching_server_answers_listeners_at_once_over_http(synthesizer):
     """Eight streamed requests at once, default mode and both named modes mixed, through the HTTP server: every one
     is served in full (a watchdog: each must finish within its timeout, none may hang the batch)."""

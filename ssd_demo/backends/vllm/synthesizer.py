@@ -29,6 +29,8 @@ class VllmSynthesizer(Synthesizer):
 
     on_vllm = True
 
+    measures_speculation = True  # its two engines, per batch size
+
     @classmethod
     def wrap(cls, synthesizer: Synthesizer, *, max_num_seqs: int = 64) -> "VllmSynthesizer":
         """The same voice (backend, models) with generation moved to vLLM. The model folders are the ones the
@@ -40,7 +42,6 @@ class VllmSynthesizer(Synthesizer):
         engines = VllmEngines(max_num_seqs)
         wrapped = cls(synthesizer.backend, synthesizer.target, synthesizer.drafts, synthesizer.draft_name,
                       chunk_generator=engines)
-        wrapped.speculation_costs: dict[int, tuple[float, float]] = {}  # batch -> (AR, speculative) tokens/s
         weakref.finalize(wrapped, engines.close)  # engine processes end with their synthesizer
         return wrapped
 
