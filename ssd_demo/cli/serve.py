@@ -184,6 +184,10 @@ def _server_process(args: argparse.Namespace, levels: list[int]) -> tuple[subpro
     raise InputError(f"the server for the load test did not start (exit status {process.poll()})")
 
 
+def _engine_name(args: argparse.Namespace) -> str:
+    return "vLLM's engine" if engine_choice(args.engine) == "vllm" else "our engine"
+
+
 def _costs_note(costs: dict) -> str:
     """What mode "auto" decided from: the engines' tokens per second per batch size, as the server measured them."""
     if not costs:
@@ -232,7 +236,7 @@ def bench(args: argparse.Namespace) -> int:
         process.terminate()
         process.wait(timeout=30)
     table = "\n".join(load_table(rows))
-    basis = (f"{_name(args)} on {engine_choice(args.engine)}'s engine, {workers} worker(s), the server in its own "
+    basis = (f"{_name(args)} on {_engine_name(args)}, {workers} worker(s), the server in its own "
              f"process, {args.requests} requests per "
              f"system and level ({len(texts)} visitor texts in turn, after one warm-up request), seed {args.seed}; "
              f"{cpu_name()}; {engine}; commit {git_commit()}" + _costs_note(costs))
@@ -264,8 +268,8 @@ def main(args: argparse.Namespace) -> int:
                             fixed=fixed, default_mode="auto" if batching else "speculative")
     speculation_costs(synthesizer, service.fixed)
     pinned = f"; fixed for every request: {', '.join(f'{k}={v}' for k, v in service.fixed.items())}" if fixed else ""
-    print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {engine_choice(args.engine)}'s "
-          f"engine ({service.workers} worker(s), {args.max_waiting} waiting at most{pinned}"
+    print(f"serving {_name(args)} on http://{args.host}:{args.port}/v1/audio/speech, {_engine_name(args)} "
+          f"({service.workers} worker(s), {args.max_waiting} waiting at most{pinned}"
           f"{'; autoregressive requests batched, mode auto by default' if batching else ''})", flush=True)
     try:
         # On Ctrl-C, requests still decoding get SHUTDOWN_GRACE_S to finish, then are stopped within one round.

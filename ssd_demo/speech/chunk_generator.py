@@ -13,6 +13,7 @@ overridden.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -145,35 +146,37 @@ class BatchingEngines:
         return speculative > ar
 
     def measure_speculation(self, synthesizer: Synthesizer, sizes: tuple[int, ...] = (1, 2, 4, 16),
-                            tokens: int = 48, config: DecodingConfig | None = None,
+                            config: DecodingConfig | None = None,
                             draft: str | None = None) -> dict[int, tuple[float, float]]:
-        """Tokens per second at each batch size in `sizes`: that many requests decoded together in the batch (AR),
-        against as many decoded speculatively as this generator decodes them, one at a time (the same rate at
-        every size); after a warm-up of each, `tokens` per request with the end token ignored, beta 0 (the exact
-        rule). Kept for `speculation_pays`; returns {batch: (AR, speculative)}."""
-        prompt = synthesizer.script(MEASURING_TEXT).prompts[0]
-        config = (config or synthesizer.config()).with_(max_new_tokens=tokens, eos_token_id=None, beta=0.0)
-        draft = draft or synthesizer.draft_name
+        """Tokens per second at each batch size in `sizes`, on the voice's own chunk for a short sentence (its plan
+        and forced tokens, as a request decodes it): that many requests decoded together in the batch (AR), against
+        as many decoded speculatively as this generator decodes them, one at a time (the same rate at every size);
+        after a warm-up of each. Kept for `speculation_pays`; returns {batch: (AR, speculative)}."""
         if not batches(synthesizer.target):
             return {}
+        prompt = synthesizer.script(MEASURING_TEXT).prompts[0]
+        config, distribution = synthesizer.backend.plan_generation(prompt, config or synthesizer.config())
+        forced = synthesizer.backend.forced_tokens(prompt)
+        draft = draft or synthesizer.draft_name
         engine = self.engine(synthesizer.target)
 
         def batched(size: int) -> float:
             start = time.perf_counter()
-            tickets = [engine.submit(prompt, config.with_(seed=seed)) for seed in range(size)]
-            for ticket in tickets:
-                ticket.result()
-            return size * tokens / (time.perf_counter() - start)
-
-        def speculative() -> float:
-            start = time.perf_counter()
-            with self._alone:
-                OUR_ENGINE.generate_chunk(synthesizer, prompt, "speculative", config.with_(seed=0), draft)
+            tickets = [engine.submit(prompt, config.with_(seed=seed), forced=forced, prefix_distribution=distribution)
+                       for seed in range(size)]
+            tokens = sum(len(ticket.result().tokens) for ticket in tickets)
             return tokens / (time.perf_counter() - start)
 
+        def speculative(seed: int) -> float:
+            with self._alone:
+                generation, seconds = OUR_ENGINE.generate_chunk(synthesizer, prompt, "speculative",
+                                                                config.with_(seed=seed), draft, forced=forced,
+                                                                prefix_distribution=distribution)
+            return len(generation.tokens) / seconds
+
         batched(1)  # warm-ups
-        speculative()
-        alone = speculative()
+        speculative(0)
+        alone = statistics.median(speculative(seed) for seed in range(3))
         self.speculation_costs = {size: (batched(size), alone) for size in sizes}
         return self.speculation_costs
 

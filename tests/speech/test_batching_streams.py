@@ -65,7 +65,7 @@ def test_a_batching_generator_measures_where_speculation_pays(synthesizer):
     alone (one request at a time, so one rate); mode auto then follows the nearest measured size."""
     generator = BatchingEngines(max_rows=4)
     try:
-        costs = generator.measure_speculation(synthesizer, sizes=(1, 4), tokens=16)
+        costs = generator.measure_speculation(synthesizer, sizes=(1, 4))
         assert set(costs) == {1, 4} and all(ar > 0 and speculative > 0 for ar, speculative in costs.values())
         assert costs[1][1] == costs[4][1]
         assert generator.engine(synthesizer.target).stats.most_rows == 4
