@@ -80,29 +80,18 @@ def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor
     return F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
 
 
-class BatchedLM:
-    """Rows of KV cache, each a request's past; `prefill` fills a row, `step` advances rows 0..B-1 by their new
-    tokens (one, or a few where a schedule forces some).
+class KVRows:
+    """Rows of KV cache, each a request's past at its own length, with the rotary tables for their positions: what
+    both batched steps keep (`BatchedLM`; `onnx_batched.OnnxBatchedLM`, whose graph reads and writes them in place).
 
-    Rows are the caller's to arrange: `step` reads the first B rows, so a caller keeps its live requests in rows
+    Rows are the caller's to arrange: a step reads the first B rows, so a caller keeps its live requests in rows
     0..B-1 (`move` copies a row into another when one leaves). `lengths[row]` is the positions cached in a row.
     """
 
-    max_new = None  # a step takes every new token a row has (`onnx_batched.OnnxBatchedLM` takes one)
-
-    def __init__(self, model, rows: int = 4, capacity: int = 512):
-        if not batches(model):
-            raise ValueError(f"{type(model).__name__} is not a model the batched forward runs (a Llama or Qwen2 "
-                             "with full attention and a position-only rotary embedding, in eval mode)")
-        core = model.model
+    def __init__(self, model, rows: int, capacity: int):
         self.model = model
         self.heads, self.kv_heads, self.head_dim = attention_shape(model.config)
-        with torch.inference_mode():
-            # The lean forward's packed copy where it keeps one (CPU models), else one of our own.
-            packed_layers, head = kernels.packed_weights(model) or kernels.pack(model)
-            self._layers = [_Layer(layer, packed) for layer, packed in zip(core.layers, packed_layers)]
-            self._head = _Linear(head)
-        self._embed, self._norm = core.embed_tokens, (core.norm.weight, core.norm.variance_epsilon)
+        self.device = model.lm_head.weight.device
         self.lengths: list[int] = []
         self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim], as self.values
         self.values: torch.Tensor | None = None
@@ -118,21 +107,20 @@ class BatchedLM:
 
     @torch.inference_mode()
     def reserve(self, rows: int, capacity: int) -> None:
-        """At least `rows` rows of at least `capacity` positions (what is cached is kept)."""
+        """At least `rows` rows of at least `capacity` positions (what is cached is kept; the buffers are new)."""
         if rows <= self.rows and capacity <= self.capacity:
             return
         rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
-        device = self._norm[0].device
-        shape = (len(self._layers), rows, self.kv_heads, capacity, self.head_dim)
-        keys, values = torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+        shape = (len(self.model.model.layers), rows, self.kv_heads, capacity, self.head_dim)
+        keys, values = torch.zeros(shape, device=self.device), torch.zeros(shape, device=self.device)
         if self.keys is not None:
             keys[:, : self.rows, :, : self.capacity] = self.keys
             values[:, : self.rows, :, : self.capacity] = self.values
         self.keys, self.values = keys, values
         self.lengths += [0] * (rows - len(self.lengths))
-        positions = torch.arange(capacity, device=device)[None]
-        cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1, device=device), positions)
-        self._cos, self._sin = cos[0], signed_sine(sin[0])  # [capacity, head_dim]
+        cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1, device=self.device),
+                                               torch.arange(capacity, device=self.device)[None])
+        self._cos, self._sin = cos[0].contiguous(), signed_sine(sin[0]).contiguous()  # [capacity, head_dim]
 
     @torch.inference_mode()
     def move(self, source: int, destination: int) -> None:
@@ -141,6 +129,26 @@ class BatchedLM:
         self.keys[:, destination, :, :length] = self.keys[:, source, :, :length]
         self.values[:, destination, :, :length] = self.values[:, source, :, :length]
         self.lengths[destination] = length
+
+
+class BatchedLM(KVRows):
+    """Torch's batched step over `KVRows`: `prefill` fills a row, `step` advances rows 0..B-1 by their new tokens
+    (one, or a few where a schedule forces some)."""
+
+    max_new = None  # a step takes every new token a row has (`onnx_batched.OnnxBatchedLM` takes one)
+
+    def __init__(self, model, rows: int = 4, capacity: int = 512):
+        if not batches(model):
+            raise ValueError(f"{type(model).__name__} is not a model the batched forward runs (a Llama or Qwen2 "
+                             "with full attention and a position-only rotary embedding, in eval mode)")
+        core = model.model
+        with torch.inference_mode():
+            # The lean forward's packed copy where it keeps one (CPU models), else one of our own.
+            packed_layers, head = kernels.packed_weights(model) or kernels.pack(model)
+            self._layers = [_Layer(layer, packed) for layer, packed in zip(core.layers, packed_layers)]
+            self._head = _Linear(head)
+        self._embed, self._norm = core.embed_tokens, (core.norm.weight, core.norm.variance_epsilon)
+        super().__init__(model, rows, capacity)
 
     @torch.inference_mode()
     def prefill(self, row: int, ids: list[int]) -> None:

@@ -26,7 +26,8 @@ import torch
 
 from . import machine_cache, onnx_graph
 from .onnx_graph import GraphBuilder, new_session
-from .static_cache import STATIC_ROPE_TYPES, attention_shape, signed_sine, supports as lean_supports
+from .batched_forward import KVRows
+from .static_cache import STATIC_ROPE_TYPES, attention_shape, supports as lean_supports
 
 
 def available(model) -> bool:
@@ -100,59 +101,27 @@ def graph_bytes(model) -> bytes:
     return machine_cache.graph(key, lambda: build_graph(model).SerializeToString())
 
 
-class OnnxBatchedLM:
-    """`batched_forward.BatchedLM`'s contract (rows of KV cache, `prefill`, `step`, `move`, `reserve`) through
-    ONNX Runtime; `step` takes one new token a row (`max_new`)."""
+class OnnxBatchedLM(KVRows):
+    """The batched step over `batched_forward.KVRows` through ONNX Runtime (`prefill`, `step`, as `BatchedLM`);
+    `step` takes one new token a row (`max_new`)."""
 
     max_new = 1
 
     def __init__(self, model, rows: int = 4, capacity: int = 512):
         if not available(model):
             raise ValueError(f"{type(model).__name__} is not a model the ONNX Runtime batched step runs")
-        self.model = model
-        self.heads, self.kv_heads, self.head_dim = attention_shape(model.config)
         self._layers = len(model.model.layers)
         self._vocab = model.lm_head.out_features
         self._session = new_session(graph_bytes(model), threads=1)
         # rows (first, count) -> a binding with their KV buffers and logits bound (about 0.5 ms a step to rebind)
         self._bindings: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}
-        self.lengths: list[int] = []
-        self.keys: torch.Tensor | None = None  # [layers, rows, kv_heads, capacity, head_dim], as self.values
-        self.values: torch.Tensor | None = None
-        self.reserve(rows, capacity)
+        super().__init__(model, rows, capacity)
 
-    @property
-    def rows(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[1]
-
-    @property
-    def capacity(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[3]
-
-    @torch.inference_mode()
     def reserve(self, rows: int, capacity: int) -> None:
-        """At least `rows` rows of at least `capacity` positions (what is cached is kept)."""
-        if rows <= self.rows and capacity <= self.capacity:
-            return
-        rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
-        shape = (self._layers, rows, self.kv_heads, capacity, self.head_dim)
-        keys, values = torch.zeros(shape), torch.zeros(shape)
-        if self.keys is not None:
-            keys[:, : self.rows, :, : self.capacity] = self.keys
-            values[:, : self.rows, :, : self.capacity] = self.values
-        self.keys, self.values = keys, values
-        self._bindings.clear()  # they point at the old buffers
-        self.lengths += [0] * (rows - len(self.lengths))
-        cos, sin = self.model.model.rotary_emb(torch.zeros(1, 1, 1), torch.arange(capacity)[None])
-        self._cos, self._sin = cos[0].contiguous(), signed_sine(sin[0]).contiguous()  # [capacity, head_dim]
-
-    @torch.inference_mode()
-    def move(self, source: int, destination: int) -> None:
-        """Row `source`'s cache into row `destination` (its old content is dropped)."""
-        length = self.lengths[source]
-        self.keys[:, destination, :, :length] = self.keys[:, source, :, :length]
-        self.values[:, destination, :, :length] = self.values[:, source, :, :length]
-        self.lengths[destination] = length
+        before = self.keys
+        super().reserve(rows, capacity)
+        if self.keys is not before:
+            self._bindings.clear()  # they point at the buffers reserve replaced
 
     def prefill(self, row: int, ids: list[int]) -> None:
         """Row `row`'s cache from position 0: the `ids` (a prompt), causally."""
