@@ -207,6 +207,8 @@ def speculation_costs(synthesizer, fixed: dict[str, object] | None = None) -> No
     print("measuring AR and speculative decoding per batch size (mode auto decides from these) ...", flush=True)
     costs = synthesizer.measure_speculation(config=synthesizer.config(**decoding) if decoding else None,
                                             draft=fixed.get("draft"))
+    if not costs:
+        print("  not measured (a target this large would take minutes): auto speculates alone only", flush=True)
     for batch, (ar, speculative) in costs.items():
         verdict = "speculative" if speculative > ar else "AR"
         print(f"  batch {batch:>2}: AR {ar:.0f} tokens/s, speculative {speculative:.0f} tokens/s -> {verdict}", flush=True)

@@ -27,16 +27,19 @@ import torch
 from . import machine_cache, onnx_graph
 from .onnx_graph import GraphBuilder, new_session
 from .batched_forward import KVRows
+from .onnx_forward import MAX_PARAMETERS
 from .static_cache import STATIC_ROPE_TYPES, attention_shape, supports as lean_supports
 
 
 def available(model) -> bool:
     """Whether this forward runs the model: ONNX Runtime installed, a CPU Llama or Qwen2 the lean forward serves,
-    with a position-only rotary embedding and heads of a multiple of 8 dimensions (GroupQueryAttention's rule)."""
+    with a position-only rotary embedding, heads of a multiple of 8 dimensions (GroupQueryAttention's rule) and
+    weights that fit one graph (`onnx_forward.MAX_PARAMETERS`)."""
     rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
     return (importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
             and lean_supports(model) and getattr(rotary, "rope_type", "default") in STATIC_ROPE_TYPES
-            and model.lm_head.weight.device.type == "cpu" and attention_shape(model.config)[2] % 8 == 0)
+            and model.lm_head.weight.device.type == "cpu" and attention_shape(model.config)[2] % 8 == 0
+            and sum(parameter.numel() for parameter in model.parameters()) <= MAX_PARAMETERS)
 
 
 def build_graph(model):

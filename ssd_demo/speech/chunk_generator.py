@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 #: What `BatchingEngines.measure_speculation` prompts with (the tokens it decodes are not kept).
 MEASURING_TEXT = "Measuring how fast the engines decode."
+#: Targets above this many parameters are not measured (23 chunks would take minutes on a CPU): "auto" then
+#: speculates alone only.
+MEASURED_MAX = 100_000_000
 
 
 class ChunkGenerator(Protocol):
@@ -152,7 +155,7 @@ class BatchingEngines:
         and forced tokens, as a request decodes it): that many requests decoded together in the batch (AR), against
         as many decoded speculatively as this generator decodes them, one at a time (the same rate at every size);
         after a warm-up of each. Kept for `speculation_pays`; returns {batch: (AR, speculative)}."""
-        if not batches(synthesizer.target):
+        if not batches(synthesizer.target) or sum(p.numel() for p in synthesizer.target.parameters()) > MEASURED_MAX:
             return {}
         prompt = synthesizer.script(MEASURING_TEXT).prompts[0]
         config, distribution = synthesizer.backend.plan_generation(prompt, config or synthesizer.config())

@@ -210,6 +210,19 @@ def test_a_seeded_voice_request_decodes_the_same_alone_and_among_sixteen(forward
         engine.close()
 
 
+def test_the_engine_steps_on_torch_where_onnx_runtime_cannot(monkeypatch):
+    """Heads of 4 dimensions (GroupQueryAttention wants multiples of 8), or weights past one graph's size."""
+    from ssd_demo.engine import onnx_batched
+
+    assert BatchingEngine(tiny_llama(0, vocab=30, width=8, heads=2)).forward == "torch"
+    model = tiny_llama(0, vocab=30, layers=1, width=16, heads=2)
+    assert BatchingEngine(model).forward == "onnxruntime"
+    monkeypatch.setattr(onnx_batched, "MAX_PARAMETERS", 100)
+    assert BatchingEngine(model).forward == "torch"
+    with pytest.raises(ValueError, match="forward must be one of"):
+        BatchingEngine(model, forward="gpu")
+
+
 def test_a_stopped_request_leaves_and_the_others_go_on():
     model = tiny_llama(2, vocab=30, layers=1, width=16, init=0.3)
     config = DecodingConfig(max_new_tokens=40, temperature=1.0)

@@ -78,6 +78,15 @@ def test_a_batching_generator_measures_where_speculation_pays(synthesizer):
         generator.engine(synthesizer.target).close()
 
 
+def test_a_target_too_large_to_measure_speculates_alone_only(synthesizer, monkeypatch):
+    from ssd_demo.speech import chunk_generator
+
+    monkeypatch.setattr(chunk_generator, "MEASURED_MAX", 1000)
+    generator = BatchingEngines(max_rows=4)
+    assert generator.measure_speculation(synthesizer) == {}
+    assert generator.speculation_pays(1) and not generator.speculation_pays(2)
+
+
 def test_a_batching_server_answers_listeners_at_once_over_http(synthesizer):
     """Eight streamed requests at once, default mode and both named modes mixed, through the HTTP server: every one
     is served in full (a watchdog: each must finish within its timeout, none may hang the batch)."""
