@@ -80,6 +80,7 @@ class _Request:
     started: float = 0.0
     prefill_seconds: float = 0.0
     calls: int = 0  # target calls this request took part in (its prefill and every step)
+    unsampled_seconds: float = 0.0  # steps since its last sample that only fed tokens (counted in the next record)
     sampling: object = None  # rows with equal keys share one call making their distributions (`_distributions`)
 
 
@@ -105,7 +106,8 @@ class BatchingEngine:
             raise ValueError(f"max_rows must be at least 1; got {max_rows}")
         if forward not in FORWARDS:
             raise ValueError(f"forward must be one of {', '.join(FORWARDS)}; got {forward!r}")
-        if forward == "auto":
+        self._auto = forward == "auto"
+        if self._auto:
             forward = "onnxruntime" if onnx_batched.available(target) else "torch"
         self.target, self.max_rows, self.forward = target, max_rows, forward
         self.device = next(target.parameters()).device
@@ -194,8 +196,7 @@ class BatchingEngine:
                                 else config.with_(seed=None, max_new_tokens=1))
             need = len(request.prompt) + config.max_new_tokens + MAX_FORCED_PER_TOKEN + 2
             if self._forward is None:
-                kind = OnnxBatchedLM if self.forward == "onnxruntime" else BatchedLM
-                self._forward = kind(self.target, rows=min(4, self.max_rows), capacity=max(need, 256))
+                self._forward = self._new_forward(max(need, 256))
             row = len(self._live)
             rows = self._forward.rows if row < self._forward.rows else min(2 * self._forward.rows, self.max_rows)
             self._forward.reserve(rows, need)  # (rows grow by doubling: a reservation copies the caches)
@@ -206,6 +207,19 @@ class BatchingEngine:
             self.stats.requests += 1
         except Exception as error:  # noqa: BLE001 - a bad request ends alone, the batch goes on
             request.ticket._finish(error=error)
+
+    def _new_forward(self, capacity: int) -> BatchedLM | OnnxBatchedLM:
+        """The batched step this engine was asked for; where "auto" chose ONNX Runtime's and it cannot be built
+        here (a session or operator this build lacks), torch's."""
+        rows = min(4, self.max_rows)
+        if self.forward == "onnxruntime":
+            try:
+                return OnnxBatchedLM(self.target, rows=rows, capacity=capacity)
+            except Exception:  # noqa: BLE001 - any failure to build: the engine still decodes, on torch's step
+                if not self._auto:
+                    raise
+                self.forward = "torch"
+        return BatchedLM(self.target, rows=rows, capacity=capacity)
 
     def _step(self) -> None:
         """Stop the rows asked to, then one step of every live row (its new tokens), then each row's sample."""
@@ -241,9 +255,10 @@ class BatchingEngine:
         for row, request in enumerate(self._live):
             request.calls += 1
             if row not in probs:
+                request.unsampled_seconds += seconds
                 continue
             try:
-                if self._sample(request, probs[row], seconds, forward.lengths[row]):
+                if self._sample(request, probs[row], seconds + request.unsampled_seconds, forward.lengths[row]):
                     endings.append((request, run_result(request.run, "ar", request.prefill_seconds,
                                                         time.perf_counter() - request.started,
                                                         target_calls=request.calls, draft_calls=0), None))
@@ -268,8 +283,8 @@ class BatchingEngine:
         return probs
 
     def _sample(self, request: _Request, probs: torch.Tensor, seconds: float, cached: int) -> bool:
-        """The row's next token from `probs` [1, V], committed with its forced ones and reported; whether the
-        request is over."""
+        """The row's next token from `probs` [1, V], committed with its forced ones and reported (`seconds`: the
+        steps since its last sample); whether the request is over."""
         run = request.run
         token = int(sample(probs, run.generator)[0])
         before = len(run.committed)
@@ -278,6 +293,7 @@ class BatchingEngine:
                              verify_seconds=seconds, end_seconds=time.perf_counter() - request.started,
                              target_cache_len=cached, forced_counts=forced_counts, committed=run.committed[before:])
         run.steps.append(record)
+        request.unsampled_seconds = 0.0
         if request.on_commit is not None:
             request.on_commit(record)
         if request.on_round is not None:

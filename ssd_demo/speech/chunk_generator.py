@@ -140,13 +140,14 @@ class BatchingEngines:
         return None
 
     def speculation_pays(self, decoding: int) -> bool:
-        """From the measured tokens per second (`measure_speculation`) at the batch size nearest `decoding`; until
-        measured, only alone (beside others, their batch's step serves this request too)."""
+        """From the measured tokens per second (`measure_speculation`) at the batch size nearest `decoding`, and
+        only while no speculative chunk decodes now (they take turns: this one would wait for it, where the batch
+        takes it at its next step); until measured, only alone."""
         if not self.speculation_costs:
             return decoding <= 1
         nearest = min(self.speculation_costs, key=lambda batch: abs(math.log(batch) - math.log(max(decoding, 1))))
         ar, speculative = self.speculation_costs[nearest]
-        return speculative > ar
+        return speculative > ar and not self._alone.locked()
 
     def measure_speculation(self, synthesizer: Synthesizer, sizes: tuple[int, ...] = (1, 2, 4, 16),
                             config: DecodingConfig | None = None,

@@ -49,7 +49,9 @@ def test_batched_rows_give_the_lean_forwards_logits(bias, forward):
         batched.prefill(row, prompt[:-1])
         lm.forward(prompt[:-1])
     ids = [prompt[-1] for prompt in prompts]
-    for _ in range(6):
+    for step in range(6):
+        if step == 3:  # new buffers mid-way (more rows, more positions): the rows' caches move with them
+            batched.reserve(len(prompts) + 3, 128)
         got = batched.step([[token] for token in ids])
         expected = torch.cat([lm.forward([token], last_only=True) for lm, token in zip(alone, ids)])
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
@@ -221,6 +223,29 @@ def test_the_engine_steps_on_torch_where_onnx_runtime_cannot(monkeypatch):
     assert BatchingEngine(model).forward == "torch"
     with pytest.raises(ValueError, match="forward must be one of"):
         BatchingEngine(model, forward="gpu")
+
+
+def test_where_onnx_runtimes_step_cannot_be_built_auto_decodes_on_torch(monkeypatch):
+    from ssd_demo.engine import batching
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no GroupQueryAttention in this build")
+
+    monkeypatch.setattr(batching, "OnnxBatchedLM", broken)
+    model = tiny_llama(0, vocab=30, layers=1, width=16, heads=2)
+    config = DecodingConfig(max_new_tokens=5, temperature=0.0)
+    for forward, fails in (("auto", False), ("onnxruntime", True)):
+        engine = BatchingEngine(model, max_rows=2, forward=forward)
+        try:
+            if fails:
+                with pytest.raises(RuntimeError, match="GroupQueryAttention"):
+                    engine.generate([1, 2, 3], config)
+            else:
+                assert engine.generate([1, 2, 3], config).tokens == autoregressive_generate(
+                    model, torch.tensor([[1, 2, 3]]), config).tokens
+                assert engine.forward == "torch"
+        finally:
+            engine.close()
 
 
 def test_a_stopped_request_leaves_and_the_others_go_on():

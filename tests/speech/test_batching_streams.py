@@ -10,6 +10,7 @@ import pytest
 
 from ssd_demo.server.service import SpeechService
 from ssd_demo.speech.chunk_generator import BatchingEngines
+from ssd_demo.speech.synthesis import Synthesizer
 
 TEXTS = ["Hi there!", "Where is the small compass?", "Wait. What was that?", "The score was 3 to 8 at half time."]
 
@@ -67,13 +68,15 @@ def test_a_batching_generator_measures_where_speculation_pays(synthesizer):
     try:
         costs = generator.measure_speculation(synthesizer, sizes=(1, 4))
         assert set(costs) == {1, 4} and all(ar > 0 and speculative > 0 for ar, speculative in costs.values())
-        assert costs[1][1] == costs[4][1]
         assert generator.engine(synthesizer.target).stats.most_rows == 4
-        for size, (ar, speculative) in costs.items():
-            assert generator.speculation_pays(size) == (speculative > ar)
         generator.speculation_costs = {1: (100.0, 200.0), 4: (400.0, 200.0)}
         assert generator.speculation_pays(1) and not generator.speculation_pays(3)
         assert not generator.speculation_pays(16)
+        with generator._alone:  # another request's speculative chunk decoding: this one would wait for it
+            assert not generator.speculation_pays(1)
+        voice = Synthesizer(synthesizer.backend, synthesizer.target, synthesizer.drafts, chunk_generator=generator)
+        assert voice.measures_speculation and not Synthesizer(synthesizer.backend, synthesizer.target,
+                                                              synthesizer.drafts).measures_speculation
     finally:
         generator.engine(synthesizer.target).close()
 
