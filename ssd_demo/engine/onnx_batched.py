@@ -4,7 +4,7 @@ Why: a batch step of the embedded target spends most of its time in small calls 
 and attention over every row's own cache), where torch pays dispatch per operation and its attention kernel
 suits long queries, not a row's one new token. ONNX Runtime runs the whole step in one C++ call: MLAS for the
 products and its GroupQueryAttention operator, which attends each row over its own length in place in the
-caller's KV buffers. On an AMD EPYC (one thread) that made the step 2.4x (1 row) to 1.7x (16 rows) faster than
+caller's KV buffers. On an AMD EPYC (one thread) that made the step 2.5x (1 row) to 1.7x (32 rows) faster than
 torch's (`docs/benchmarks.md`).
 
 The price: that operator takes several new tokens per row only for a batch of one, so a step feeds one token a
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from . import machine_cache, onnx_graph
-from .onnx_graph import GraphBuilder, new_session
 from .batched_forward import KVRows
 from .onnx_forward import MAX_PARAMETERS
+from .onnx_graph import GraphBuilder, new_session
 from .static_cache import STATIC_ROPE_TYPES, attention_shape, supports as lean_supports
 
 
