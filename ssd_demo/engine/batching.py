@@ -234,7 +234,7 @@ class BatchingEngine:
         if not self._live:
             return
         forward = self._forward
-        most = forward.max_new or None  # new tokens a row may take in one step (None: all it committed)
+        most = forward.max_new  # new tokens a row may take in one step (None: all it committed)
         inputs = [r.run.committed[forward.lengths[row]:][:most] for row, r in enumerate(self._live)]
         started = time.perf_counter()
         try:
