@@ -9,11 +9,10 @@ seeded request decodes the same tokens alone or among others (batch invariance):
   another kernel that sums in another order, while from 4 rows on a row's bits depend neither on how many rows
   there are nor on where it sits (oneDNN's matmul, used where this torch has it, needed no padding on an AMD EPYC
   with AVX-512, but the padding costs little and keeps other CPUs safe);
-- with one torch thread (as `serve` steps the batch), attention runs for all rows in one call per layer over a
-  span rounded up to a multiple of 64 positions, each row's positions past its own masked out: a masked position
-  adds an exact zero, and the kernel sums a row in an order that depends neither on the other rows nor on the
-  positions past its own (measured). With more threads the kernel shares a row's work out by the batch's shape,
-  so there attention runs row by row, each over exactly its own positions (slower: one call per row and layer).
+- attention runs row by row, each over exactly its own positions (one call per row and layer). One call for all
+  rows over a span masked past each row's own was 8-15 % faster with one thread, but a row's bits then changed
+  with the other rows where rows feed several tokens (a sampled one and those a schedule forces), and with more
+  threads (measured).
 `tests/engine/test_batching.py` checks both on the machine it runs on.
 """
 
@@ -27,8 +26,6 @@ from .static_cache import STATIC_ROPE_TYPES, attention_shape, signed_sine, suppo
 
 #: Rows a matrix product always runs on a multiple of (see the module's docstring).
 ROW_MULTIPLE = 4
-#: Attention spans a multiple of this many positions (see the module's docstring).
-ATTENTION_BLOCK = 64
 
 
 def batches(model) -> bool:
@@ -135,8 +132,6 @@ class BatchedLM(KVRows):
     """Torch's batched step over `KVRows`: `prefill` fills a row, `step` advances rows 0..B-1 by their new tokens
     (one, or a few where a schedule forces some)."""
 
-    max_new = None  # a step takes every new token a row has (`onnx_batched.OnnxBatchedLM` takes one)
-
     def __init__(self, model, rows: int = 4, capacity: int = 512):
         if not batches(model):
             raise ValueError(f"{type(model).__name__} is not a model the batched forward runs (a Llama or Qwen2 "
@@ -184,8 +179,7 @@ class BatchedLM(KVRows):
         positions = torch.tensor([start + j for start, count in zip(starts, counts) for j in range(count)],
                                  device=device)
         owners = torch.tensor([row for row, count in enumerate(counts) for _ in range(count)], device=device)
-        attend = (self._attend_together if torch.get_num_threads() == 1 else self._attend_apart)(starts, counts,
-                                                                                                  owners, positions)
+        attend = self._attend(starts, counts, owners, positions)
         stream = self._layers_over(torch.tensor([token for new in ids for token in new], device=device), positions,
                                    attend)
         for row, count in enumerate(counts):
@@ -193,36 +187,9 @@ class BatchedLM(KVRows):
         last = stream[[first + count - 1 for first, count in zip(firsts, counts)]]  # [B, d]
         return self._head(_rms_norm(_padded(last), self._norm))[:rows]
 
-    def _attend_together(self, starts: list[int], counts: list[int], owners: torch.Tensor, positions: torch.Tensor):
-        """Attention for all rows in one call per layer: each row's queries over a span of positions rounded up to a
-        multiple of `ATTENTION_BLOCK`, its own positions past its length masked out. With one thread a row's bits
-        do not depend on the other rows (measured); with two, the kernel shares the work out otherwise."""
-        rows, device = len(counts), owners.device
-        widest = max(counts)
-        # each new token's place among the rows x widest queries
-        slots = owners * widest + torch.tensor([j for count in counts for j in range(count)], device=device)
-        span = min(-(-max(start + count for start, count in zip(starts, counts)) // ATTENTION_BLOCK) * ATTENTION_BLOCK,
-                   self.capacity)
-        # query j of row b sees its cache and the new tokens up to its own: [B, 1, widest, span]
-        seen = (torch.arange(span, device=device)[None, None]
-                <= (torch.tensor(starts, device=device)[:, None] + torch.arange(widest, device=device)[None])[..., None])
-        seen, gqa = seen[:, None], self.kv_heads != self.heads
-
-        def attend(index: int, layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            self.keys[index, owners, :, positions] = k
-            self.values[index, owners, :, positions] = v
-            queries = q.new_zeros(rows * widest, *q.shape[1:])
-            queries[slots] = q
-            out = F.scaled_dot_product_attention(
-                queries.view(rows, widest, -1, q.shape[-1]).transpose(1, 2), self.keys[index, :rows, :, :span],
-                self.values[index, :rows, :, :span], attn_mask=seen, scale=layer.scaling, enable_gqa=gqa)
-            return out.transpose(1, 2).reshape(rows * widest, -1)[slots]  # [n, heads * head_dim]
-
-        return attend
-
-    def _attend_apart(self, starts: list[int], counts: list[int], owners: torch.Tensor, positions: torch.Tensor):
+    def _attend(self, starts: list[int], counts: list[int], owners: torch.Tensor, positions: torch.Tensor):
         """Attention row by row, each over exactly its own positions: the same call alone or in a batch, whatever
-        the thread count (slower: one call per row and layer)."""
+        the thread count."""
         device = owners.device
         firsts = [sum(counts[:row]) for row in range(len(counts))]
         masks = [None if count == 1 else  # a row's new tokens see its cache and the new tokens before them

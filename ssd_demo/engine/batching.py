@@ -7,11 +7,10 @@ generator, allowed-token mask, forced-token schedule, prefix distribution), so a
 `generate.autoregressive_generate` samples, and the batched forward's rows do not depend on each other
 (`batched_forward`), so a seeded request decodes the same tokens alone or in a batch.
 
-Forced tokens ride with the token they follow where the batched step takes several tokens a row (torch's,
-`batched_forward`): a row's step feeds every token it committed since its last step, as `autoregressive_generate`
-feeds them. ONNX Runtime's step (`onnx_batched`, the default where it runs the target: faster on the CPUs
-measured) takes one token a row, so there a forced token takes a step of its own, and a row samples once it has
-fed all it committed.
+Forced tokens ride with the token they follow: a row's step feeds every token it committed since its last step,
+as `autoregressive_generate` feeds them. The step is ONNX Runtime's (`onnx_batched`) where it runs the target
+(faster on the CPUs measured), else torch's (`batched_forward`). ONNX Runtime's takes several tokens for only a
+few rows a step; a row it leaves waiting samples at a later step, once it has fed all it committed.
 
 One thread (the engine's) runs the steps; callers block in `Ticket.result()`. `on_commit` and `on_round` are called
 from the engine's thread after each of the row's sampled tokens, and must be quick (a stream's codec feed is).
@@ -80,7 +79,7 @@ class _Request:
     started: float = 0.0
     prefill_seconds: float = 0.0
     calls: int = 0  # target calls this request took part in (its prefill and every step)
-    unsampled_seconds: float = 0.0  # steps since its last sample that only fed tokens (counted in the next record)
+    unsampled_seconds: float = 0.0  # steps it waited through since its last sample (counted in its next record)
     sampling: object = None  # rows with equal keys share one call making their distributions (`_distributions`)
 
 
@@ -234,13 +233,11 @@ class BatchingEngine:
         if not self._live:
             return
         forward = self._forward
-        most = forward.max_new  # new tokens a row may take in one step (None: all it committed)
-        inputs = [r.run.committed[forward.lengths[row]:][:most] for row, r in enumerate(self._live)]
+        inputs = [r.run.committed[forward.lengths[row]:] for row, r in enumerate(self._live)]
         started = time.perf_counter()
         try:
             logits = forward.step(inputs)
-            # a row samples once it has fed everything it committed (where a step takes one token a row, a token
-            # a schedule forced takes a step of its own)
+            # a row samples once it has fed everything it committed (the step may leave a row waiting)
             ready = [row for row, r in enumerate(self._live) if forward.lengths[row] == len(r.run.committed)]
             probs = self._distributions(logits, ready)
         except Exception as error:  # noqa: BLE001 - the forward failed: every row ends with its error

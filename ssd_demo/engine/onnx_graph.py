@@ -44,10 +44,11 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def op(self, kind: str, args: list[str], outs: int = 1, **attributes):
+    def op(self, kind: str, args: list[str], outs: int = 1, names: list[str | None] | None = None, **attributes):
+        """A node; its outputs' names are generated, or `names` (None: generated)."""
         from onnx import helper
 
-        names = [f"{kind.lower()}{len(self.nodes)}_{i}" for i in range(outs)]
+        names = [name or f"{kind.lower()}{len(self.nodes)}_{i}" for i, name in enumerate(names or [None] * outs)]
         self.nodes.append(helper.make_node(kind, args, names, **attributes))
         return names[0] if outs == 1 else names
 
