@@ -150,6 +150,10 @@ def load_table(rows: Sequence[LoadRow]) -> list[str]:
     lines = ["| system | clients | requests | refused | first audio P50 / P95 / P99 (s) | stalled | RTF (median) | "
              "tokens/s | acceptance |", "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
+        if r.requests == 0:  # (`run_load`'s time ran out before this level's turn)
+            lines.append(f"| {r.system} | {r.concurrency} | 0 | - | not run: the bench's time (--max-minutes) ran out "
+                         "| - | - | - | - |")
+            continue
         acceptance = "-" if r.acceptance is None else f"{r.acceptance:.2f}"
         lines.append(f"| {r.system} | {r.concurrency} | {r.requests} | {r.refused} | {r.first_audio_p50:.2f} / "
                      f"{r.first_audio_p95:.2f} / {r.first_audio_p99:.2f} | {r.stalled} | {r.real_time_factor:.2f} | "

@@ -178,7 +178,7 @@ def test_pieces_leave_as_they_are_decoded_and_a_client_that_hangs_up_frees_its_p
 
 
 def test_the_load_test_reports_every_system_and_level(synth):
-    from ssd_demo.measure.serve_load import check_loopback, load_table, run_load
+    from ssd_demo.measure.serve_load import check_loopback, load_table, run_load, summarise
     from ssd_demo.errors import InputError
 
     service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=4)
@@ -197,6 +197,10 @@ def test_the_load_test_reports_every_system_and_level(synth):
         assert row.tokens_per_second > 0 and row.real_time_factor > 0
         assert (row.acceptance is None) == (row.system == "AR")
     assert len(load_table(rows)) == 2 + len(rows)
+    # a level the time ran out before: said so, not a row of NaNs
+    unsent = summarise("SSD", 32, [], wall=0.0, sample_rate=16_000)
+    assert load_table([unsent])[-1] == ("| SSD | 32 | 0 | - | not run: the bench's time (--max-minutes) ran out | - | "
+                                        "- | - | - |")
     with pytest.raises(InputError, match="only calls a server on this machine"):
         check_loopback("http://example.org:8000")
 
