@@ -73,10 +73,12 @@ class EmbeddedBackend(Backend):
     #: In-chunk streaming: 0.5 s windows decoded with 0.25 s of context before and 0.1 s after; codes of the
     #: prior latent pass the flow too, whose convolutions see further: 0.37 s before and 0.19 s after (a real
     #: utterance's windows then differ from its whole decode by 53 dB SNR; with the shorter ones, 20 dB).
-    #: Windows grow from 0.5 s to 2 s: the first audio waits for 0.5 s of codes, and later windows decode their
-    #: context and lookahead twice less often (with 0.5 s windows the codec did about twice a whole decode's work).
-    windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256, max_window=172)
-    prior_windows = CodecWindows(window=43, context=32, lookahead=16, crossfade=256, max_window=172)
+    #: Windows grow from 0.5 s to 2 s by a quarter of the audio before them: the first audio waits for 0.5 s of
+    #: codes, later windows decode their context and lookahead less often (with 0.5 s windows the codec did about
+    #: twice a whole decode's work), and streams that share the CPU at 1.25x real time or more still play without
+    #: gaps (growing by half, 4 streams at once at 1.2x stalled 12-22 of 32: docs/lab-notebook.md).
+    windows = CodecWindows(window=43, context=21, lookahead=9, crossfade=256, max_window=172, growth=0.25)
+    prior_windows = CodecWindows(window=43, context=32, lookahead=16, crossfade=256, max_window=172, growth=0.25)
 
     def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
                  default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,

@@ -1,8 +1,8 @@
 """Continuous batching: many requests' autoregressive decoding in one running batch, one target call per step.
 
 A request joins between steps (its prompt prefilled into a row of its own), takes a step with every other live
-request (its new tokens in, one sampled token out), and leaves the moment it ends, so a request that arrives while others decode waits for one
-step, not for them. Each row keeps everything a lone run keeps (`run_state.Run`: its settings, seed and
+request (its new tokens in, one sampled token out; or it waits a step, below), and leaves the moment it ends, so a
+request that arrives while others decode waits for one step, not for them. Each row keeps everything a lone run keeps (`run_state.Run`: its settings, seed and
 generator, allowed-token mask, forced-token schedule, prefix distribution), so a row samples as
 `generate.autoregressive_generate` samples, and the batched forward's rows do not depend on each other
 (`batched_forward`), so a seeded request decodes the same tokens alone or in a batch.
@@ -78,7 +78,7 @@ class _Request:
     run: Run | None = None
     started: float = 0.0
     prefill_seconds: float = 0.0
-    calls: int = 0  # target calls this request took part in (its prefill and every step)
+    calls: int = 0  # target calls with tokens of this request (its prefill and every step it did not wait)
     unsampled_seconds: float = 0.0  # steps it waited through since its last sample (counted in its next record)
     sampling: object = None  # rows with equal keys share one call making their distributions (`_distributions`)
 
@@ -250,10 +250,10 @@ class BatchingEngine:
         self.stats.most_rows = max(self.stats.most_rows, len(self._live))
         endings: list[tuple[_Request, GenerationResult | None, BaseException | None]] = []
         for row, request in enumerate(self._live):
-            request.calls += 1
-            if row not in probs:
+            if row not in probs:  # it waited: nothing of its own went in
                 request.unsampled_seconds += seconds
                 continue
+            request.calls += 1
             try:
                 if self._sample(request, probs[row], seconds + request.unsampled_seconds, forward.lengths[row]):
                     endings.append((request, run_result(request.run, "ar", request.prefill_seconds,

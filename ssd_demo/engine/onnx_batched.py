@@ -61,8 +61,9 @@ def build_graph(model, slots: int):
     head_dim] for layer i, each slot's row's `pk{i}s{e}` / `pv{i}s{e}` [1, ...]. Output: logits [1, B, vocab] after
     each row's last token (`last_index` [B], among the N).
 
-    A row in a slot also has a token among the B (the caller's: one that writes past the slot's tokens, unread), so
-    the two attentions never read what the other writes and may run in either order."""
+    A row in a slot also has a token among the B (the caller's stand-in, which writes past the slot's tokens), so
+    the two attentions may run in either order: what the stand-in reads and writes is never used (its output is
+    dropped, its key and value overwritten by the row's next token)."""
     from onnx import TensorProto, helper
 
     heads, kv_heads, head_dim = attention_shape(model.config)
@@ -149,13 +150,13 @@ class OnnxBatchedLM(KVRows):
             raise ValueError(f"{type(model).__name__} is not a model the ONNX Runtime batched step runs")
         self._layers = len(model.model.layers)
         self._vocab = model.lm_head.out_features
-        self._sessions: dict[int, object] = {}  # slots -> session (built when first needed)
+        # slots -> session, all built now (a slot count first needed mid-decode would cost that step a build)
+        self._sessions = {slots: new_session(graph_bytes(model, slots), threads=1) for slots in range(SLOTS + 1)}
         # (slots, first row, rows) -> a binding with their KV buffers and logits bound (about 0.5 ms a step to
         # rebind), and the row each slot's buffers are bound to there
         self._bindings: dict[tuple[int, int, int], tuple[object, torch.Tensor, list[int]]] = {}
         self._turn = 0  # which row comes first for a slot (in turn, so that no row waits long)
         super().__init__(model, rows, capacity)
-        self._session(0)
 
     def reserve(self, rows: int, capacity: int) -> None:
         before = self.keys
@@ -166,6 +167,8 @@ class OnnxBatchedLM(KVRows):
     def prefill(self, row: int, ids: list[int]) -> None:
         """Row `row`'s cache from position 0: the `ids` (a prompt), causally."""
         self.lengths[row] = 0
+        if len(ids) + (len(ids) > 1) > self.capacity:  # (+1: its stand-in among the rows writes past it)
+            raise ValueError(f"a prompt of {len(ids)} tokens does not fit a row of {self.capacity} positions")
         if ids:
             self._run(row, [list(ids)], [0] if len(ids) > 1 else [])
             self.lengths[row] = len(ids)
@@ -180,10 +183,12 @@ class OnnxBatchedLM(KVRows):
             raise ValueError(f"a row is full: its tokens would pass the {self.capacity} positions of its cache")
         several = sorted((row for row, new in enumerate(ids) if len(new) > 1),
                          key=lambda row: (row - self._turn) % len(ids))
-        self._turn = (self._turn + 1) % len(ids)
-        logits = self._run(0, ids, several[:SLOTS])
+        slotted = several[:SLOTS]
+        if len(several) > SLOTS:  # the next step's slots go first to the rows after the last served
+            self._turn = (slotted[-1] + 1) % len(ids)
+        logits = self._run(0, ids, slotted)
         for row, new in enumerate(ids):
-            if len(new) == 1 or row in several[:SLOTS]:
+            if len(new) == 1 or row in slotted:
                 self.lengths[row] += len(new)
         return logits
 
@@ -192,6 +197,7 @@ class OnnxBatchedLM(KVRows):
         their tokens in slots, every other row with one token takes it, and a row with several left out waits."""
         rows = len(ids)
         starts = self.lengths[first:first + rows]
+        slotted = self._kept_in_place(first, rows, slotted)
         # among the rows: a row's one token at its length; a slotted row's stand-in past its tokens (the slot writes
         # them); a waiting row's at its length (its next token overwrites it)
         seqlens = [start + len(new) if row in slotted else start for row, (start, new) in enumerate(zip(starts, ids))]
@@ -216,13 +222,19 @@ class OnnxBatchedLM(KVRows):
         binding, logits = self._binding(first, rows, [first + row for row in slotted])
         for name, value in inputs.items():
             binding.bind_cpu_input(name, value)
-        self._session(len(slotted)).run_with_iobinding(binding)
+        self._sessions[len(slotted)].run_with_iobinding(binding)
         return logits[0].clone()
 
-    def _session(self, slots: int):
-        if slots not in self._sessions:
-            self._sessions[slots] = new_session(graph_bytes(self.model, slots), threads=1)
-        return self._sessions[slots]
+    def _kept_in_place(self, first: int, rows: int, slotted: list[int]) -> list[int]:
+        """`slotted` ordered so that a row whose buffers a slot is already bound to keeps that slot (rebinding a
+        slot costs about 0.2 ms)."""
+        kept = self._bindings.get((len(slotted), first, rows))
+        if kept is None:
+            return slotted
+        bound = [row - first for row in kept[2]]
+        order = [row if row in slotted else None for row in bound]
+        others = iter(row for row in slotted if row not in order)
+        return [row if row is not None else next(others) for row in order]
 
     def _binding(self, first: int, rows: int, slot_rows: list[int]) -> tuple[object, torch.Tensor]:
         """A binding of rows first..first+rows-1's KV buffers and the slots' rows' (read and written in place) and of
@@ -230,7 +242,7 @@ class OnnxBatchedLM(KVRows):
         key = (len(slot_rows), first, rows)
         kept = self._bindings.get(key)
         if kept is None:
-            binding = self._session(len(slot_rows)).io_binding()
+            binding = self._sessions[len(slot_rows)].io_binding()
             self._bind_rows(binding, "", first, rows)
             logits = torch.empty(1, rows, self._vocab)
             binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.data_ptr())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import queue
 import threading
 import time
@@ -153,6 +154,9 @@ def load_table(rows: Sequence[LoadRow]) -> list[str]:
         if r.requests == 0:  # (`run_load`'s time ran out before this level's turn)
             lines.append(f"| {r.system} | {r.concurrency} | 0 | - | not run: the bench's time (--max-minutes) ran out "
                          "| - | - | - | - |")
+            continue
+        if math.isnan(r.first_audio_p50):  # every request refused or failed
+            lines.append(f"| {r.system} | {r.concurrency} | {r.requests} | {r.refused} | none served | - | - | - | - |")
             continue
         acceptance = "-" if r.acceptance is None else f"{r.acceptance:.2f}"
         lines.append(f"| {r.system} | {r.concurrency} | {r.requests} | {r.refused} | {r.first_audio_p50:.2f} / "

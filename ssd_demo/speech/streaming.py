@@ -138,10 +138,11 @@ class CodecWindows:
 
     window, context, lookahead: in codes (XCodec2: 50 codes per second, 320 samples each);
     crossfade: samples, at most lookahead * hop; max_window: codes, when windows grow (None: every window is
-    `window` long). Growing windows start at W and grow by half of what came before, up to `max_window` (the
-    window starting at code s is max(W, s // 2) long): the first audio waits for W + lookahead codes, the next
-    windows are about as short, so that each is ready before the one before it has played, and later windows
-    decode their context and lookahead less often.
+    `window` long). Growing windows start at W and grow by `growth` of what came before, up to `max_window` (the
+    window starting at code s is max(W, s * growth) long): the first audio waits for W + lookahead codes, and later
+    windows decode their context and lookahead less often. A window is ready before the audio before it has played
+    only while codes come faster than real time by more than `growth` (1.5x for 0.5): a server whose streams share
+    the CPU near real time needs a small growth, or its listeners hear gaps.
     """
 
     window: int = 50  # 1 s of speech per piece
@@ -149,6 +150,7 @@ class CodecWindows:
     lookahead: int = 10  # 0.2 s decoded after it: the first audio waits for W + lookahead codes
     crossfade: int = 640  # 40 ms at 16 kHz
     max_window: int | None = None
+    growth: float = 0.5  # a growing window's length: this share of the codes before it
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.context < 0 or self.lookahead < 0 or self.crossfade < 0:
@@ -160,7 +162,7 @@ class CodecWindows:
         """How many codes the window that starts at code `start` covers."""
         if self.max_window is None:
             return self.window
-        return min(max(self.window, start // 2), self.max_window)
+        return min(max(self.window, int(start * self.growth)), self.max_window)
 
 
 def decode_windows(codes: list[int], decode: Callable[[list[int], list[int]], np.ndarray], hop: int,

@@ -181,6 +181,40 @@ def test_the_engine_decodes_what_autoregressive_generate_decodes(name, forward):
         engine.close()
 
 
+class _TwoAfterEach:
+    """After every sampled token, two forced ones: every row has several tokens every step."""
+
+    def initial_state(self):
+        return 0
+
+    def advance(self, state, token):
+        return state, (5, 6)
+
+
+def test_rows_that_wait_for_a_slot_decode_what_autoregressive_generate_decodes():
+    """Eight rows that all have forced tokens every step: most wait a step for one of ONNX Runtime's slots, and each
+    still gets `autoregressive_generate`'s tokens, records and target calls (a step it waited is not its call)."""
+    model = tiny_llama(1, vocab=40, layers=2, width=32, heads=4, kv_heads=2, init=0.3)
+    config = CONFIGS["sampled"].with_(max_new_tokens=30)
+    engine = BatchingEngine(model, max_rows=8, forward="onnxruntime")
+    try:
+        prompts = _prompts(10, 39, seed=6)
+        tickets = [engine.submit(prompt, config.with_(seed=seed), forced=_TwoAfterEach())
+                   for seed, prompt in enumerate(prompts)]
+        calls = 0
+        for seed, (prompt, ticket) in enumerate(zip(prompts, tickets)):
+            got = ticket.result(timeout=60)
+            expected = autoregressive_generate(model, torch.tensor([prompt]), config.with_(seed=seed),
+                                               forced=_TwoAfterEach())
+            assert got.tokens == expected.tokens
+            assert [record.committed for record in got.steps] == [record.committed for record in expected.steps]
+            assert got.stats.target_calls == expected.stats.target_calls
+            calls += got.stats.target_calls - (len(prompt) > 1)  # (its prefill is a call of its own)
+        assert engine.stats.rows_stepped - calls > 50  # the rows' steps spent waiting
+    finally:
+        engine.close()
+
+
 @pytest.mark.stats
 @pytest.mark.parametrize("forward", list(FORWARDS))
 def test_batched_rows_sample_the_targets_distribution(forward):

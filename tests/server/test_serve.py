@@ -178,7 +178,7 @@ def test_pieces_leave_as_they_are_decoded_and_a_client_that_hangs_up_frees_its_p
 
 
 def test_the_load_test_reports_every_system_and_level(synth):
-    from ssd_demo.measure.serve_load import check_loopback, load_table, run_load, summarise
+    from ssd_demo.measure.serve_load import Answer, check_loopback, load_table, run_load, summarise
     from ssd_demo.errors import InputError
 
     service = SpeechService(TOY_KEY, synth, workers=1, max_waiting=4)
@@ -201,6 +201,8 @@ def test_the_load_test_reports_every_system_and_level(synth):
     unsent = summarise("SSD", 32, [], wall=0.0, sample_rate=16_000)
     assert load_table([unsent])[-1] == ("| SSD | 32 | 0 | - | not run: the bench's time (--max-minutes) ran out | - | "
                                         "- | - | - |")
+    refused = summarise("SSD", 32, [Answer(429, None, 0.01, 0, None)] * 3, wall=0.5, sample_rate=16_000)
+    assert load_table([refused])[-1] == "| SSD | 32 | 3 | 3 | none served | - | - | - | - |"
     with pytest.raises(InputError, match="only calls a server on this machine"):
         check_loopback("http://example.org:8000")
 
