@@ -157,6 +157,8 @@ class CodecWindows:
             raise ValueError(f"codec windows need window >= 1 and non-negative context, lookahead, crossfade: {self}")
         if self.max_window is not None and self.max_window < self.window:
             raise ValueError(f"codec windows need max_window >= window: {self}")
+        if self.growth < 0:
+            raise ValueError(f"codec windows need a growth of at least 0: {self}")
 
     def length_at(self, start: int) -> int:
         """How many codes the window that starts at code `start` covers."""

@@ -147,8 +147,12 @@ def test_growing_windows_start_short_and_grow_by_half_of_what_came_before():
         starts.append((start, spec.length_at(start)))
         start += spec.length_at(start)
     assert starts[:6] == [(0, 4), (4, 4), (8, 4), (12, 6), (18, 9), (27, 10)]
+    quarter = CodecWindows(window=4, context=2, lookahead=2, crossfade=2, max_window=10, growth=0.25)
+    assert [quarter.length_at(start) for start in (0, 12, 16, 24, 40, 80)] == [4, 4, 4, 6, 10, 10]
     with pytest.raises(ValueError):
         CodecWindows(window=4, max_window=3)
+    with pytest.raises(ValueError, match="growth"):
+        CodecWindows(window=4, growth=-0.5)
 
 
 @pytest.mark.parametrize("max_window", [None, 12])
