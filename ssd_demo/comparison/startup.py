@@ -19,6 +19,7 @@ from .lanes import concurrent_lanes, lane_workers
 from .models import load
 from .pipeline import Job, decodes_in_gpu_worker, model_turn, ready_machine
 from .request import resolve_draft
+from .speaking import shared_voice, why_no_shared_voice
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,18 @@ def interference_job(synthesizer, preset_key: str) -> Job:
                synthesizer.script(INTERFERENCE_TEXT))
 
 
+def _get_shared_voice_ready(readiness: Readiness, preset_key: str) -> None:
+    """After the race's steps (a race started meanwhile waits less): the room's shared voice loaded, warmed up and
+    measured. A failure there is logged and leaves the race ready: "Just speak it" then says why itself."""
+    if why_no_shared_voice(preset_key):
+        return
+    readiness.report(desc="Getting the voice ready for visitors who only listen (\"Just speak it\")")
+    try:
+        shared_voice(preset_key).get_ready()
+    except Exception as error:  # noqa: BLE001
+        log.warning("the shared voice of %s could not get ready: %s", preset_key, error)
+
+
 def _get_ready(readiness: Readiness) -> None:
     try:
         with model_turn(readiness.report, doing=DOING):
@@ -112,6 +125,7 @@ def _get_ready(readiness: Readiness) -> None:
                 if workers.wait_ready(report=lambda doing: readiness.report(desc=doing)):
                     readiness.report(desc="Timing both decoders alone and at once, each on its own core")
                     workers.measure_together(interference_job(synthesizer, preset.key), repeats=1)
+        _get_shared_voice_ready(readiness, preset.key)
         readiness.stage = "Ready"
     except Exception as error:  # noqa: BLE001 - the first race does these steps itself and reports any error
         log.warning("start-up measurement failed: %s", error)

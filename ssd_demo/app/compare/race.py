@@ -28,6 +28,7 @@ from ...engine.cancellation import StopCheck, check
 from ...comparison import LANES, Comparison, LaneSink, Request, model_turn, prepare, replay_recorded, run
 from ...comparison.lanes import lane_workers
 from ...comparison.slow_motion import PLAYER_BUFFER, SlowMotion, TimedPiece, pieces_from_timing, slow_motion
+from ...comparison.speaking import speaking_now
 from ...speech.streaming import AudioPiece, stream_timing
 from ...speech.synthesis import SynthesisResult
 from .audio_files import audio_directory, to_int16, write_wav
@@ -158,7 +159,15 @@ SHOWN_SLOWDOWN = 0.10
 
 
 def together_note(race: Race) -> str:
-    """After the status: how the two lanes decode (at once, each on its own core, or one after the other and why)."""
+    """After the status: how the two lanes decode (at once, each on its own core, or one after the other and why),
+    and how many listeners' texts the shared voice speaks meanwhile (they share the CPU: the times are slower)."""
+    listeners = speaking_now()
+    whose = "listeners' texts" if listeners > 1 else "listener's text"
+    shared = f" · {listeners} {whose} spoken on this machine meanwhile" if listeners else ""
+    return _lanes_note(race) + shared
+
+
+def _lanes_note(race: Race) -> str:
     if race.apart is None:
         return ""
     if not race.apart:

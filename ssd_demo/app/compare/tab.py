@@ -24,6 +24,7 @@ from .. import jobs
 from ...engine.cancellation import Cancelled
 from .explainers import HOW_IT_WORKS, TOKENS_LEGEND
 from .race_js import ENTER_RACES_JS, PRESENTER_JS, RACE_START_JS, STOP_JS
+from .speak import SPEAK_CONCURRENCY, SPEAK_CONCURRENCY_ID, SPEAK_START_JS, speak_handler
 from .race_view import (AUTO_FACTOR, build_race_chart, build_race_view, build_replay_row, race_handler,
                         slow_motion_handler, warn_if_draft_replaced)
 from ...comparison import startup_readiness
@@ -174,6 +175,9 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
             with gr.Row(equal_height=True):
                 run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run", scale=3)
                 stop = gr.Button("Stop", variant="stop", elem_id="ssd-stop", scale=2)
+                # One voice, shared with everyone speaking now (`speak`): what a room of phones wants.
+                speak_button = gr.Button("Just speak it", variant="secondary", elem_id="ssd-speak", scale=2,
+                                         elem_classes=["ssd-dev"])
                 presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle",
                                         scale=1, min_width=150, container=False)
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
@@ -354,6 +358,10 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
+    speak_button.click(lambda: gr.update(interactive=False), outputs=[speak_button], js=SPEAK_START_JS, **private).then(
+        speak_handler(), inputs=[text, preset], outputs=[race_view.status, race_view.live_audio], api_name="speak",
+        concurrency_limit=SPEAK_CONCURRENCY, concurrency_id=SPEAK_CONCURRENCY_ID, show_progress="minimal",
+        show_progress_on=[race_view.status]).then(lambda: gr.update(interactive=True), outputs=[speak_button], **private)
     # Read on every page load (the value above is build time's); no progress timer on the line (page.CSS).
     quiet = {**private, "show_progress": "hidden"}
     gr.on(triggers=None, fn=_initial_status, outputs=[status], **quiet)
