@@ -37,9 +37,8 @@ from ssd_demo.measure.visitor_texts import visitor_texts
 BYTES_PER_SAMPLE = 2
 
 
-def speak_once(url: str, text: str) -> tuple[Answer, str]:
-    """One visitor: the answer as `serve_load` counts it, and the last status line."""
-    client = Client(url, verbose=False)
+def speak_once(client: Client, text: str) -> tuple[Answer, str]:
+    """One text from a visitor's open page: the answer as `serve_load` counts it, and the last status line."""
     started = time.perf_counter()
     job = client.submit(text, "embedded", api_name="/speak")
     first, received, stalled, seen, status, rate = None, 0, False, set(), "", 22_050
@@ -68,21 +67,23 @@ def run_level(url: str, texts: list[str], concurrency: int, requests: int) -> tu
     for index in range(requests):
         todo.put(index)
     answers, modes, lock = [], Counter(), threading.Lock()
+    # Each visitor's page is open before the level starts (a client reads the app's config and API once).
+    clients = [Client(url, verbose=False) for _ in range(concurrency)]
 
-    def visitor() -> None:
+    def visitor(client: Client) -> None:
         while True:
             try:
                 index = todo.get_nowait()
             except queue.Empty:
                 return
-            answer, status = speak_once(url, texts[index % len(texts)])
+            answer, status = speak_once(client, texts[index % len(texts)])
             mode = re.search(r"; (autoregressive|speculative)", status)
             with lock:
                 answers.append(answer)
                 modes[mode.group(1) if mode else "not spoken"] += 1
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=visitor) for _ in range(concurrency)]
+    threads = [threading.Thread(target=visitor, args=(client,)) for client in clients]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_ready(page)
             browser.close()
         texts = [text for _, text in visitor_texts(per_bucket=4)]
-        speak_once(url, texts[0])  # warm-up
+        speak_once(Client(url, verbose=False), texts[0])  # warm-up
         rows = []
         for level in [int(level) for level in args.concurrency.split(",")]:
             answers, wall, modes = run_level(url, texts, level, args.requests)
