@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         process, url = start_app(port), f"http://127.0.0.1:{port}"
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS, headless=True)
+            browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS,
+                                                 headless=True)
             page = browser.new_page()
             deadline = time.monotonic() + 300
             while True:

@@ -23,6 +23,7 @@ import torch
 from ..config import DecodingConfig
 from ..engine.cancellation import StopCheck
 from ..engine.batched_forward import batches
+from ..engine import machine_cache
 from ..engine.batching import MAX_ROWS, BatchingEngine
 from ..engine.generate import CommitCallback, RoundCallback, autoregressive_generate, speculative_generate
 from ..engine.kv import describe_kernels, prepare_kernels
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 
 #: What `BatchingEngines.measure_speculation` prompts with (the tokens it decodes are not kept).
 MEASURING_TEXT = "Measuring how fast the engines decode."
+#: Where `BatchingEngines.measure_speculation` keeps what it measured (`engine.machine_cache`: a later start on this
+#: machine reads it instead of decoding for seconds).
+COSTS_KIND = "speculation_per_batch"
 #: Targets above this many parameters are not measured (23 chunks would take minutes on a CPU): "auto" then
 #: speculates alone only.
 MEASURED_MAX = 100_000_000
@@ -155,7 +159,8 @@ class BatchingEngines:
         """Tokens per second at each batch size in `sizes`, on the voice's own chunk for a short sentence (its plan
         and forced tokens, as a request decodes it): that many requests decoded together in the batch (AR), against
         as many decoded speculatively as this generator decodes them, one at a time (the same rate at every size);
-        after a warm-up of each. Kept for `speculation_pays`; returns {batch: (AR, speculative)}."""
+        after a warm-up of each. Kept for `speculation_pays`, and on this machine (`engine.machine_cache`, keyed by
+        the models, the settings and the thread count: a later start reads them); returns {batch: (AR, speculative)}."""
         if not batches(synthesizer.target) or sum(p.numel() for p in synthesizer.target.parameters()) > MEASURED_MAX:
             return {}
         prompt = synthesizer.script(MEASURING_TEXT).prompts[0]
@@ -178,10 +183,20 @@ class BatchingEngines:
                                                                 prefix_distribution=distribution)
             return len(generation.tokens) / seconds
 
-        batched(1)  # warm-ups
+        key = (machine_cache.signature(synthesizer.target), machine_cache.signature(synthesizer.drafts[draft]), draft,
+               repr(config.with_(seed=0)), sizes, torch.get_num_threads())
+        batched(1)  # warm-ups (the batch's sessions and the speculative path's, whether measured or read)
         speculative(0)
+        kept = machine_cache.get(COSTS_KIND, *key)
+        try:
+            self.speculation_costs = {int(size): (float(ar), float(spec)) for size, (ar, spec) in kept["costs"]}
+            return self.speculation_costs
+        except (TypeError, KeyError, ValueError):  # nothing kept (or not in this shape): measured now
+            pass
         alone = statistics.median(speculative(seed) for seed in range(3))
         self.speculation_costs = {size: (batched(size), alone) for size in sizes}
+        kept = [[size, list(rates)] for size, rates in self.speculation_costs.items()]
+        machine_cache.put(COSTS_KIND, *key, {"costs": kept})
         return self.speculation_costs
 
     def generate_chunk(self, synthesizer: Synthesizer, prompt: list[int], mode: str, config: DecodingConfig,

@@ -119,3 +119,21 @@ def test_a_batching_server_answers_listeners_at_once_over_http(synthesizer):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_what_was_measured_is_kept_for_the_next_start(synthesizer, tmp_path, monkeypatch):
+    """Measured once per machine, models and settings (`engine.machine_cache`): a second start reads the costs
+    instead of decoding for seconds; other settings are measured anew."""
+    from ssd_demo.engine import machine_cache
+
+    monkeypatch.setenv(machine_cache.CACHE_ENV, str(tmp_path))
+    machine_cache.forget_read()
+    first = BatchingEngines(max_rows=2)
+    costs = first.measure_speculation(synthesizer, sizes=(1, 2))
+    again = BatchingEngines(max_rows=2)
+    steps_before = again.engine(synthesizer.target).stats.steps
+    assert again.measure_speculation(synthesizer, sizes=(1, 2)) == costs
+    warm_ups = again.engine(synthesizer.target).stats.steps - steps_before
+    other = BatchingEngines(max_rows=2).measure_speculation(synthesizer, sizes=(1, 2),
+                                                            config=synthesizer.config(draft_len=2))
+    assert other != costs and warm_ups > 0  # read, after warming up; another K measured
