@@ -5,17 +5,21 @@ draft and verify costs (`pipeline.ready_machine`): seconds on the embedded voice
 CPU, all before any speech. `get_ready_in_background` does those steps for the default preset and draft in
 a thread started with the app, holding the models (`model_turn`) as a race would: a race started meanwhile
 waits only for what is left, and its status says what it waits for. The steps are cached per process, so
-the race then skips them. `startup_readiness` tells a page how far it got. No Gradio here.
+the race then skips them. `startup_readiness` tells a page how far it got. Once the page says "Ready", the same
+thread gets the room's shared voice ready (`speaking`), holding the models again for those few seconds. No Gradio
+here.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 
-from .lanes import concurrent_lanes, lane_workers
+from ..engine import machine_cache
+from .lanes import LANES, concurrent_lanes, lane_workers
 from .models import load
 from .pipeline import Job, decodes_in_gpu_worker, model_turn, ready_machine
 from .request import resolve_draft
@@ -99,16 +103,41 @@ def interference_job(synthesizer, preset_key: str) -> Job:
                synthesizer.script(INTERFERENCE_TEXT))
 
 
-def _get_shared_voice_ready(readiness: Readiness, preset_key: str) -> None:
-    """After the race's steps (a race started meanwhile waits less): the room's shared voice loaded, warmed up and
-    measured. A failure there is logged and leaves the race ready: "Just speak it" then says why itself."""
+#: What a race that waits for the shared voice's start-up is told.
+SHARED_VOICE_DOING = "getting the voice ready for visitors who only listen (\"Just speak it\"), a few seconds"
+
+
+def _get_shared_voice_ready(preset_key: str) -> None:
+    """Once the race is ready: the room's shared voice loaded, warmed up and its costs measured (read from this
+    machine's cache after the first start), holding the models as a race would, so that a race started meanwhile
+    waits seconds instead of sharing the CPU with it (its status line says what for). A failure is logged and
+    leaves the race as it was: "Just speak it" then says why itself."""
     if why_no_shared_voice(preset_key):
         return
-    readiness.report(desc="Getting the voice ready for visitors who only listen (\"Just speak it\")")
     try:
-        shared_voice(preset_key).get_ready()
+        with model_turn(lambda *args, **kwargs: None, doing=SHARED_VOICE_DOING):
+            shared_voice(preset_key).get_ready()
     except Exception as error:  # noqa: BLE001
         log.warning("the shared voice of %s could not get ready: %s", preset_key, error)
+
+
+#: Where `measure_together` keeps each lane's slowdown beside the other (`engine.machine_cache`).
+SLOWDOWN_KIND = "lanes_together"
+
+
+def measure_together(workers, job: Job, synthesizer) -> dict[str, float]:
+    """How much slower each lane runs beside the other (`LaneWorkers.measure_together`, 10-15 s of decoding on a
+    2-core CPU), measured once per machine, models and settings, then read from this machine's cache
+    (`engine.machine_cache`) at later starts."""
+    key = (machine_cache.signature(synthesizer.target), machine_cache.signature(synthesizer.drafts[job.draft]),
+           job.draft, repr(job.config), os.cpu_count())
+    kept = machine_cache.get(SLOWDOWN_KIND, *key)
+    if kept and set(kept) == set(LANES) and all(isinstance(value, (int, float)) for value in kept.values()):
+        workers.slowdown = {lane: float(kept[lane]) for lane in LANES}
+        return workers.slowdown
+    slowdown = workers.measure_together(job, repeats=1)
+    machine_cache.put(SLOWDOWN_KIND, *key, dict(slowdown))
+    return slowdown
 
 
 def _get_ready(readiness: Readiness) -> None:
@@ -124,11 +153,12 @@ def _get_ready(readiness: Readiness) -> None:
                 workers = lane_workers(preset.key)
                 if workers.wait_ready(report=lambda doing: readiness.report(desc=doing)):
                     readiness.report(desc="Timing both decoders alone and at once, each on its own core")
-                    workers.measure_together(interference_job(synthesizer, preset.key), repeats=1)
-        _get_shared_voice_ready(readiness, preset.key)
+                    measure_together(workers, interference_job(synthesizer, preset.key), synthesizer)
         readiness.stage = "Ready"
     except Exception as error:  # noqa: BLE001 - the first race does these steps itself and reports any error
         log.warning("start-up measurement failed: %s", error)
         readiness.error = str(error) or type(error).__name__
+        return
     finally:
         readiness.finished = time.perf_counter()
+    _get_shared_voice_ready(preset.key)

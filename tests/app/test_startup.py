@@ -4,6 +4,7 @@ the costs measured, and a race started meanwhile waits for the start-up job, say
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -90,3 +91,31 @@ def test_the_status_line_never_says_ready_before_the_job_has_run(fresh_startup, 
     finally:
         release.set()
     assert readiness.wait(timeout=30) and tab._initial_status().startswith("Ready")
+
+
+def test_the_lanes_slowdown_is_measured_once_per_machine(tmp_path, monkeypatch):
+    """Timing both lanes alone and at once takes 10-15 s of a start on 2 cores: kept on this machine
+    (`engine.machine_cache`) and read at later starts; other settings are measured anew."""
+    from ssd_demo.backends.embedded import load_synthesizer
+    from ssd_demo.comparison.startup import interference_job, measure_together
+    from ssd_demo.engine import machine_cache
+
+    monkeypatch.setenv(machine_cache.CACHE_ENV, str(tmp_path))
+    machine_cache.forget_read()
+
+    class Workers:
+        def __init__(self):
+            self.slowdown, self.measured = {}, 0
+
+        def measure_together(self, job, repeats):
+            self.measured += 1
+            self.slowdown = {"autoregressive": 0.1, "speculative": 0.2}
+            return self.slowdown
+
+    synthesizer = load_synthesizer()
+    job = interference_job(synthesizer, "embedded")
+    first, second, other = Workers(), Workers(), Workers()
+    assert measure_together(first, job, synthesizer) == {"autoregressive": 0.1, "speculative": 0.2}
+    assert measure_together(second, job, synthesizer) == first.slowdown and second.slowdown == first.slowdown
+    measure_together(other, replace(job, config=job.config.with_(draft_len=2)), synthesizer)
+    assert (first.measured, second.measured, other.measured) == (1, 0, 1)
