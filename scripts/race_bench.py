@@ -76,6 +76,26 @@ def start_app(port: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "app.py"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def app_at(url: str | None) -> tuple[subprocess.Popen | None, str]:
+    """The app at `url`, or one started on a free port (its process, to end, and its address)."""
+    if url is not None:
+        return None, url
+    port = free_port()
+    return start_app(port), f"http://127.0.0.1:{port}"
+
+
+def open_when_ready(page, url: str) -> None:
+    """Open the app's page once its server answers, then wait until the page says it is ready."""
+    for _ in range(120):
+        try:
+            page.goto(url)
+            break
+        except Exception:  # noqa: BLE001 - the server is still starting
+            time.sleep(1)
+    page.wait_for_selector("#ssd-run")
+    wait_ready(page)
+
+
 def wait_ready(page, timeout: float = 300.0) -> None:
     """Until the status line has said "Ready" for two seconds (it says so for a moment before the page has asked
     the server how far its start-up job got)."""
@@ -196,11 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a running app (default: start one on a free port)")
     parser.add_argument("--screenshot", type=Path, help="save the page after the first finished one-sentence race")
     args = parser.parse_args(argv)
-    app = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        app, url = start_app(port), f"http://127.0.0.1:{port}"
+    app, url = app_at(args.url)
     records: list[RaceRecord] = []
     try:
         with sync_playwright() as playwright:
@@ -210,14 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["sh", "-c", "for p in $(pgrep -f chromium); do renice -n 10 -p $p; done"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             page = browser.new_page(viewport={"width": 1280, "height": 720})
-            for _ in range(120):
-                try:
-                    page.goto(url)
-                    break
-                except Exception:  # noqa: BLE001 - the server is still starting
-                    time.sleep(1)
-            page.wait_for_selector("#ssd-run")
-            wait_ready(page)
+            open_when_ready(page, url)
             stop_race = (args.races * len(TEXTS)) // 2  # then one more race, a paragraph's, stopped part-way
             plan = [(name, text, None) for _ in range(args.races) for name, text in TEXTS.items()]
             plan.insert(stop_race, ("paragraph", TEXTS["paragraph"], 2.0))

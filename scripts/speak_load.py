@@ -29,7 +29,7 @@ from collections import Counter
 from gradio_client import Client
 from playwright.sync_api import sync_playwright
 
-from scripts.race_bench import CHROMIUM_ARGS, free_port, start_app, wait_ready
+from scripts.race_bench import CHROMIUM_ARGS, app_at, open_when_ready
 from ssd_demo.measure.reporting import cpu_name
 from ssd_demo.measure.serve_load import STALL_TOLERANCE_S, Answer, load_table, summarise
 from ssd_demo.measure.visitor_texts import visitor_texts
@@ -97,26 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--url", default=None, help="a running app (default: start one on a free port)")
     args = parser.parse_args(argv)
-    process = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        process, url = start_app(port), f"http://127.0.0.1:{port}"
+    process, url = app_at(args.url)
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS,
                                                  headless=True)
-            page = browser.new_page()
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    page.goto(url, wait_until="load")
-                    break
-                except Exception:  # noqa: BLE001 - not up yet
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(1)
-            wait_ready(page)
+            open_when_ready(browser.new_page(), url)
             browser.close()
         texts = [text for _, text in visitor_texts(per_bucket=4)]
         speak_once(Client(url, verbose=False), texts[0])  # warm-up
