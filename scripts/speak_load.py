@@ -56,7 +56,7 @@ def speak_once(client: Client, text: str) -> tuple[Answer, str]:
             stalled = stalled or now - first > received / BYTES_PER_SAMPLE / rate + STALL_TOLERANCE_S
             received += len(base64.b64decode(piece["pcm"]))
     final = job.outputs()[-1][0] if job.outputs() else status
-    ok = final.startswith("**Spoken:**")
+    ok = final.startswith("**Decoded:**")
     # serve_load's RTF divides by 16-bit samples at the rate its caller names: count these at 22,050 Hz for it
     audio_bytes = int(received * 22_050 / rate)
     return Answer(200 if ok else 500, first, time.perf_counter() - started, audio_bytes, None, stalled), final

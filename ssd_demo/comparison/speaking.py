@@ -23,7 +23,7 @@ from ..engine.batched_forward import batches
 from ..engine.batching import MAX_ROWS
 from ..engine.cancellation import StopCheck
 from ..errors import InputError
-from ..backends.registry import get_preset
+from ..backends.registry import get_preset, list_presets
 from ..speech.chunk_generator import BatchingEngines
 from ..speech.streaming import AudioPiece
 from ..speech.synthesis import SynthesisResult, Synthesizer
@@ -34,8 +34,8 @@ from .request import check_text
 
 class Speech:
     """One text being spoken: iterate for its `AudioPiece`s as they are decoded. `mode` is how it decodes ("ar":
-    in the batch, or "speculative": alone), `together` how many texts were speaking when it started (itself
-    included); `result` is the whole `SynthesisResult` once the last piece came. `close()` stops it (the listener
+    in the batch, or "speculative": on its own, decided as it starts), `together` the most texts speaking at once
+    while it was (itself included; as of its last piece); `result` is the whole `SynthesisResult` once the last piece came. `close()` stops it (the listener
     left) and gives its place back; so does the end of the iteration."""
 
     def __init__(self, voice: "SharedVoice", text: str, mode: str, together: int, seed: int | None,
@@ -50,6 +50,7 @@ class Speech:
     def __iter__(self) -> Iterator[AudioPiece]:
         try:
             for piece in self._stream:
+                self.together = max(self.together, self._voice.speaking)
                 yield piece
             self.result = self._stream.result
         finally:
@@ -137,11 +138,17 @@ def why_no_shared_voice(preset_key: str) -> str:
     try:
         preset = get_preset(preset_key)
     except KeyError:  # a custom pair is one session's, and races only
-        return f"unknown preset {preset_key!r}: only a shipped voice speaks to many listeners at once"
+        return (f"unknown preset {preset_key!r}: the voices that speak to many listeners at once are "
+                f"{', '.join(room_voices())}")
     if preset.needs_download or preset.owner is not None:  # a Hub model: too large to load once more on a Space
         return (f"{preset.label} speaks in races only; the embedded voice speaks to many listeners at once "
                 "(choose it in Model preset)")
     return ""
+
+
+def room_voices() -> list[str]:
+    """The presets that may have a shared voice: the shipped ones that need no download."""
+    return [preset.key for preset in list_presets() if not preset.needs_download and preset.owner is None]
 
 
 def shared_voice(preset_key: str) -> SharedVoice:
@@ -166,4 +173,4 @@ def shared_voice(preset_key: str) -> SharedVoice:
         return voice
 
 
-__all__ = ["SharedVoice", "Speech", "shared_voice", "speaking_now", "why_no_shared_voice"]
+__all__ = ["SharedVoice", "Speech", "room_voices", "shared_voice", "speaking_now", "why_no_shared_voice"]

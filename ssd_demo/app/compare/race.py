@@ -80,6 +80,7 @@ class Race:
     slowdown: dict[str, float] = field(default_factory=dict)  # at once against alone, per lane (start-up's timing)
     #: The lanes decoded one after the other and are shown replayed on one clock at their measured pace
     replayed: bool = False
+    listeners: int = 0  # the most listeners' texts the shared voice spoke at once while this race ran (seen so far)
 
     def since_click(self) -> float:
         return time.perf_counter() - self.clicked
@@ -160,8 +161,9 @@ SHOWN_SLOWDOWN = 0.10
 
 def together_note(race: Race) -> str:
     """After the status: how the two lanes decode (at once, each on its own core, or one after the other and why),
-    and how many listeners' texts the shared voice speaks meanwhile (they share the CPU: the times are slower)."""
-    listeners = speaking_now()
+    and the most listeners' texts the shared voice spoke at once during the race (they share the CPU: the times are
+    slower), from when it was first seen to the race's end."""
+    race.listeners = listeners = max(getattr(race, "listeners", 0), speaking_now())  # kept: the race's end says it too
     whose = "listeners' texts" if listeners > 1 else "listener's text"
     shared = f" · {listeners} {whose} spoken on this machine meanwhile" if listeners else ""
     return _lanes_note(race) + shared

@@ -195,7 +195,7 @@ watch('value', () => window.ssdPlayer.feed(props.value));
 #: twice before the server disables them), the click clock starts, the live player is ready (its audio context
 #: started by the click itself) and silent, the replays pause and the toasts of earlier races are gone.
 RACE_START_JS = "() => {" + PLAYER_JS + """
-  for (const button of document.querySelectorAll('#ssd-run, .ssd-example')) { button.disabled = true; }
+  for (const button of document.querySelectorAll('#ssd-run, .ssd-example, #ssd-speak')) { button.disabled = true; }
   window.ssdClick = performance.now();  // the click-to-sound clock starts here
   window.ssdHeard = {};
   for (const span of document.querySelectorAll('.ssd-heard')) { span.remove(); }

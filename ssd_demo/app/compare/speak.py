@@ -28,11 +28,13 @@ SPEAK_CONCURRENCY = 16
 SPEAK_CONCURRENCY_ID = "speak"
 #: The player's lane for a spoken text (the race's are "autoregressive" and "speculative").
 SPEAK_LANE = "voice"
-MODE_WORDS = {"ar": "autoregressive, in one batch with the other voices", "speculative": "speculative, alone"}
+MODE_WORDS = {"ar": "autoregressive, in the shared batch", "speculative": "speculative, decoded on its own"}
 STOPPED = "**Stopped.**"
 #: The button starts the page's player in the click's own handler (a browser lets audio start only there), with the
-#: click-to-sound clock the race uses.
+#: click-to-sound clock the race uses; the page's race and speak buttons are disabled at once (one at a time per page:
+#: the player plays one of them).
 SPEAK_START_JS = """() => {
+  for (const button of document.querySelectorAll('#ssd-run, .ssd-example, #ssd-speak')) { button.disabled = true; }
   window.ssdClick = performance.now();
   window.ssdPlayer && window.ssdPlayer.start();
   return [];
@@ -63,9 +65,10 @@ class SpokenAudio:
 
 
 def company(speech: Speech) -> str:
-    """How many voices shared the machine as this one started."""
+    """The most other voices that shared the machine with this one so far."""
     others = speech.together - 1
-    return "alone on this machine" if not others else f"with {others} other voice{'s' if others > 1 else ''}"
+    return "the only voice on this machine" if not others else \
+        f"with up to {others} other voice{'s' if others > 1 else ''} at once"
 
 
 def speaking_status(speech: Speech, first_audio: float | None) -> str:
@@ -77,7 +80,7 @@ def spoken_status(speech: Speech, first_audio: float | None, seconds: float) -> 
     result = speech.result
     audio = f"{result.duration_seconds:.1f} s of speech" if result is not None else "the speech"
     first = f", first audio after {first_audio:.2f} s" if first_audio is not None else ""
-    return (f"**Spoken:** {audio} in {seconds:.2f} s{first} ({company(speech)}; {MODE_WORDS[speech.mode]}). "
+    return (f"**Decoded:** {audio} in {seconds:.2f} s{first} ({company(speech)}; {MODE_WORDS[speech.mode]}). "
             "Race both decoders to hear what speculative decoding changes.")
 
 

@@ -174,12 +174,12 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                                    for t in compare.example_texts()[:PRESENTER_EXAMPLES]]
             with gr.Row(equal_height=True):
                 run = gr.Button("Race both decoders", variant="primary", elem_id="ssd-run", scale=3)
-                stop = gr.Button("Stop", variant="stop", elem_id="ssd-stop", scale=2)
+                stop = gr.Button("Stop", variant="stop", elem_id="ssd-stop", scale=1, min_width=100)
                 # One voice, shared with everyone speaking now (`speak`): what a room of phones wants.
-                speak_button = gr.Button("Just speak it", variant="secondary", elem_id="ssd-speak", scale=2,
-                                         elem_classes=["ssd-dev"])
+                speak_button = gr.Button("Just speak it", variant="secondary", elem_id="ssd-speak", scale=1,
+                                         min_width=130, elem_classes=["ssd-dev"])
                 presenter = gr.Checkbox(label="Presenter mode", value=False, elem_id="ssd-presenter-toggle",
-                                        scale=1, min_width=150, container=False)
+                                        scale=1, min_width=170, container=False)
             # /synthesize (every output at once) stays for API callers; the page's button runs the race.
             synthesize_button = gr.Button("Synthesise (all results at once)", visible=False)
             race_api_button = gr.Button("Race both decoders (API)", visible=False)
@@ -329,7 +329,7 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
                         preprocess=False, show_progress="minimal", show_progress_on=[race_view.status])
     # One race at a time per page: the buttons that start one are disabled until it ends, however it ends
     # (done, refused, failed or stopped: `.then` follows each of them).
-    starters = [run, *(button for button, _ in example_buttons)]
+    starters = [run, speak_button, *(button for button, _ in example_buttons)]
     private = dict(queue=False, api_visibility="private")
 
     def locked(*values):
@@ -358,10 +358,11 @@ def build_compare_tab(defaults: PresetDefaults, startup_problem: str, concurrenc
         after_race(button.click(lambda sentence=sentence: locked(sentence), outputs=[text, *starters],
                                 js=RACE_START_JS, **private))
     race_view.factor.input(rerender, **replay_inputs)
-    speak_button.click(lambda: gr.update(interactive=False), outputs=[speak_button], js=SPEAK_START_JS, **private).then(
+    # "Just speak it" (one text, the shared voice) locks the same buttons: the page's player plays one of them.
+    speak_button.click(locked, outputs=starters, js=SPEAK_START_JS, **private).then(
         speak_handler(), inputs=[text, preset], outputs=[race_view.status, race_view.live_audio], api_name="speak",
         concurrency_limit=SPEAK_CONCURRENCY, concurrency_id=SPEAK_CONCURRENCY_ID, show_progress="minimal",
-        show_progress_on=[race_view.status]).then(lambda: gr.update(interactive=True), outputs=[speak_button], **private)
+        show_progress_on=[race_view.status]).then(unlocked, **ended)
     # Read on every page load (the value above is build time's); no progress timer on the line (page.CSS).
     quiet = {**private, "show_progress": "hidden"}
     gr.on(triggers=None, fn=_initial_status, outputs=[status], **quiet)
