@@ -13,7 +13,6 @@ here.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -130,7 +129,7 @@ def measure_together(workers, job: Job, synthesizer) -> dict[str, float]:
     2-core CPU), measured once per machine, models and settings, then read from this machine's cache
     (`engine.machine_cache`) at later starts."""
     key = (machine_cache.signature(synthesizer.target), machine_cache.signature(synthesizer.drafts[job.draft]),
-           job.draft, repr(job.config), os.cpu_count())
+           job.draft, repr(job.config))  # the machine, its CPUs among it, names the cache file
     kept = machine_cache.get(SLOWDOWN_KIND, *key)
     if kept and set(kept) == set(LANES) and all(isinstance(value, (int, float)) for value in kept.values()):
         workers.slowdown = {lane: float(kept[lane]) for lane in LANES}
