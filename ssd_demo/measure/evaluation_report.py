@@ -54,7 +54,8 @@ def _columns(report: dict) -> list[tuple[str, callable]]:
     if "wer" in metrics:
         columns += [("WER %", lambda r: _fmt(_pct(r.get("wer")))),
                     ("WER - AR, points (95% CI)", lambda r: _ci(r.get("wer_vs_ar"), 100, 2)),
-                    ("corpus WER %", lambda r: _fmt(_pct(r.get("wer_corpus"))))]
+                    ("corpus WER %", lambda r: _fmt(_pct(r.get("wer_corpus")))),
+                    ("misheard % (texts)", _misheard)]
     if "dnsmos" in metrics:
         columns += [("DNSMOS OVRL", lambda r: _fmt(r.get("dnsmos_ovrl"))),
                     ("OVRL - AR (95% CI)", lambda r: _ci(r.get("dnsmos_ovrl_vs_ar"), 1, 2)),
@@ -92,6 +93,13 @@ def _cut_endings(row: dict) -> str:
     if share is None or share != share:
         return ""
     return f"{share * 100:.1f} ({row.get('cut_endings_count', 0)})"
+
+
+def _misheard(row: dict) -> str:
+    share = row.get("misheard")
+    if share is None or share != share:  # rows scored before it was reported
+        return ""
+    return f"{share * 100:.1f} ({row.get('misheard_count', 0)})"
 
 
 def _pct(value):
@@ -174,7 +182,9 @@ def _intelligibility_parts(report: dict, metrics: list[str]) -> list[str]:
         model = asr.get("model")
         heard = "Whisper tiny.en (faster-whisper, int8, from the package index)" if model == "tiny.en" else f"`{model}`"
         parts.append(f"WER: word error rate heard by {heard} ({asr.get('normaliser')} normalisation; "
-                     "mean over texts, and corpus WER = all errors / all reference words)")
+                     "mean over texts, and corpus WER = all errors / all reference words); misheard: the share "
+                     "(and number) of texts with any word error, steadier than the mean on short texts, where a "
+                     "word heard as several counts two or three times")
     if "dnsmos" in metrics:
         parts.append("DNSMOS: DNSMOS P.835's overall (OVRL) and speech (SIG) quality, 1-5, higher is better "
                      "(mean over texts)")

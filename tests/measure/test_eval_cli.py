@@ -93,6 +93,8 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
         assert [t["reference_words"] for t in texts] == [2, 6]  # "hello there", "the cat sat on the mat"
         assert row["wer"] == pytest.approx(np.mean([t["wer"] for t in texts]))
         assert row["wer_corpus"] == pytest.approx(sum(t["word_errors"] for t in texts) / 8)
+        misheard = sum(t["word_errors"] > 0 for t in texts)
+        assert row["misheard_count"] == misheard and row["misheard"] == pytest.approx(misheard / 2)
         assert all(isinstance(t["transcript"], str) for t in texts)
         # DNSMOS for any pair: means over texts, by bucket
         assert row["dnsmos_ovrl"] == pytest.approx(np.mean([t["dnsmos_ovrl"] for t in texts]))
@@ -101,6 +103,7 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     assert len(speculative["wer_vs_ar"]) == 3 and len(speculative["dnsmos_ovrl_vs_ar"]) == 3 and "nll" not in rows["AR"]
     markdown = (out / "eval.md").read_text()
     assert "| WER % |" in markdown and "corpus WER %" in markdown and "| DNSMOS OVRL |" in markdown
+    assert "| misheard % (texts) |" in markdown and "| 100.0 (2) |" in markdown  # random weights: both misheard
     assert "MCD" not in markdown and "target NLL" not in markdown
     assert "seed 0 (text i: seed + i" in markdown
     heard = markdown[markdown.index("## What the judge heard"):]  # random weights: every text has errors
@@ -269,3 +272,20 @@ def test_the_codec_round_trip_of_codes_relative_to_the_phoneme_decodes_rows_of_e
     reference = Reference(np.zeros(1), [np.zeros((3, 2))], [0], [np.array([0, 2, 2])])
     assert codec_round_trip(codec, reference).tolist() == [1.0, 9.0, 9.0]  # symbol * 4 + code 1
     assert seen["symbols"].tolist() == [0, 2, 2]
+
+
+def test_a_word_heard_as_several_rules_the_mean_but_counts_once_as_misheard():
+    from ssd_demo.measure.evaluation_report import _columns
+    from ssd_demo.measure.evaluation_scoring import summarise
+    from ssd_demo.speech.system import DecodingSystem
+
+    def heard(errors: int) -> dict:  # a one-word text ("Fantastic!") with `errors` word errors
+        return {"wer": float(errors), "word_errors": errors, "reference_words": 1, "lm_s_per_token": 0.01,
+                "total_s_per_token": 0.02, "audio_s": 0.5, "lm_s": 0.1, "finish": "eos", "tail_level": 0.0,
+                "cut_ending": False}
+
+    rows = [heard(3), heard(0), heard(0), heard(0)]  # one word heard as three others ("That's a fan")
+    row = summarise(DecodingSystem.autoregressive("AR"), rows, rows, ["1-8 words"] * 4, ("wer",), False)
+    assert row["wer"] == pytest.approx(0.75) and row["misheard"] == 0.25 and row["misheard_count"] == 1
+    cells = {header: cell(row) for header, cell in _columns({"metrics": ["wer"], "embedded": False})}
+    assert cells["WER %"] == "75.00" and cells["misheard % (texts)"] == "25.0 (1)"
