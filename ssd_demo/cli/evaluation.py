@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the Seed-TTS evaluation's) or whisper (Whisper's English normaliser) "
                              f"(default: whisper with {TINY_EN}, seed-tts with a checkpoint)")
     add_decoding_arguments(parser, ("seed",), defaults={"seed": 0})
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds, e.g. 0,100,200: the whole evaluation once per seed (in place of "
+                             "--seed), each seed's report in OUT/seed-S, and a table over the seeds (means of WER, "
+                             "DNSMOS and speedups; texts misheard and endings cut added up) in OUT/eval.md")
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed runs per system and sentence (same seed, same tokens); the fastest counts "
                              "(default 1)")
@@ -81,21 +85,50 @@ def command_line(args: argparse.Namespace) -> str:
                ("drafts", args.drafts), ("draft-len", args.draft_len), ("max-new-tokens", args.max_new_tokens),
                ("chunk-phonemes", args.chunk_phonemes),
                ("metrics", args.metrics), ("whisper", args.whisper), ("normaliser", args.normaliser),
-               ("seed", args.seed or None), ("repeats", args.repeats), ("threads", args.threads),
+               ("seed", None if args.seeds else args.seed or None), ("seeds", args.seeds),
+               ("repeats", args.repeats), ("threads", args.threads),
                ("engine", args.engine)]
     command = "python -m ssd_demo eval " + " ".join(f"--{k} {v}" for k, v in options if v is not None)
     return command + (" --adaptive-draft-len" if args.adaptive_draft_len else "")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.seeds is not None:
+        return main_over_seeds(args)
     from ..measure.evaluation import run_evaluation  # deferred (torch, the models' code): --help stays quick
 
     report = run_evaluation(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept
     section = markdown(report, command_line(args))
-    (args.out / "eval.md").write_text(section + transcripts(report))  # the docs get the tables only
+    write_report(args.out, report, section)
     print(section)
     if docs_target(args) is not None:
         write_section(docs_target(args), report["section"], section)
     return 0
+
+
+def main_over_seeds(args: argparse.Namespace) -> int:
+    """`--seeds`: one evaluation per seed, each report kept as it finishes, then the table over them."""
+    from ..measure.evaluation import run_evaluation
+    from ..measure.evaluation_seeds import combined_markdown, parse_seeds
+
+    seeds = parse_seeds(args.seeds)
+    command = command_line(args)
+    reports = []
+    for seed in seeds:
+        print(f"seed {seed} ({len(reports) + 1} of {len(seeds)})")
+        report = run_evaluation(argparse.Namespace(**{**vars(args), "seed": seed}))
+        write_report(args.out / f"seed-{seed}", report, markdown(report, command))
+        reports.append(report)
+    section = combined_markdown(reports, seeds, command)
+    (args.out / "eval.md").write_text(section)
+    print(section)
+    if docs_target(args) is not None:
+        write_section(docs_target(args), reports[0]["section"], section)
+    return 0
+
+
+def write_report(out: Path, report: dict, section: str) -> None:
+    """OUT/eval.json (every text's scores and transcripts) and OUT/eval.md (the tables, then what was heard)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")  # first: the measurements are kept
+    (out / "eval.md").write_text(section + transcripts(report))  # the docs get the tables only

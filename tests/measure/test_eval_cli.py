@@ -111,6 +111,30 @@ def test_eval_scores_a_custom_pair_with_voice_prompts_by_whisper_wer(tmp_path):
     assert all(f"- {label} (" in heard for label in rows)
 
 
+def test_eval_over_seeds_keeps_each_seeds_report_and_combines_them(tmp_path):
+    family = build_llasa_family(tmp_path / "pair")
+    whisper = build_tiny_whisper(tmp_path / "whisper")
+    out, docs = tmp_path / "eval", tmp_path / "bench.md"
+    assert main(["eval", "--target-model", str(family.target), "--draft-model", str(family.draft), "--codec",
+                 str(family.codec), "--device", "cpu", "--test-set", str(meta_file(tmp_path / "set")), "--betas", "0",
+                 "--max-new-tokens", "12", "--whisper", str(whisper), "--metrics", "wer", "--threads", "1",
+                 "--seeds", "3,0", "--out", str(out), "--docs", str(docs)]) == 0
+    reports = [json.loads((out / f"seed-{seed}" / "eval.json").read_text()) for seed in (3, 0)]
+    assert [report["config"]["seed"] for report in reports] == [3, 0]  # each seed's run is that seed's alone
+    assert all((out / f"seed-{seed}" / "eval.md").exists() for seed in (3, 0))
+    combined = (out / "eval.md").read_text()
+    assert "--seeds 3,0" in combined and "--seed " not in combined
+    assert combined.index("### Seed 3") < combined.index("### Seed 0")
+    ar = [next(row for row in report["systems"] if row["system"] == "AR") for report in reports]
+    line = next(line for line in combined.splitlines() if line.startswith("| AR |"))
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[1] == f"{ar[0]['wer'] * 100:.1f} / {ar[1]['wer'] * 100:.1f}"
+    assert cells[2] == f"{(ar[0]['wer'] + ar[1]['wer']) * 50:.1f}"
+    assert cells[3] == f"{ar[0]['misheard_count'] + ar[1]['misheard_count']} of 4"  # two texts, two runs
+    assert cells[6] == "1.00 / 1.00" and cells[7] == "1.00x"
+    assert docs.read_text().count("### Seed") == 2  # --docs gets the combined section
+
+
 def test_the_transcripts_list_the_texts_with_errors_worst_first():
     def row(wer, transcript):
         return {"wer": wer, "transcript": transcript}
@@ -148,6 +172,8 @@ def test_the_transcripts_list_the_texts_with_errors_worst_first():
     (["--betas", "0,x"], "beta must be a number"),
     (["--threads", "0"], "--threads must be between 1 and"),
     (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--seeds", "0,x"], "--seeds takes comma-separated whole numbers"),
+    (["--seeds", "0,100,0"], "--seeds takes distinct whole numbers"),
 ])
 def test_eval_refuses_mistakes_before_loading_models(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
