@@ -155,8 +155,11 @@ class EmbeddedBackend(Backend):
         if voice_prompt is not None:
             raise InputError("the embedded voice has a single speaker and does not take a voice prompt")
         symbols = self.phonemes.ids(text)
-        if self.lead_in is not None and self.lead_in.applies(symbols):
-            symbols = [*self._lead_prefix, *symbols]
+        prefix = self._lead_prefix
+        # A chunk that itself opens with the lead-in's symbols ("Listen.” Then..." in one chunk: curly quotes do not
+        # split sentences) gets the lead-in too, so that a prompt opening with them always means one was added.
+        if prefix and (self.lead_in.applies(symbols) or tuple(symbols[: len(prefix)]) == prefix):
+            symbols = [*prefix, *symbols]
         return self.layout.prompt(symbols)
 
     def forced_tokens(self, prompt: list[int]) -> PhonemeSchedule:
@@ -217,8 +220,8 @@ class EmbeddedBackend(Backend):
         return codes
 
     def _spoken_after_lead_in(self, prompt_ids: list[int]) -> bool:
-        """Whether the chunk of this prompt is spoken after the lead-in: its symbols start with the lead-in's and
-        go on (a chunk is one sentence at most, so a text's own chunk never holds "Listen." and more)."""
+        """Whether the chunk of this prompt is spoken after the lead-in: its symbols start with the lead-in's and go
+        on (`prompt_ids` adds the lead-in to every chunk that opens with those symbols itself)."""
         end = prompt_ids.index(self.layout.speech_start_id)
         symbols = tuple(token - self.layout.phoneme_offset for token in prompt_ids[1:end])
         prefix = self._lead_prefix

@@ -67,6 +67,13 @@ def test_the_shipped_voice_says_short_chunks_after_its_lead_in_and_long_ones_as_
     sentence = "Seven purple kites drift above the harbour."
     assert len(backend.phonemes.ids(sentence)) > lead.max_symbols
     assert backend.prompt_ids(sentence) == backend.layout.prompt(backend.phonemes.ids(sentence))
+    # a chunk of the text's own that opens with "Listen." (curly quotes do not end its sentence) is long, but it
+    # gets the lead-in too: its own "Listen." is heard, and only the added one is cut
+    own = "\u201cListen.\u201d Then she told me about her long day at work."
+    assert len(backend.split_text(own)) == 1
+    symbols = backend.phonemes.ids(own)
+    assert len(symbols) > lead.max_symbols and symbols[: len(prefix)] == prefix
+    assert backend.prompt_ids(own) == backend.layout.prompt(prefix + symbols)
     # the forced-token schedule covers the lead-in's phonemes too: the voice says them
     schedule = backend.forced_tokens(short)
     assert len(schedule.phonemes) == len(prefix) + len(backend.phonemes.ids("Hi!"))
