@@ -148,6 +148,7 @@ def load_whisper(plan: EvalPlan, args: argparse.Namespace) -> tuple[object | Non
 def run_evaluation(args: argparse.Namespace) -> dict:
     """`eval` as the command line asks: every system on every text, scored; the report (see the module)."""
     plan = plan_evaluation(args)
+    started = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     torch.set_num_threads(args.threads)
     whisper, whisper_ref, normaliser = load_whisper(plan, args)
     synth = use_engine(load_pair(plan.pair, args), plan.engine)
@@ -181,7 +182,7 @@ def run_evaluation(args: argparse.Namespace) -> dict:
         "per_text": per_text,
         "reference_per_text": scoring.reference_per_text(),  # the teacher's, heard by the same judges
         "batches": speeds,
-        **_machine_description(synth, args, plan.engine),
+        **_machine_description(synth, args, plan.engine, started),
     }
     if plan.pair.embedded:
         meta = json.loads(((Path(args.voice) if args.voice else DEFAULT_PATH) / "voice.json").read_text())
@@ -232,13 +233,13 @@ def _run_description(plan: EvalPlan, items: list[EvalItem], notes: list[str]) ->
     }
 
 
-def _machine_description(synth, args: argparse.Namespace, engine: str) -> dict:
-    """Where and when it ran: the machine, repeats, commit and date."""
+def _machine_description(synth, args: argparse.Namespace, engine: str, started: dict) -> dict:
+    """Where and when it ran: the machine, repeats, and the commit and date as it started (`started`: a long run
+    must not name a commit made while it ran)."""
     return {
         "machine": machine(synth) + ("; speech LM on vLLM in its own process" if engine == "vllm" else ""),
         "repeats": max(args.repeats, 1),
-        "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **started,
     }
 
 
