@@ -158,7 +158,7 @@ class EmbeddedBackend(Backend):
         prefix = self._lead_prefix
         # A chunk that itself opens with the lead-in's symbols ("Listen.” Then..." in one chunk: curly quotes do not
         # split sentences) gets the lead-in too, so that a prompt opening with them always means one was added.
-        if prefix and (self.lead_in.applies(symbols) or tuple(symbols[: len(prefix)]) == prefix):
+        if prefix and (self.lead_in.applies(text) or tuple(symbols[: len(prefix)]) == prefix):
             symbols = [*prefix, *symbols]
         return self.layout.prompt(symbols)
 

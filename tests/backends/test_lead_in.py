@@ -47,7 +47,8 @@ def test_a_lead_in_needs_a_text_and_a_limit():
     with pytest.raises(ValueError):
         LeadIn("Listen.", 0)
     assert LeadIn.from_meta(None) is None
-    assert LeadIn.from_meta({"text": "Listen.", "max_symbols": 12}) == LeadIn("Listen.", 12)
+    assert LeadIn.from_meta({"text": "Listen.", "max_words": 1}) == LeadIn("Listen.", 1)
+    assert LeadIn("Listen.", 1).applies("Fantastic!") and not LeadIn("Listen.", 1).applies("No, thanks.")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def backend():
 
 
 @needs_voice
-def test_the_shipped_voice_says_short_chunks_after_its_lead_in_and_long_ones_as_they_are(backend):
+def test_the_shipped_voice_says_a_word_alone_after_its_lead_in_and_more_words_as_they_are(backend):
     lead = backend.lead_in
     assert lead is not None
     prefix = backend.phonemes.ids(lead.text) + [backend.phonemes.id_map[" "]]
@@ -64,15 +65,14 @@ def test_the_shipped_voice_says_short_chunks_after_its_lead_in_and_long_ones_as_
     assert backend.phonemes.ids(f"{lead.text} Hi!") == prefix + backend.phonemes.ids("Hi!")
     short = backend.prompt_ids("Hi!")
     assert short == backend.layout.prompt(prefix + backend.phonemes.ids("Hi!"))
-    sentence = "Seven purple kites drift above the harbour."
-    assert len(backend.phonemes.ids(sentence)) > lead.max_symbols
-    assert backend.prompt_ids(sentence) == backend.layout.prompt(backend.phonemes.ids(sentence))
+    for text in ("No, thanks.", "Seven purple kites drift above the harbour."):  # more than one word: as it is
+        assert backend.prompt_ids(text) == backend.layout.prompt(backend.phonemes.ids(text))
     # a chunk of the text's own that opens with "Listen." (curly quotes do not end its sentence) is long, but it
     # gets the lead-in too: its own "Listen." is heard, and only the added one is cut
     own = "\u201cListen.\u201d Then she told me about her long day at work."
     assert len(backend.split_text(own)) == 1
     symbols = backend.phonemes.ids(own)
-    assert len(symbols) > lead.max_symbols and symbols[: len(prefix)] == prefix
+    assert not lead.applies(own) and symbols[: len(prefix)] == prefix
     assert backend.prompt_ids(own) == backend.layout.prompt(prefix + symbols)
     # the forced-token schedule covers the lead-in's phonemes too: the voice says them
     schedule = backend.forced_tokens(short)

@@ -37,7 +37,7 @@ TOKENS_LEGEND = (
     "*accepted*, the first *rejected* one with the target's *replacement* (→), drafted "
     "tokens *discarded* after it, and the *bonus* token (+) after a fully accepted block. "
     "On the embedded voice, numbers are codec codes, `|` ends a phoneme and /ə/ is the next "
-    "phoneme, *inserted* by the decoder (never sampled, so never rejected). A text of a word or "
-    "two is said after \"Listen.\", whose tokens show here but are never heard: without it, the "
+    "phoneme, *inserted* by the decoder (never sampled, so never rejected). A word said alone is "
+    "said after \"Listen.\", whose tokens show here but are never heard: without it, the "
     "voice says such words unclearly (Whisper misheard a third of them)."
 )
