@@ -106,7 +106,7 @@ class EmbeddedBackend(Backend):
         self.licence = self.LICENCE
         self._default = default
         self._allowed = layout.allowed_ids()
-        # A short chunk is spoken after a lead-in that is not decoded to audio (`lead_in`): its symbols first.
+        # A word said alone is spoken after a lead-in whose audio is never heard (`lead_in`): its symbols first.
         self.lead_in = lead_in
         self._lead_prefix = lead_in.prefix(phonemes.ids, phonemes.id_map[" "]) if lead_in else ()
         # Codes relative to the phoneme being said are decoded from the chunk's prompt on (its first symbol), and a

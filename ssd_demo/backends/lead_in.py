@@ -5,9 +5,9 @@ and a word said alone, with nothing before it, is outside what it learned: Whisp
 words (the teacher: 2). Spoken as the second sentence of one chunk, "Listen. Hi!", the same word comes out as in the
 sentences it knows; the codes of the lead-in ("Listen." and the pause after it) are given to the codec as context,
 decoded and cut off, so the listener hears "Hi!" alone (docs/lab-notebook.md, 2026-12-07: over three seeds, 28 of
-171 words misheard in AR, 24 with exact speculative sampling; mean WER 21.6 % against 60.2 % without it). The voice decodes the lead-in itself, token by
-token, as part of the chunk: the lead-in's own codes put in the prompt instead (the teacher's or the voice's) helped
-half as much.
+171 words misheard in AR, 24 with exact speculative sampling; mean WER 21.6 % against 60.2 % without it). The voice
+decodes the lead-in itself, token by token, as part of the chunk: the lead-in's own codes put in the prompt instead
+(the teacher's or the voice's) helped half as much.
 
 The prompt carries the lead-in's phonemes before the chunk's, so both decoders, the drafts and the forced-token
 schedule see one ordinary chunk; only the codec's view of the generated ids changes (`LeadInCut`).
